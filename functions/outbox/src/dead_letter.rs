@@ -1,0 +1,223 @@
+//! Dead-letter messages: what lands in the SQS dead-letter queues, and how to read it back.
+//!
+//! Three shapes reach the queues of this project:
+//!
+//! * [`RelayFailureRecord`] — written by the relay itself for a poison outbox record (it can
+//!   never be published), so the shard is not blocked. Carries the full stream record.
+//! * A Lambda *asynchronous invocation record* — written by Lambda to a function's `OnFailure`
+//!   destination when retries are exhausted (`requestContext.condition` =
+//!   `RetriesExhausted`/`EventAgeExceeded`, `requestPayload` = the event, `responsePayload` =
+//!   the error). For a stream event source mapping, the record holds `DDBStreamBatchInfo`
+//!   (shard, sequence-number range) instead of the records themselves. Source:
+//!   <https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-retain-records.html>.
+//! * A raw EventBridge event — written by EventBridge to a rule target's `DeadLetterConfig`
+//!   queue when it could not invoke the target; the reason is in the message attributes
+//!   `ERROR_CODE` / `ERROR_MESSAGE`. Source:
+//!   <https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-rule-dlq.html>.
+//!
+//! [`DeadLetter::parse`] tells them apart; anything else is [`DeadLetter::Unknown`] and is left
+//! in the queue by the tools.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `kind` of a [`RelayFailureRecord`].
+pub const RELAY_FAILURE_KIND: &str = "outbox-relay-failure";
+
+/// The relay's own dead-letter message for an outbox record that can never be published.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RelayFailureRecord {
+    /// Always [`RELAY_FAILURE_KIND`].
+    pub kind: String,
+    /// Why the record can never be published, in words.
+    pub reason: String,
+    /// Machine-readable cause: `MalformedOutboxItem`, `EventTooLarge`, or the `PutEvents`
+    /// entry error code (e.g. `MalformedDetail`).
+    pub error_code: String,
+    /// The outbox item's `event_id`, if it could be read.
+    #[serde(default)]
+    pub event_id: Option<String>,
+    /// The stream record's `SequenceNumber`.
+    #[serde(default)]
+    pub sequence_number: Option<String>,
+    /// The stream ARN the record came from.
+    #[serde(default)]
+    pub event_source_arn: Option<String>,
+    /// When the relay gave up on it: RFC 3339 UTC.
+    pub failed_at: String,
+    /// The whole DynamoDB stream record, as Lambda delivered it (`dynamodb.NewImage` holds the
+    /// outbox item in DynamoDB JSON).
+    pub record: Value,
+}
+
+/// A dead-letter message, recognised by shape.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeadLetter {
+    /// Written by the relay.
+    RelayFailure(RelayFailureRecord),
+    /// A Lambda asynchronous-invocation (or stream batch) failure record.
+    InvocationRecord {
+        /// `requestContext.condition`, e.g. `RetriesExhausted`.
+        condition: String,
+        /// `requestContext.functionArn`.
+        function_arn: Option<String>,
+        /// `requestContext.approximateInvokeCount`.
+        approximate_invoke_count: Option<u64>,
+        /// The error: `responsePayload.errorType: errorMessage`, when there is one.
+        error: Option<String>,
+        /// `requestPayload`: the event that failed (absent for stream batches).
+        request_payload: Option<Value>,
+        /// `DDBStreamBatchInfo`, for a stream event source mapping.
+        stream_batch: Option<Value>,
+    },
+    /// A raw EventBridge event (rule target DLQ).
+    EventBridgeEvent {
+        /// `detail-type`.
+        detail_type: String,
+        /// `source`.
+        source: String,
+        /// `detail.metadata.id`, when the event follows this project's envelope.
+        event_id: Option<String>,
+        /// The whole event.
+        event: Value,
+    },
+    /// Not a shape this project knows.
+    Unknown(String),
+}
+
+impl DeadLetter {
+    /// Recognises a message body.
+    pub fn parse(body: &str) -> DeadLetter {
+        let value: Value = match serde_json::from_str(body) {
+            Ok(v) => v,
+            Err(e) => return DeadLetter::Unknown(format!("body is not JSON: {e}")),
+        };
+        if value.get("kind").and_then(Value::as_str) == Some(RELAY_FAILURE_KIND) {
+            return match serde_json::from_value::<RelayFailureRecord>(value) {
+                Ok(r) => DeadLetter::RelayFailure(r),
+                Err(e) => DeadLetter::Unknown(format!("relay failure record without its fields: {e}")),
+            };
+        }
+        if let Some(ctx) = value.get("requestContext").filter(|c| c.get("condition").is_some()) {
+            let error = value.get("responsePayload").and_then(|p| {
+                let kind = p.get("errorType").and_then(Value::as_str);
+                let message = p.get("errorMessage").and_then(Value::as_str);
+                match (kind, message) {
+                    (None, None) => None,
+                    (k, m) => Some(format!("{}: {}", k.unwrap_or("Error"), m.unwrap_or(""))),
+                }
+            });
+            return DeadLetter::InvocationRecord {
+                condition: ctx["condition"].as_str().unwrap_or_default().to_owned(),
+                function_arn: ctx.get("functionArn").and_then(Value::as_str).map(str::to_owned),
+                approximate_invoke_count: ctx.get("approximateInvokeCount").and_then(Value::as_u64),
+                error,
+                request_payload: value.get("requestPayload").cloned(),
+                stream_batch: value.get("DDBStreamBatchInfo").cloned(),
+            };
+        }
+        if let (Some(detail_type), Some(source)) =
+            (value.get("detail-type").and_then(Value::as_str), value.get("source").and_then(Value::as_str))
+        {
+            return DeadLetter::EventBridgeEvent {
+                detail_type: detail_type.to_owned(),
+                source: source.to_owned(),
+                event_id: value.pointer("/detail/metadata/id").and_then(Value::as_str).map(str::to_owned),
+                event: value,
+            };
+        }
+        DeadLetter::Unknown("neither a relay failure record, a Lambda invocation record nor an EventBridge event".into())
+    }
+
+    /// The failure reason in one line, for listings.
+    pub fn reason(&self) -> String {
+        match self {
+            DeadLetter::RelayFailure(r) => format!("{}: {}", r.error_code, r.reason),
+            DeadLetter::InvocationRecord { condition, error, stream_batch, .. } => match (error, stream_batch) {
+                (Some(e), _) => format!("{condition}: {e}"),
+                (None, Some(_)) => format!("{condition}: stream batch failed"),
+                (None, None) => condition.clone(),
+            },
+            DeadLetter::EventBridgeEvent { .. } => "EventBridge could not deliver to the target".into(),
+            DeadLetter::Unknown(why) => format!("unknown shape: {why}"),
+        }
+    }
+
+    /// Short name of the shape.
+    pub fn shape(&self) -> &'static str {
+        match self {
+            DeadLetter::RelayFailure(_) => "relay-failure",
+            DeadLetter::InvocationRecord { .. } => "invocation-record",
+            DeadLetter::EventBridgeEvent { .. } => "eventbridge-event",
+            DeadLetter::Unknown(_) => "unknown",
+        }
+    }
+
+    /// The event id (`detail.metadata.id` / outbox `event_id`) the message is about, if known.
+    pub fn event_id(&self) -> Option<String> {
+        match self {
+            DeadLetter::RelayFailure(r) => r.event_id.clone(),
+            DeadLetter::InvocationRecord { request_payload, .. } => request_payload
+                .as_ref()
+                .and_then(|p| p.pointer("/detail/metadata/id"))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            DeadLetter::EventBridgeEvent { event_id, .. } => event_id.clone(),
+            DeadLetter::Unknown(_) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_a_relay_failure_record() {
+        let body = serde_json::to_string(&RelayFailureRecord {
+            kind: RELAY_FAILURE_KIND.into(),
+            reason: "payload is not JSON".into(),
+            error_code: "MalformedOutboxItem".into(),
+            event_id: Some("e-1".into()),
+            sequence_number: Some("100".into()),
+            event_source_arn: None,
+            failed_at: "2026-11-29T08:00:00Z".into(),
+            record: serde_json::json!({"eventName": "INSERT"}),
+        })
+        .unwrap();
+        let dl = DeadLetter::parse(&body);
+        assert_eq!(dl.shape(), "relay-failure");
+        assert_eq!(dl.event_id().as_deref(), Some("e-1"));
+        assert_eq!(dl.reason(), "MalformedOutboxItem: payload is not JSON");
+    }
+
+    #[test]
+    fn recognises_an_async_invocation_record() {
+        let body = r#"{"version":"1.0","timestamp":"2026-11-29T08:00:00.000Z",
+            "requestContext":{"requestId":"r","functionArn":"arn:aws:lambda:us-east-1:123456789012:function:f:$LATEST","condition":"RetriesExhausted","approximateInvokeCount":3},
+            "requestPayload":{"detail-type":"OrderCreated","source":"example.orders","detail":{"metadata":{"id":"e-9"}}},
+            "responseContext":{"statusCode":200,"executedVersion":"$LATEST","functionError":"Unhandled"},
+            "responsePayload":{"errorType":"MalformedEvent","errorMessage":"detail.data.lines: missing field"}}"#;
+        let dl = DeadLetter::parse(body);
+        assert_eq!(dl.shape(), "invocation-record");
+        assert_eq!(dl.event_id().as_deref(), Some("e-9"));
+        assert_eq!(dl.reason(), "RetriesExhausted: MalformedEvent: detail.data.lines: missing field");
+    }
+
+    #[test]
+    fn recognises_a_stream_batch_record() {
+        let body = r#"{"requestContext":{"condition":"RetryAttemptsExhausted","approximateInvokeCount":11},
+            "DDBStreamBatchInfo":{"shardId":"s","startSequenceNumber":"1","endSequenceNumber":"9","batchSize":9}}"#;
+        let dl = DeadLetter::parse(body);
+        assert_eq!(dl.reason(), "RetryAttemptsExhausted: stream batch failed");
+    }
+
+    #[test]
+    fn recognises_a_raw_eventbridge_event_and_unknowns() {
+        let dl = DeadLetter::parse(r#"{"detail-type":"OrderCreated","source":"example.orders","detail":{"metadata":{"id":"e-2"}}}"#);
+        assert_eq!(dl.shape(), "eventbridge-event");
+        assert_eq!(dl.event_id().as_deref(), Some("e-2"));
+        assert_eq!(DeadLetter::parse("hello").shape(), "unknown");
+        assert_eq!(DeadLetter::parse(r#"{"a":1}"#).shape(), "unknown");
+    }
+}

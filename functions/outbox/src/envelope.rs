@@ -1,0 +1,323 @@
+//! The event envelope: the outbox item as it is stored in DynamoDB, and the event as it goes on
+//! the EventBridge bus.
+//!
+//! # Outbox item (DynamoDB attributes)
+//!
+//! | attribute | type | meaning |
+//! |---|---|---|
+//! | `pk` | S | `<aggregate_type>#<aggregate_id>` |
+//! | `sk` | S | `sequence`, zero-padded to 20 digits, so items sort by sequence |
+//! | `event_id` | S | UUIDv7, the idempotency key consumers dedupe on |
+//! | `event_type` | S | e.g. `OrderCreated`; becomes the bus event's `DetailType` |
+//! | `event_version` | N | schema version of `payload` |
+//! | `source` | S | e.g. `example.orders`; becomes the bus event's `Source` |
+//! | `aggregate_type`, `aggregate_id` | S | the aggregate the event belongs to |
+//! | `sequence` | N | per aggregate, from 1 |
+//! | `occurred_at` | S | RFC 3339, UTC; becomes the bus event's `Time` |
+//! | `payload` | S | the event data as JSON *text*, so DynamoDB never rounds a number |
+//! | `correlation_id` | S | carried into the event metadata |
+//! | `trace_header` | S, optional | X-Ray trace header; becomes the entry's `TraceHeader` |
+//! | `expires_at` | N | epoch seconds, the table's TTL attribute |
+//!
+//! An item without `event_id` is not an outbox item (other item types may share the table); an
+//! item with `event_id` that breaks this contract is a *malformed* outbox item.
+//!
+//! # Event on the bus
+//!
+//! `Source` = `source`, `DetailType` = `event_type`, `Time` = `occurred_at`, and
+//! `Detail` = `{"metadata": {...}, "data": <payload>}` (see [`EventMetadata`]). EventBridge gives
+//! every `PutEvents` entry a new envelope `id`, so consumers dedupe on `detail.metadata.id`.
+//! The payload is embedded as the producer wrote it (a [`RawValue`]): numbers are never parsed
+//! into `f64`, unicode is never re-escaped, and `detail.data` is never a JSON string.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+/// Width of the zero-padded sequence in the outbox sort key `sk` (20 digits hold any `u64`).
+pub const SEQUENCE_WIDTH: usize = 20;
+
+/// The outbox item exactly as stored in the outbox table (see the module docs for the contract).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutboxItem {
+    /// Partition key: `<aggregate_type>#<aggregate_id>`.
+    pub pk: String,
+    /// Sort key: [`OutboxItem::sequence`] zero-padded to [`SEQUENCE_WIDTH`] digits.
+    pub sk: String,
+    /// Event id (UUIDv7), the consumers' idempotency key.
+    pub event_id: String,
+    /// Event type, e.g. `OrderCreated`.
+    pub event_type: String,
+    /// Schema version of the payload.
+    pub event_version: u32,
+    /// Event source, e.g. `example.orders`.
+    pub source: String,
+    /// Aggregate type, e.g. `Order`.
+    pub aggregate_type: String,
+    /// Aggregate id, e.g. the order id.
+    pub aggregate_id: String,
+    /// Per-aggregate sequence, from 1.
+    pub sequence: u64,
+    /// When the event happened: RFC 3339, UTC.
+    pub occurred_at: String,
+    /// The event data, as JSON text.
+    pub payload: String,
+    /// Correlation id of the request that caused the event.
+    pub correlation_id: String,
+    /// X-Ray trace header (`Root=…;Parent=…;Sampled=…`) of the producing invocation, if traced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_header: Option<String>,
+    /// TTL: epoch seconds after which DynamoDB may delete the item.
+    pub expires_at: i64,
+}
+
+/// Why an outbox item cannot become an event. Such an item is a poison record: retrying never
+/// helps, so the relay dead-letters it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvelopeError {
+    /// The DynamoDB item does not match the outbox item contract (missing or mistyped attribute).
+    #[error("outbox item does not match the contract: {0}")]
+    Decode(String),
+    /// `payload` is not valid JSON text.
+    #[error("outbox item `payload` is not valid JSON: {0}")]
+    Payload(String),
+    /// `occurred_at` is not an RFC 3339 timestamp.
+    #[error("outbox item `occurred_at` is not RFC 3339: {0}")]
+    OccurredAt(String),
+    /// An attribute that must not be empty is empty.
+    #[error("outbox item `{0}` is empty")]
+    Empty(&'static str),
+}
+
+impl OutboxItem {
+    /// Sort key for `sequence`: zero-padded to [`SEQUENCE_WIDTH`] digits.
+    pub fn sort_key(sequence: u64) -> String {
+        format!("{sequence:0width$}", width = SEQUENCE_WIDTH)
+    }
+
+    /// Partition key for an aggregate: `<aggregate_type>#<aggregate_id>`.
+    pub fn partition_key(aggregate_type: &str, aggregate_id: &str) -> String {
+        format!("{aggregate_type}#{aggregate_id}")
+    }
+
+    /// Decodes an outbox item from a DynamoDB item (stream image or table item).
+    ///
+    /// # Errors
+    /// [`EnvelopeError::Decode`] naming the attribute when the item breaks the contract.
+    pub fn from_item(item: serde_dynamo::Item) -> Result<Self, EnvelopeError> {
+        let item: OutboxItem =
+            serde_dynamo::from_item(item).map_err(|e| EnvelopeError::Decode(e.to_string()))?;
+        Ok(item)
+    }
+
+    /// Encodes the item as DynamoDB attributes.
+    ///
+    /// # Errors
+    /// None in practice (every field is a string or an integer); the `Result` is serde_dynamo's.
+    pub fn to_item<I: From<serde_dynamo::Item>>(&self) -> Result<I, serde_dynamo::Error> {
+        serde_dynamo::to_item(self)
+    }
+
+    /// Builds the event that goes on the bus, checking what the contract requires of it.
+    ///
+    /// # Errors
+    /// [`EnvelopeError`] when the payload is not JSON, `occurred_at` is not RFC 3339, or a
+    /// required attribute is empty.
+    pub fn to_bus_event(&self) -> Result<BusEvent, EnvelopeError> {
+        for (name, value) in [
+            ("event_id", &self.event_id),
+            ("event_type", &self.event_type),
+            ("source", &self.source),
+            ("aggregate_id", &self.aggregate_id),
+        ] {
+            if value.trim().is_empty() {
+                return Err(EnvelopeError::Empty(name));
+            }
+        }
+        let time = DateTime::parse_from_rfc3339(&self.occurred_at)
+            .map_err(|e| EnvelopeError::OccurredAt(format!("{:?}: {e}", self.occurred_at)))?
+            .with_timezone(&Utc);
+        let data: &RawValue = serde_json::from_str(&self.payload)
+            .map_err(|e| EnvelopeError::Payload(e.to_string()))?;
+        let metadata = EventMetadata {
+            id: self.event_id.clone(),
+            event_type: self.event_type.clone(),
+            version: self.event_version,
+            source: self.source.clone(),
+            time: time.to_rfc3339_opts(SecondsFormat::Millis, true),
+            subject: self.aggregate_id.clone(),
+            aggregate_type: self.aggregate_type.clone(),
+            sequence: self.sequence,
+            correlation_id: self.correlation_id.clone(),
+        };
+        // Serialising a struct of strings, integers and a RawValue cannot fail.
+        let detail = serde_json::to_string(&EventDetail { metadata, data })
+            .map_err(|e| EnvelopeError::Payload(e.to_string()))?;
+        Ok(BusEvent {
+            source: self.source.clone(),
+            detail_type: self.event_type.clone(),
+            time,
+            detail,
+            trace_header: self.trace_header.clone().filter(|t| !t.is_empty()),
+        })
+    }
+}
+
+/// `detail.metadata` of every event this project publishes. Field names follow CloudEvents
+/// (`id`, `type`, `source`, `time`, `subject`) where one exists.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventMetadata {
+    /// Event id (the outbox item's `event_id`): the idempotency key consumers dedupe on.
+    pub id: String,
+    /// Event type, e.g. `OrderCreated`.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// Schema version of `data`.
+    pub version: u32,
+    /// Event source, e.g. `example.orders`.
+    pub source: String,
+    /// When the event happened: RFC 3339 UTC with milliseconds.
+    pub time: String,
+    /// The aggregate id.
+    pub subject: String,
+    /// The aggregate type.
+    pub aggregate_type: String,
+    /// Per-aggregate sequence, from 1.
+    pub sequence: u64,
+    /// Correlation id of the request that caused the event.
+    pub correlation_id: String,
+}
+
+/// The bus event's `detail`: `{"metadata": …, "data": …}`.
+///
+/// `T` is `&RawValue`/`Box<RawValue>` to move the payload untouched, or a consumer's own type.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EventDetail<T> {
+    /// Envelope metadata.
+    pub metadata: EventMetadata,
+    /// The event data as the producer wrote it.
+    pub data: T,
+}
+
+/// One event, ready to be a `PutEventsRequestEntry`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BusEvent {
+    /// `Source`.
+    pub source: String,
+    /// `DetailType`.
+    pub detail_type: String,
+    /// `Time`, from the outbox item's `occurred_at` (never "now", never the stream's
+    /// `ApproximateCreationDateTime`).
+    pub time: DateTime<Utc>,
+    /// `Detail`: JSON text of [`EventDetail`].
+    pub detail: String,
+    /// `TraceHeader`.
+    pub trace_header: Option<String>,
+}
+
+impl BusEvent {
+    /// Size of the entry as EventBridge counts it against the `PutEvents` limit, in bytes:
+    /// 14 for `Time`, plus the UTF-8 bytes of `Source`, `DetailType` and `Detail` (we send no
+    /// `Resources`). Source: "Calculating Amazon EventBridge PutEvents event entry size",
+    /// <https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-putevent-size.html>.
+    pub fn entry_size(&self) -> usize {
+        14 + self.source.len() + self.detail_type.len() + self.detail.len()
+    }
+
+    /// The `PutEvents` request entry for `event_bus_name`.
+    pub fn to_entry(&self, event_bus_name: &str) -> aws_sdk_eventbridge::types::PutEventsRequestEntry {
+        aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+            .event_bus_name(event_bus_name)
+            .source(&self.source)
+            .detail_type(&self.detail_type)
+            .time(aws_smithy_types::DateTime::from_millis(self.time.timestamp_millis()))
+            .detail(&self.detail)
+            .set_trace_header(self.trace_header.clone())
+            .build()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample_item() -> OutboxItem {
+        OutboxItem {
+            pk: "Order#o-1".into(),
+            sk: OutboxItem::sort_key(1),
+            event_id: "0193a4f0-7c1e-7a2b-9c3d-4e5f60718293".into(),
+            event_type: "OrderCreated".into(),
+            event_version: 1,
+            source: "example.orders".into(),
+            aggregate_type: "Order".into(),
+            aggregate_id: "o-1".into(),
+            sequence: 1,
+            occurred_at: "2026-11-29T09:00:00.123+01:00".into(),
+            payload: r#"{"big":123456789012345678901234567890123456789,"price":19.99,"exact":1.234567890123456789,"name":"Zoë 🚀"}"#.into(),
+            correlation_id: "c-1".into(),
+            trace_header: None,
+            expires_at: 1_900_000_000,
+        }
+    }
+
+    #[test]
+    fn sort_key_is_zero_padded_to_twenty_digits() {
+        assert_eq!(OutboxItem::sort_key(1), "00000000000000000001");
+        assert_eq!(OutboxItem::sort_key(u64::MAX).len(), SEQUENCE_WIDTH);
+    }
+
+    #[test]
+    fn detail_embeds_payload_verbatim_as_an_object() {
+        let event = sample_item().to_bus_event().unwrap();
+        assert!(event.detail.contains(r#""data":{"big":123456789012345678901234567890123456789,"price":19.99,"exact":1.234567890123456789,"name":"Zoë 🚀"}"#), "{}", event.detail);
+        let v: serde_json::Value = serde_json::from_str(&event.detail).unwrap();
+        assert!(v["data"].is_object());
+        assert_eq!(v["metadata"]["id"], "0193a4f0-7c1e-7a2b-9c3d-4e5f60718293");
+        assert_eq!(v["metadata"]["subject"], "o-1");
+        assert_eq!(v["metadata"]["sequence"], 1);
+    }
+
+    #[test]
+    fn time_comes_from_occurred_at_normalised_to_utc() {
+        let event = sample_item().to_bus_event().unwrap();
+        assert_eq!(event.time.to_rfc3339_opts(SecondsFormat::Millis, true), "2026-11-29T08:00:00.123Z");
+        assert!(event.detail.contains(r#""time":"2026-11-29T08:00:00.123Z""#));
+    }
+
+    #[test]
+    fn entry_size_counts_utf8_bytes_not_chars() {
+        let mut item = sample_item();
+        item.payload = r#""🚀""#.into();
+        let event = item.to_bus_event().unwrap();
+        assert_eq!(event.entry_size(), 14 + "example.orders".len() + "OrderCreated".len() + event.detail.len());
+        assert!(event.detail.len() > event.detail.chars().count());
+    }
+
+    #[test]
+    fn malformed_items_are_reported_with_the_attribute() {
+        let mut item = sample_item();
+        item.payload = "{not json".into();
+        assert!(matches!(item.to_bus_event(), Err(EnvelopeError::Payload(_))));
+        let mut item = sample_item();
+        item.occurred_at = "yesterday".into();
+        assert!(matches!(item.to_bus_event(), Err(EnvelopeError::OccurredAt(_))));
+        let mut item = sample_item();
+        item.event_type = " ".into();
+        assert_eq!(item.to_bus_event(), Err(EnvelopeError::Empty("event_type")));
+    }
+
+    #[test]
+    fn item_round_trips_through_dynamodb_attributes() {
+        let item = sample_item();
+        let attrs: serde_dynamo::Item = item.to_item().unwrap();
+        assert_eq!(OutboxItem::from_item(attrs).unwrap(), item);
+    }
+
+    #[test]
+    fn decode_names_the_missing_attribute() {
+        let mut attrs: serde_dynamo::Item = sample_item().to_item().unwrap();
+        attrs.remove("event_type");
+        let err = OutboxItem::from_item(attrs).unwrap_err();
+        assert!(err.to_string().contains("event_type"), "{err}");
+    }
+}

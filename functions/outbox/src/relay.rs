@@ -1,0 +1,566 @@
+//! The relay: DynamoDB Streams records of the outbox table → EventBridge `PutEvents`.
+//!
+//! Delivery is at-least-once; nothing committed is ever acknowledged unpublished, and events of
+//! one aggregate are published in sequence order. What happens to each record:
+//!
+//! 1. **Classify.** Only `INSERT` records of outbox items (items with `event_id`) are events.
+//!    `MODIFY`, `REMOVE` (TTL deletions carry `userIdentity` = `Service` /
+//!    `dynamodb.amazonaws.com`; replicated ones do not — both are skipped) and other item types
+//!    are skipped and counted. An outbox item that breaks the contract, or whose event is larger
+//!    than one `PutEvents` request may be, is a *poison record*.
+//! 2. **Publish in waves.** A wave takes the first unfinished record of every aggregate, so two
+//!    events of one aggregate are never in flight together: if record 3 of aggregate X fails,
+//!    record 5 of X is not published in this invocation. A wave is cut into `PutEvents` calls of
+//!    at most [`MAX_ENTRIES_PER_CALL`] entries and at most `max_request_bytes` (counted as
+//!    [`BusEvent::entry_size`] does).
+//! 3. **Partial failures.** `PutEvents` answers HTTP 200 even when entries fail:
+//!    `FailedEntryCount` > 0 and, *by position*, an `ErrorCode` on each failed response entry.
+//!    Failed entries with a transient code (`ThrottlingException`, `InternalFailure`, any code
+//!    not known to be permanent) are resent alone, with exponential backoff and full jitter,
+//!    while the invocation's time budget lasts. Entries failing with a permanent code
+//!    (`MalformedDetail`, `InvalidArgument`) are poison. Source: the `PutEvents` API reference,
+//!    <https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutEvents.html>.
+//! 4. **Poison records** go to the relay's dead-letter queue as a
+//!    [`RelayFailureRecord`](crate::dead_letter::RelayFailureRecord) with the whole stream
+//!    record and the reason, and count as done, so one bad record never blocks its shard. If
+//!    the dead-letter queue cannot be written either, the record is a failure like any other.
+//! 5. **Checkpoint.** The response's `batchItemFailures` holds the sequence number of the
+//!    *earliest* failed record. Lambda then re-delivers the batch from that record on
+//!    (`ReportBatchItemFailures`; source:
+//!    <https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-batchfailurereporting.html>).
+//!
+//! **The checkpoint rule.** Every record after the earliest failure will be delivered again, so
+//! the relay stops publishing records that lie after the earliest failure known so far (they
+//! would only be duplicated). Records of *other* aggregates that were published before the
+//! failure was known are published again on re-delivery: duplicates, which consumers absorb in
+//! their inbox. Loss is impossible (nothing at or after the checkpoint is acknowledged) and so
+//! is reordering within an aggregate (waves).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::dynamodb::{Event as DynamoDbEvent, EventRecord};
+use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use aws_sdk_eventbridge::error::ProvideErrorMetadata;
+use chrono::Utc;
+use rand::Rng;
+use serde::Serialize;
+
+use crate::dead_letter::{RelayFailureRecord, RELAY_FAILURE_KIND};
+use crate::envelope::{BusEvent, OutboxItem};
+use crate::outbox::DEFAULT_MAX_PUT_EVENTS_BYTES;
+
+/// Most entries in one `PutEvents` call (AWS limit).
+pub const MAX_ENTRIES_PER_CALL: usize = 10;
+
+/// Entry error codes that no retry can fix. Any other code is treated as transient.
+pub const PERMANENT_ERROR_CODES: [&str; 2] = ["MalformedDetail", "InvalidArgument"];
+
+/// Relay settings. [`RelayConfig::new`] gives the documented defaults.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// Name or ARN of the target event bus.
+    pub event_bus_name: String,
+    /// URL of the relay's dead-letter queue (poison records).
+    pub dead_letter_queue_url: String,
+    /// Most bytes in one `PutEvents` request (default [`DEFAULT_MAX_PUT_EVENTS_BYTES`]).
+    pub max_request_bytes: usize,
+    /// Most `PutEvents` attempts for one entry within one invocation (default 5).
+    pub max_attempts: u32,
+    /// First backoff step (default 50 ms); attempt n waits a random time in
+    /// `[0, min(max_backoff, base_backoff × 2^n))` ("full jitter").
+    pub base_backoff: Duration,
+    /// Longest single backoff (default 2 s).
+    pub max_backoff: Duration,
+    /// Time kept in reserve before the invocation's deadline: no retry starts later than
+    /// `deadline − safety_margin` (default 2 s).
+    pub safety_margin: Duration,
+}
+
+impl RelayConfig {
+    /// Defaults for `event_bus_name` and `dead_letter_queue_url`.
+    pub fn new(event_bus_name: impl Into<String>, dead_letter_queue_url: impl Into<String>) -> Self {
+        Self {
+            event_bus_name: event_bus_name.into(),
+            dead_letter_queue_url: dead_letter_queue_url.into(),
+            max_request_bytes: DEFAULT_MAX_PUT_EVENTS_BYTES,
+            max_attempts: 5,
+            base_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(2),
+            safety_margin: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Why a record was not an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SkipReason {
+    /// A `MODIFY` record (an update of an outbox item is not a new event).
+    Modify,
+    /// A `REMOVE` record by a user or a replicated TTL deletion.
+    Remove,
+    /// A `REMOVE` record by DynamoDB's TTL process (`userIdentity` principal
+    /// `dynamodb.amazonaws.com`).
+    TtlRemove,
+    /// An `INSERT` of an item that is not an outbox item (no `event_id`).
+    NotOutboxItem,
+    /// An `eventName` that is none of the above.
+    UnknownEventName,
+}
+
+/// What one invocation did, for logs and metrics.
+#[derive(Debug, Default, Clone, PartialEq, Serialize)]
+pub struct RelayReport {
+    /// Records in the batch.
+    pub records: usize,
+    /// Records that were not events, by reason.
+    pub skipped: HashMap<SkipReason, usize>,
+    /// Events accepted by EventBridge.
+    pub published: usize,
+    /// Entry resends after a transient failure.
+    pub retried: usize,
+    /// Poison records written to the relay dead-letter queue.
+    pub dead_lettered: usize,
+    /// Records that failed (the earliest is the checkpoint).
+    pub failed: usize,
+    /// Events not attempted because an earlier record failed; they are re-delivered.
+    pub deferred: usize,
+    /// `PutEvents` calls made.
+    pub put_events_calls: usize,
+    /// Largest "now − `occurred_at`" among published events, milliseconds.
+    pub max_lag_ms: i64,
+    /// Event ids accepted by EventBridge, in publication order.
+    #[serde(skip)]
+    pub published_event_ids: Vec<String>,
+}
+
+impl RelayReport {
+    /// Total skipped records.
+    pub fn skipped_total(&self) -> usize {
+        self.skipped.values().sum()
+    }
+}
+
+/// The relay's answer to one batch.
+#[derive(Debug, Clone)]
+pub struct RelayOutcome {
+    /// `batchItemFailures` for Lambda: empty, or the earliest failed record's sequence number.
+    pub response: DynamoDbEventResponse,
+    /// Counts.
+    pub report: RelayReport,
+}
+
+/// The batch cannot be answered record by record: the whole batch must be retried.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// A record that must be retried has no `SequenceNumber` to report. Failing the invocation
+    /// makes Lambda retry the whole batch, which loses nothing.
+    #[error("record {index} failed and has no SequenceNumber to report; failing the whole batch")]
+    NoSequenceNumber {
+        /// Position in the batch.
+        index: usize,
+    },
+}
+
+/// One entry's failure as `PutEvents` reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryFailure {
+    /// `ErrorCode` of the response entry, or the request's error code.
+    pub code: String,
+    /// `ErrorMessage`.
+    pub message: String,
+    /// Whether a resend can succeed: false only for [`PERMANENT_ERROR_CODES`] on an entry.
+    pub retryable: bool,
+}
+
+impl EntryFailure {
+    /// The failure of a response entry with `ErrorCode` = `code`.
+    pub fn entry(code: &str, message: &str) -> Self {
+        Self { code: code.into(), message: message.into(), retryable: !PERMANENT_ERROR_CODES.contains(&code) }
+    }
+
+    /// Whether a resend can succeed.
+    pub fn is_retryable(&self) -> bool {
+        self.retryable
+    }
+}
+
+/// A record that must be either published or dead-lettered.
+#[derive(Debug)]
+struct Work {
+    index: usize,
+    action: Action,
+}
+
+#[derive(Debug)]
+enum Action {
+    Publish { item: Box<OutboxItem>, event: BusEvent },
+    DeadLetter { event_id: Option<String>, error_code: String, reason: String },
+}
+
+enum Classified {
+    Skip(SkipReason),
+    Work { aggregate: String, action: Action },
+}
+
+/// Publishes outbox records to EventBridge (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Relay {
+    events: aws_sdk_eventbridge::Client,
+    sqs: aws_sdk_sqs::Client,
+    config: RelayConfig,
+}
+
+impl Relay {
+    /// A relay that publishes with `events` and dead-letters with `sqs`.
+    pub fn new(events: aws_sdk_eventbridge::Client, sqs: aws_sdk_sqs::Client, config: RelayConfig) -> Self {
+        Self { events, sqs, config }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RelayConfig {
+        &self.config
+    }
+
+    /// Relays one stream batch; `deadline` is when the invocation must have answered.
+    ///
+    /// # Errors
+    /// [`RelayError`] only when a failed record has no sequence number (whole batch retried).
+    pub async fn relay(&self, batch: &DynamoDbEvent, deadline: Instant) -> Result<RelayOutcome, RelayError> {
+        let records = &batch.records;
+        let mut report = RelayReport { records: records.len(), ..Default::default() };
+
+        // Per-aggregate queues, in order of first appearance; each queue in batch order.
+        let mut queues: Vec<std::collections::VecDeque<Work>> = Vec::new();
+        let mut queue_of: HashMap<String, usize> = HashMap::new();
+        for (index, record) in records.iter().enumerate() {
+            match self.classify(record) {
+                Classified::Skip(reason) => *report.skipped.entry(reason).or_default() += 1,
+                Classified::Work { aggregate, action } => {
+                    let q = *queue_of.entry(aggregate).or_insert_with(|| {
+                        queues.push(Default::default());
+                        queues.len() - 1
+                    });
+                    queues[q].push_back(Work { index, action });
+                }
+            }
+        }
+
+        // Earliest failed record so far: nothing at or after it is attempted any more.
+        let mut checkpoint = usize::MAX;
+        loop {
+            let mut wave: Vec<Work> = queues
+                .iter_mut()
+                .filter(|q| q.front().is_some_and(|w| w.index < checkpoint))
+                .filter_map(|q| q.pop_front())
+                .collect();
+            if wave.is_empty() {
+                break;
+            }
+            wave.sort_by_key(|w| w.index);
+            let (publish, dead_letter): (Vec<Work>, Vec<Work>) =
+                wave.into_iter().partition(|w| matches!(w.action, Action::Publish { .. }));
+
+            for work in dead_letter {
+                if let Action::DeadLetter { event_id, error_code, reason } = &work.action {
+                    self.dead_letter_or_fail(&records[work.index], work.index, event_id.clone(), error_code, reason, &mut report, &mut checkpoint)
+                        .await;
+                }
+            }
+
+            for chunk in self.chunks(publish) {
+                let chunk: Vec<Work> = chunk.into_iter().filter(|w| w.index < checkpoint).collect();
+                if chunk.is_empty() {
+                    continue;
+                }
+                for (work, result) in self.put_with_retries(chunk, deadline, &mut report).await {
+                    let Action::Publish { item, .. } = &work.action else { continue };
+                    match result {
+                        Ok(()) => {
+                            report.published += 1;
+                            report.published_event_ids.push(item.event_id.clone());
+                            if let Ok(t) = chrono::DateTime::parse_from_rfc3339(&item.occurred_at) {
+                                let lag = (Utc::now() - t.with_timezone(&Utc)).num_milliseconds();
+                                report.max_lag_ms = report.max_lag_ms.max(lag);
+                            }
+                        }
+                        Err(failure) if !failure.is_retryable() => {
+                            let reason = format!("PutEvents rejected the entry: {}", failure.message);
+                            self.dead_letter_or_fail(&records[work.index], work.index, Some(item.event_id.clone()), &failure.code, &reason, &mut report, &mut checkpoint)
+                                .await;
+                        }
+                        Err(_) => {
+                            report.failed += 1;
+                            checkpoint = checkpoint.min(work.index);
+                        }
+                    }
+                }
+            }
+        }
+        // Left in a queue, or dropped from a chunk because they lay after the checkpoint.
+        report.deferred = report.records - report.skipped_total() - report.published - report.dead_lettered - report.failed;
+
+        let mut response = DynamoDbEventResponse::default();
+        if checkpoint != usize::MAX {
+            let sequence_number = records[checkpoint].change.sequence_number.clone().filter(|s| !s.is_empty());
+            let Some(sequence_number) = sequence_number else {
+                return Err(RelayError::NoSequenceNumber { index: checkpoint });
+            };
+            let mut failure = DynamoDbBatchItemFailure::default();
+            failure.item_identifier = Some(sequence_number);
+            response.batch_item_failures.push(failure);
+        }
+        tracing::info!(
+            records = report.records,
+            skipped = report.skipped_total(),
+            published = report.published,
+            retried = report.retried,
+            dead_lettered = report.dead_lettered,
+            failed = report.failed,
+            deferred = report.deferred,
+            put_events_calls = report.put_events_calls,
+            max_lag_ms = report.max_lag_ms,
+            "relay batch done"
+        );
+        Ok(RelayOutcome { response, report })
+    }
+
+    fn classify(&self, record: &EventRecord) -> Classified {
+        match record.event_name.as_str() {
+            "INSERT" => {}
+            "MODIFY" => return Classified::Skip(SkipReason::Modify),
+            "REMOVE" => {
+                let ttl = record.user_identity.as_ref().is_some_and(|u| {
+                    u.type_ == "Service" && u.principal_id == "dynamodb.amazonaws.com"
+                });
+                return Classified::Skip(if ttl { SkipReason::TtlRemove } else { SkipReason::Remove });
+            }
+            _ => return Classified::Skip(SkipReason::UnknownEventName),
+        }
+        let image = &record.change.new_image;
+        let aggregate = match image.get("pk") {
+            Some(serde_dynamo::AttributeValue::S(pk)) => pk.clone(),
+            _ => String::new(),
+        };
+        if image.is_empty() {
+            return Classified::Work {
+                aggregate,
+                action: Action::DeadLetter {
+                    event_id: None,
+                    error_code: "MalformedOutboxItem".into(),
+                    reason: "INSERT record has no NewImage: the outbox table's stream must use StreamViewType NEW_IMAGE".into(),
+                },
+            };
+        }
+        let event_id = match image.get("event_id") {
+            None => return Classified::Skip(SkipReason::NotOutboxItem),
+            Some(serde_dynamo::AttributeValue::S(id)) => Some(id.clone()),
+            Some(_) => None,
+        };
+        let poison = |error_code: &str, reason: String| Classified::Work {
+            aggregate: aggregate.clone(),
+            action: Action::DeadLetter { event_id: event_id.clone(), error_code: error_code.into(), reason },
+        };
+        let item = match OutboxItem::from_item(image.clone()) {
+            Ok(item) => item,
+            Err(e) => return poison("MalformedOutboxItem", e.to_string()),
+        };
+        let event = match item.to_bus_event() {
+            Ok(event) => event,
+            Err(e) => return poison("MalformedOutboxItem", e.to_string()),
+        };
+        let size = event.entry_size();
+        if size > self.config.max_request_bytes {
+            return poison(
+                "EventTooLarge",
+                format!("event is {size} bytes as a PutEvents entry; the limit is {} bytes", self.config.max_request_bytes),
+            );
+        }
+        Classified::Work { aggregate: item.pk.clone(), action: Action::Publish { item: Box::new(item), event } }
+    }
+
+    /// Cuts `works` (in batch order) into `PutEvents`-sized chunks.
+    fn chunks(&self, works: Vec<Work>) -> Vec<Vec<Work>> {
+        let mut chunks: Vec<Vec<Work>> = Vec::new();
+        let mut bytes = 0;
+        for work in works {
+            let size = match &work.action {
+                Action::Publish { event, .. } => event.entry_size(),
+                Action::DeadLetter { .. } => 0,
+            };
+            let full = chunks.last().is_none_or(|c| c.len() >= MAX_ENTRIES_PER_CALL || bytes + size > self.config.max_request_bytes);
+            if full {
+                chunks.push(Vec::new());
+                bytes = 0;
+            }
+            bytes += size;
+            // A chunk was pushed above when there was none.
+            chunks.last_mut().expect("a chunk exists").push(work);
+        }
+        chunks
+    }
+
+    /// Sends `works` with `PutEvents`, resending transiently failed entries alone with backoff
+    /// until they succeed, `max_attempts` is reached, or the time budget runs out.
+    async fn put_with_retries(
+        &self,
+        works: Vec<Work>,
+        deadline: Instant,
+        report: &mut RelayReport,
+    ) -> Vec<(Work, Result<(), EntryFailure>)> {
+        let mut done = Vec::with_capacity(works.len());
+        let mut pending = works;
+        let mut attempt = 0u32;
+        while !pending.is_empty() {
+            attempt += 1;
+            let outcomes = self.put_events(&pending).await;
+            report.put_events_calls += 1;
+            let mut retry = Vec::new();
+            for (work, outcome) in pending.into_iter().zip(outcomes) {
+                match outcome {
+                    Ok(()) => done.push((work, Ok(()))),
+                    Err(failure) => {
+                        if let Action::Publish { item, .. } = &work.action {
+                            tracing::warn!(
+                                event_id = %item.event_id,
+                                event_type = %item.event_type,
+                                aggregate_id = %item.aggregate_id,
+                                error_code = %failure.code,
+                                error_message = %failure.message,
+                                attempt,
+                                "PutEvents entry failed"
+                            );
+                        }
+                        if failure.is_retryable() {
+                            retry.push((work, failure));
+                        } else {
+                            done.push((work, Err(failure)));
+                        }
+                    }
+                }
+            }
+            if retry.is_empty() {
+                break;
+            }
+            let backoff = self.backoff(attempt);
+            let out_of_time = Instant::now() + backoff + self.config.safety_margin >= deadline;
+            if attempt >= self.config.max_attempts || out_of_time {
+                done.extend(retry.into_iter().map(|(w, f)| (w, Err(f))));
+                break;
+            }
+            report.retried += retry.len();
+            tokio::time::sleep(backoff).await;
+            pending = retry.into_iter().map(|(w, _)| w).collect();
+        }
+        done
+    }
+
+    /// One `PutEvents` call; the result of each entry, by position.
+    async fn put_events(&self, works: &[Work]) -> Vec<Result<(), EntryFailure>> {
+        let entries = works
+            .iter()
+            .filter_map(|w| match &w.action {
+                Action::Publish { event, .. } => Some(event.to_entry(&self.config.event_bus_name)),
+                Action::DeadLetter { .. } => None,
+            })
+            .collect::<Vec<_>>();
+        let n = entries.len();
+        match self.events.put_events().set_entries(Some(entries)).send().await {
+            Ok(output) => {
+                let results = output.entries();
+                if results.len() != n {
+                    let failure =
+                        EntryFailure::entry("InternalFailure", &format!("PutEvents answered {} entries for {n}", results.len()));
+                    return vec![Err(failure); n];
+                }
+                results
+                    .iter()
+                    .map(|r| match (r.error_code(), r.event_id()) {
+                        (None, Some(_)) => Ok(()),
+                        (code, _) => Err(EntryFailure::entry(
+                            code.unwrap_or("InternalFailure"),
+                            r.error_message().unwrap_or("entry has no EventId"),
+                        )),
+                    })
+                    .collect()
+            }
+            Err(err) => {
+                // The whole request failed after the SDK's own retries: every entry is
+                // transient (a configuration error keeps failing and ends in the event source
+                // mapping's on-failure destination, not in our dead-letter queue).
+                let failure = EntryFailure {
+                    code: err.code().unwrap_or("RequestFailed").to_owned(),
+                    message: aws_sdk_eventbridge::error::DisplayErrorContext(&err).to_string(),
+                    retryable: true,
+                };
+                vec![Err(failure); n]
+            }
+        }
+    }
+
+    fn backoff(&self, attempt: u32) -> Duration {
+        let ceiling = self
+            .config
+            .base_backoff
+            .saturating_mul(2u32.saturating_pow(attempt))
+            .min(self.config.max_backoff);
+        let millis = ceiling.as_millis() as u64;
+        Duration::from_millis(if millis == 0 { 0 } else { rand::rng().random_range(0..=millis) })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn dead_letter_or_fail(
+        &self,
+        record: &EventRecord,
+        index: usize,
+        event_id: Option<String>,
+        error_code: &str,
+        reason: &str,
+        report: &mut RelayReport,
+        checkpoint: &mut usize,
+    ) {
+        match self.dead_letter(record, event_id.clone(), error_code, reason).await {
+            Ok(()) => {
+                report.dead_lettered += 1;
+                tracing::error!(event_id = event_id.as_deref().unwrap_or(""), error_code, reason, "poison outbox record dead-lettered");
+            }
+            Err(e) => {
+                report.failed += 1;
+                *checkpoint = (*checkpoint).min(index);
+                tracing::error!(event_id = event_id.as_deref().unwrap_or(""), error_code, reason, error = %e, "poison outbox record could not be dead-lettered; will be retried");
+            }
+        }
+    }
+
+    async fn dead_letter(&self, record: &EventRecord, event_id: Option<String>, error_code: &str, reason: &str) -> Result<(), String> {
+        let body = RelayFailureRecord {
+            kind: RELAY_FAILURE_KIND.into(),
+            reason: reason.into(),
+            error_code: error_code.into(),
+            event_id,
+            sequence_number: record.change.sequence_number.clone(),
+            event_source_arn: record.event_source_arn.clone(),
+            failed_at: Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            record: serde_json::to_value(record).map_err(|e| e.to_string())?,
+        };
+        let body = serde_json::to_string(&body).map_err(|e| e.to_string())?;
+        let attr = |v: &str| {
+            aws_sdk_sqs::types::MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(v.chars().take(1024).collect::<String>())
+                .build()
+                .map_err(|e| e.to_string())
+        };
+        self.sqs
+            .send_message()
+            .queue_url(&self.config.dead_letter_queue_url)
+            .message_body(body)
+            .message_attributes("error_code", attr(error_code)?)
+            .message_attributes("reason", attr(reason)?)
+            .send()
+            .await
+            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+        Ok(())
+    }
+}

@@ -1,0 +1,15 @@
+//! `ReserveInventoryFunction`: on the EventBridge rule for `OrderCreated`; reserves stock
+//! exactly once per event through the inbox (see `outbox::app::inventory`).
+
+use lambda_runtime::{run, service_fn, tracing, Error, LambdaEvent};
+use outbox::app::inventory::InventoryConsumer;
+use outbox::config::Env;
+use outbox::consumer::RawEventBridgeEvent;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    tracing::init_default_subscriber();
+    let sdk = aws_config::load_from_env().await;
+    let consumer = InventoryConsumer::from_env(&sdk, &Env::process())?;
+    run(service_fn(|event: LambdaEvent<RawEventBridgeEvent>| consumer.handle(event))).await
+}

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Translates the SAM template to plain CloudFormation, offline, the way the SAM transform does.
+
+    python3 scripts/translate_template.py [--check] [TEMPLATE [OUTPUT]]
+        (defaults: template.yaml, stdout)
+
+With --check it also asserts that the delivery settings survived the translation (the stream
+event source mapping's FilterCriteria, DestinationConfig and FunctionResponseTypes; the rule
+target's RetryPolicy and DeadLetterConfig; the EventInvokeConfig's OnFailure destination) and
+prints the generated logical ids to stderr.
+
+Runs in the tools venv (`scripts/venv tools`: aws-sam-translator, aws-sam-cli). cfn-lint and
+`sam validate` do not check SAM event properties; linting the translated template does (see
+shared/LOCAL-AWS.md). No AWS account is needed:
+  * the region comes from the environment (AWS_DEFAULT_REGION, default us-east-1);
+  * a local CodeUri (e.g. `.`) is replaced by an s3:// placeholder, as `sam validate` does;
+  * managed policies are not looked up in IAM (the loader returns an empty map), which only
+    matters for policies given by name instead of ARN (this template uses none).
+"""
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+from samcli.yamlhelper import yaml_parse  # noqa: E402  (understands !Ref, !GetAtt, !Sub, ...)
+from samtranslator.translator.transform import transform  # noqa: E402
+
+PLACEHOLDER_CODE_URI = "s3://placeholder-bucket/placeholder-key.zip"
+
+
+class NoManagedPolicies:
+    """ManagedPolicyLoader stand-in that never calls IAM."""
+
+    def load(self) -> dict:
+        return {}
+
+
+def is_local(uri) -> bool:
+    return isinstance(uri, str) and not uri.startswith("s3://")
+
+
+def replace_local_code_uris(template: dict) -> None:
+    function_globals = template.get("Globals", {}).get("Function", {})
+    if is_local(function_globals.get("CodeUri")):
+        function_globals["CodeUri"] = PLACEHOLDER_CODE_URI
+    for resource in template.get("Resources", {}).values():
+        if resource.get("Type") != "AWS::Serverless::Function":
+            continue
+        properties = resource.setdefault("Properties", {})
+        if properties.get("PackageType", "Zip") == "Zip" and is_local(properties.get("CodeUri")):
+            properties["CodeUri"] = PLACEHOLDER_CODE_URI
+
+
+def of_type(resources: dict, type_: str) -> dict:
+    return {k: v.get("Properties", {}) for k, v in resources.items() if v.get("Type") == type_}
+
+
+def check_delivery_settings(translated: dict) -> list:
+    """Returns what is missing from the generated delivery resources (empty when all is there)."""
+    resources = translated.get("Resources", {})
+    missing = []
+    mappings = of_type(resources, "AWS::Lambda::EventSourceMapping")
+    rules = of_type(resources, "AWS::Events::Rule")
+    invoke_configs = of_type(resources, "AWS::Lambda::EventInvokeConfig")
+    for kind, found in [("event source mapping", mappings), ("rule", rules), ("EventInvokeConfig", invoke_configs)]:
+        if not found:
+            missing.append(f"no {kind} was generated")
+    for name, props in mappings.items():
+        for key in ("FilterCriteria", "FunctionResponseTypes"):
+            if not props.get(key):
+                missing.append(f"{name}: no {key}")
+        if not props.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination"):
+            missing.append(f"{name}: no DestinationConfig.OnFailure.Destination")
+        print(f"translate_template: event source mapping {name}", file=sys.stderr)
+    for name, props in rules.items():
+        for target in props.get("Targets", []):
+            for key in ("RetryPolicy", "DeadLetterConfig"):
+                if not target.get(key):
+                    missing.append(f"{name} target {target.get('Id')}: no {key}")
+        print(f"translate_template: rule {name}", file=sys.stderr)
+    for name, props in invoke_configs.items():
+        if not props.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination"):
+            missing.append(f"{name}: no DestinationConfig.OnFailure.Destination")
+        print(f"translate_template: event invoke config {name}", file=sys.stderr)
+    return missing
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    check = "--check" in args
+    args = [a for a in args if a != "--check"]
+    source = Path(args[0] if args else "template.yaml")
+    template = yaml_parse(source.read_text(encoding="utf-8"))
+    replace_local_code_uris(template)
+    translated = transform(template, {}, NoManagedPolicies())
+    if check:
+        missing = check_delivery_settings(translated)
+        for problem in missing:
+            print(f"translate_template: {problem}", file=sys.stderr)
+        if missing:
+            return 1
+    text = json.dumps(translated, indent=2, sort_keys=False) + "\n"
+    if len(args) > 1:
+        Path(args[1]).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
