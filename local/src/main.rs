@@ -1,1 +1,329 @@
-fn main(){}
+//! `outbox-local`: run the SAM template's functions locally against the moto emulator.
+//!
+//! ```text
+//! outbox-local demo [--orders N] [--json]      # the whole pipeline on the sample inputs
+//! outbox-local up [--port 3000]                # stack + HTTP API + pipelines until Ctrl-C
+//! outbox-local invoke <LogicalId> -e <event>   # one handler, one event; response on stdout
+//! outbox-local dlq list [--json] | dlq show <message-id>
+//! outbox-local provision                       # create the stack on --endpoint and exit
+//! ```
+//!
+//! Without `--endpoint` (or `AWS_ENDPOINT_URL`), `up`, `demo`, `invoke` and `provision` start
+//! their own moto server on a free loopback port; `dlq` uses the ordinary AWS configuration.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use outbox_local::aws::{region_from_env, sdk_config, Target, EMULATOR_ACCOUNT};
+use outbox_local::demo::{self, DemoOptions};
+use outbox_local::emulator::Emulator;
+use outbox_local::runtime::{Runtime, RuntimeOptions};
+use outbox_local::stack::{Mode, Stack};
+use outbox_local::template::Template;
+use outbox_local::{dlq, http_api};
+use tokio::sync::watch;
+
+#[derive(Debug, Parser)]
+#[command(name = "outbox-local", version, about = "Run the outbox pipeline of template.yaml locally on the moto AWS emulator")]
+struct Cli {
+    /// SAM template to read (default: template.yaml in this directory or the nearest parent).
+    #[arg(long, global = true)]
+    template: Option<PathBuf>,
+    /// Stack name: resource names are `<stack>-<suffix>` (default: samconfig.toml's stack_name).
+    #[arg(long, global = true)]
+    stack_name: Option<String>,
+    /// AWS endpoint of a running emulator, e.g. http://127.0.0.1:5000 (also AWS_ENDPOINT_URL).
+    #[arg(long, global = true, env = "AWS_ENDPOINT_URL")]
+    endpoint: Option<String>,
+    /// Show the functions' and runtime's logs (info level) on stderr.
+    #[arg(short, long, global = true)]
+    verbose: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the whole pipeline on the sample inputs and report each stage.
+    Demo {
+        /// Generated orders on top of the samples in events/.
+        #[arg(long, default_value_t = 20)]
+        orders: usize,
+        /// Print only one JSON object with the figures.
+        #[arg(long)]
+        json: bool,
+        /// Longest wait for each stage, seconds.
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
+    },
+    /// Provision the stack, serve the HTTP API and run the pipelines until Ctrl-C.
+    Up {
+        /// Port of the local HTTP API.
+        #[arg(long, default_value_t = 3000)]
+        port: u16,
+    },
+    /// Invoke one function with one event (like `sam local invoke -e`); response on stdout.
+    Invoke {
+        /// Logical id of the function in the template, e.g. CreateOrderFunction.
+        logical_id: String,
+        /// Event file (JSON), e.g. events/create-order.json; `-` reads stdin.
+        #[arg(short = 'e', long = "event")]
+        event: PathBuf,
+    },
+    /// Inspect the dead-letter queues.
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+    },
+    /// Create the stack's tables, bus, queues and rules on --endpoint, print them, and exit.
+    Provision,
+}
+
+#[derive(Debug, Subcommand)]
+enum DlqCommand {
+    /// List the messages of the dead-letter queues (left in the queues).
+    List {
+        /// One JSON array instead of lines.
+        #[arg(long)]
+        json: bool,
+        /// Only this queue (logical id, e.g. ConsumerDeadLetterQueue).
+        #[arg(long)]
+        queue: Option<String>,
+    },
+    /// Show one message: the event and why it failed.
+    Show {
+        /// The SQS message id (from `dlq list`).
+        message_id: String,
+    },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_filter = match (&cli.command, cli.verbose) {
+        (_, true) => "info",
+        (Command::Demo { .. }, false) => "off",
+        _ => "warn",
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()))
+        .init();
+    match run(cli).await {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("outbox-local: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The stack, on the endpoint given or on an emulator of our own (kept alive with the value).
+struct Local {
+    runtime: Arc<Runtime>,
+    _emulator: Option<Emulator>,
+    endpoint: String,
+}
+
+async fn local(cli: &Cli, template: Template, root: &Path, stack_name: &str, announce: bool) -> Result<Local, String> {
+    let (emulator, endpoint) = match &cli.endpoint {
+        Some(e) => (None, e.clone()),
+        None => {
+            if announce {
+                eprintln!("starting the moto emulator…");
+            }
+            let emulator = Emulator::start(root).await.map_err(|e| e.to_string())?;
+            let endpoint = emulator.endpoint.clone();
+            (Some(emulator), endpoint)
+        }
+    };
+    let target = Target { endpoint: Some(endpoint.clone()), region: region_from_env() };
+    let sdk = sdk_config(&target).await;
+    let stack = Stack::set_up(&sdk, template, stack_name, EMULATOR_ACCOUNT, Mode::Provision).await.map_err(|e| e.to_string())?;
+    let runtime = Runtime::new(sdk, stack, RuntimeOptions::default())?;
+    Ok(Local { runtime: Arc::new(runtime), _emulator: emulator, endpoint })
+}
+
+fn find_template(explicit: Option<&Path>) -> Result<PathBuf, String> {
+    if let Some(p) = explicit {
+        return p.canonicalize().map_err(|e| format!("{}: {e}", p.display()));
+    }
+    let cwd = std::env::current_dir().map_err(|e| e.to_string())?;
+    cwd.ancestors()
+        .map(|d| d.join("template.yaml"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("no template.yaml in {} or its parents; pass --template", cwd.display()))
+}
+
+/// `stack_name` of `[default.global.parameters]` (or `[default.deploy.parameters]`) in
+/// samconfig.toml beside the template.
+fn stack_name_from_samconfig(root: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(root.join("samconfig.toml")).ok()?;
+    let doc: toml::Table = text.parse().ok()?;
+    let default = doc.get("default")?;
+    ["global", "deploy"]
+        .iter()
+        .find_map(|section| default.get(section)?.get("parameters")?.get("stack_name")?.as_str().map(str::to_owned))
+}
+
+async fn run(cli: Cli) -> Result<ExitCode, String> {
+    let template_path = find_template(cli.template.as_deref())?;
+    let root = template_path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let stack_name = cli.stack_name.clone().or_else(|| stack_name_from_samconfig(&root)).unwrap_or_else(|| "outbox-pattern".into());
+    let template = Template::load(&template_path).map_err(|e| e.to_string())?;
+
+    match &cli.command {
+        Command::Demo { orders, json, timeout } => {
+            let local = local(&cli, template, &root, &stack_name, !json).await?;
+            let (stop, stopped) = watch::channel(false);
+            let (api, _server) = http_api::serve(&local.runtime, SocketAddr::from(([127, 0, 0, 1], 0)), stopped.clone()).await.map_err(|e| e.to_string())?;
+            let tasks = local.runtime.spawn_pipelines(stopped)?;
+            if !json {
+                println!(
+                    "outbox demo: stack {stack_name:?} from {} on {} (emulator), HTTP API on http://{api}",
+                    template_path.display(),
+                    local.endpoint
+                );
+                let s = &local.runtime.stack;
+                println!(
+                    "0. stack      provisioned from the template: {} tables, {} bus, {} queues, {} rule(s) with local delivery queues",
+                    s.tables.len(),
+                    s.buses.len(),
+                    s.queues.len(),
+                    s.rules.len()
+                );
+            }
+            let options = DemoOptions { orders: *orders, json: *json, events_dir: root.join("events"), timeout: Duration::from_secs(*timeout) };
+            let result = demo::run(local.runtime.clone(), api, &options).await;
+            let _ = stop.send(true);
+            for t in tasks {
+                let _ = tokio::time::timeout(Duration::from_secs(3), t).await;
+            }
+            let report = result?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+            }
+            Ok(if report.ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+        Command::Up { port } => {
+            let local = local(&cli, template, &root, &stack_name, true).await?;
+            let (stop, stopped) = watch::channel(false);
+            let (api, server) = http_api::serve(&local.runtime, SocketAddr::from(([127, 0, 0, 1], *port)), stopped.clone())
+                .await
+                .map_err(|e| format!("port {port}: {e} (choose another with --port)"))?;
+            let tasks = local.runtime.spawn_pipelines(stopped)?;
+            println!("stack {stack_name:?} is up on {} (emulator)", local.endpoint);
+            println!("  HTTP API:   http://{api}");
+            for route in http_api::routes(&local.runtime) {
+                println!("    {} {} → {}", route.method, route.path, route.function.spec.logical_id);
+            }
+            println!("  pipelines:  outbox stream → relay → EventBridge → consumers ({} rule(s))", local.runtime.stack.rules.len());
+            println!("  try:        curl -s -X POST http://{api}/orders -H 'content-type: application/json' \\");
+            println!("                -d '{{\"customer_id\":\"c-1\",\"currency\":\"EUR\",\"lines\":[{{\"sku\":\"SKU-RED-MUG\",\"quantity\":1,\"unit_price\":\"12.50\"}}]}}'");
+            println!("  DLQs:       AWS_ENDPOINT_URL={} outbox-local dlq list", local.endpoint);
+            println!("Ctrl-C stops.");
+            tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
+            let _ = stop.send(true);
+            let _ = server.await;
+            for t in tasks {
+                let _ = tokio::time::timeout(Duration::from_secs(3), t).await;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Invoke { logical_id, event } => {
+            let payload = if event.as_os_str() == "-" {
+                std::io::read_to_string(std::io::stdin()).map_err(|e| format!("stdin: {e}"))?
+            } else {
+                std::fs::read_to_string(event).map_err(|e| format!("{}: {e}", event.display()))?
+            };
+            serde_json::from_str::<serde::de::IgnoredAny>(&payload).map_err(|e| format!("{}: not JSON: {e}", event.display()))?;
+            let local = local(&cli, template, &root, &stack_name, false).await?;
+            let function = local.runtime.function(logical_id)?;
+            let invocation = function.invoke(&payload).await;
+            match invocation.result {
+                Ok(response) => {
+                    println!("{}", serde_json::to_string_pretty(&response).map_err(|e| e.to_string())?);
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(d) => {
+                    println!("{}", serde_json::json!({"errorType": d.error_type, "errorMessage": d.error_message}));
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+        Command::Provision => {
+            let local = local(&cli, template, &root, &stack_name, false).await?;
+            let s = &local.runtime.stack;
+            println!("stack {stack_name:?} on {}", local.endpoint);
+            for t in &s.tables {
+                println!("  table {:<16} {}{}", t.logical_id, t.name, s.stream_arns.get(&t.logical_id).map(|a| format!(" (stream {a})")).unwrap_or_default());
+            }
+            for b in &s.buses {
+                println!("  bus   {:<16} {}", b.logical_id, b.name);
+            }
+            for q in &s.queues {
+                println!("  queue {:<16} {}", q.logical_id, q.url);
+            }
+            for r in &s.rules {
+                println!("  rule  {} on {} → {} (local delivery queue {})", r.rule_name, r.bus_name, r.function, r.delivery_queue.name);
+            }
+            if cli.endpoint.is_none() {
+                eprintln!("note: the emulator this command started stops now; pass --endpoint to provision a running one");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Dlq { command } => {
+            let target = Target { endpoint: cli.endpoint.clone(), region: region_from_env() };
+            let sdk = sdk_config(&target).await;
+            let account = match &cli.endpoint {
+                Some(_) => EMULATOR_ACCOUNT.to_owned(),
+                None => "000000000000".to_owned(),
+            };
+            let stack = Stack::set_up(&sdk, template, &stack_name, &account, Mode::LookUp).await.map_err(|e| e.to_string())?;
+            let sqs = aws_sdk_sqs::Client::new(&sdk);
+            let queues: Vec<_> = stack
+                .queues
+                .iter()
+                .filter(|q| q.logical_id.contains("DeadLetter"))
+                .filter(|q| match command {
+                    DlqCommand::List { queue: Some(name), .. } => &q.logical_id == name,
+                    _ => true,
+                })
+                .cloned()
+                .collect();
+            if queues.is_empty() {
+                return Err("no dead-letter queue matches (queues are the template's *DeadLetter* queues)".into());
+            }
+            let mut all = Vec::new();
+            for q in &queues {
+                all.extend(dlq::peek(&sqs, q).await?);
+            }
+            match command {
+                DlqCommand::List { json: true, .. } => {
+                    println!("{}", serde_json::to_string_pretty(&all).map_err(|e| e.to_string())?);
+                }
+                DlqCommand::List { json: false, .. } => {
+                    for q in &queues {
+                        let n = all.iter().filter(|m| m.queue == q.name).count();
+                        println!("{} ({}): {n} message(s)", q.logical_id, q.name);
+                    }
+                    print!("{}", dlq::format_listing(&all));
+                }
+                DlqCommand::Show { message_id } => {
+                    let m = all.iter().find(|m| &m.message_id == message_id).ok_or_else(|| format!("no message {message_id} in {}", queues.iter().map(|q| q.name.as_str()).collect::<Vec<_>>().join(", ")))?;
+                    let body: serde_json::Value = serde_json::from_str(&m.body).unwrap_or(serde_json::Value::String(m.body.clone()));
+                    let shown = serde_json::json!({
+                        "queue": m.queue, "message_id": m.message_id, "sent_at": m.sent_at, "receive_count": m.receive_count,
+                        "shape": m.shape, "event_id": m.event_id, "reason": m.reason, "attributes": m.attributes, "body": body,
+                    });
+                    println!("{}", serde_json::to_string_pretty(&shown).map_err(|e| e.to_string())?);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

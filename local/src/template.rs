@@ -1,0 +1,660 @@
+//! Reading `template.yaml`: the resources the local stack needs, with CloudFormation intrinsic
+//! functions resolved the way CloudFormation resolves them.
+//!
+//! Supported intrinsics (short and long form): `Ref`, `Fn::GetAtt` (`A.B` and `[A, B]`),
+//! `Fn::Sub` (string form, `${Name}`, `${Name.Attr}`, `${!Literal}`). Pseudo parameters:
+//! `AWS::StackName`, `AWS::Region`, `AWS::AccountId`, `AWS::Partition`, `AWS::URLSuffix`.
+//! Anything else in a place the local runtime reads is an error naming the resource and
+//! property — never silently ignored.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use serde_yaml_ng::{Mapping, Value};
+
+/// A template the local runtime cannot use.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    /// The file could not be read or is not YAML.
+    #[error("cannot read {path}: {reason}")]
+    Read {
+        /// Template path.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A value the runtime needs is missing or of an unsupported form.
+    #[error("{at}: {reason}")]
+    Unsupported {
+        /// `Resource.Property.Path`.
+        at: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+fn unsupported(at: impl Into<String>, reason: impl Into<String>) -> TemplateError {
+    TemplateError::Unsupported { at: at.into(), reason: reason.into() }
+}
+
+/// A parsed SAM template.
+#[derive(Debug, Clone)]
+pub struct Template {
+    /// Where it was read from.
+    pub path: PathBuf,
+    resources: Mapping,
+    function_globals: Mapping,
+}
+
+/// A DynamoDB table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableSpec {
+    /// Logical id.
+    pub logical_id: String,
+    /// `TableName`.
+    pub name: String,
+    /// `(AttributeName, AttributeType)` of `AttributeDefinitions`.
+    pub attributes: Vec<(String, String)>,
+    /// `(AttributeName, KeyType)` of `KeySchema`.
+    pub key_schema: Vec<(String, String)>,
+    /// `StreamSpecification.StreamViewType`.
+    pub stream_view_type: Option<String>,
+    /// `TimeToLiveSpecification.AttributeName`, when enabled.
+    pub ttl_attribute: Option<String>,
+}
+
+/// An EventBridge bus.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BusSpec {
+    /// Logical id.
+    pub logical_id: String,
+    /// `Name`.
+    pub name: String,
+}
+
+/// An SQS queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueSpec {
+    /// Logical id.
+    pub logical_id: String,
+    /// `QueueName`.
+    pub name: String,
+    /// Attributes the emulator understands (`MessageRetentionPeriod`, `VisibilityTimeout`, …).
+    pub attributes: BTreeMap<String, String>,
+}
+
+/// A serverless function and the triggers the local runtime plays.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionSpec {
+    /// Logical id, e.g. `CreateOrderFunction`.
+    pub logical_id: String,
+    /// `Metadata.BuildProperties.Binary` (the cargo binary name).
+    pub binary: String,
+    /// `Timeout`, seconds (Globals merged; default 3 as in Lambda).
+    pub timeout_secs: u64,
+    /// `Environment.Variables` (Globals merged), unresolved.
+    pub environment: BTreeMap<String, Value>,
+    /// `Events`.
+    pub events: Vec<FunctionEvent>,
+    /// `EventInvokeConfig` (asynchronous invocation).
+    pub event_invoke: EventInvokeSpec,
+}
+
+/// Asynchronous-invocation settings (`EventInvokeConfig`), with Lambda's defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventInvokeSpec {
+    /// `MaximumRetryAttempts` (0-2, default 2).
+    pub max_retry_attempts: u32,
+    /// `MaximumEventAgeInSeconds` (60-21600, default 21600).
+    pub max_event_age_secs: u64,
+    /// `DestinationConfig.OnFailure.Destination`, unresolved.
+    pub on_failure: Option<Value>,
+}
+
+impl Default for EventInvokeSpec {
+    fn default() -> Self {
+        Self { max_retry_attempts: 2, max_event_age_secs: 21_600, on_failure: None }
+    }
+}
+
+/// One entry of a function's `Events`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FunctionEvent {
+    /// `Type: HttpApi`.
+    HttpApi {
+        /// Event name.
+        name: String,
+        /// `Path`, e.g. `/orders/{id}`.
+        path: String,
+        /// `Method`, upper case (`ANY` for any).
+        method: String,
+    },
+    /// `Type: DynamoDB` (a stream event source mapping).
+    DynamoDb(StreamMappingSpec),
+    /// `Type: EventBridgeRule`.
+    EventBridgeRule(RuleSpec),
+}
+
+/// A DynamoDB stream event source mapping.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamMappingSpec {
+    /// Event name.
+    pub name: String,
+    /// Logical id of the table whose `StreamArn` is the `Stream`.
+    pub table_logical_id: String,
+    /// `BatchSize` (default 100).
+    pub batch_size: usize,
+    /// `MaximumRetryAttempts` (default -1: until the record expires).
+    pub max_retry_attempts: i64,
+    /// `BisectBatchOnFunctionError`.
+    pub bisect_on_error: bool,
+    /// `FunctionResponseTypes` contains `ReportBatchItemFailures`.
+    pub report_batch_item_failures: bool,
+    /// `DestinationConfig.OnFailure.Destination`, unresolved.
+    pub on_failure: Option<Value>,
+    /// `FilterCriteria.Filters[].Pattern`, parsed.
+    pub filters: Vec<serde_json::Value>,
+}
+
+/// An EventBridge rule that targets a function.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleSpec {
+    /// Event name (SAM names the rule `<FunctionLogicalId><EventName>`).
+    pub name: String,
+    /// `EventBusName`, unresolved.
+    pub bus: Option<Value>,
+    /// `Pattern`, as JSON.
+    pub pattern: serde_json::Value,
+    /// `RetryPolicy.MaximumRetryAttempts` (default 185).
+    pub retry_attempts: u32,
+    /// `RetryPolicy.MaximumEventAgeInSeconds` (default 86400).
+    pub max_event_age_secs: u64,
+    /// `DeadLetterConfig.Arn`, unresolved.
+    pub dead_letter_arn: Option<Value>,
+}
+
+impl Template {
+    /// Reads and parses `path`.
+    ///
+    /// # Errors
+    /// [`TemplateError::Read`].
+    pub fn load(path: &Path) -> Result<Self, TemplateError> {
+        let read_err = |reason: String| TemplateError::Read { path: path.to_owned(), reason };
+        let text = std::fs::read_to_string(path).map_err(|e| read_err(e.to_string()))?;
+        Self::parse(path, &text).map_err(|e| match e {
+            TemplateError::Read { reason, .. } => read_err(reason),
+            other => other,
+        })
+    }
+
+    /// Parses template `text` (for tests).
+    ///
+    /// # Errors
+    /// [`TemplateError`].
+    pub fn parse(path: &Path, text: &str) -> Result<Self, TemplateError> {
+        let doc: Value = serde_yaml_ng::from_str(text)
+            .map_err(|e| TemplateError::Read { path: path.to_owned(), reason: e.to_string() })?;
+        let resources = doc
+            .get("Resources")
+            .and_then(Value::as_mapping)
+            .cloned()
+            .ok_or_else(|| unsupported("Resources", "the template has no Resources mapping"))?;
+        let function_globals = doc
+            .get("Globals")
+            .and_then(|g| g.get("Function"))
+            .and_then(Value::as_mapping)
+            .cloned()
+            .unwrap_or_default();
+        Ok(Self { path: path.to_owned(), resources, function_globals })
+    }
+
+    /// `(logical id, Properties)` of every resource of `kind`, in template order.
+    pub fn resources_of(&self, kind: &str) -> Vec<(String, Mapping)> {
+        self.resources
+            .iter()
+            .filter(|(_, r)| r.get("Type").and_then(Value::as_str) == Some(kind))
+            .filter_map(|(id, r)| {
+                let props = r.get("Properties").and_then(Value::as_mapping).cloned().unwrap_or_default();
+                Some((id.as_str()?.to_owned(), props))
+            })
+            .collect()
+    }
+
+    /// The `Type` of resource `logical_id`.
+    pub fn resource_type(&self, logical_id: &str) -> Option<&str> {
+        self.resources.get(logical_id)?.get("Type")?.as_str()
+    }
+
+    /// Every `AWS::DynamoDB::Table`.
+    ///
+    /// # Errors
+    /// [`TemplateError`] naming the property that cannot be read.
+    pub fn tables(&self, r: &Resolver) -> Result<Vec<TableSpec>, TemplateError> {
+        self.resources_of("AWS::DynamoDB::Table")
+            .into_iter()
+            .map(|(id, p)| {
+                let at = |prop: &str| format!("{id}.Properties.{prop}");
+                let name = match p.get("TableName") {
+                    Some(v) => r.resolve_string(v, &at("TableName"))?,
+                    None => format!("{}-{id}", r.stack_name),
+                };
+                let pairs = |prop: &str, a: &str, b: &str| -> Result<Vec<(String, String)>, TemplateError> {
+                    let seq = p.get(prop).and_then(Value::as_sequence).ok_or_else(|| unsupported(at(prop), "must be a list"))?;
+                    seq.iter()
+                        .map(|e| {
+                            let x = e.get(a).and_then(Value::as_str);
+                            let y = e.get(b).and_then(Value::as_str);
+                            match (x, y) {
+                                (Some(x), Some(y)) => Ok((x.to_owned(), y.to_owned())),
+                                _ => Err(unsupported(at(prop), format!("every entry needs {a} and {b} as plain strings"))),
+                            }
+                        })
+                        .collect()
+                };
+                let ttl = p.get("TimeToLiveSpecification").filter(|t| t.get("Enabled").and_then(Value::as_bool) == Some(true));
+                Ok(TableSpec {
+                    attributes: pairs("AttributeDefinitions", "AttributeName", "AttributeType")?,
+                    key_schema: pairs("KeySchema", "AttributeName", "KeyType")?,
+                    stream_view_type: p
+                        .get("StreamSpecification")
+                        .and_then(|s| s.get("StreamViewType"))
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    ttl_attribute: ttl.and_then(|t| t.get("AttributeName")).and_then(Value::as_str).map(str::to_owned),
+                    logical_id: id,
+                    name,
+                })
+            })
+            .collect()
+    }
+
+    /// Every `AWS::Events::EventBus`.
+    ///
+    /// # Errors
+    /// [`TemplateError`] if a `Name` cannot be resolved.
+    pub fn buses(&self, r: &Resolver) -> Result<Vec<BusSpec>, TemplateError> {
+        self.resources_of("AWS::Events::EventBus")
+            .into_iter()
+            .map(|(id, p)| {
+                let value = p.get("Name").ok_or_else(|| unsupported(format!("{id}.Properties.Name"), "is required"))?;
+                Ok(BusSpec { name: r.resolve_string(value, &format!("{id}.Properties.Name"))?, logical_id: id })
+            })
+            .collect()
+    }
+
+    /// Every `AWS::SQS::Queue`.
+    ///
+    /// # Errors
+    /// [`TemplateError`] if a `QueueName` cannot be resolved.
+    pub fn queues(&self, r: &Resolver) -> Result<Vec<QueueSpec>, TemplateError> {
+        self.resources_of("AWS::SQS::Queue")
+            .into_iter()
+            .map(|(id, p)| {
+                let name = match p.get("QueueName") {
+                    Some(v) => r.resolve_string(v, &format!("{id}.Properties.QueueName"))?,
+                    None => format!("{}-{id}", r.stack_name),
+                };
+                let mut attributes = BTreeMap::new();
+                for key in ["MessageRetentionPeriod", "VisibilityTimeout", "ReceiveMessageWaitTimeSeconds", "DelaySeconds"] {
+                    if let Some(v) = p.get(key) {
+                        attributes.insert(key.to_owned(), scalar(v).ok_or_else(|| unsupported(format!("{id}.Properties.{key}"), "must be a number"))?);
+                    }
+                }
+                Ok(QueueSpec { logical_id: id, name, attributes })
+            })
+            .collect()
+    }
+
+    /// Every `AWS::Serverless::Function`, with Globals merged.
+    ///
+    /// # Errors
+    /// [`TemplateError`] naming what cannot be read.
+    pub fn functions(&self) -> Result<Vec<FunctionSpec>, TemplateError> {
+        self.resources
+            .iter()
+            .filter(|(_, r)| r.get("Type").and_then(Value::as_str) == Some("AWS::Serverless::Function"))
+            .map(|(id, resource)| {
+                let id = id.as_str().unwrap_or_default().to_owned();
+                let props = resource.get("Properties").and_then(Value::as_mapping).cloned().unwrap_or_default();
+                let get = |key: &str| props.get(key).or_else(|| self.function_globals.get(key));
+                let binary = resource
+                    .get("Metadata")
+                    .and_then(|m| m.get("BuildProperties"))
+                    .and_then(|b| b.get("Binary"))
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| unsupported(format!("{id}.Metadata.BuildProperties.Binary"), "is required (the cargo binary to run)"))?
+                    .to_owned();
+                let timeout_secs = get("Timeout").and_then(Value::as_u64).unwrap_or(3);
+                let mut environment = BTreeMap::new();
+                for source in [self.function_globals.get("Environment"), props.get("Environment")] {
+                    if let Some(vars) = source.and_then(|e| e.get("Variables")).and_then(Value::as_mapping) {
+                        for (k, v) in vars {
+                            if let Some(k) = k.as_str() {
+                                environment.insert(k.to_owned(), v.clone());
+                            }
+                        }
+                    }
+                }
+                let mut events = Vec::new();
+                if let Some(map) = props.get("Events").and_then(Value::as_mapping) {
+                    for (name, event) in map {
+                        let name = name.as_str().unwrap_or_default().to_owned();
+                        if let Some(e) = parse_event(&id, &name, event)? {
+                            events.push(e);
+                        }
+                    }
+                }
+                let mut event_invoke = EventInvokeSpec::default();
+                if let Some(cfg) = get("EventInvokeConfig") {
+                    if let Some(n) = cfg.get("MaximumRetryAttempts").and_then(Value::as_u64) {
+                        event_invoke.max_retry_attempts = n as u32;
+                    }
+                    if let Some(n) = cfg.get("MaximumEventAgeInSeconds").and_then(Value::as_u64) {
+                        event_invoke.max_event_age_secs = n;
+                    }
+                    event_invoke.on_failure = cfg.get("DestinationConfig").and_then(|d| d.get("OnFailure")).and_then(|o| o.get("Destination")).cloned();
+                }
+                Ok(FunctionSpec { logical_id: id, binary, timeout_secs, environment, events, event_invoke })
+            })
+            .collect()
+    }
+}
+
+fn parse_event(function: &str, name: &str, event: &Value) -> Result<Option<FunctionEvent>, TemplateError> {
+    let at = |prop: &str| format!("{function}.Properties.Events.{name}.Properties.{prop}");
+    let props = event.get("Properties").cloned().unwrap_or(Value::Null);
+    let kind = event.get("Type").and_then(Value::as_str).unwrap_or_default();
+    Ok(match kind {
+        "HttpApi" => Some(FunctionEvent::HttpApi {
+            name: name.to_owned(),
+            path: props.get("Path").and_then(Value::as_str).unwrap_or("/{proxy+}").to_owned(),
+            method: props.get("Method").and_then(Value::as_str).unwrap_or("ANY").to_ascii_uppercase(),
+        }),
+        "DynamoDB" => {
+            let stream = props.get("Stream").ok_or_else(|| unsupported(at("Stream"), "is required"))?;
+            let table_logical_id = match get_att(stream) {
+                Some((table, attr)) if attr == "StreamArn" => table,
+                _ => return Err(unsupported(at("Stream"), "must be !GetAtt <Table>.StreamArn")),
+            };
+            let filters = props
+                .get("FilterCriteria")
+                .and_then(|f| f.get("Filters"))
+                .and_then(Value::as_sequence)
+                .map(|seq| {
+                    seq.iter()
+                        .map(|f| {
+                            let text = f.get("Pattern").and_then(Value::as_str).ok_or_else(|| unsupported(at("FilterCriteria"), "Pattern must be a JSON string"))?;
+                            serde_json::from_str(text).map_err(|e| unsupported(at("FilterCriteria"), format!("Pattern is not JSON: {e}")))
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .transpose()?
+                .unwrap_or_default();
+            Some(FunctionEvent::DynamoDb(StreamMappingSpec {
+                name: name.to_owned(),
+                table_logical_id,
+                batch_size: props.get("BatchSize").and_then(Value::as_u64).unwrap_or(100) as usize,
+                max_retry_attempts: props.get("MaximumRetryAttempts").and_then(Value::as_i64).unwrap_or(-1),
+                bisect_on_error: props.get("BisectBatchOnFunctionError").and_then(Value::as_bool).unwrap_or(false),
+                report_batch_item_failures: props
+                    .get("FunctionResponseTypes")
+                    .and_then(Value::as_sequence)
+                    .is_some_and(|s| s.iter().any(|t| t.as_str() == Some("ReportBatchItemFailures"))),
+                on_failure: props.get("DestinationConfig").and_then(|d| d.get("OnFailure")).and_then(|o| o.get("Destination")).cloned(),
+                filters,
+            }))
+        }
+        "EventBridgeRule" => {
+            let pattern = props.get("Pattern").ok_or_else(|| unsupported(at("Pattern"), "is required"))?;
+            let pattern = serde_json::to_value(pattern).map_err(|e| unsupported(at("Pattern"), format!("cannot be JSON: {e}")))?;
+            let retry = props.get("RetryPolicy");
+            Some(FunctionEvent::EventBridgeRule(RuleSpec {
+                name: name.to_owned(),
+                bus: props.get("EventBusName").cloned(),
+                pattern,
+                retry_attempts: retry.and_then(|r| r.get("MaximumRetryAttempts")).and_then(Value::as_u64).unwrap_or(185) as u32,
+                max_event_age_secs: retry.and_then(|r| r.get("MaximumEventAgeInSeconds")).and_then(Value::as_u64).unwrap_or(86_400),
+                dead_letter_arn: props.get("DeadLetterConfig").and_then(|d| d.get("Arn")).cloned(),
+            }))
+        }
+        _ => None,
+    })
+}
+
+fn scalar(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// `(logical id, attribute)` of a `!GetAtt` in either form.
+fn get_att(v: &Value) -> Option<(String, String)> {
+    let inner = intrinsic(v, "GetAtt")?;
+    match inner {
+        Value::String(s) => {
+            let (a, b) = s.split_once('.')?;
+            Some((a.to_owned(), b.to_owned()))
+        }
+        Value::Sequence(seq) if seq.len() == 2 => Some((seq[0].as_str()?.to_owned(), seq[1].as_str()?.to_owned())),
+        _ => None,
+    }
+}
+
+/// The argument of intrinsic `name` (`!Name x` or `{"Fn::Name": x}`; `Ref` has no `Fn::`).
+fn intrinsic<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
+    match v {
+        Value::Tagged(t) if t.tag == name => Some(&t.value),
+        Value::Mapping(m) if m.len() == 1 => {
+            let long = if name == "Ref" { "Ref".to_owned() } else { format!("Fn::{name}") };
+            m.get(long.as_str())
+        }
+        _ => None,
+    }
+}
+
+/// Resolves intrinsic functions against a local stack.
+#[derive(Debug, Clone)]
+pub struct Resolver {
+    /// `AWS::StackName`.
+    pub stack_name: String,
+    /// `AWS::Region`.
+    pub region: String,
+    /// `AWS::AccountId`.
+    pub account: String,
+    refs: HashMap<String, String>,
+    attrs: HashMap<(String, String), String>,
+}
+
+impl Resolver {
+    /// A resolver that knows only the pseudo parameters.
+    pub fn new(stack_name: &str, region: &str, account: &str) -> Self {
+        Self { stack_name: stack_name.into(), region: region.into(), account: account.into(), refs: HashMap::new(), attrs: HashMap::new() }
+    }
+
+    /// Declares what `!Ref logical_id` gives.
+    pub fn set_ref(&mut self, logical_id: &str, value: impl Into<String>) {
+        self.refs.insert(logical_id.into(), value.into());
+    }
+
+    /// Declares what `!GetAtt logical_id.attr` gives.
+    pub fn set_attr(&mut self, logical_id: &str, attr: &str, value: impl Into<String>) {
+        self.attrs.insert((logical_id.into(), attr.into()), value.into());
+    }
+
+    fn pseudo(&self, name: &str) -> Option<String> {
+        Some(match name {
+            "AWS::StackName" => self.stack_name.clone(),
+            "AWS::Region" => self.region.clone(),
+            "AWS::AccountId" => self.account.clone(),
+            "AWS::Partition" => "aws".into(),
+            "AWS::URLSuffix" => "amazonaws.com".into(),
+            _ => return None,
+        })
+    }
+
+    fn reference(&self, name: &str, at: &str) -> Result<String, TemplateError> {
+        self.pseudo(name)
+            .or_else(|| self.refs.get(name).cloned())
+            .ok_or_else(|| unsupported(at, format!("Ref {name}: not a resource the local runtime provisions")))
+    }
+
+    fn attribute(&self, id: &str, attr: &str, at: &str) -> Result<String, TemplateError> {
+        self.attrs
+            .get(&(id.to_owned(), attr.to_owned()))
+            .cloned()
+            .ok_or_else(|| unsupported(at, format!("GetAtt {id}.{attr}: not an attribute the local runtime knows")))
+    }
+
+    /// Resolves `v` to a string; `at` names it in errors.
+    ///
+    /// # Errors
+    /// [`TemplateError::Unsupported`] for unknown references or unsupported intrinsics.
+    pub fn resolve_string(&self, v: &Value, at: &str) -> Result<String, TemplateError> {
+        if let Some(s) = scalar(v) {
+            return Ok(s);
+        }
+        if let Some(name) = intrinsic(v, "Ref") {
+            let name = name.as_str().ok_or_else(|| unsupported(at, "Ref takes a name"))?;
+            return self.reference(name, at);
+        }
+        if intrinsic(v, "GetAtt").is_some() {
+            let (id, attr) = get_att(v).ok_or_else(|| unsupported(at, "GetAtt takes Resource.Attribute"))?;
+            return self.attribute(&id, &attr, at);
+        }
+        if let Some(text) = intrinsic(v, "Sub") {
+            let text = text.as_str().ok_or_else(|| unsupported(at, "only the string form of Sub is supported"))?;
+            return self.substitute(text, at);
+        }
+        Err(unsupported(at, "expected a string, Ref, GetAtt or Sub"))
+    }
+
+    fn substitute(&self, text: &str, at: &str) -> Result<String, TemplateError> {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(start) = rest.find("${") {
+            out.push_str(&rest[..start]);
+            let after = &rest[start + 2..];
+            let end = after.find('}').ok_or_else(|| unsupported(at, "unclosed ${ in Sub"))?;
+            let name = &after[..end];
+            if let Some(literal) = name.strip_prefix('!') {
+                out.push_str("${");
+                out.push_str(literal);
+                out.push('}');
+            } else if let Some((id, attr)) = name.split_once('.').filter(|_| !name.starts_with("AWS::")) {
+                out.push_str(&self.attribute(id, attr, at)?);
+            } else {
+                out.push_str(&self.reference(name, at)?);
+            }
+            rest = &after[end + 1..];
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: &str = r#"
+Globals:
+  Function:
+    Timeout: 30
+    Environment:
+      Variables:
+        SHARED: one
+Resources:
+  Table:
+    Type: AWS::DynamoDB::Table
+    Properties:
+      TableName: !Sub ${AWS::StackName}-t
+      AttributeDefinitions: [{AttributeName: pk, AttributeType: S}]
+      KeySchema: [{AttributeName: pk, KeyType: HASH}]
+      StreamSpecification: {StreamViewType: NEW_IMAGE}
+      TimeToLiveSpecification: {AttributeName: expires_at, Enabled: true}
+  Queue:
+    Type: AWS::SQS::Queue
+    Properties:
+      QueueName: !Sub "${AWS::StackName}-q"
+  Fn:
+    Type: AWS::Serverless::Function
+    Metadata:
+      BuildProperties: {Binary: my-bin}
+    Properties:
+      Timeout: 60
+      Environment:
+        Variables:
+          TABLE: !Ref Table
+          QUEUE_ARN: !GetAtt Queue.Arn
+          LONG: {"Fn::GetAtt": [Queue, Arn]}
+          SUB: !Sub "${Table}/${Queue.Arn}/${!Literal}"
+      Events:
+        S:
+          Type: DynamoDB
+          Properties:
+            Stream: !GetAtt Table.StreamArn
+            BatchSize: 7
+            MaximumRetryAttempts: 3
+            FunctionResponseTypes: [ReportBatchItemFailures]
+            FilterCriteria:
+              Filters:
+                - Pattern: '{"eventName": ["INSERT"]}'
+        R:
+          Type: EventBridgeRule
+          Properties:
+            Pattern: {source: [a], detail-type: [B]}
+            RetryPolicy: {MaximumRetryAttempts: 4}
+      EventInvokeConfig:
+        MaximumRetryAttempts: 1
+"#;
+
+    fn resolver() -> Resolver {
+        let mut r = Resolver::new("stack", "us-east-1", "123456789012");
+        r.set_ref("Table", "stack-t");
+        r.set_attr("Queue", "Arn", "arn:q");
+        r
+    }
+
+    #[test]
+    fn reads_tables_with_stream_and_ttl() {
+        let t = Template::parse(Path::new("t.yaml"), T).unwrap();
+        let tables = t.tables(&resolver()).unwrap();
+        assert_eq!(tables[0].name, "stack-t");
+        assert_eq!(tables[0].stream_view_type.as_deref(), Some("NEW_IMAGE"));
+        assert_eq!(tables[0].ttl_attribute.as_deref(), Some("expires_at"));
+        assert_eq!(t.queues(&resolver()).unwrap()[0].name, "stack-q");
+    }
+
+    #[test]
+    fn reads_functions_with_globals_events_and_intrinsics() {
+        let t = Template::parse(Path::new("t.yaml"), T).unwrap();
+        let f = &t.functions().unwrap()[0];
+        assert_eq!((f.binary.as_str(), f.timeout_secs), ("my-bin", 60));
+        let r = resolver();
+        let env: BTreeMap<_, _> = f.environment.iter().map(|(k, v)| (k.as_str(), r.resolve_string(v, k).unwrap())).collect();
+        assert_eq!(env["SHARED"], "one");
+        assert_eq!(env["TABLE"], "stack-t");
+        assert_eq!(env["QUEUE_ARN"], "arn:q");
+        assert_eq!(env["LONG"], "arn:q");
+        assert_eq!(env["SUB"], "stack-t/arn:q/${Literal}");
+        assert_eq!(f.event_invoke.max_retry_attempts, 1);
+        let FunctionEvent::DynamoDb(m) = &f.events[0] else { panic!("{:?}", f.events) };
+        assert_eq!((m.table_logical_id.as_str(), m.batch_size, m.max_retry_attempts), ("Table", 7, 3));
+        assert!(m.report_batch_item_failures);
+        assert_eq!(m.filters[0]["eventName"][0], "INSERT");
+        let FunctionEvent::EventBridgeRule(rule) = &f.events[1] else { panic!() };
+        assert_eq!(rule.pattern["detail-type"][0], "B");
+        assert_eq!(rule.retry_attempts, 4);
+    }
+
+    #[test]
+    fn unknown_references_are_errors_that_name_the_place() {
+        let err = resolver().resolve_string(&serde_yaml_ng::from_str("!Ref Nope").unwrap(), "X.Env.Y").unwrap_err();
+        assert_eq!(err.to_string(), "X.Env.Y: Ref Nope: not a resource the local runtime provisions");
+        let err = resolver().resolve_string(&serde_yaml_ng::from_str("!Join [a, [b]]").unwrap(), "X").unwrap_err();
+        assert!(err.to_string().contains("expected a string, Ref, GetAtt or Sub"));
+    }
+}

@@ -32,7 +32,7 @@ pub struct DeliveredEvent<T> {
 
 /// Why a delivered event can never be processed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("malformed event: {0}")]
+#[error("{0}")]
 pub struct MalformedEvent(pub String);
 
 #[derive(Deserialize)]

@@ -564,3 +564,9 @@ impl Relay {
         Ok(())
     }
 }
+
+impl From<RelayError> for lambda_runtime::Diagnostic {
+    fn from(e: RelayError) -> Self {
+        lambda_runtime::Diagnostic { error_type: "RelayError".into(), error_message: e.to_string() }
+    }
+}

@@ -9,7 +9,7 @@ use lambda_runtime::LambdaEvent;
 
 use crate::config::{ConfigError, Env};
 use crate::outbox::DEFAULT_MAX_PUT_EVENTS_BYTES;
-use crate::relay::{Relay, RelayConfig, RelayError};
+use crate::relay::{Relay, RelayConfig, RelayError, RelayOutcome};
 
 /// Time budget when the context carries no deadline (tests, local runs): the template's
 /// relay timeout.
@@ -43,7 +43,16 @@ impl RelayFunction {
     /// # Errors
     /// [`RelayError`]: the whole batch is retried.
     pub async fn handle(&self, event: LambdaEvent<DynamoDbEvent>) -> Result<DynamoDbEventResponse, RelayError> {
+        Ok(self.handle_with_report(event).await?.response)
+    }
+
+    /// [`RelayFunction::handle`], also returning the [`crate::relay::RelayReport`] (the local
+    /// runtime counts it).
+    ///
+    /// # Errors
+    /// [`RelayError`]: the whole batch is retried.
+    pub async fn handle_with_report(&self, event: LambdaEvent<DynamoDbEvent>) -> Result<RelayOutcome, RelayError> {
         let deadline = super::deadline_of(&event.context, FALLBACK_BUDGET);
-        Ok(self.relay.relay(&event.payload, deadline).await?.response)
+        self.relay.relay(&event.payload, deadline).await
     }
 }

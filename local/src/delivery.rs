@@ -1,0 +1,198 @@
+//! EventBridge rule → Lambda function delivery, played locally.
+//!
+//! On AWS the rule's target is the function, which EventBridge invokes *asynchronously*; Lambda
+//! then retries a failing invocation `EventInvokeConfig.MaximumRetryAttempts` times (default 2)
+//! and, when retries are exhausted or the event is older than `MaximumEventAgeInSeconds`, sends
+//! an invocation record (`requestPayload` = the event, `responsePayload` = the error) to the
+//! `OnFailure` destination. Source:
+//! <https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html>.
+//!
+//! Locally the rule targets a delivery queue (see [`crate::stack`]); this module receives from
+//! it, invokes the function in-process with the same retry and destination rules (retry waits
+//! are compressed, see [`crate::runtime::RuntimeOptions`]), and deletes the message once the
+//! event is settled. The rule target's own `RetryPolicy`/`DeadLetterConfig` cover failures to
+//! *invoke* the function, which cannot happen in-process; they are read, not exercised.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use lambda_runtime::Diagnostic;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use crate::runtime::{LocalFunction, Runtime, RuntimeOptions};
+use crate::stack::LocalRule;
+use crate::stats::Stats;
+
+/// Delivery of one rule's events to its function.
+pub struct RuleDelivery {
+    function: Arc<LocalFunction>,
+    rule: LocalRule,
+    on_failure_url: Option<String>,
+    sqs: aws_sdk_sqs::Client,
+    stats: Arc<Stats>,
+    options: RuntimeOptions,
+}
+
+impl RuleDelivery {
+    /// Sets up delivery for `rule`.
+    ///
+    /// # Errors
+    /// A message when the on-failure destination is not a queue of the stack.
+    pub fn new(runtime: &Runtime, function: Arc<LocalFunction>, rule: LocalRule) -> Result<Self, String> {
+        let at = format!("{}.Properties.EventInvokeConfig.DestinationConfig.OnFailure.Destination", function.spec.logical_id);
+        let on_failure_url = function.spec.event_invoke.on_failure.as_ref().map(|d| runtime.destination_url(d, &at)).transpose()?;
+        Ok(Self {
+            function,
+            rule,
+            on_failure_url,
+            sqs: aws_sdk_sqs::Client::new(&runtime.sdk),
+            stats: runtime.stats.clone(),
+            options: runtime.options.clone(),
+        })
+    }
+
+    /// Runs until `shutdown` is true.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        let this = Arc::new(self);
+        while !*shutdown.borrow() {
+            let received = this
+                .sqs
+                .receive_message()
+                .queue_url(&this.rule.delivery_queue.url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(1)
+                .send()
+                .await;
+            let messages = match received {
+                Ok(out) => out.messages.unwrap_or_default(),
+                Err(e) => {
+                    tracing::warn!(queue = %this.rule.delivery_queue.name, error = %aws_sdk_sqs::error::DisplayErrorContext(e), "receiving events failed; retrying");
+                    let _ = tokio::time::timeout(Duration::from_millis(500), shutdown.changed()).await;
+                    continue;
+                }
+            };
+            // Lambda runs asynchronous invocations concurrently.
+            let tasks: Vec<_> = messages
+                .into_iter()
+                .map(|m| {
+                    let this = this.clone();
+                    tokio::spawn(async move { this.deliver(m).await })
+                })
+                .collect();
+            for task in tasks {
+                let _ = task.await;
+            }
+        }
+    }
+
+    async fn deliver(&self, message: aws_sdk_sqs::types::Message) {
+        let body = message.body().unwrap_or_default().to_owned();
+        // Only for bookkeeping (ids, times); the function gets the body untouched.
+        let parsed: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        let event_id = parsed.pointer("/detail/metadata/id").and_then(Value::as_str).map(str::to_owned);
+        let event_time = parsed
+            .pointer("/detail/metadata/time")
+            .and_then(Value::as_str)
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(SystemTime::from);
+        let envelope_time = parsed
+            .get("time")
+            .and_then(Value::as_str)
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(SystemTime::from);
+        let max_attempts = 1 + self.function.spec.event_invoke.max_retry_attempts;
+        let max_age = Duration::from_secs(self.function.spec.event_invoke.max_event_age_secs);
+
+        let mut last_error: Option<Diagnostic> = None;
+        let mut attempts = 0;
+        let mut condition = "RetriesExhausted";
+        while attempts < max_attempts {
+            let age = envelope_time.and_then(|t| SystemTime::now().duration_since(t).ok()).unwrap_or_default();
+            if age > max_age {
+                condition = "EventAgeExceeded";
+                break;
+            }
+            attempts += 1;
+            let invocation = self.function.invoke(&body).await;
+            self.stats.update(|c| c.consumer_invocations += 1);
+            match invocation.result {
+                Ok(response) => {
+                    let outcome = response.get("outcome").and_then(Value::as_str).unwrap_or("ok");
+                    let id = event_id.clone().unwrap_or_else(|| message.message_id().unwrap_or_default().to_owned());
+                    self.stats.add_outcome(&id, outcome, event_time);
+                    self.delete(&message).await;
+                    return;
+                }
+                Err(diagnostic) => {
+                    self.stats.update(|c| c.consumer_errors += 1);
+                    tracing::warn!(
+                        function = %self.function.spec.logical_id,
+                        event_id = event_id.as_deref().unwrap_or(""),
+                        attempt = attempts,
+                        error_type = %diagnostic.error_type,
+                        error = %diagnostic.error_message,
+                        "asynchronous invocation failed"
+                    );
+                    last_error = Some(diagnostic);
+                    if attempts < max_attempts {
+                        tokio::time::sleep(self.options.async_retry_delay * attempts).await;
+                    }
+                }
+            }
+        }
+        if self.dead_letter(&body, condition, attempts, last_error.as_ref()).await {
+            self.delete(&message).await;
+        }
+    }
+
+    /// Sends the invocation record to the on-failure destination; true when the message may be
+    /// deleted (sent, or no destination is configured: the event is discarded, as on AWS).
+    async fn dead_letter(&self, body: &str, condition: &str, attempts: u32, error: Option<&Diagnostic>) -> bool {
+        let Some(url) = &self.on_failure_url else {
+            tracing::error!(function = %self.function.spec.logical_id, "no OnFailure destination: the event is discarded, as on AWS");
+            return true;
+        };
+        let payload = RawValue::from_string(body.to_owned()).unwrap_or_else(|_| {
+            // Not JSON: carry it as a JSON string so the record is still valid JSON.
+            RawValue::from_string(Value::String(body.to_owned()).to_string()).expect("a JSON string is valid JSON")
+        });
+        let mut record = json!({
+            "version": "1.0",
+            "timestamp": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            "requestContext": {
+                "requestId": uuid::Uuid::new_v4().to_string(),
+                "functionArn": format!("{}:$LATEST", self.function.arn),
+                "condition": condition,
+                "approximateInvokeCount": attempts,
+            },
+            "responseContext": {"statusCode": 200, "executedVersion": "$LATEST"},
+        });
+        if let Some(e) = error {
+            record["responseContext"]["functionError"] = json!("Unhandled");
+            record["responsePayload"] = json!({"errorType": e.error_type, "errorMessage": e.error_message});
+        }
+        // Insert the event verbatim (no re-encoding of its numbers).
+        let record = record.to_string();
+        let record = format!("{},\"requestPayload\":{}}}", &record[..record.len() - 1], payload.get());
+        match self.sqs.send_message().queue_url(url).message_body(record).send().await {
+            Ok(_) => {
+                self.stats.update(|c| c.consumer_dead_lettered += 1);
+                tracing::error!(function = %self.function.spec.logical_id, condition, attempts, "event sent to the on-failure destination");
+                true
+            }
+            Err(e) => {
+                tracing::error!(error = %aws_sdk_sqs::error::DisplayErrorContext(e), "on-failure destination unreachable; the event stays in the delivery queue");
+                false
+            }
+        }
+    }
+
+    async fn delete(&self, message: &aws_sdk_sqs::types::Message) {
+        let Some(handle) = message.receipt_handle() else { return };
+        if let Err(e) = self.sqs.delete_message().queue_url(&self.rule.delivery_queue.url).receipt_handle(handle).send().await {
+            tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(e), "deleting a delivered event failed; it may be delivered again (the inbox absorbs it)");
+        }
+    }
+}

@@ -1,0 +1,425 @@
+//! `demo`: the whole pipeline on the sample inputs, reported stage by stage.
+//!
+//! 1. seeds stock for the SKUs the orders use (one SKU with a single unit, to show a rejection);
+//! 2. sends the sample orders of `events/` (HTTP API requests for `POST /orders`), `--orders N`
+//!    generated ones and one order over stock, through the local HTTP API with a real HTTP client;
+//! 3. waits until every outbox item was published by the relay and every order took effect in
+//!    the consumer (a progress line on stderr);
+//! 4. injects a duplicate delivery: the first order's event published again (a new EventBridge
+//!    envelope id, the same `detail.metadata.id`) — the inbox must absorb it;
+//! 5. injects a poison event the consumer can never accept — it must end in the consumer's
+//!    dead-letter queue after the configured retries;
+//! 6. checks the books: every committed order consumed exactly once, stock reserved equals the
+//!    reserved quantities, nothing lost — and lists the dead-letter queue.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use outbox::app::inventory;
+use outbox::envelope::OutboxItem;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::dlq;
+use crate::runtime::Runtime;
+use crate::stats::percentile;
+
+/// Demo settings.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    /// Generated orders on top of the samples.
+    pub orders: usize,
+    /// Print only the JSON report.
+    pub json: bool,
+    /// Where the sample events are.
+    pub events_dir: std::path::PathBuf,
+    /// Longest wait for the pipeline to go quiet.
+    pub timeout: Duration,
+}
+
+/// The demo's figures (`demo --json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct DemoReport {
+    /// Orders the API answered 201 for.
+    pub orders_committed: usize,
+    /// Items in the outbox table (orders' and the consumer's own events).
+    pub outbox_items: usize,
+    /// Events the relay published (each outbox item at least once).
+    pub events_published: usize,
+    /// `PutEvents` calls the relay made.
+    pub put_events_calls: usize,
+    /// Orders that took effect in the consumer (reserved or rejected).
+    pub events_consumed: usize,
+    /// Orders with stock reserved.
+    pub reservations: usize,
+    /// Orders rejected for insufficient stock.
+    pub rejections: usize,
+    /// Duplicate deliveries the inbox absorbed.
+    pub duplicates_absorbed: usize,
+    /// Events in the consumer dead-letter queue.
+    pub dead_lettered: usize,
+    /// Units reserved across all SKUs (from the inventory table).
+    pub stock_reserved: u64,
+    /// Units the reserved orders asked for.
+    pub stock_expected: u64,
+    /// Commit → consumer effect, median, milliseconds.
+    pub latency_ms_p50: Option<i64>,
+    /// Commit → consumer effect, 99th percentile, milliseconds.
+    pub latency_ms_p99: Option<i64>,
+    /// Committed orders that never took effect.
+    pub lost: usize,
+    /// Orders that took effect more than once.
+    pub applied_twice: usize,
+    /// Whether everything adds up.
+    pub ok: bool,
+}
+
+const SKUS: [&str; 5] = ["SKU-RED-MUG", "SKU-BLUE-TEE", "SKU-GREEN-CAP", "SKU-BLACK-SOCKS", "SKU-WHITE-BAG"];
+const SCARCE_SKU: &str = "SKU-LAST-ONE";
+
+struct Order {
+    order_id: String,
+    event_id: String,
+    quantity: u64,
+}
+
+/// Prints progress lines for people (nothing in `--json` mode). The progress line is
+/// redrawn in place on a terminal; elsewhere (CI logs) it is printed when it changes, at most
+/// every 5 seconds.
+struct Say {
+    quiet: bool,
+    terminal: bool,
+    last: std::sync::Mutex<(String, Option<Instant>)>,
+}
+
+impl Say {
+    fn line(&self, text: impl AsRef<str>) {
+        if !self.quiet {
+            println!("{}", text.as_ref());
+        }
+    }
+    fn progress(&self, text: impl AsRef<str>) {
+        let text = text.as_ref();
+        if self.quiet {
+            return;
+        }
+        if self.terminal {
+            eprint!("\r\x1b[2K  … {text}");
+            let _ = std::io::stderr().flush();
+            return;
+        }
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let due = last.1.is_none_or(|t| t.elapsed() >= Duration::from_secs(5));
+        if last.0 != text && due {
+            eprintln!("  … {text}");
+            *last = (text.to_owned(), Some(Instant::now()));
+        }
+    }
+    fn end_progress(&self) {
+        if !self.quiet && self.terminal {
+            eprint!("\r\x1b[2K");
+        }
+    }
+}
+
+/// Runs the demo against a runtime whose pipelines and HTTP API (at `api`) are running.
+///
+/// # Errors
+/// A message saying which stage did not complete.
+pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) -> Result<DemoReport, String> {
+    use std::io::IsTerminal;
+    let say = Say { quiet: options.json, terminal: std::io::stderr().is_terminal(), last: Default::default() };
+    let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
+    let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
+    let events = aws_sdk_eventbridge::Client::new(&runtime.sdk);
+    let env_of = |logical: &str| -> Result<HashMap<String, String>, String> {
+        let f = runtime.function(logical)?;
+        runtime.stack.environment(&f.spec).map_err(|e| e.to_string())
+    };
+    let consumer_env = env_of("ReserveInventoryFunction")?;
+    let inventory_table = consumer_env.get("INVENTORY_TABLE").cloned().ok_or("ReserveInventoryFunction has no INVENTORY_TABLE")?;
+    let outbox_table = consumer_env.get("OUTBOX_TABLE").cloned().ok_or("ReserveInventoryFunction has no OUTBOX_TABLE")?;
+    let consumer_dlq = runtime.stack.queue("ConsumerDeadLetterQueue").cloned().ok_or("the template has no ConsumerDeadLetterQueue")?;
+    let rule = runtime.stack.rules.first().cloned().ok_or("the template has no EventBridge rule for a consumer")?;
+
+    // 1. Stock.
+    for sku in SKUS {
+        inventory::put_stock(&dynamodb, &inventory_table, sku, 10_000).await.map_err(|e| format!("seeding stock: {e}"))?;
+    }
+    inventory::put_stock(&dynamodb, &inventory_table, SCARCE_SKU, 1).await.map_err(|e| format!("seeding stock: {e}"))?;
+
+    // 2. Orders through the HTTP API.
+    let samples = sample_orders(&options.events_dir)?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+    let mut requests: Vec<(String, Option<String>)> = samples.clone();
+    for i in 0..options.orders {
+        let lines: Vec<Value> = (0..rng.random_range(1..=3))
+            .map(|_| {
+                json!({"sku": SKUS[rng.random_range(0..SKUS.len())], "quantity": rng.random_range(1..=3), "unit_price": format!("{}.{:02}", rng.random_range(1..100), rng.random_range(0..100))})
+            })
+            .collect();
+        requests.push((json!({"customer_id": format!("c-{}", 2000 + i), "currency": "EUR", "lines": lines}).to_string(), None));
+    }
+    requests.push((
+        json!({"customer_id": "c-9999", "currency": "EUR", "lines": [{"sku": SCARCE_SKU, "quantity": 2, "unit_price": "99.00"}]}).to_string(),
+        Some("demo-over-stock".into()),
+    ));
+    let client = reqwest::Client::new();
+    let url = format!("http://{api}/orders");
+    let mut orders = Vec::new();
+    for (i, (body, correlation)) in requests.iter().enumerate() {
+        let mut request = client.post(&url).header("content-type", "application/json").body(body.clone());
+        if let Some(c) = correlation {
+            request = request.header("x-correlation-id", c);
+        }
+        let response = request.send().await.map_err(|e| format!("POST {url}: {e}"))?;
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        if status.as_u16() != 201 {
+            return Err(format!("POST /orders answered {status} for order {}: {text}", i + 1));
+        }
+        let created: Value = serde_json::from_str(&text).map_err(|e| format!("POST /orders answered non-JSON: {e}"))?;
+        let quantity = serde_json::from_str::<Value>(body)
+            .ok()
+            .and_then(|b| b.get("lines").and_then(Value::as_array).map(|l| l.iter().filter_map(|x| x["quantity"].as_u64()).sum()))
+            .unwrap_or(0);
+        orders.push(Order {
+            order_id: created["order_id"].as_str().unwrap_or_default().to_owned(),
+            event_id: created["event_id"].as_str().unwrap_or_default().to_owned(),
+            quantity,
+        });
+        say.progress(format!("POST /orders {}/{}", i + 1, requests.len()));
+    }
+    say.end_progress();
+    say.line(format!(
+        "1. producer   {} orders committed through POST /orders on http://{api} ({} samples from {}, {} generated, 1 over stock): order + OrderCreated outbox item in one TransactWriteItems each",
+        orders.len(),
+        samples.len(),
+        options.events_dir.display(),
+        options.orders
+    ));
+
+    // 3. Wait until quiet.
+    let started = Instant::now();
+    let order_events: HashSet<String> = orders.iter().map(|o| o.event_id.clone()).collect();
+    loop {
+        let counts = runtime.stats.snapshot();
+        let consumed = order_events.iter().filter(|id| counts.outcomes.get(*id).is_some_and(|o| o.iter().any(|(x, _)| x != "duplicate"))).count();
+        let outbox_ids = outbox_event_ids(&dynamodb, &outbox_table).await?;
+        let published: HashSet<&String> = counts.relay.published_event_ids.iter().collect();
+        let unpublished = outbox_ids.iter().filter(|id| !published.contains(id)).count();
+        say.progress(format!(
+            "waiting for the pipeline: {consumed}/{} orders consumed, {} of {} outbox items published in {} PutEvents calls",
+            orders.len(),
+            outbox_ids.len() - unpublished,
+            outbox_ids.len(),
+            counts.relay.put_events_calls
+        ));
+        if consumed == orders.len() && unpublished == 0 && outbox_ids.len() >= 2 * orders.len() {
+            break;
+        }
+        if started.elapsed() > options.timeout {
+            say.end_progress();
+            return Err(format!(
+                "the pipeline did not go quiet in {} s: {consumed}/{} orders consumed, {unpublished} outbox items unpublished (run with -v to see the functions' logs)",
+                options.timeout.as_secs(),
+                orders.len()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    say.end_progress();
+    let counts = runtime.stats.snapshot();
+    say.line(format!(
+        "2. relay      {} outbox items (orders' and the consumer's own events) → {} events published in {} PutEvents calls; {} stream records read, {} filtered out by the mapping",
+        outbox_event_ids(&dynamodb, &outbox_table).await?.len(),
+        counts.relay.published,
+        counts.relay.put_events_calls,
+        counts.stream_records,
+        counts.stream_records_filtered
+    ));
+    let reserved = order_events.iter().filter(|id| has_outcome(&counts, id, "reserved")).count();
+    let rejected = order_events.iter().filter(|id| has_outcome(&counts, id, "rejected")).count();
+    say.line(format!(
+        "3. consumer   {} orders took effect exactly once through the inbox: {reserved} reserved, {rejected} rejected (insufficient stock for {SCARCE_SKU}); each emitted InventoryReserved/InventoryRejected through the same outbox",
+        reserved + rejected
+    ));
+
+    // 4. A duplicate delivery of the first order's event.
+    let first = orders.first().ok_or("no order was committed")?;
+    let item = dynamodb
+        .get_item()
+        .table_name(&outbox_table)
+        .key("pk", AttributeValue::S(OutboxItem::partition_key("Order", &first.order_id)))
+        .key("sk", AttributeValue::S(OutboxItem::sort_key(1)))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| format!("GetItem outbox: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?
+        .item
+        .ok_or("the first order's outbox item is missing")?;
+    let item = OutboxItem::from_item(serde_dynamo::Item::from(item)).map_err(|e| e.to_string())?;
+    let bus_event = item.to_bus_event().map_err(|e| e.to_string())?;
+    put_event(&events, bus_event.to_entry(&rule.bus_name)).await?;
+    wait_until(options.timeout, || {
+        let c = runtime.stats.snapshot();
+        has_outcome(&c, &first.event_id, "duplicate")
+    })
+    .await
+    .map_err(|_| format!("the duplicate of event {} was not absorbed in time", first.event_id))?;
+    say.line(format!(
+        "4. duplicate  event {} published again (new EventBridge envelope id, same detail.metadata.id) → absorbed by the inbox, no second reservation",
+        first.event_id
+    ));
+
+    // 5. A poison event.
+    let poison_id = format!("poison-{}", uuid::Uuid::now_v7());
+    let detail = json!({
+        "metadata": {"id": poison_id, "type": "OrderCreated", "version": 1, "source": "example.orders",
+                     "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                     "subject": "poison-order", "aggregate_type": "Order", "sequence": 1, "correlation_id": "demo-poison"},
+        "data": {"order_id": "poison-order", "customer_id": "c-0", "currency": "EUR", "lines": "three red mugs, please"}
+    });
+    let entry = aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+        .event_bus_name(&rule.bus_name)
+        .source("example.orders")
+        .detail_type("OrderCreated")
+        .detail(detail.to_string())
+        .build();
+    put_event(&events, entry).await?;
+    let function = runtime.function(&rule.function)?;
+    let attempts = 1 + function.spec.event_invoke.max_retry_attempts;
+    dlq::wait_for_depth(&sqs, &consumer_dlq, 1, options.timeout).await?;
+    let dead = dlq::peek(&sqs, &consumer_dlq).await?;
+    let poison = dead.iter().find(|m| m.event_id.as_deref() == Some(poison_id.as_str()));
+    say.line(format!(
+        "5. poison     event {poison_id} (detail.data.lines is a string) failed {attempts} attempts (1 + EventInvokeConfig.MaximumRetryAttempts) → {}: {}",
+        consumer_dlq.name,
+        poison.map(|m| m.reason.as_str()).unwrap_or("(not found)")
+    ));
+
+    // 6. The books.
+    let counts = runtime.stats.snapshot();
+    let mut stock_reserved = 0;
+    for sku in SKUS.iter().chain([&SCARCE_SKU]) {
+        if let Some((_, r)) = inventory::stock(&dynamodb, &inventory_table, sku).await.map_err(|e| e.to_string())? {
+            stock_reserved += r;
+        }
+    }
+    let stock_expected: u64 = orders.iter().filter(|o| has_outcome(&counts, &o.event_id, "reserved")).map(|o| o.quantity).sum();
+    let effects: BTreeMap<&str, usize> = orders
+        .iter()
+        .map(|o| {
+            let n = counts.outcomes.get(&o.event_id).map_or(0, |v| v.iter().filter(|(x, _)| x != "duplicate").count());
+            (o.event_id.as_str(), n)
+        })
+        .collect();
+    let lost = effects.values().filter(|n| **n == 0).count();
+    let applied_twice = effects.values().filter(|n| **n > 1).count();
+    let latencies = counts.effect_latencies();
+    let report = DemoReport {
+        orders_committed: orders.len(),
+        outbox_items: outbox_event_ids(&dynamodb, &outbox_table).await?.len(),
+        events_published: counts.relay.published,
+        put_events_calls: counts.relay.put_events_calls,
+        events_consumed: reserved + rejected,
+        reservations: reserved,
+        rejections: rejected,
+        duplicates_absorbed: counts.outcome_count("duplicate"),
+        dead_lettered: dead.len(),
+        stock_reserved,
+        stock_expected,
+        latency_ms_p50: percentile(&latencies, 0.5),
+        latency_ms_p99: percentile(&latencies, 0.99),
+        lost,
+        applied_twice,
+        ok: lost == 0 && applied_twice == 0 && stock_reserved == stock_expected && poison.is_some() && counts.outcome_count("duplicate") >= 1,
+    };
+    say.line(format!(
+        "6. books      stock reserved {stock_reserved} units = {stock_expected} ordered by reserved orders; lost {lost}, applied twice {applied_twice}; commit → effect latency p50 {} ms, p99 {} ms",
+        report.latency_ms_p50.unwrap_or(0),
+        report.latency_ms_p99.unwrap_or(0)
+    ));
+    say.line(format!("\n{} holds {} message(s) (what `outbox-local dlq list` shows):", consumer_dlq.name, dead.len()));
+    say.line(dlq::format_listing(&dead).trim_end());
+    say.line(if report.ok {
+        "\nresult: every committed order took effect exactly once; the duplicate was absorbed; the poison event is in the dead-letter queue; nothing lost."
+    } else {
+        "\nresult: MISMATCH — see the figures above."
+    });
+    Ok(report)
+}
+
+fn has_outcome(counts: &crate::stats::Counts, event_id: &str, outcome: &str) -> bool {
+    counts.outcomes.get(event_id).is_some_and(|v| v.iter().any(|(o, _)| o == outcome))
+}
+
+async fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> Result<(), ()> {
+    let start = Instant::now();
+    while !done() {
+        if start.elapsed() > timeout {
+            return Err(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+async fn put_event(events: &aws_sdk_eventbridge::Client, entry: aws_sdk_eventbridge::types::PutEventsRequestEntry) -> Result<(), String> {
+    let out = events
+        .put_events()
+        .entries(entry)
+        .send()
+        .await
+        .map_err(|e| format!("PutEvents: {}", aws_sdk_eventbridge::error::DisplayErrorContext(e)))?;
+    if out.failed_entry_count() > 0 {
+        return Err(format!("PutEvents rejected the entry: {:?}", out.entries()));
+    }
+    Ok(())
+}
+
+/// The event ids of every item in the outbox table.
+async fn outbox_event_ids(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Result<Vec<String>, String> {
+    let mut ids = Vec::new();
+    let mut pages = dynamodb.scan().table_name(table).projection_expression("event_id").into_paginator().items().send();
+    while let Some(item) = pages.next().await {
+        let item = item.map_err(|e| format!("Scan {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+        if let Some(AttributeValue::S(id)) = item.get("event_id") {
+            ids.push(id.clone());
+        }
+    }
+    Ok(ids)
+}
+
+/// `(body, correlation id)` of every `POST /orders` request in `dir` (HTTP API events).
+///
+/// # Errors
+/// A message naming the file that cannot be read.
+pub fn sample_orders(dir: &Path) -> Result<Vec<(String, Option<String>)>, String> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let Ok(event) = serde_json::from_str::<Value>(&text) else { continue };
+        let method = event.pointer("/requestContext/http/method").and_then(Value::as_str);
+        let route = event.get("rawPath").and_then(Value::as_str);
+        if method != Some("POST") || route != Some("/orders") {
+            continue;
+        }
+        let body = event.get("body").and_then(Value::as_str).ok_or_else(|| format!("{}: no body", path.display()))?;
+        let correlation = event.pointer("/headers/x-correlation-id").and_then(Value::as_str).map(str::to_owned);
+        out.push((body.to_owned(), correlation));
+    }
+    Ok(out)
+}

@@ -1,0 +1,255 @@
+//! The HTTP API (API Gateway HTTP API, payload format 2.0), played locally: every `HttpApi`
+//! event of the template becomes a route on a loopback port; a request is turned into the
+//! payload-2.0 event API Gateway would send, the function runs in-process, and its response
+//! (`statusCode`, `headers`, `body`, `isBase64Encoded`, `cookies`) becomes the HTTP response.
+//! Unmatched routes answer 404 and function errors 500 `{"message":"Internal Server Error"}`,
+//! as API Gateway does. Source:
+//! <https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-integrations-lambda.html>.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::response::Response;
+use base64::Engine;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use crate::runtime::{LocalFunction, Runtime};
+use crate::template::FunctionEvent;
+
+/// Largest request body accepted, bytes (API Gateway's payload limit is 10 MB).
+pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
+
+/// One route: method and path template (`/orders/{id}`, `/{proxy+}`).
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// Upper-case method or `ANY`.
+    pub method: String,
+    /// Path template.
+    pub path: String,
+    /// The function behind it.
+    pub function: Arc<LocalFunction>,
+}
+
+impl Route {
+    /// `Some(path parameters)` when `method` and `path` match this route.
+    pub fn matches(&self, method: &str, path: &str) -> Option<HashMap<String, String>> {
+        match_route(&self.method, &self.path, method, path)
+    }
+}
+
+/// `Some(path parameters)` when `method` and `path` match the route `route_method route_path`.
+pub fn match_route(route_method: &str, route_path: &str, method: &str, path: &str) -> Option<HashMap<String, String>> {
+    {
+        if route_method != "ANY" && !route_method.eq_ignore_ascii_case(method) {
+            return None;
+        }
+        let template: Vec<&str> = route_path.trim_matches('/').split('/').collect();
+        let actual: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let mut params = HashMap::new();
+        for (i, part) in template.iter().enumerate() {
+            if let Some(name) = part.strip_prefix('{').and_then(|p| p.strip_suffix("+}")) {
+                params.insert(name.to_owned(), actual.get(i..)?.join("/"));
+                return Some(params);
+            }
+            let value = actual.get(i)?;
+            match part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+                Some(name) if !value.is_empty() => {
+                    params.insert(name.to_owned(), (*value).to_owned());
+                }
+                Some(_) => return None,
+                None if part == value => {}
+                None => return None,
+            }
+        }
+        (template.len() == actual.len()).then_some(params)
+    }
+}
+
+struct Api {
+    routes: Vec<Route>,
+    account: String,
+}
+
+/// The routes of every `HttpApi` event of the runtime's functions.
+pub fn routes(runtime: &Runtime) -> Vec<Route> {
+    let mut routes = Vec::new();
+    for function in runtime.functions.values() {
+        for event in &function.spec.events {
+            if let FunctionEvent::HttpApi { path, method, .. } = event {
+                routes.push(Route { method: method.clone(), path: path.clone(), function: function.clone() });
+            }
+        }
+    }
+    // Literal segments before parameters, as API Gateway prefers the most specific route.
+    routes.sort_by_key(|r| (r.path.contains('{'), std::cmp::Reverse(r.path.len())));
+    routes
+}
+
+/// Serves the HTTP API on `addr` (port 0 picks a free one) until `shutdown` is true; returns
+/// the bound address.
+///
+/// # Errors
+/// The bind error.
+pub async fn serve(runtime: &Runtime, addr: SocketAddr, mut shutdown: watch::Receiver<bool>) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let api = Arc::new(Api { routes: routes(runtime), account: runtime.stack.resolver.account.clone() });
+    let app = axum::Router::new().fallback(handle).with_state(api);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        let stop = async move {
+            while !*shutdown.borrow() {
+                if shutdown.changed().await.is_err() {
+                    break;
+                }
+            }
+        };
+        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
+            tracing::error!(error = %e, "HTTP API stopped");
+        }
+    });
+    Ok((bound, task))
+}
+
+fn plain(status: StatusCode, message: &str) -> Response {
+    let mut response = Response::new(Body::from(json!({ "message": message }).to_string()));
+    *response.status_mut() = status;
+    response.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+    response
+}
+
+async fn handle(State(api): State<Arc<Api>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path().to_owned();
+    let method = parts.method.as_str().to_owned();
+    let Some((route, params)) = api.routes.iter().find_map(|r| r.matches(&method, &path).map(|p| (r, p))) else {
+        return plain(StatusCode::NOT_FOUND, "Not Found");
+    };
+    let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(_) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "Request Entity Too Large"),
+    };
+    let mut headers = serde_json::Map::new();
+    let mut cookies = Vec::new();
+    for (name, value) in &parts.headers {
+        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        if name == "cookie" {
+            cookies.extend(value.split(';').map(|c| Value::String(c.trim().to_owned())));
+            continue;
+        }
+        match headers.get_mut(name.as_str()) {
+            Some(Value::String(existing)) => {
+                existing.push(',');
+                existing.push_str(&value);
+            }
+            _ => {
+                headers.insert(name.as_str().to_owned(), Value::String(value));
+            }
+        }
+    }
+    let query = parts.uri.query().unwrap_or("").to_owned();
+    let mut query_parameters = serde_json::Map::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        query_parameters.insert(k.to_owned(), Value::String(v.to_owned()));
+    }
+    let (body, is_base64) = match std::str::from_utf8(&bytes) {
+        Ok(text) => (text.to_owned(), false),
+        Err(_) => (base64::engine::general_purpose::STANDARD.encode(&bytes), true),
+    };
+    let route_key = format!("{} {}", route.method.replace("ANY", "$default"), route.path);
+    let now = chrono::Utc::now();
+    let user_agent = parts.headers.get("user-agent").and_then(|v| v.to_str().ok()).unwrap_or("");
+    let mut event = json!({
+        "version": "2.0",
+        "routeKey": route_key,
+        "rawPath": path,
+        "rawQueryString": query,
+        "headers": headers,
+        "requestContext": {
+            "accountId": api.account,
+            "apiId": "local",
+            "domainName": parts.headers.get("host").and_then(|v| v.to_str().ok()).unwrap_or("localhost"),
+            "domainPrefix": "local",
+            "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": user_agent},
+            "requestId": uuid::Uuid::new_v4().to_string(),
+            "routeKey": route_key,
+            "stage": "$default",
+            "time": now.format("%d/%b/%Y:%H:%M:%S %z").to_string(),
+            "timeEpoch": now.timestamp_millis(),
+        },
+        "isBase64Encoded": is_base64,
+    });
+    if !bytes.is_empty() {
+        event["body"] = Value::String(body);
+    }
+    if !cookies.is_empty() {
+        event["cookies"] = Value::Array(cookies);
+    }
+    if !query_parameters.is_empty() {
+        event["queryStringParameters"] = Value::Object(query_parameters);
+    }
+    if !params.is_empty() {
+        event["pathParameters"] = json!(params);
+    }
+    let invocation = route.function.invoke(&event.to_string()).await;
+    match invocation.result {
+        Ok(response) => into_http(&response),
+        Err(diagnostic) => {
+            tracing::error!(function = %route.function.spec.logical_id, error_type = %diagnostic.error_type, error = %diagnostic.error_message, "function failed");
+            plain(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error")
+        }
+    }
+}
+
+/// A function's payload-2.0 response as HTTP.
+fn into_http(response: &Value) -> Response {
+    let status = response
+        .get("statusCode")
+        .and_then(Value::as_u64)
+        .and_then(|s| StatusCode::from_u16(s as u16).ok())
+        .unwrap_or(StatusCode::OK);
+    let body = match (response.get("body"), response.get("isBase64Encoded").and_then(Value::as_bool).unwrap_or(false)) {
+        (Some(Value::String(b)), true) => base64::engine::general_purpose::STANDARD.decode(b).unwrap_or_default(),
+        (Some(Value::String(b)), false) => b.clone().into_bytes(),
+        _ => Vec::new(),
+    };
+    let mut http = Response::new(Body::from(body));
+    *http.status_mut() = status;
+    if let Some(Value::Object(headers)) = response.get("headers") {
+        for (k, v) in headers {
+            if let (Ok(name), Some(Ok(value))) = (HeaderName::from_bytes(k.as_bytes()), v.as_str().map(HeaderValue::from_str)) {
+                http.headers_mut().insert(name, value);
+            }
+        }
+    }
+    if let Some(Value::Array(cookies)) = response.get("cookies") {
+        for cookie in cookies.iter().filter_map(Value::as_str) {
+            if let Ok(value) = HeaderValue::from_str(cookie) {
+                http.headers_mut().append("set-cookie", value);
+            }
+        }
+    }
+    http
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_templates_match_like_api_gateway() {
+        let route = |method: &'static str, path: &'static str| (method, path);
+        let m = |(method, path): (&str, &str), m: &str, p: &str| match_route(method, path, m, p);
+        assert_eq!(m(route("POST", "/orders"), "POST", "/orders"), Some(HashMap::new()));
+        assert_eq!(m(route("POST", "/orders"), "GET", "/orders"), None);
+        assert_eq!(m(route("GET", "/orders/{id}"), "GET", "/orders/o-1").unwrap()["id"], "o-1");
+        assert_eq!(m(route("POST", "/orders/{id}/cancel"), "POST", "/orders/o-1/cancel").unwrap()["id"], "o-1");
+        assert_eq!(m(route("GET", "/orders/{id}"), "GET", "/orders"), None);
+        assert_eq!(m(route("ANY", "/{proxy+}"), "DELETE", "/a/b").unwrap()["proxy"], "a/b");
+    }
+}

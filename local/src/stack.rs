@@ -1,0 +1,304 @@
+//! The local stack: the template's tables, bus, queues and rules, created on the emulator (or
+//! looked up on AWS), and the names and URLs the functions' environment refers to.
+//!
+//! Provisioning is idempotent: what exists is left as it is, so running it twice against one
+//! endpoint is a no-op. One deliberate addition: every EventBridge rule gets an SQS *delivery
+//! queue* as its target (`<stack>-local-<Rule>`), from which the local runtime invokes the
+//! consumer function the way Lambda's asynchronous invocation would (see [`crate::delivery`]).
+
+use std::collections::HashMap;
+
+use aws_config::SdkConfig;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, StreamSpecification, StreamViewType,
+    TimeToLiveSpecification,
+};
+
+use crate::template::{BusSpec, FunctionEvent, FunctionSpec, QueueSpec, Resolver, RuleSpec, TableSpec, Template, TemplateError};
+
+/// Why the stack could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum StackError {
+    /// The template cannot be used.
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    /// An AWS call failed.
+    #[error("{action}: {reason}")]
+    Aws {
+        /// What was being done.
+        action: String,
+        /// The SDK's error, with context.
+        reason: String,
+    },
+}
+
+fn aws_err<E: std::error::Error + 'static>(action: impl Into<String>) -> impl FnOnce(E) -> StackError {
+    let action = action.into();
+    move |e| StackError::Aws { action, reason: aws_sdk_sqs::error::DisplayErrorContext(e).to_string() }
+}
+
+/// A queue of the stack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueInfo {
+    /// Logical id (or `local:<rule>` for delivery queues).
+    pub logical_id: String,
+    /// Queue name.
+    pub name: String,
+    /// Queue URL.
+    pub url: String,
+    /// Queue ARN.
+    pub arn: String,
+}
+
+/// An EventBridge rule of a function, as provisioned locally.
+#[derive(Debug, Clone)]
+pub struct LocalRule {
+    /// The function's logical id.
+    pub function: String,
+    /// The rule as the template has it.
+    pub spec: RuleSpec,
+    /// Rule name on the bus.
+    pub rule_name: String,
+    /// Bus name.
+    pub bus_name: String,
+    /// The delivery queue the local runtime polls.
+    pub delivery_queue: QueueInfo,
+}
+
+/// The provisioned stack.
+#[derive(Debug, Clone)]
+pub struct Stack {
+    /// The template.
+    pub template: Template,
+    /// Resolves `!Ref`/`!GetAtt`/`!Sub` to this stack's names.
+    pub resolver: Resolver,
+    /// Tables.
+    pub tables: Vec<TableSpec>,
+    /// Stream ARN per table logical id (tables with a stream).
+    pub stream_arns: HashMap<String, String>,
+    /// Buses.
+    pub buses: Vec<BusSpec>,
+    /// Queues of the template.
+    pub queues: Vec<QueueInfo>,
+    /// Functions.
+    pub functions: Vec<FunctionSpec>,
+    /// Rules with their local delivery queues (empty when not provisioned).
+    pub rules: Vec<LocalRule>,
+}
+
+/// Whether to create what is missing (the emulator) or only look things up (real AWS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Create missing tables, bus, queues, rules and delivery queues.
+    Provision,
+    /// Only resolve names and look up queue URLs.
+    LookUp,
+}
+
+impl Stack {
+    /// Provisions (or looks up) the template's resources as stack `stack_name`.
+    ///
+    /// # Errors
+    /// [`StackError`] naming the template property or the AWS call that failed.
+    pub async fn set_up(sdk: &SdkConfig, template: Template, stack_name: &str, account: &str, mode: Mode) -> Result<Self, StackError> {
+        let region = sdk.region().map(|r| r.to_string()).unwrap_or_else(|| "us-east-1".into());
+        let mut resolver = Resolver::new(stack_name, &region, account);
+        let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+        let events = aws_sdk_eventbridge::Client::new(sdk);
+        let sqs = aws_sdk_sqs::Client::new(sdk);
+
+        let tables = template.tables(&resolver)?;
+        let mut stream_arns = HashMap::new();
+        for table in &tables {
+            resolver.set_ref(&table.logical_id, &table.name);
+            resolver.set_attr(&table.logical_id, "Arn", format!("arn:aws:dynamodb:{region}:{account}:table/{}", table.name));
+            if mode == Mode::Provision {
+                if let Some(arn) = create_table(&dynamodb, table).await? {
+                    resolver.set_attr(&table.logical_id, "StreamArn", &arn);
+                    stream_arns.insert(table.logical_id.clone(), arn);
+                }
+            }
+        }
+
+        let buses = template.buses(&resolver)?;
+        for bus in &buses {
+            resolver.set_ref(&bus.logical_id, &bus.name);
+            resolver.set_attr(&bus.logical_id, "Name", &bus.name);
+            resolver.set_attr(&bus.logical_id, "Arn", format!("arn:aws:events:{region}:{account}:event-bus/{}", bus.name));
+            if mode == Mode::Provision && events.describe_event_bus().name(&bus.name).send().await.is_err() {
+                events.create_event_bus().name(&bus.name).send().await.map_err(aws_err(format!("CreateEventBus {}", bus.name)))?;
+            }
+        }
+
+        let mut queues = Vec::new();
+        for spec in template.queues(&resolver)? {
+            let info = queue(&sqs, &spec, &region, account, mode).await?;
+            resolver.set_ref(&spec.logical_id, &info.url);
+            resolver.set_attr(&spec.logical_id, "Arn", &info.arn);
+            resolver.set_attr(&spec.logical_id, "QueueName", &info.name);
+            resolver.set_attr(&spec.logical_id, "QueueUrl", &info.url);
+            queues.push(info);
+        }
+
+        let functions = template.functions()?;
+        for f in &functions {
+            let name = format!("{stack_name}-{}", f.logical_id);
+            resolver.set_attr(&f.logical_id, "Arn", format!("arn:aws:lambda:{region}:{account}:function:{name}"));
+            resolver.set_ref(&f.logical_id, name);
+        }
+
+        let mut rules = Vec::new();
+        if mode == Mode::Provision {
+            for f in &functions {
+                for event in &f.events {
+                    let FunctionEvent::EventBridgeRule(spec) = event else { continue };
+                    let at = format!("{}.Properties.Events.{}.Properties.EventBusName", f.logical_id, spec.name);
+                    let bus_name = match &spec.bus {
+                        Some(v) => resolver.resolve_string(v, &at)?,
+                        None => "default".into(),
+                    };
+                    let rule_name: String = format!("{stack_name}-{}{}", f.logical_id, spec.name).chars().take(64).collect();
+                    let queue_spec = QueueSpec {
+                        logical_id: format!("local:{rule_name}"),
+                        name: format!("{stack_name}-local-{}{}", f.logical_id, spec.name).chars().take(80).collect(),
+                        attributes: [("VisibilityTimeout".to_owned(), (f.timeout_secs.max(1) * 6).to_string())].into(),
+                    };
+                    let delivery_queue = queue(&sqs, &queue_spec, &region, account, mode).await?;
+                    events
+                        .put_rule()
+                        .name(&rule_name)
+                        .event_bus_name(&bus_name)
+                        .event_pattern(spec.pattern.to_string())
+                        .send()
+                        .await
+                        .map_err(aws_err(format!("PutRule {rule_name}")))?;
+                    let target = aws_sdk_eventbridge::types::Target::builder()
+                        .id("local-delivery")
+                        .arn(&delivery_queue.arn)
+                        .build()
+                        .map_err(aws_err("Target"))?;
+                    events
+                        .put_targets()
+                        .rule(&rule_name)
+                        .event_bus_name(&bus_name)
+                        .targets(target)
+                        .send()
+                        .await
+                        .map_err(aws_err(format!("PutTargets {rule_name}")))?;
+                    rules.push(LocalRule { function: f.logical_id.clone(), spec: spec.clone(), rule_name, bus_name, delivery_queue });
+                }
+            }
+        }
+        Ok(Self { template, resolver, tables, stream_arns, buses, queues, functions, rules })
+    }
+
+    /// The function's `Environment.Variables`, resolved against this stack.
+    ///
+    /// # Errors
+    /// [`TemplateError`] naming the variable that cannot be resolved.
+    pub fn environment(&self, function: &FunctionSpec) -> Result<HashMap<String, String>, TemplateError> {
+        function
+            .environment
+            .iter()
+            .map(|(k, v)| {
+                let at = format!("{}.Properties.Environment.Variables.{k}", function.logical_id);
+                Ok((k.clone(), self.resolver.resolve_string(v, &at)?))
+            })
+            .collect()
+    }
+
+    /// The function with `logical_id`.
+    pub fn function(&self, logical_id: &str) -> Option<&FunctionSpec> {
+        self.functions.iter().find(|f| f.logical_id == logical_id)
+    }
+
+    /// The queue of the template whose ARN is `arn`.
+    pub fn queue_by_arn(&self, arn: &str) -> Option<&QueueInfo> {
+        self.queues.iter().find(|q| q.arn == arn)
+    }
+
+    /// The queue of the template with `logical_id`.
+    pub fn queue(&self, logical_id: &str) -> Option<&QueueInfo> {
+        self.queues.iter().find(|q| q.logical_id == logical_id)
+    }
+
+    /// The table with `logical_id`.
+    pub fn table(&self, logical_id: &str) -> Option<&TableSpec> {
+        self.tables.iter().find(|t| t.logical_id == logical_id)
+    }
+}
+
+/// Creates `table` unless it exists; enables its TTL; returns its latest stream ARN.
+async fn create_table(client: &aws_sdk_dynamodb::Client, table: &TableSpec) -> Result<Option<String>, StackError> {
+    let existing = client.describe_table().table_name(&table.name).send().await;
+    let description = match existing {
+        Ok(out) => out.table,
+        Err(_) => {
+            let mut request = client.create_table().table_name(&table.name).billing_mode(BillingMode::PayPerRequest);
+            for (name, kind) in &table.attributes {
+                let definition = AttributeDefinition::builder()
+                    .attribute_name(name)
+                    .attribute_type(ScalarAttributeType::from(kind.as_str()))
+                    .build()
+                    .map_err(aws_err("AttributeDefinition"))?;
+                request = request.attribute_definitions(definition);
+            }
+            for (name, kind) in &table.key_schema {
+                let element = KeySchemaElement::builder()
+                    .attribute_name(name)
+                    .key_type(KeyType::from(kind.as_str()))
+                    .build()
+                    .map_err(aws_err("KeySchemaElement"))?;
+                request = request.key_schema(element);
+            }
+            if let Some(view) = &table.stream_view_type {
+                let spec = StreamSpecification::builder()
+                    .stream_enabled(true)
+                    .stream_view_type(StreamViewType::from(view.as_str()))
+                    .build()
+                    .map_err(aws_err("StreamSpecification"))?;
+                request = request.stream_specification(spec);
+            }
+            request.send().await.map_err(aws_err(format!("CreateTable {}", table.name)))?.table_description
+        }
+    };
+    if let Some(attribute) = &table.ttl_attribute {
+        let ttl = client.describe_time_to_live().table_name(&table.name).send().await.map_err(aws_err(format!("DescribeTimeToLive {}", table.name)))?;
+        let enabled = ttl
+            .time_to_live_description()
+            .and_then(|d| d.time_to_live_status())
+            .is_some_and(|s| matches!(s, aws_sdk_dynamodb::types::TimeToLiveStatus::Enabled | aws_sdk_dynamodb::types::TimeToLiveStatus::Enabling));
+        if !enabled {
+            let spec = TimeToLiveSpecification::builder().attribute_name(attribute).enabled(true).build().map_err(aws_err("TimeToLiveSpecification"))?;
+            client
+                .update_time_to_live()
+                .table_name(&table.name)
+                .time_to_live_specification(spec)
+                .send()
+                .await
+                .map_err(aws_err(format!("UpdateTimeToLive {}", table.name)))?;
+        }
+    }
+    Ok(description.and_then(|d| d.latest_stream_arn))
+}
+
+/// Creates `spec` (CreateQueue is idempotent for equal attributes) or looks it up.
+async fn queue(sqs: &aws_sdk_sqs::Client, spec: &QueueSpec, region: &str, account: &str, mode: Mode) -> Result<QueueInfo, StackError> {
+    let url = match mode {
+        Mode::Provision => {
+            let mut request = sqs.create_queue().queue_name(&spec.name);
+            for (k, v) in &spec.attributes {
+                request = request.attributes(aws_sdk_sqs::types::QueueAttributeName::from(k.as_str()), v);
+            }
+            request.send().await.map_err(aws_err(format!("CreateQueue {}", spec.name)))?.queue_url
+        }
+        Mode::LookUp => sqs.get_queue_url().queue_name(&spec.name).send().await.map_err(aws_err(format!("GetQueueUrl {}", spec.name)))?.queue_url,
+    };
+    let url = url.ok_or_else(|| StackError::Aws { action: format!("queue {}", spec.name), reason: "no QueueUrl in the answer".into() })?;
+    Ok(QueueInfo {
+        logical_id: spec.logical_id.clone(),
+        name: spec.name.clone(),
+        arn: format!("arn:aws:sqs:{region}:{account}:{}", spec.name),
+        url,
+    })
+}
