@@ -13,6 +13,28 @@
 //!   caller to handle, not an error; nothing was written, not even the inbox row;
 //! * a crash before commit leaves nothing, so the retry applies the event normally.
 //!
+//! **Guarded mode** ([`Inbox::begin`], [`Inbox::complete`], [`Inbox::release`]) is for effects
+//! outside DynamoDB (an HTTP call, an email), which no transaction can cover:
+//!
+//! | row | meaning | a delivery that finds it |
+//! |---|---|---|
+//! | absent, or `expires_at` passed | never claimed | claims it: `IN_PROGRESS` with a lease |
+//! | `IN_PROGRESS`, lease live | another invocation is on it | [`InboxError::InProgress`] (retryable) |
+//! | `IN_PROGRESS`, lease ended | its invocation died | takes it over, conditional on the old lease |
+//! | `COMPLETED` | done | [`Claim::Completed`] with the stored result |
+//!
+//! The lease ends when the claiming invocation's time ends (the Lambda context's deadline), or
+//! after a configured maximum when that is unknown — never "forever", so a crash between claim
+//! and effect only delays the retry. Completing and releasing are conditioned on the lease
+//! token, so an invocation whose lease was taken over cannot overwrite the new owner.
+//!
+//! **Ordering** (opt-in, [`Inbox::ordered`]): the transaction also moves a per-aggregate row
+//! (`<consumer>#aggregate#<type>#<id>`, attribute `last_sequence`) from `sequence − 1` to
+//! `sequence`. An event at or below `last_sequence` is a duplicate; one that skips ahead is
+//! [`InboxError::SequenceGap`] (retryable: its predecessor may still arrive; when retries run
+//! out the event lands in the dead-letter queue with the reason `sequence gap`). The first event
+//! of an aggregate must have sequence 1.
+//!
 //! Rows carry `expires_at` (epoch seconds, the table's TTL attribute), set to now + retention
 //! (default 7 days: longer than EventBridge's 24-hour retry window and a DLQ replay).
 //! Source for the transaction semantics: the `TransactWriteItems` API reference,
@@ -20,7 +42,7 @@
 
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use chrono::{DateTime, SecondsFormat, Utc};
 use sha2::{Digest, Sha256};
@@ -59,13 +81,78 @@ pub enum InboxError {
     /// The transaction failed (retryable or not; see [`TransactionError::is_retryable`]).
     #[error(transparent)]
     Transaction(#[from] TransactionError),
+    /// Guarded mode: another invocation holds a live lease on the event.
+    #[error("event {event_id} is being processed by another invocation (lease until {lease_expires_at} epoch ms); retry later")]
+    InProgress {
+        /// The event id.
+        event_id: String,
+        /// When the holder's lease ends, epoch milliseconds.
+        lease_expires_at: i64,
+    },
+    /// Guarded mode: the lease ended and another invocation took the event over; this
+    /// invocation must not report its result.
+    #[error("the lease on event {0} was taken over by another invocation")]
+    LeaseLost(String),
+    /// Ordering: the event skips ahead of the aggregate's last applied sequence.
+    #[error("sequence gap on {aggregate}: expected sequence {expected}, got {got}")]
+    SequenceGap {
+        /// `<aggregate_type>#<aggregate_id>`.
+        aggregate: String,
+        /// The next sequence the consumer can apply.
+        expected: u64,
+        /// The event's sequence.
+        got: u64,
+    },
+    /// A DynamoDB call other than the transaction failed.
+    #[error("inbox {action} failed: {reason}")]
+    Sdk {
+        /// What was being done.
+        action: &'static str,
+        /// The SDK error, with context.
+        reason: String,
+    },
 }
 
 impl InboxError {
     /// Whether retrying the delivery later can succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, InboxError::Transaction(e) if e.is_retryable())
+        match self {
+            InboxError::Transaction(e) => e.is_retryable(),
+            InboxError::InProgress { .. } | InboxError::SequenceGap { .. } | InboxError::Sdk { .. } => true,
+            InboxError::PayloadMismatch { .. } | InboxError::LeaseLost(_) => false,
+        }
     }
+}
+
+/// Guarded mode: the answer of [`Inbox::begin`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This invocation holds the event until `lease_expires_at` (epoch ms): perform the effect,
+    /// then [`Inbox::complete`] (or [`Inbox::release`] on failure).
+    Acquired(Lease),
+    /// The event was completed before; `result` is what the first run stored.
+    Completed {
+        /// The stored result (e.g. a JSON document), if any.
+        result: Option<String>,
+    },
+}
+
+/// A held claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The event id.
+    pub event_id: String,
+    /// Unique per claim; completion and release are conditioned on it.
+    pub token: String,
+    /// When the lease ends, epoch milliseconds.
+    pub lease_expires_at: i64,
+}
+
+const IN_PROGRESS: &str = "IN_PROGRESS";
+const COMPLETED: &str = "COMPLETED";
+
+fn sdk(action: &'static str) -> impl FnOnce(aws_sdk_dynamodb::Error) -> InboxError {
+    move |e| InboxError::Sdk { action, reason: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string() }
 }
 
 /// The inbox of one consumer.
@@ -75,12 +162,42 @@ pub struct Inbox {
     table: String,
     consumer: String,
     retention: Duration,
+    ordered: bool,
 }
 
 impl Inbox {
     /// The inbox of `consumer` in `table`; rows expire `retention` after they are written.
     pub fn new(client: Client, table: impl Into<String>, consumer: impl Into<String>, retention: Duration) -> Self {
-        Self { client, table: table.into(), consumer: consumer.into(), retention }
+        Self { client, table: table.into(), consumer: consumer.into(), retention, ordered: false }
+    }
+
+    /// Enables per-aggregate ordering (see the module docs).
+    pub fn ordered(mut self) -> Self {
+        self.ordered = true;
+        self
+    }
+
+    /// Partition key of the ordering row of an aggregate.
+    pub fn aggregate_key(&self, metadata: &EventMetadata) -> String {
+        format!("{}#aggregate#{}#{}", self.consumer, metadata.aggregate_type, metadata.subject)
+    }
+
+    /// The update that moves the aggregate's `last_sequence` from `sequence − 1` to `sequence`.
+    fn advance_sequence(&self, metadata: &EventMetadata, now: DateTime<Utc>) -> TransactWriteItem {
+        let update = Update::builder()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(self.aggregate_key(metadata)))
+            .update_expression("SET last_sequence = :seq, expires_at = :expires")
+            .condition_expression("(attribute_not_exists(pk) AND :seq = :one) OR last_sequence = :previous")
+            .expression_attribute_values(":seq", AttributeValue::N(metadata.sequence.to_string()))
+            .expression_attribute_values(":previous", AttributeValue::N(metadata.sequence.saturating_sub(1).to_string()))
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .expression_attribute_values(":expires", AttributeValue::N((now.timestamp() + self.retention.as_secs() as i64).to_string()))
+            .return_values_on_condition_check_failure(all_old())
+            .build()
+            // table_name, key and update_expression are set above, the only required fields.
+            .expect("Update has its required fields");
+        TransactWriteItem::builder().update(update).build()
     }
 
     /// The DynamoDB client.
@@ -140,8 +257,13 @@ impl Inbox {
         payload_hash: &str,
         writes: Vec<TransactWriteItem>,
     ) -> Result<InboxOutcome, InboxError> {
-        let mut items = Vec::with_capacity(writes.len() + 1);
-        items.push(self.claim(metadata, payload_hash, Utc::now()));
+        let now = Utc::now();
+        let mut items = Vec::with_capacity(writes.len() + 2);
+        items.push(self.claim(metadata, payload_hash, now));
+        if self.ordered {
+            items.push(self.advance_sequence(metadata, now));
+        }
+        let business_offset = items.len();
         items.extend(writes);
         match transact_write(&self.client, items).await {
             Ok(()) => Ok(InboxOutcome::Applied),
@@ -160,10 +282,151 @@ impl Inbox {
                     _ => Ok(InboxOutcome::Duplicate),
                 }
             }
+            Err(TransactionError::ConditionFailed { index: 1, item }) if self.ordered => {
+                let last = item
+                    .as_ref()
+                    .and_then(|i| i.get("last_sequence"))
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0);
+                if metadata.sequence <= last {
+                    Ok(InboxOutcome::Duplicate)
+                } else {
+                    Err(InboxError::SequenceGap {
+                        aggregate: format!("{}#{}", metadata.aggregate_type, metadata.subject),
+                        expected: last + 1,
+                        got: metadata.sequence,
+                    })
+                }
+            }
             Err(TransactionError::ConditionFailed { index, .. }) => {
-                Ok(InboxOutcome::BusinessConditionFailed { index: index - 1 })
+                Ok(InboxOutcome::BusinessConditionFailed { index: index - business_offset })
             }
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Guarded mode: claims `metadata.id` for an effect outside DynamoDB, with a lease until
+    /// `lease_until` (use the invocation's deadline; see [`crate::app::deadline_of`]).
+    ///
+    /// # Errors
+    /// [`InboxError::InProgress`] while another invocation holds a live lease;
+    /// [`InboxError::PayloadMismatch`] if the id was claimed with another payload;
+    /// [`InboxError::Sdk`] if DynamoDB fails.
+    pub async fn begin(&self, metadata: &EventMetadata, payload_hash: &str, lease_until: DateTime<Utc>) -> Result<Claim, InboxError> {
+        let now = Utc::now();
+        let token = uuid::Uuid::new_v4().to_string();
+        let s = |v: &str| AttributeValue::S(v.to_owned());
+        let n = |v: i64| AttributeValue::N(v.to_string());
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s(&self.key(&metadata.id)))
+            .item("consumer", s(&self.consumer))
+            .item("event_id", s(&metadata.id))
+            .item("event_type", s(&metadata.event_type))
+            .item("status", s(IN_PROGRESS))
+            .item("lease_token", s(&token))
+            .item("lease_expires_at", n(lease_until.timestamp_millis()))
+            .item("payload_hash", s(payload_hash))
+            .item("expires_at", n(now.timestamp() + self.retention.as_secs() as i64))
+            .condition_expression(
+                "attribute_not_exists(pk) OR expires_at < :now OR (#status = :in_progress AND lease_expires_at < :now_ms)",
+            )
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":now", n(now.timestamp()))
+            .expression_attribute_values(":now_ms", n(now.timestamp_millis()))
+            .expression_attribute_values(":in_progress", s(IN_PROGRESS))
+            .return_values_on_condition_check_failure(aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        let failed = match result {
+            Ok(_) => {
+                return Ok(Claim::Acquired(Lease {
+                    event_id: metadata.id.clone(),
+                    token,
+                    lease_expires_at: lease_until.timestamp_millis(),
+                }))
+            }
+            Err(e) => e.into_service_error(),
+        };
+        let aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(cfe) = failed else {
+            return Err(sdk("claim")(failed.into()));
+        };
+        let stored = cfe.item().cloned().unwrap_or_default();
+        let text = |name: &str| stored.get(name).and_then(|v| v.as_s().ok()).cloned();
+        if let Some(stored_hash) = text("payload_hash").filter(|h| h != payload_hash) {
+            return Err(InboxError::PayloadMismatch { event_id: metadata.id.clone(), stored: stored_hash, delivered: payload_hash.to_owned() });
+        }
+        match text("status").as_deref() {
+            Some(COMPLETED) | None => Ok(Claim::Completed { result: text("result") }),
+            Some(_) => Err(InboxError::InProgress {
+                event_id: metadata.id.clone(),
+                lease_expires_at: stored
+                    .get("lease_expires_at")
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0),
+            }),
+        }
+    }
+
+    /// Guarded mode: marks the claimed event `COMPLETED` with `result` (returned to later
+    /// duplicates), if this invocation still holds the lease.
+    ///
+    /// # Errors
+    /// [`InboxError::LeaseLost`] when another invocation took the event over.
+    pub async fn complete(&self, lease: &Lease, result: Option<&str>) -> Result<(), InboxError> {
+        let mut update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(self.key(&lease.event_id)))
+            .condition_expression("lease_token = :token")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":token", AttributeValue::S(lease.token.clone()))
+            .expression_attribute_values(":completed", AttributeValue::S(COMPLETED.into()))
+            .expression_attribute_values(":at", AttributeValue::S(Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)));
+        update = match result {
+            Some(r) => update
+                .update_expression("SET #status = :completed, processed_at = :at, #result = :result REMOVE lease_expires_at")
+                .expression_attribute_names("#result", "result")
+                .expression_attribute_values(":result", AttributeValue::S(r.to_owned())),
+            None => update.update_expression("SET #status = :completed, processed_at = :at REMOVE lease_expires_at"),
+        };
+        match update.send().await {
+            Ok(_) => Ok(()),
+            Err(e) => match e.into_service_error() {
+                aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(_) => {
+                    Err(InboxError::LeaseLost(lease.event_id.clone()))
+                }
+                other => Err(sdk("complete")(other.into())),
+            },
+        }
+    }
+
+    /// Guarded mode: gives the claim up after a failed effect, so a retry can run at once.
+    /// Does nothing if the lease was taken over meanwhile.
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] if DynamoDB fails.
+    pub async fn release(&self, lease: &Lease) -> Result<(), InboxError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(self.key(&lease.event_id)))
+            .condition_expression("lease_token = :token")
+            .expression_attribute_values(":token", AttributeValue::S(lease.token.clone()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => match e.into_service_error() {
+                aws_sdk_dynamodb::operation::delete_item::DeleteItemError::ConditionalCheckFailedException(_) => Ok(()),
+                other => Err(sdk("release")(other.into())),
+            },
         }
     }
 }

@@ -109,6 +109,19 @@ pub enum SkipReason {
     UnknownEventName,
 }
 
+impl SkipReason {
+    /// The reason as a metric label / log value, e.g. `ttl_remove`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            SkipReason::Modify => "modify",
+            SkipReason::Remove => "remove",
+            SkipReason::TtlRemove => "ttl_remove",
+            SkipReason::NotOutboxItem => "not_outbox_item",
+            SkipReason::UnknownEventName => "unknown_event_name",
+        }
+    }
+}
+
 /// What one invocation did, for logs and metrics.
 #[derive(Debug, Default, Clone, PartialEq, Serialize)]
 pub struct RelayReport {
@@ -139,6 +152,28 @@ impl RelayReport {
     /// Total skipped records.
     pub fn skipped_total(&self) -> usize {
         self.skipped.values().sum()
+    }
+
+    /// Records the report through the `metrics` facade: counters `RecordsSeen`,
+    /// `RecordsSkipped` (label `reason`), `EventsPublished`, `EntriesRetried`,
+    /// `RecordsDeadLettered`, `RecordsFailed`, `RecordsDeferred`, `PutEventsCalls`, and the
+    /// histogram `LagMilliseconds` (now − the newest event's `occurred_at`, for the batch's
+    /// slowest event). The relay function installs a CloudWatch Embedded Metric Format
+    /// recorder (`metrics_cloudwatch_embedded`); without a recorder this does nothing.
+    pub fn emit_metrics(&self) {
+        metrics::counter!("RecordsSeen").increment(self.records as u64);
+        for (reason, n) in &self.skipped {
+            metrics::counter!("RecordsSkipped", "reason" => reason.as_str()).increment(*n as u64);
+        }
+        metrics::counter!("EventsPublished").increment(self.published as u64);
+        metrics::counter!("EntriesRetried").increment(self.retried as u64);
+        metrics::counter!("RecordsDeadLettered").increment(self.dead_lettered as u64);
+        metrics::counter!("RecordsFailed").increment(self.failed as u64);
+        metrics::counter!("RecordsDeferred").increment(self.deferred as u64);
+        metrics::counter!("PutEventsCalls").increment(self.put_events_calls as u64);
+        if self.published > 0 {
+            metrics::histogram!("LagMilliseconds").record(self.max_lag_ms as f64);
+        }
     }
 }
 
@@ -311,6 +346,7 @@ impl Relay {
             failure.item_identifier = Some(sequence_number);
             response.batch_item_failures.push(failure);
         }
+        report.emit_metrics();
         tracing::info!(
             records = report.records,
             skipped = report.skipped_total(),
@@ -568,5 +604,41 @@ impl Relay {
 impl From<RelayError> for lambda_runtime::Diagnostic {
     fn from(e: RelayError) -> Self {
         lambda_runtime::Diagnostic { error_type: "RelayError".into(), error_message: e.to_string() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    #[test]
+    fn the_report_is_emitted_as_metrics() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let mut report = RelayReport { records: 7, published: 3, retried: 2, dead_lettered: 1, failed: 1, put_events_calls: 2, max_lag_ms: 40, ..Default::default() };
+        report.skipped.insert(SkipReason::TtlRemove, 2);
+        metrics::with_local_recorder(&recorder, || report.emit_metrics());
+        let values: HashMap<String, DebugValue> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, _, _, value)| {
+                let labels: Vec<String> = key.key().labels().map(|l| format!("{}={}", l.key(), l.value())).collect();
+                (format!("{}{:?}", key.key().name(), labels), value)
+            })
+            .collect();
+        let counter = |name: &str| match values.get(name) {
+            Some(DebugValue::Counter(n)) => *n,
+            other => panic!("{name}: {other:?} in {:?}", values.keys().collect::<Vec<_>>()),
+        };
+        assert_eq!(counter("RecordsSeen[]"), 7);
+        assert_eq!(counter("RecordsSkipped[\"reason=ttl_remove\"]"), 2);
+        assert_eq!(counter("EventsPublished[]"), 3);
+        assert_eq!(counter("EntriesRetried[]"), 2);
+        assert_eq!(counter("RecordsDeadLettered[]"), 1);
+        assert_eq!(counter("RecordsFailed[]"), 1);
+        assert_eq!(counter("PutEventsCalls[]"), 2);
+        assert!(matches!(values.get("LagMilliseconds[]"), Some(DebugValue::Histogram(h)) if h.len() == 1));
     }
 }

@@ -1,0 +1,256 @@
+//! Shared fixture of the end-to-end tests: ONE moto emulator per test binary, and one freshly
+//! provisioned stack (its own name, `t-<8 hex>`) per test, so tests can run in parallel without
+//! sharing a table, queue, bus or rule.
+//!
+//! Each `#[tokio::test]` has its own tokio runtime, so the emulator is started on a thread of its
+//! own (with a runtime that lives as long as the test process) and tests only share its endpoint;
+//! SDK clients are made per test. Statics are never dropped, so a small watchdog shell process
+//! stops the moto server (by its pid) once the test process is gone.
+
+#![allow(dead_code)] // each test binary uses a part of this module
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use outbox_local::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
+use outbox_local::emulator::Emulator;
+use outbox_local::runtime::{Runtime, RuntimeOptions};
+use outbox_local::stack::{Mode, Stack};
+use outbox_local::template::Template;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Longest wait for any condition of a test.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// The project root (where `template.yaml`, `events/` and `scripts/` are).
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+static ENDPOINT: OnceLock<String> = OnceLock::new();
+
+/// Endpoint of this test binary's moto emulator, started on first use.
+pub fn endpoint() -> &'static str {
+    ENDPOINT.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("moto-emulator".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime for the emulator");
+                rt.block_on(async move {
+                    match Emulator::start(&root()).await {
+                        Ok(emulator) => {
+                            let _ = tx.send(Ok(emulator.endpoint.clone()));
+                            // Keep the emulator (and its child process handle) for the life of the process.
+                            std::future::pending::<()>().await;
+                            drop(emulator);
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(e.to_string()));
+                        }
+                    }
+                });
+            })
+            .expect("spawning the emulator thread");
+        let endpoint = rx
+            .recv()
+            .expect("the emulator thread ended without an answer")
+            .unwrap_or_else(|e| panic!("the moto emulator did not start: {e}"));
+        stop_emulator_when_this_process_ends(&endpoint);
+        endpoint
+    })
+}
+
+/// Starts a watchdog that kills the moto server (our child, found by its `-p PORT` argument)
+/// once this test process has exited.
+fn stop_emulator_when_this_process_ends(endpoint: &str) {
+    let Some(port) = endpoint.rsplit(':').next() else { return };
+    let me = std::process::id();
+    let Some(moto) = child_with_port_argument(me, port) else {
+        eprintln!("warning: could not find the moto server process for {endpoint}; it will outlive the tests");
+        return;
+    };
+    let spawned = std::process::Command::new("sh")
+        .args(["-c", "while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; kill \"$2\" 2>/dev/null", "moto-watchdog"])
+        .arg(me.to_string())
+        .arg(moto.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    if let Err(e) = spawned {
+        eprintln!("warning: no watchdog for the moto server (pid {moto}): {e}");
+    }
+}
+
+/// Pid of a child of `parent` whose command line has `-p <port>`.
+fn child_with_port_argument(parent: u32, port: &str) -> Option<u32> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // "pid (comm) state ppid …": comm may hold spaces and parentheses.
+        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)).and_then(|p| p.parse::<u32>().ok());
+        if ppid != Some(parent) {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        if args.windows(2).any(|w| w[0] == b"-p" && w[1] == port.as_bytes()) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// A fresh stack name: `t-<8 hex digits>`.
+pub fn stack_name() -> String {
+    format!("t-{}", short_id())
+}
+
+/// 8 random hex digits.
+pub fn short_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
+}
+
+/// Short delays, so retries and polls take milliseconds.
+pub fn fast_options() -> RuntimeOptions {
+    RuntimeOptions {
+        stream_poll_interval: Duration::from_millis(50),
+        stream_retry_delay: Duration::from_millis(50),
+        async_retry_delay: Duration::from_millis(20),
+    }
+}
+
+/// One test's stack on the shared emulator, with the in-process functions.
+pub struct Local {
+    /// Stack name.
+    pub stack_name: String,
+    /// The runtime (stack, functions, stats).
+    pub runtime: Arc<Runtime>,
+    /// Clients on the emulator.
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    pub sqs: aws_sdk_sqs::Client,
+    pub events: aws_sdk_eventbridge::Client,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Local {
+    /// Provisions the template as a fresh stack on the emulator and builds its functions.
+    pub async fn start() -> Self {
+        let target = Target { endpoint: Some(endpoint().to_owned()), region: "us-east-1".into() };
+        let sdk = sdk_config(&target).await;
+        let template = Template::load(&root().join("template.yaml")).expect("template.yaml loads");
+        let stack_name = stack_name();
+        let stack = Stack::set_up(&sdk, template, &stack_name, EMULATOR_ACCOUNT, Mode::Provision)
+            .await
+            .unwrap_or_else(|e| panic!("provisioning stack {stack_name}: {e}"));
+        let runtime = Runtime::new(sdk, stack, fast_options()).unwrap_or_else(|e| panic!("building the functions: {e}"));
+        let (stop, _) = watch::channel(false);
+        Self {
+            stack_name,
+            dynamodb: aws_sdk_dynamodb::Client::new(&runtime.sdk),
+            sqs: aws_sdk_sqs::Client::new(&runtime.sdk),
+            events: aws_sdk_eventbridge::Client::new(&runtime.sdk),
+            runtime: Arc::new(runtime),
+            stop,
+            tasks: Vec::new(),
+        }
+    }
+
+    /// A receiver of the shutdown signal (for the HTTP API, pipelines, demo).
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
+    /// Starts the stream mapping(s) and rule delivery.
+    pub fn spawn_pipelines(&mut self) {
+        let tasks = self.runtime.spawn_pipelines(self.stop.subscribe()).unwrap_or_else(|e| panic!("spawn_pipelines: {e}"));
+        self.tasks.extend(tasks);
+    }
+
+    /// Serves the HTTP API on a free loopback port; returns its address.
+    pub async fn serve_http(&mut self) -> SocketAddr {
+        let (addr, task) = outbox_local::http_api::serve(&self.runtime, SocketAddr::from(([127, 0, 0, 1], 0)), self.stop.subscribe())
+            .await
+            .expect("the HTTP API binds a loopback port");
+        self.tasks.push(task);
+        addr
+    }
+
+    /// Stops the pipelines and the HTTP API.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks.drain(..) {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+    }
+
+    /// A function's resolved `Environment.Variables`.
+    pub fn env_of(&self, logical_id: &str) -> HashMap<String, String> {
+        let function = self.runtime.function(logical_id).unwrap_or_else(|e| panic!("{e}"));
+        self.runtime.stack.environment(&function.spec).unwrap_or_else(|e| panic!("environment of {logical_id}: {e}"))
+    }
+
+    /// Physical name of the table `logical_id`.
+    pub fn table(&self, logical_id: &str) -> String {
+        self.runtime.stack.table(logical_id).unwrap_or_else(|| panic!("no table {logical_id} in the stack")).name.clone()
+    }
+
+    /// Every item of `table` (consistent scan).
+    pub async fn scan(&self, table: &str) -> Vec<HashMap<String, AttributeValue>> {
+        let mut items = Vec::new();
+        let mut pages = self.dynamodb.scan().table_name(table).consistent_read(true).into_paginator().items().send();
+        while let Some(item) = pages.next().await {
+            items.push(item.unwrap_or_else(|e| panic!("Scan {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e))));
+        }
+        items
+    }
+
+    /// Items of `table` with partition key `pk` = `value` (consistent query).
+    pub async fn query_pk(&self, table: &str, value: &str) -> Vec<HashMap<String, AttributeValue>> {
+        self.dynamodb
+            .query()
+            .table_name(table)
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(":pk", AttributeValue::S(value.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("Query {table} pk={value}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))
+            .items
+            .unwrap_or_default()
+    }
+}
+
+/// A string attribute of an item, or "".
+pub fn s<'a>(item: &'a HashMap<String, AttributeValue>, name: &str) -> &'a str {
+    item.get(name).and_then(|v| v.as_s().ok()).map(String::as_str).unwrap_or("")
+}
+
+/// A bounded wait: `tick` sleeps briefly, or panics saying what was not reached once the time
+/// is up. Never used to assert timings, only to wait for conditions.
+pub struct Deadline {
+    what: String,
+    until: Instant,
+}
+
+impl Deadline {
+    /// Waits at most [`WAIT`] for `what`.
+    pub fn new(what: impl Into<String>) -> Self {
+        Self { what: what.into(), until: Instant::now() + WAIT }
+    }
+
+    /// Sleeps 50 ms; panics with `what` and `state` when the deadline has passed.
+    pub async fn tick(&self, state: impl FnOnce() -> String) {
+        if Instant::now() > self.until {
+            panic!("not reached within {} s: {} (last seen: {})", WAIT.as_secs(), self.what, state());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

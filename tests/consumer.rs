@@ -1,0 +1,165 @@
+//! The consumer (ReserveInventoryFunction) on the emulator: the inbox turns repeated and racing
+//! deliveries of one event into exactly one effect, and an event it can never accept ends in the
+//! ConsumerDeadLetterQueue after Lambda's asynchronous retries.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{s, Deadline, Local};
+use outbox::app::inventory;
+use outbox_local::runtime::LocalFunction;
+use serde_json::{json, Value};
+
+const CONSUMER: &str = "ReserveInventoryFunction";
+
+/// `events/order-created.json` with a new event id, order id and EventBridge envelope id.
+fn order_created(event_id: &str, order_id: &str, envelope_id: &str) -> String {
+    let path = common::root().join("events/order-created.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut event: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    event["id"] = json!(envelope_id);
+    event["detail"]["metadata"]["id"] = json!(event_id);
+    event["detail"]["metadata"]["subject"] = json!(order_id);
+    event["detail"]["data"]["order_id"] = json!(order_id);
+    event.to_string()
+}
+
+/// `(sku, quantity)` of the sample event's lines.
+fn sample_lines() -> Vec<(String, u64)> {
+    let event: Value = serde_json::from_str(&order_created("e", "o", "env")).expect("JSON");
+    event["detail"]["data"]["lines"]
+        .as_array()
+        .expect("lines")
+        .iter()
+        .map(|l| (l["sku"].as_str().expect("sku").to_owned(), l["quantity"].as_u64().expect("quantity")))
+        .collect()
+}
+
+async fn outcome(function: &LocalFunction, payload: &str) -> String {
+    let invocation = function.invoke(payload).await;
+    let response = invocation.result.unwrap_or_else(|d| panic!("{CONSUMER} failed: {}: {}", d.error_type, d.error_message));
+    response["outcome"].as_str().unwrap_or_else(|| panic!("no outcome in {response}")).to_owned()
+}
+
+const STOCK: u64 = 100;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn duplicate_and_racing_deliveries_take_effect_once() {
+    let local = Local::start().await;
+    let function: Arc<LocalFunction> = local.runtime.function(CONSUMER).unwrap_or_else(|e| panic!("{e}"));
+    let env = local.env_of(CONSUMER);
+    let inventory_table = env["INVENTORY_TABLE"].clone();
+    let inbox_table = env["INBOX_TABLE"].clone();
+    let outbox_table = env["OUTBOX_TABLE"].clone();
+    let consumer_name = env["CONSUMER_NAME"].clone();
+    let lines = sample_lines();
+    for (sku, _) in &lines {
+        inventory::put_stock(&local.dynamodb, &inventory_table, sku, STOCK).await.expect("seeding stock");
+    }
+    let check_stock = |times: u64| {
+        let dynamodb = local.dynamodb.clone();
+        let table = inventory_table.clone();
+        let lines = lines.clone();
+        async move {
+            for (sku, qty) in &lines {
+                let stock = inventory::stock(&dynamodb, &table, sku).await.expect("reading stock");
+                assert_eq!(stock, Some((STOCK - times * qty, times * qty)), "stock of {sku} after {times} order(s) of {qty} (available, reserved)");
+            }
+        }
+    };
+
+    // 1. The same event twice, with two EventBridge envelope ids.
+    let event_id = uuid::Uuid::now_v7().to_string();
+    let order_id = format!("o-{}", common::short_id());
+    assert_eq!(outcome(&function, &order_created(&event_id, &order_id, "envelope-a")).await, "reserved");
+    assert_eq!(outcome(&function, &order_created(&event_id, &order_id, "envelope-b")).await, "duplicate");
+    check_stock(1).await;
+    let inbox = local.query_pk(&inbox_table, &format!("{consumer_name}#{event_id}")).await;
+    assert_eq!(inbox.len(), 1, "inbox rows for {event_id}: {inbox:?}");
+    assert_eq!(s(&inbox[0], "event_id"), event_id);
+    let emitted = local.query_pk(&outbox_table, &format!("Reservation#{order_id}")).await;
+    assert_eq!(emitted.len(), 1, "the consumer's own events for {order_id}: {emitted:?}");
+    assert_eq!(s(&emitted[0], "event_type"), "InventoryReserved");
+
+    // 2. One new event delivered 8 times at once.
+    let event_id = uuid::Uuid::now_v7().to_string();
+    let order_id = format!("o-{}", common::short_id());
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let function = function.clone();
+            let payload = order_created(&event_id, &order_id, &format!("envelope-race-{i}"));
+            tokio::spawn(async move { outcome(&function, &payload).await })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.expect("a racing delivery panicked"));
+    }
+    outcomes.sort();
+    let reserved = outcomes.iter().filter(|o| *o == "reserved").count();
+    let duplicate = outcomes.iter().filter(|o| *o == "duplicate").count();
+    assert_eq!((reserved, duplicate), (1, 7), "outcomes of 8 racing deliveries: {outcomes:?}");
+    check_stock(2).await;
+    let inbox = local.query_pk(&inbox_table, &format!("{consumer_name}#{event_id}")).await;
+    assert_eq!(inbox.len(), 1, "inbox rows for {event_id}: {inbox:?}");
+    let emitted = local.query_pk(&outbox_table, &format!("Reservation#{order_id}")).await;
+    assert_eq!(emitted.len(), 1, "the consumer's own events for {order_id}: {emitted:?}");
+
+    local.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_event_is_dead_lettered_after_the_configured_retries() {
+    let mut local = Local::start().await;
+    let function = local.runtime.function(CONSUMER).unwrap_or_else(|e| panic!("{e}"));
+    let attempts = 1 + function.spec.event_invoke.max_retry_attempts as usize;
+    assert!(attempts > 1, "the template should configure retries (EventInvokeConfig.MaximumRetryAttempts)");
+    let rule = local.runtime.stack.rules.iter().find(|r| r.function == CONSUMER).cloned().expect("the consumer's EventBridge rule");
+    let dlq = local.runtime.stack.queue("ConsumerDeadLetterQueue").cloned().expect("ConsumerDeadLetterQueue");
+    local.spawn_pipelines();
+
+    let poison_id = format!("poison-{}", uuid::Uuid::now_v7());
+    let detail = json!({
+        "metadata": {"id": poison_id, "type": "OrderCreated", "version": 1, "source": "example.orders",
+                     "time": "2026-11-29T08:00:00.000Z", "subject": "poison-order", "aggregate_type": "Order",
+                     "sequence": 1, "correlation_id": "poison-test"},
+        "data": {"order_id": "poison-order", "customer_id": "c-0", "currency": "EUR", "lines": "three red mugs, please"}
+    });
+    let entry = aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+        .event_bus_name(&rule.bus_name)
+        .source("example.orders")
+        .detail_type("OrderCreated")
+        .detail(detail.to_string())
+        .build();
+    let out = local.events.put_events().entries(entry).send().await.expect("PutEvents");
+    assert_eq!(out.failed_entry_count(), 0, "{out:?}");
+
+    let deadline = Deadline::new(format!("event {poison_id} in {} and counted as dead-lettered", dlq.name));
+    let message = loop {
+        let dead = outbox_local::dlq::peek(&local.sqs, &dlq).await.expect("peeking the DLQ");
+        let counts = local.runtime.stats.snapshot();
+        if let Some(m) = dead.iter().find(|m| m.event_id.as_deref() == Some(poison_id.as_str())) {
+            if counts.consumer_dead_lettered >= 1 {
+                break m.clone();
+            }
+        }
+        deadline.tick(|| format!("DLQ {dead:?}; stats {counts:?}")).await;
+    };
+    let counts = local.runtime.stats.snapshot();
+    assert_eq!(counts.consumer_invocations, attempts, "invocations of the poison event (1 + MaximumRetryAttempts): {counts:?}");
+    assert_eq!(counts.consumer_errors, attempts, "{counts:?}");
+    assert_eq!(counts.consumer_dead_lettered, 1, "{counts:?}");
+    assert!(counts.outcomes.is_empty(), "the poison event had an outcome: {counts:?}");
+
+    assert_eq!(message.shape, "invocation-record", "{message:?}");
+    assert!(message.reason.contains("MalformedEvent"), "reason: {}", message.reason);
+    assert!(message.reason.contains("detail.data.lines"), "reason: {}", message.reason);
+    let record: Value = serde_json::from_str(&message.body).expect("the invocation record is JSON");
+    assert_eq!(record.pointer("/requestContext/approximateInvokeCount").and_then(Value::as_u64), Some(attempts as u64), "{record}");
+    assert_eq!(record.pointer("/requestPayload/detail/metadata/id").and_then(Value::as_str), Some(poison_id.as_str()), "{record}");
+    assert_eq!(record.pointer("/requestPayload/detail/data/lines"), Some(&json!("three red mugs, please")), "{record}");
+    assert_eq!(record.pointer("/requestPayload/detail-type").and_then(Value::as_str), Some("OrderCreated"), "{record}");
+
+    local.shutdown().await;
+}

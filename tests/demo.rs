@@ -1,0 +1,41 @@
+//! The demo end to end, wired as `outbox-local demo --orders 5 --json` wires it (HTTP API +
+//! pipelines + `demo::run`), on a fresh stack: every committed order takes effect exactly once,
+//! the injected duplicate is absorbed, the poison event is dead-lettered, nothing is lost.
+
+mod common;
+
+use std::time::Duration;
+
+use common::Local;
+use outbox_local::demo::{self, DemoOptions};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_demo_adds_up() {
+    let mut local = Local::start().await;
+    let api = local.serve_http().await;
+    local.spawn_pipelines();
+    let events_dir = common::root().join("events");
+    let samples = demo::sample_orders(&events_dir).expect("the sample orders of events/").len();
+    assert_eq!(samples, 2, "POST /orders samples in events/");
+
+    let options = DemoOptions { orders: 5, json: true, events_dir, timeout: Duration::from_secs(60) };
+    let result = demo::run(local.runtime.clone(), api, &options).await;
+    let counts = local.runtime.stats.snapshot();
+    local.shutdown().await;
+    let report = result.unwrap_or_else(|e| panic!("the demo did not complete: {e}\nstats: {counts:?}"));
+
+    let shown = format!("{report:#?}");
+    assert_eq!(report.orders_committed, samples + 5 + 1, "{shown}");
+    assert_eq!(report.events_consumed, report.orders_committed, "{shown}");
+    assert_eq!(report.reservations + report.rejections, report.events_consumed, "{shown}");
+    assert_eq!(report.rejections, 1, "the over-stock order is rejected: {shown}");
+    assert_eq!(report.duplicates_absorbed, 1, "{shown}");
+    assert_eq!(report.dead_lettered, 1, "{shown}");
+    assert_eq!(report.lost, 0, "{shown}");
+    assert_eq!(report.applied_twice, 0, "{shown}");
+    assert_eq!(report.stock_reserved, report.stock_expected, "{shown}");
+    assert!(report.stock_expected > 0, "{shown}");
+    assert!(report.outbox_items >= 2 * report.orders_committed, "orders' and the consumer's events: {shown}");
+    assert!(report.events_published >= report.outbox_items, "{shown}");
+    assert!(report.ok, "{shown}");
+}

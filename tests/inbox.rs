@@ -1,0 +1,142 @@
+//! The inbox's guarded mode and ordering against the emulator: claim/complete/release with
+//! leases, a crash between claim and effect, lease takeover by two racing takers, payload
+//! conflicts, and per-aggregate sequence checks.
+
+mod common;
+
+use std::time::Duration;
+
+use chrono::Utc;
+use common::Local;
+use outbox::envelope::EventMetadata;
+use outbox::inbox::{Claim, Inbox, InboxError, InboxOutcome};
+
+fn metadata(id: &str, aggregate: &str, sequence: u64) -> EventMetadata {
+    EventMetadata {
+        id: id.into(),
+        event_type: "OrderCreated".into(),
+        version: 1,
+        source: "example.orders".into(),
+        time: "2026-11-29T08:00:00.000Z".into(),
+        subject: aggregate.into(),
+        aggregate_type: "Order".into(),
+        sequence,
+        correlation_id: "c".into(),
+    }
+}
+
+fn inbox(local: &Local, consumer: &str) -> Inbox {
+    Inbox::new(local.dynamodb.clone(), local.table("InboxTable"), consumer, Duration::from_secs(3600))
+}
+
+#[tokio::test]
+async fn guarded_mode_claims_completes_and_returns_the_stored_result_to_duplicates() {
+    let local = Local::start().await;
+    let inbox = inbox(&local, "mailer");
+    let meta = metadata("e-1", "o-1", 1);
+    let until = Utc::now() + chrono::Duration::seconds(30);
+    let Claim::Acquired(lease) = inbox.begin(&meta, "h", until).await.unwrap() else { panic!("first claim must be acquired") };
+    // A duplicate while the lease is live: retryable, not a silent success.
+    let err = inbox.begin(&meta, "h", until).await.unwrap_err();
+    assert!(matches!(err, InboxError::InProgress { .. }) && err.is_retryable(), "{err}");
+    inbox.complete(&lease, Some(r#"{"message_id":"m-1"}"#)).await.unwrap();
+    assert_eq!(inbox.begin(&meta, "h", until).await.unwrap(), Claim::Completed { result: Some(r#"{"message_id":"m-1"}"#.into()) });
+    // Another consumer of the same event is not blocked.
+    assert!(matches!(self::inbox(&local, "audit").begin(&meta, "h", until).await.unwrap(), Claim::Acquired(_)));
+    local.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_crash_between_claim_and_effect_only_delays_the_retry() {
+    let local = Local::start().await;
+    let inbox = inbox(&local, "mailer");
+    let meta = metadata("e-2", "o-2", 1);
+    let mut effects = 0;
+    // First invocation claims with a short lease, then "crashes" (never completes or releases).
+    let Claim::Acquired(_) = inbox.begin(&meta, "h", Utc::now() + chrono::Duration::milliseconds(300)).await.unwrap() else { panic!() };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The retry takes the expired lease over and performs the effect once.
+    let Claim::Acquired(lease) = inbox.begin(&meta, "h", Utc::now() + chrono::Duration::seconds(30)).await.unwrap() else { panic!("expired lease must be taken over") };
+    effects += 1;
+    inbox.complete(&lease, None).await.unwrap();
+    assert!(matches!(inbox.begin(&meta, "h", Utc::now()).await.unwrap(), Claim::Completed { .. }));
+    assert_eq!(effects, 1);
+    local.shutdown().await;
+}
+
+#[tokio::test]
+async fn two_racing_takers_of_an_expired_lease_one_wins_and_the_loser_cannot_complete() {
+    let local = Local::start().await;
+    let inbox = inbox(&local, "mailer");
+    let meta = metadata("e-3", "o-3", 1);
+    let Claim::Acquired(stale) = inbox.begin(&meta, "h", Utc::now() + chrono::Duration::milliseconds(200)).await.unwrap() else { panic!() };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let until = Utc::now() + chrono::Duration::seconds(30);
+    let (a, b) = tokio::join!(inbox.begin(&meta, "h", until), inbox.begin(&meta, "h", until));
+    let acquired = [&a, &b].iter().filter(|r| matches!(r, Ok(Claim::Acquired(_)))).count();
+    let in_progress = [&a, &b].iter().filter(|r| matches!(r, Err(InboxError::InProgress { .. }))).count();
+    assert_eq!((acquired, in_progress), (1, 1), "{a:?} {b:?}");
+    // The first, crashed owner's late completion must not overwrite the new owner.
+    assert!(matches!(inbox.complete(&stale, None).await, Err(InboxError::LeaseLost(_))));
+    local.shutdown().await;
+}
+
+#[tokio::test]
+async fn release_lets_a_retry_run_at_once_and_payload_conflicts_are_errors() {
+    let local = Local::start().await;
+    let inbox = inbox(&local, "mailer");
+    let meta = metadata("e-4", "o-4", 1);
+    let until = Utc::now() + chrono::Duration::seconds(30);
+    let Claim::Acquired(lease) = inbox.begin(&meta, "h1", until).await.unwrap() else { panic!() };
+    inbox.release(&lease).await.unwrap();
+    let Claim::Acquired(lease) = inbox.begin(&meta, "h1", until).await.unwrap() else { panic!("released claims can be taken at once") };
+    inbox.complete(&lease, None).await.unwrap();
+    let err = inbox.begin(&meta, "h2", until).await.unwrap_err();
+    assert!(matches!(err, InboxError::PayloadMismatch { .. }) && !err.is_retryable(), "{err}");
+    // Transactional mode detects the same conflict.
+    let tx = self::inbox(&local, "tx");
+    assert_eq!(tx.apply(&meta, "h1", vec![]).await.unwrap(), InboxOutcome::Applied);
+    assert!(matches!(tx.apply(&meta, "h2", vec![]).await, Err(InboxError::PayloadMismatch { .. })));
+    assert_eq!(tx.apply(&meta, "h1", vec![]).await.unwrap(), InboxOutcome::Duplicate);
+    local.shutdown().await;
+}
+
+#[tokio::test]
+async fn ordering_applies_in_sequence_absorbs_old_events_and_rejects_gaps() {
+    let local = Local::start().await;
+    let inbox = inbox(&local, "ledger").ordered();
+    let apply = |id: &'static str, seq| {
+        let inbox = inbox.clone();
+        async move { inbox.apply(&metadata(id, "o-5", seq), "h", vec![]).await }
+    };
+    assert_eq!(apply("s1", 1).await.unwrap(), InboxOutcome::Applied);
+    // Sequence 3 before 2: a gap, retryable.
+    let err = apply("s3", 3).await.unwrap_err();
+    assert!(matches!(err, InboxError::SequenceGap { expected: 2, got: 3, .. }) && err.is_retryable(), "{err}");
+    assert!(err.to_string().contains("sequence gap"));
+    assert_eq!(apply("s2", 2).await.unwrap(), InboxOutcome::Applied);
+    assert_eq!(apply("s3", 3).await.unwrap(), InboxOutcome::Applied);
+    // An old event with a new id (e.g. re-emitted) at or below the last sequence: a duplicate.
+    assert_eq!(apply("s2-again", 2).await.unwrap(), InboxOutcome::Duplicate);
+    // The first event of an aggregate must be sequence 1.
+    let err = inbox.apply(&metadata("t2", "o-6", 2), "h", vec![]).await.unwrap_err();
+    assert!(matches!(err, InboxError::SequenceGap { expected: 1, got: 2, .. }), "{err}");
+    local.shutdown().await;
+}
+
+#[tokio::test]
+async fn every_inbox_row_carries_a_ttl() {
+    let local = Local::start().await;
+    let tx = inbox(&local, "tx").ordered();
+    tx.apply(&metadata("ttl-1", "o-7", 1), "h", vec![]).await.unwrap();
+    let guarded = inbox(&local, "guarded");
+    let Claim::Acquired(_) = guarded.begin(&metadata("ttl-2", "o-7", 1), "h", Utc::now()).await.unwrap() else { panic!() };
+    let rows = local.scan(&local.table("InboxTable")).await;
+    assert_eq!(rows.len(), 3, "claim + ordering row + guarded claim");
+    let now = Utc::now().timestamp();
+    for row in rows {
+        let expires: i64 = row.get("expires_at").and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no expires_at in {row:?}"));
+        assert!(expires > now + 3000 && expires <= now + 3601, "{expires} vs now {now}");
+    }
+    local.shutdown().await;
+}

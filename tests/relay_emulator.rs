@@ -1,0 +1,174 @@
+//! The relay on the emulator: outbox items written with the library's `OutboxWriter` in one
+//! transaction flow through the stream mapping (with the template's FilterCriteria) and the relay
+//! to the stack's bus. Only INSERTs of outbox items become events — not the MODIFY of one, the
+//! REMOVE of another, nor a non-outbox item — and the payload reaches the bus verbatim (a big
+//! integer and non-ASCII text intact).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_sqs::types::QueueAttributeName;
+use common::{Deadline, Local};
+use outbox::outbox::{NewEvent, OutboxWriter};
+use serde_json::value::RawValue;
+use serde_json::json;
+
+const BIG: &str = "123456789012345678901234567890";
+const NAME: &str = "Zoë 🚀";
+
+/// A spy on the stack's bus: a fresh queue and a rule `{"source": [source]}` targeting it.
+async fn spy(local: &Local, bus: &str, source: &str) -> String {
+    let name = format!("{}-spy", local.stack_name);
+    let url = local.sqs.create_queue().queue_name(&name).send().await.expect("CreateQueue spy").queue_url.expect("a queue URL");
+    let arn = local
+        .sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .expect("GetQueueAttributes spy")
+        .attributes
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+        .expect("the spy queue's ARN");
+    local
+        .events
+        .put_rule()
+        .name(&name)
+        .event_bus_name(bus)
+        .event_pattern(json!({ "source": [source] }).to_string())
+        .send()
+        .await
+        .expect("PutRule spy");
+    let target = aws_sdk_eventbridge::types::Target::builder().id("spy").arn(arn).build().expect("a target");
+    local.events.put_targets().rule(&name).event_bus_name(bus).targets(target).send().await.expect("PutTargets spy");
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_inserted_outbox_items_are_published_verbatim() {
+    let mut local = Local::start().await;
+    let outbox_table = local.table("OutboxTable");
+    let bus = local.env_of("OutboxRelayFunction").remove("EVENT_BUS_NAME").expect("the relay has EVENT_BUS_NAME");
+    // A source of this test's own: no consumer rule of the template matches it.
+    let source = format!("test.relay.{}", common::short_id());
+    let spy_url = spy(&local, &bus, &source).await;
+
+    // Three events in ONE transaction.
+    let writer = OutboxWriter::new(&outbox_table, Duration::from_secs(3600));
+    let mut tx = writer.transaction();
+    for i in 0..3 {
+        tx.emit(NewEvent {
+            event_type: "ThingHappened".into(),
+            event_version: 1,
+            source: source.clone(),
+            aggregate_type: "Thing".into(),
+            aggregate_id: format!("thing-{i}"),
+            sequence: 1,
+            payload: format!(r#"{{"big":{BIG},"name":"{NAME}","i":{i}}}"#),
+            correlation_id: "relay-emulator-test".into(),
+            trace_header: None,
+        })
+        .expect("the event is publishable");
+    }
+    let inserted = tx.execute(&local.dynamodb).await.expect("the outbox transaction commits");
+    let inserted_ids: BTreeSet<String> = inserted.iter().map(|i| i.event_id.clone()).collect();
+    assert_eq!(inserted_ids.len(), 3);
+
+    // MODIFY one outbox item, REMOVE another, INSERT a non-outbox item.
+    local
+        .dynamodb
+        .update_item()
+        .table_name(&outbox_table)
+        .key("pk", AttributeValue::S(inserted[0].pk.clone()))
+        .key("sk", AttributeValue::S(inserted[0].sk.clone()))
+        .update_expression("SET note = :n")
+        .expression_attribute_values(":n", AttributeValue::S("touched".into()))
+        .send()
+        .await
+        .expect("UpdateItem");
+    local
+        .dynamodb
+        .delete_item()
+        .table_name(&outbox_table)
+        .key("pk", AttributeValue::S(inserted[1].pk.clone()))
+        .key("sk", AttributeValue::S(inserted[1].sk.clone()))
+        .send()
+        .await
+        .expect("DeleteItem");
+    local
+        .dynamodb
+        .put_item()
+        .table_name(&outbox_table)
+        .item("pk", AttributeValue::S("Misc#not-an-event".into()))
+        .item("sk", AttributeValue::S("0".into()))
+        .item("note", AttributeValue::S("no event_id".into()))
+        .send()
+        .await
+        .expect("PutItem non-outbox item");
+
+    local.spawn_pipelines();
+
+    // Every stream record read and every record that passed the filter handed to the relay.
+    let deadline = Deadline::new("the relay handling all 6 stream records (3 INSERT, MODIFY, REMOVE, non-outbox INSERT)");
+    let counts = loop {
+        let c = local.runtime.stats.snapshot();
+        if c.stream_records >= 6 && c.relay.records + c.stream_records_filtered == c.stream_records && c.relay.published >= 3 {
+            break c;
+        }
+        deadline.tick(|| format!("{c:?}")).await;
+    };
+    assert_eq!(counts.stream_records, 6, "{counts:?}");
+    assert_eq!(counts.stream_records_filtered, 3, "the mapping's filter should drop MODIFY, REMOVE and the non-outbox item: {counts:?}");
+    let mut published = counts.relay.published_event_ids.clone();
+    published.sort();
+    assert_eq!(published, inserted_ids.iter().cloned().collect::<Vec<_>>(), "published ids must be exactly the INSERTed ones, once each: {counts:?}");
+    assert_eq!((counts.relay.failed, counts.relay.dead_lettered, counts.relay.skipped_total()), (0, 0, 0), "{counts:?}");
+
+    // The events on the bus, seen through the spy queue.
+    let mut bodies: BTreeMap<String, String> = BTreeMap::new();
+    let mut received = 0;
+    let deadline = Deadline::new("3 events in the spy queue");
+    while bodies.len() < 3 {
+        let out = local
+            .sqs
+            .receive_message()
+            .queue_url(&spy_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .expect("ReceiveMessage spy");
+        for m in out.messages.unwrap_or_default() {
+            received += 1;
+            let body = m.body.unwrap_or_default();
+            let event: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("spy message is not JSON ({e}): {body}"));
+            let id = event.pointer("/detail/metadata/id").and_then(|v| v.as_str()).unwrap_or_else(|| panic!("no detail.metadata.id: {body}")).to_owned();
+            bodies.insert(id, body);
+        }
+        if bodies.len() < 3 {
+            deadline.tick(|| format!("{} of 3 received: {:?}", bodies.len(), bodies.keys())).await;
+        }
+    }
+    assert_eq!(received, 3, "each event reaches the bus once: {bodies:?}");
+    assert_eq!(bodies.keys().cloned().collect::<BTreeSet<_>>(), inserted_ids);
+
+    for (id, body) in &bodies {
+        // Raw text, never through f64.
+        let envelope: HashMap<String, Box<RawValue>> = serde_json::from_str(body).expect("an object");
+        let string = |k: &str| serde_json::from_str::<String>(envelope.get(k).map(|v| v.get()).unwrap_or("null")).unwrap_or_default();
+        assert_eq!(string("source"), source, "{body}");
+        assert_eq!(string("detail-type"), "ThingHappened", "{body}");
+        let detail: HashMap<String, Box<RawValue>> = serde_json::from_str(envelope["detail"].get()).unwrap_or_else(|e| panic!("detail is not an object ({e}): {body}"));
+        let data = detail["data"].get();
+        assert!(data.trim_start().starts_with('{'), "detail.data must be an object, not a string: {data}");
+        let data: HashMap<String, Box<RawValue>> = serde_json::from_str(data).expect("detail.data is an object");
+        assert_eq!(data["big"].get(), BIG, "the big integer was not carried verbatim for {id}: {body}");
+        assert_eq!(serde_json::from_str::<String>(data["name"].get()).expect("name is a string"), NAME, "{body}");
+    }
+
+    local.shutdown().await;
+}
