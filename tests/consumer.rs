@@ -106,6 +106,16 @@ async fn duplicate_and_racing_deliveries_take_effect_once() {
     let emitted = local.query_pk(&outbox_table, &format!("Reservation#{order_id}")).await;
     assert_eq!(emitted.len(), 1, "the consumer's own events for {order_id}: {emitted:?}");
 
+    // 3. The same event id with different data (another order) is refused, never applied.
+    let other_order = format!("o-{}", common::short_id());
+    let invocation = function.invoke(&order_created(&event_id, &other_order, "envelope-c")).await;
+    match invocation.result {
+        Err(d) => assert_eq!(d.error_type, "PayloadMismatch", "{}: {}", d.error_type, d.error_message),
+        Ok(response) => panic!("event {event_id} with another payload was accepted: {response}"),
+    }
+    check_stock(2).await;
+    assert!(local.query_pk(&outbox_table, &format!("Reservation#{other_order}")).await.is_empty());
+
     local.shutdown().await;
 }
 

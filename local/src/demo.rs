@@ -7,10 +7,13 @@
 //!    the consumer (a progress line on stderr);
 //! 4. injects a duplicate delivery: the first order's event published again (a new EventBridge
 //!    envelope id, the same `detail.metadata.id`) — the inbox must absorb it;
-//! 5. injects a poison event the consumer can never accept — it must end in the consumer's
+//! 5. cancels one order through `POST /orders/{id}/cancel` — its stock must come back once;
+//! 6. injects a poison event the consumer can never accept — dead-lettered on the first try;
+//! 7. injects an event that fails every attempt (a sequence gap) — it must end in the consumer's
 //!    dead-letter queue after the configured retries;
-//! 6. checks the books: every committed order consumed exactly once, stock reserved equals the
-//!    reserved quantities, nothing lost — and lists the dead-letter queue.
+//! 8. checks the books: every committed order consumed exactly once, stock reserved equals the
+//!    quantities of the reserved, uncancelled orders, nothing lost — and lists the dead-letter
+//!    queue.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
@@ -60,13 +63,15 @@ pub struct DemoReport {
     pub reservations: usize,
     /// Orders rejected for insufficient stock.
     pub rejections: usize,
+    /// Cancellations whose stock was given back.
+    pub releases: usize,
     /// Duplicate deliveries the inbox absorbed.
     pub duplicates_absorbed: usize,
     /// Events in the consumer dead-letter queue.
     pub dead_lettered: usize,
     /// Units reserved across all SKUs (from the inventory table).
     pub stock_reserved: u64,
-    /// Units the reserved orders asked for.
+    /// Units the reserved, uncancelled orders asked for.
     pub stock_expected: u64,
     /// Commit → consumer effect, median, milliseconds.
     pub latency_ms_p50: Option<i64>,
@@ -278,33 +283,65 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         first.event_id
     ));
 
-    // 5. A poison event.
+    // 5. A cancellation: the order's stock goes back, exactly once.
+    let cancelled = orders.iter().find(|o| o.event_id != first.event_id && has_outcome(&runtime.stats.snapshot(), &o.event_id, "reserved")).ok_or("no reserved order to cancel")?;
+    let response = client
+        .post(format!("http://{api}/orders/{}/cancel", cancelled.order_id))
+        .header("content-type", "application/json")
+        .body(r#"{"reason":"customer changed their mind"}"#)
+        .send()
+        .await
+        .map_err(|e| format!("POST /orders/{{id}}/cancel: {e}"))?;
+    let status = response.status();
+    let text = response.text().await.unwrap_or_default();
+    if status.as_u16() != 200 {
+        return Err(format!("POST /orders/{}/cancel answered {status}: {text}", cancelled.order_id));
+    }
+    let cancel_event = serde_json::from_str::<Value>(&text).ok().and_then(|v| v["event_id"].as_str().map(str::to_owned)).unwrap_or_default();
+    wait_until(options.timeout, || has_outcome(&runtime.stats.snapshot(), &cancel_event, "released"))
+        .await
+        .map_err(|_| format!("the cancellation of order {} was not applied in time", cancelled.order_id))?;
+    say.line(format!(
+        "5. cancel     POST /orders/{}/cancel → OrderCancelled (sequence 2, optimistic concurrency on the order version) → relay → consumer released {} units (InventoryReleased)",
+        cancelled.order_id, cancelled.quantity
+    ));
+
+    // 6. A poison event: no retry can fix it, so the consumer dead-letters it on the first try.
+    let function = runtime.function(&rule.function)?;
     let poison_id = format!("poison-{}", uuid::Uuid::now_v7());
-    let detail = json!({
-        "metadata": {"id": poison_id, "type": "OrderCreated", "version": 1, "source": "example.orders",
-                     "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let poison = json!({
+        "metadata": {"id": poison_id, "type": "OrderCreated", "version": 1, "source": "example.orders", "time": now,
                      "subject": "poison-order", "aggregate_type": "Order", "sequence": 1, "correlation_id": "demo-poison"},
         "data": {"order_id": "poison-order", "customer_id": "c-0", "currency": "EUR", "lines": "three red mugs, please"}
     });
-    let entry = aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
-        .event_bus_name(&rule.bus_name)
-        .source("example.orders")
-        .detail_type("OrderCreated")
-        .detail(detail.to_string())
-        .build();
-    put_event(&events, entry).await?;
-    let function = runtime.function(&rule.function)?;
+    put_event(&events, entry(&rule.bus_name, "OrderCreated", &poison)).await?;
+    // 7. An event that may succeed later but never does: retried, then the on-failure destination.
+    let gap_id = format!("gap-{}", uuid::Uuid::now_v7());
+    let gap = json!({
+        "metadata": {"id": gap_id, "type": "OrderCancelled", "version": 1, "source": "example.orders", "time": now,
+                     "subject": first.order_id, "aggregate_type": "Order", "sequence": 5, "correlation_id": "demo-gap"},
+        "data": {"order_id": first.order_id, "reason": "sequence 2 to 4 never happened"}
+    });
+    put_event(&events, entry(&rule.bus_name, "OrderCancelled", &gap)).await?;
     let attempts = 1 + function.spec.event_invoke.max_retry_attempts;
-    dlq::wait_for_depth(&sqs, &consumer_dlq, 1, options.timeout).await?;
+    dlq::wait_for_depth(&sqs, &consumer_dlq, 2, options.timeout).await?;
     let dead = dlq::peek(&sqs, &consumer_dlq).await?;
     let poison = dead.iter().find(|m| m.event_id.as_deref() == Some(poison_id.as_str()));
+    let gap = dead.iter().find(|m| m.event_id.as_deref() == Some(gap_id.as_str()));
+    let reason = |m: Option<&dlq::DlqMessage>| m.map(|m| m.reason.clone()).unwrap_or_else(|| "(not found)".into());
     say.line(format!(
-        "5. poison     event {poison_id} (detail.data.lines is a string) failed {attempts} attempts (1 + EventInvokeConfig.MaximumRetryAttempts) → {}: {}",
+        "6. poison     event {poison_id} (detail.data.lines is a string) → dead-lettered by the consumer on the first attempt → {}: {}",
         consumer_dlq.name,
-        poison.map(|m| m.reason.as_str()).unwrap_or("(not found)")
+        reason(poison)
+    ));
+    say.line(format!(
+        "7. retries    event {gap_id} (OrderCancelled sequence 5 of an order at sequence 1) failed {attempts} attempts (1 + EventInvokeConfig.MaximumRetryAttempts) → {}: {}",
+        consumer_dlq.name,
+        reason(gap)
     ));
 
-    // 6. The books.
+    // 8. The books.
     let counts = runtime.stats.snapshot();
     let mut stock_reserved = 0;
     for sku in SKUS.iter().chain([&SCARCE_SKU]) {
@@ -312,7 +349,11 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
             stock_reserved += r;
         }
     }
-    let stock_expected: u64 = orders.iter().filter(|o| has_outcome(&counts, &o.event_id, "reserved")).map(|o| o.quantity).sum();
+    let stock_expected: u64 = orders
+        .iter()
+        .filter(|o| has_outcome(&counts, &o.event_id, "reserved") && o.order_id != cancelled.order_id)
+        .map(|o| o.quantity)
+        .sum();
     let effects: BTreeMap<&str, usize> = orders
         .iter()
         .map(|o| {
@@ -331,6 +372,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         events_consumed: reserved + rejected,
         reservations: reserved,
         rejections: rejected,
+        releases: counts.outcome_count("released"),
         duplicates_absorbed: counts.outcome_count("duplicate"),
         dead_lettered: dead.len(),
         stock_reserved,
@@ -339,10 +381,16 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         latency_ms_p99: percentile(&latencies, 0.99),
         lost,
         applied_twice,
-        ok: lost == 0 && applied_twice == 0 && stock_reserved == stock_expected && poison.is_some() && counts.outcome_count("duplicate") >= 1,
+        ok: lost == 0
+            && applied_twice == 0
+            && stock_reserved == stock_expected
+            && poison.is_some()
+            && gap.is_some()
+            && counts.outcome_count("released") == 1
+            && counts.outcome_count("duplicate") >= 1,
     };
     say.line(format!(
-        "6. books      stock reserved {stock_reserved} units = {stock_expected} ordered by reserved orders; lost {lost}, applied twice {applied_twice}; commit → effect latency p50 {} ms, p99 {} ms",
+        "8. books      stock reserved {stock_reserved} units = {stock_expected} ordered by reserved orders; lost {lost}, applied twice {applied_twice}; commit → effect latency p50 {} ms, p99 {} ms",
         report.latency_ms_p50.unwrap_or(0),
         report.latency_ms_p99.unwrap_or(0)
     ));
@@ -369,6 +417,15 @@ async fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> Result
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(())
+}
+
+fn entry(bus: &str, detail_type: &str, detail: &Value) -> aws_sdk_eventbridge::types::PutEventsRequestEntry {
+    aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+        .event_bus_name(bus)
+        .source("example.orders")
+        .detail_type(detail_type)
+        .detail(detail.to_string())
+        .build()
 }
 
 async fn put_event(events: &aws_sdk_eventbridge::Client, entry: aws_sdk_eventbridge::types::PutEventsRequestEntry) -> Result<(), String> {

@@ -163,3 +163,187 @@ pub fn format_listing(messages: &[DlqMessage]) -> String {
     }
     out
 }
+
+/// What a redrive did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RedriveReport {
+    /// Messages whose event the bus accepted again (deleted from the queue, unless a dry run).
+    pub redriven: Vec<String>,
+    /// Messages left in the queue, with why.
+    pub left: Vec<(String, String)>,
+    /// Nothing was sent or deleted.
+    pub dry_run: bool,
+}
+
+/// The `PutEvents` entry that re-publishes the event a dead-letter message holds, or why there
+/// is none. Events are re-put to `bus` with their `source`, `detail-type` and `detail` verbatim
+/// (EventBridge gives them a new envelope id; consumers dedupe on `detail.metadata.id`, so a
+/// redrive of an event that did take effect is absorbed by the inbox).
+///
+/// # Errors
+/// Why the message cannot be redriven (unknown shape, a stream batch record, a malformed
+/// event or outbox item).
+pub fn redrive_entry(body: &str, bus: &str) -> Result<aws_sdk_eventbridge::types::PutEventsRequestEntry, String> {
+    use serde::Deserialize;
+    use serde_json::value::RawValue;
+
+    #[derive(Deserialize)]
+    struct Shape<'a> {
+        kind: Option<String>,
+        #[serde(borrow, rename = "requestPayload")]
+        request_payload: Option<&'a RawValue>,
+        #[serde(borrow)]
+        event: Option<&'a RawValue>,
+        record: Option<serde_json::Value>,
+        #[serde(rename = "DDBStreamBatchInfo")]
+        stream_batch: Option<serde_json::Value>,
+        #[serde(rename = "detail-type")]
+        detail_type: Option<String>,
+    }
+    #[derive(Deserialize)]
+    struct Event<'a> {
+        source: String,
+        #[serde(rename = "detail-type")]
+        detail_type: String,
+        #[serde(borrow)]
+        detail: &'a RawValue,
+    }
+    let shape: Shape<'_> = serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))?;
+    let event_text = match (&shape.kind, shape.request_payload, shape.event, &shape.stream_batch, &shape.detail_type) {
+        (Some(kind), _, _, _, _) if kind == outbox::dead_letter::RELAY_FAILURE_KIND => {
+            let image = shape
+                .record
+                .as_ref()
+                .and_then(|r| r.pointer("/dynamodb/NewImage"))
+                .cloned()
+                .ok_or("the relay failure record has no NewImage")?;
+            let item: serde_dynamo::Item = serde_json::from_value(image).map_err(|e| format!("NewImage: {e}"))?;
+            let item = outbox::envelope::OutboxItem::from_item(item).map_err(|e| e.to_string())?;
+            let event = item.to_bus_event().map_err(|e| e.to_string())?;
+            return Ok(event.to_entry(bus));
+        }
+        (Some(kind), _, Some(event), _, _) if kind == outbox::dead_letter::CONSUMER_FAILURE_KIND => event.get().to_owned(),
+        (_, _, _, Some(_), _) => {
+            return Err("a stream batch record names a sequence-number range, not the records: re-read it from the stream (24 h retention)".into())
+        }
+        (_, Some(payload), _, _, _) => payload.get().to_owned(),
+        (_, _, _, _, Some(_)) => body.to_owned(),
+        _ => return Err(format!("unknown shape: {}", outbox::dead_letter::DeadLetter::parse(body).reason())),
+    };
+    let event: Event<'_> = serde_json::from_str(&event_text).map_err(|e| format!("the event cannot be re-put: {e}"))?;
+    if !event.detail.get().trim_start().starts_with('{') {
+        return Err("the event's detail is not a JSON object; EventBridge would reject it".into());
+    }
+    Ok(aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+        .event_bus_name(bus)
+        .source(event.source)
+        .detail_type(event.detail_type)
+        .detail(event.detail.get())
+        .build())
+}
+
+/// Re-publishes every redrivable message of `queue` to `bus` and deletes it once the bus
+/// accepted it; everything else stays in the queue. `progress(done, total)` is called after
+/// each message. Running it twice is safe: the second run finds only what was left, and a
+/// re-published event that had taken effect is absorbed by the consumer's inbox.
+///
+/// # Errors
+/// An SQS error as text (messages not yet handled stay in the queue).
+pub async fn redrive(
+    sqs: &aws_sdk_sqs::Client,
+    events: &aws_sdk_eventbridge::Client,
+    queue: &QueueInfo,
+    bus: &str,
+    dry_run: bool,
+    progress: impl Fn(usize, usize),
+) -> Result<RedriveReport, String> {
+    let err = |e: aws_sdk_sqs::error::SdkError<_, _>| aws_sdk_sqs::error::DisplayErrorContext(e).to_string();
+    let mut report = RedriveReport { dry_run, ..Default::default() };
+    let mut received = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    loop {
+        let out = sqs
+            .receive_message()
+            .queue_url(&queue.url)
+            .max_number_of_messages(10)
+            .visibility_timeout(120)
+            .wait_time_seconds(if received.is_empty() { 1 } else { 0 })
+            .send()
+            .await
+            .map_err(err)?;
+        let messages = out.messages.unwrap_or_default();
+        if messages.is_empty() {
+            break;
+        }
+        for m in messages {
+            if seen.insert(m.message_id().unwrap_or_default().to_owned()) {
+                received.push(m);
+            }
+        }
+    }
+    let total = received.len();
+    for (i, m) in received.iter().enumerate() {
+        let id = m.message_id().unwrap_or_default().to_owned();
+        let handle = m.receipt_handle().unwrap_or_default().to_owned();
+        let outcome = match redrive_entry(m.body().unwrap_or_default(), bus) {
+            Err(why) => Err(why),
+            Ok(_) if dry_run => Ok(false),
+            Ok(entry) => match events.put_events().entries(entry).send().await {
+                Ok(out) if out.failed_entry_count() == 0 => Ok(true),
+                Ok(out) => Err(format!(
+                    "the bus rejected it: {}",
+                    out.entries().first().and_then(|e| e.error_message()).unwrap_or("unknown error")
+                )),
+                Err(e) => Err(format!("PutEvents failed: {}", aws_sdk_eventbridge::error::DisplayErrorContext(e))),
+            },
+        };
+        match outcome {
+            Ok(true) => {
+                sqs.delete_message()
+                    .queue_url(&queue.url)
+                    .receipt_handle(&handle)
+                    .send()
+                    .await
+                    .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+                report.redriven.push(id);
+            }
+            Ok(false) => {
+                report.redriven.push(id);
+                let _ = sqs.change_message_visibility().queue_url(&queue.url).receipt_handle(&handle).visibility_timeout(0).send().await;
+            }
+            Err(why) => {
+                report.left.push((id, why));
+                let _ = sqs.change_message_visibility().queue_url(&queue.url).receipt_handle(&handle).visibility_timeout(0).send().await;
+            }
+        }
+        progress(i + 1, total);
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redrive_entries_keep_the_detail_verbatim() {
+        let event = r#"{"version":"0","id":"env","detail-type":"OrderCreated","source":"example.orders","detail":{"metadata":{"id":"e"},"data":{"n":123456789012345678901234567890}}}"#;
+        let record = format!(r#"{{"requestContext":{{"condition":"RetriesExhausted"}},"requestPayload":{event}}}"#);
+        let entry = redrive_entry(&record, "bus").unwrap();
+        assert_eq!(entry.detail(), Some(r#"{"metadata":{"id":"e"},"data":{"n":123456789012345678901234567890}}"#));
+        assert_eq!((entry.source(), entry.detail_type(), entry.event_bus_name()), (Some("example.orders"), Some("OrderCreated"), Some("bus")));
+        assert!(redrive_entry(event, "bus").is_ok(), "a raw EventBridge event (rule target DLQ)");
+        let consumer = format!(r#"{{"kind":"outbox-consumer-failure","consumer":"c","error_type":"SequenceGap","reason":"r","failed_at":"t","event":{event}}}"#);
+        assert!(redrive_entry(&consumer, "bus").is_ok());
+    }
+
+    #[test]
+    fn what_cannot_be_redriven_says_why() {
+        assert!(redrive_entry("nope", "b").unwrap_err().contains("not JSON"));
+        assert!(redrive_entry(r#"{"a":1}"#, "b").unwrap_err().contains("unknown shape"));
+        let batch = r#"{"requestContext":{"condition":"RetryAttemptsExhausted"},"DDBStreamBatchInfo":{"shardId":"s"}}"#;
+        assert!(redrive_entry(batch, "b").unwrap_err().contains("re-read it from the stream"));
+        let string_detail = r#"{"detail-type":"OrderCreated","source":"s","detail":"{\"a\":1}"}"#;
+        assert!(redrive_entry(string_detail, "b").unwrap_err().contains("not a JSON object"));
+    }
+}

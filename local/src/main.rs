@@ -4,7 +4,7 @@
 //! outbox-local demo [--orders N] [--json]      # the whole pipeline on the sample inputs
 //! outbox-local up [--port 3000]                # stack + HTTP API + pipelines until Ctrl-C
 //! outbox-local invoke <LogicalId> -e <event>   # one handler, one event; response on stdout
-//! outbox-local dlq list [--json] | dlq show <message-id>
+//! outbox-local dlq list [--json] | dlq show <message-id> | dlq redrive [--dry-run]
 //! outbox-local provision                       # create the stack on --endpoint and exit
 //! ```
 //!
@@ -98,6 +98,18 @@ enum DlqCommand {
     Show {
         /// The SQS message id (from `dlq list`).
         message_id: String,
+    },
+    /// Re-publish the dead-lettered events to the bus; delete what the bus accepted.
+    Redrive {
+        /// Only this queue (logical id, e.g. ConsumerDeadLetterQueue).
+        #[arg(long)]
+        queue: Option<String>,
+        /// The bus to re-publish to (default: the template's first AWS::Events::EventBus).
+        #[arg(long)]
+        bus: Option<String>,
+        /// Say what would be redriven; send and delete nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -290,13 +302,35 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 .iter()
                 .filter(|q| q.logical_id.contains("DeadLetter"))
                 .filter(|q| match command {
-                    DlqCommand::List { queue: Some(name), .. } => &q.logical_id == name,
+                    DlqCommand::List { queue: Some(name), .. } | DlqCommand::Redrive { queue: Some(name), .. } => &q.logical_id == name,
                     _ => true,
                 })
                 .cloned()
                 .collect();
             if queues.is_empty() {
                 return Err("no dead-letter queue matches (queues are the template's *DeadLetter* queues)".into());
+            }
+            if let DlqCommand::Redrive { bus, dry_run, .. } = command {
+                let bus = match bus {
+                    Some(b) => b.clone(),
+                    None => stack.buses.first().map(|b| b.name.clone()).ok_or("the template has no event bus; pass --bus")?,
+                };
+                let events = aws_sdk_eventbridge::Client::new(&sdk);
+                let mut left = 0;
+                for q in &queues {
+                    let report = dlq::redrive(&sqs, &events, q, &bus, *dry_run, |done, total| {
+                        eprint!("\r  redriving {}: {done}/{total}", q.name);
+                    })
+                    .await?;
+                    eprintln!();
+                    let verb = if *dry_run { "would re-publish" } else { "re-published and deleted" };
+                    println!("{} ({}): {verb} {} message(s) to bus {bus}; {} left", q.logical_id, q.name, report.redriven.len(), report.left.len());
+                    for (id, why) in &report.left {
+                        println!("  left {id}: {why}");
+                    }
+                    left += report.left.len();
+                }
+                return Ok(if left == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) });
             }
             let mut all = Vec::new();
             for q in &queues {
@@ -322,6 +356,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                     });
                     println!("{}", serde_json::to_string_pretty(&shown).map_err(|e| e.to_string())?);
                 }
+                DlqCommand::Redrive { .. } => unreachable!("handled above"),
             }
             Ok(ExitCode::SUCCESS)
         }

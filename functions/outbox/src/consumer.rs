@@ -4,13 +4,16 @@
 //! `detail`, …). This module checks that `detail` follows the envelope of
 //! [`crate::envelope`] (`{"metadata": …, "data": …}`), that `detail-type`/`source` agree with the
 //! metadata, and decodes `data` into the consumer's own type, naming the offending field when
-//! anything is wrong. Such an event is *malformed*: no retry can fix it.
+//! anything is wrong. Such an event is *malformed*: no retry can fix it, so
+//! [`ConsumerDeadLetterQueue`] sends it to the dead-letter queue on the first attempt instead of
+//! letting Lambda retry it (the asynchronous-invocation retries are for failures that may pass).
 
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::dead_letter::{ConsumerFailureRecord, CONSUMER_FAILURE_KIND};
 use crate::envelope::EventMetadata;
 
 /// An event as a Lambda EventBridge target receives it, with `detail` kept as raw JSON so that
@@ -70,6 +73,74 @@ pub fn decode_event<T: DeserializeOwned>(event: &RawEventBridgeEvent) -> Result<
     }
     let decoded: T = decode_at("detail.data", data.get())?;
     Ok(DeliveredEvent { metadata, data: decoded, raw_data: data.get().to_owned(), envelope_id: event.id.clone() })
+}
+
+/// A consumer's own route to its dead-letter queue, for events no retry can fix.
+#[derive(Debug, Clone)]
+pub struct ConsumerDeadLetterQueue {
+    sqs: aws_sdk_sqs::Client,
+    url: String,
+    consumer: String,
+}
+
+impl ConsumerDeadLetterQueue {
+    /// Sends to the queue at `url` on behalf of `consumer`.
+    pub fn new(sqs: aws_sdk_sqs::Client, url: impl Into<String>, consumer: impl Into<String>) -> Self {
+        Self { sqs, url: url.into(), consumer: consumer.into() }
+    }
+
+    /// Sends a [`ConsumerFailureRecord`] holding `event` (as received) and the reason.
+    /// The message attributes `error_type` and `reason` repeat them for the SQS console.
+    ///
+    /// # Errors
+    /// The SQS error as text; the caller must then fail the invocation so nothing is lost.
+    pub async fn send(&self, event: &RawEventBridgeEvent, error_type: &str, reason: &str) -> Result<(), String> {
+        // Serialised with the detail verbatim (a RawValue), so no number is rounded.
+        let event_text = serde_json::to_string(event).map_err(|e| e.to_string())?;
+        let event_raw: &RawValue = serde_json::from_str(&event_text).map_err(|e| e.to_string())?;
+        #[derive(Deserialize)]
+        struct Id<'a> {
+            #[serde(borrow)]
+            metadata: Option<IdOnly<'a>>,
+        }
+        #[derive(Deserialize)]
+        struct IdOnly<'a> {
+            #[serde(borrow)]
+            id: Option<std::borrow::Cow<'a, str>>,
+        }
+        let event_id = serde_json::from_str::<Id<'_>>(event.detail.get())
+            .ok()
+            .and_then(|d| d.metadata)
+            .and_then(|m| m.id)
+            .map(|id| id.into_owned());
+        let record = ConsumerFailureRecord {
+            kind: CONSUMER_FAILURE_KIND.into(),
+            consumer: self.consumer.clone(),
+            error_type: error_type.into(),
+            reason: reason.into(),
+            event_id,
+            failed_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            event: event_raw,
+        };
+        let body = serde_json::to_string(&record).map_err(|e| e.to_string())?;
+        let attr = |v: &str| {
+            aws_sdk_sqs::types::MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(v.chars().take(1024).collect::<String>())
+                .build()
+                .map_err(|e| e.to_string())
+        };
+        self.sqs
+            .send_message()
+            .queue_url(&self.url)
+            .message_body(body)
+            .message_attributes("error_type", attr(error_type)?)
+            .message_attributes("reason", attr(reason)?)
+            .send()
+            .await
+            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+        Ok(())
+    }
 }
 
 fn decode_at<T: DeserializeOwned>(prefix: &str, json: &str) -> Result<T, MalformedEvent> {

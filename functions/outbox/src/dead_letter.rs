@@ -4,6 +4,9 @@
 //!
 //! * [`RelayFailureRecord`] — written by the relay itself for a poison outbox record (it can
 //!   never be published), so the shard is not blocked. Carries the full stream record.
+//! * [`ConsumerFailureRecord`] — written by a consumer itself for an event no retry can fix
+//!   (malformed, or an event id reused with another payload), on the first attempt, instead of
+//!   burning Lambda's retries. Carries the whole event.
 //! * A Lambda *asynchronous invocation record* — written by Lambda to a function's `OnFailure`
 //!   destination when retries are exhausted (`requestContext.condition` =
 //!   `RetriesExhausted`/`EventAgeExceeded`, `requestPayload` = the event, `responsePayload` =
@@ -50,11 +53,37 @@ pub struct RelayFailureRecord {
     pub record: Value,
 }
 
+/// `kind` of a [`ConsumerFailureRecord`].
+pub const CONSUMER_FAILURE_KIND: &str = "outbox-consumer-failure";
+
+/// A consumer's own dead-letter message for an event that can never be processed. `E` is how
+/// the event is held: [`Value`] when reading, a `&RawValue` when writing (verbatim).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConsumerFailureRecord<E = Value> {
+    /// Always [`CONSUMER_FAILURE_KIND`].
+    pub kind: String,
+    /// The consumer's name (its inbox name).
+    pub consumer: String,
+    /// Machine-readable cause: `MalformedEvent`, `PayloadMismatch`, …
+    pub error_type: String,
+    /// Why, in words (naming the field for malformed events).
+    pub reason: String,
+    /// `detail.metadata.id`, if it could be read.
+    #[serde(default)]
+    pub event_id: Option<String>,
+    /// When the consumer gave up: RFC 3339 UTC.
+    pub failed_at: String,
+    /// The EventBridge event as the consumer received it.
+    pub event: E,
+}
+
 /// A dead-letter message, recognised by shape.
 #[derive(Debug, Clone, PartialEq)]
 pub enum DeadLetter {
     /// Written by the relay.
     RelayFailure(RelayFailureRecord),
+    /// Written by a consumer.
+    ConsumerFailure(ConsumerFailureRecord),
     /// A Lambda asynchronous-invocation (or stream batch) failure record.
     InvocationRecord {
         /// `requestContext.condition`, e.g. `RetriesExhausted`.
@@ -98,6 +127,12 @@ impl DeadLetter {
                 Err(e) => DeadLetter::Unknown(format!("relay failure record without its fields: {e}")),
             };
         }
+        if value.get("kind").and_then(Value::as_str) == Some(CONSUMER_FAILURE_KIND) {
+            return match serde_json::from_value::<ConsumerFailureRecord>(value) {
+                Ok(r) => DeadLetter::ConsumerFailure(r),
+                Err(e) => DeadLetter::Unknown(format!("consumer failure record without its fields: {e}")),
+            };
+        }
         if let Some(ctx) = value.get("requestContext").filter(|c| c.get("condition").is_some()) {
             let error = value.get("responsePayload").and_then(|p| {
                 let kind = p.get("errorType").and_then(Value::as_str);
@@ -133,6 +168,7 @@ impl DeadLetter {
     pub fn reason(&self) -> String {
         match self {
             DeadLetter::RelayFailure(r) => format!("{}: {}", r.error_code, r.reason),
+            DeadLetter::ConsumerFailure(r) => format!("{}: {}", r.error_type, r.reason),
             DeadLetter::InvocationRecord { condition, error, stream_batch, .. } => match (error, stream_batch) {
                 (Some(e), _) => format!("{condition}: {e}"),
                 (None, Some(_)) => format!("{condition}: stream batch failed"),
@@ -147,6 +183,7 @@ impl DeadLetter {
     pub fn shape(&self) -> &'static str {
         match self {
             DeadLetter::RelayFailure(_) => "relay-failure",
+            DeadLetter::ConsumerFailure(_) => "consumer-failure",
             DeadLetter::InvocationRecord { .. } => "invocation-record",
             DeadLetter::EventBridgeEvent { .. } => "eventbridge-event",
             DeadLetter::Unknown(_) => "unknown",
@@ -157,6 +194,7 @@ impl DeadLetter {
     pub fn event_id(&self) -> Option<String> {
         match self {
             DeadLetter::RelayFailure(r) => r.event_id.clone(),
+            DeadLetter::ConsumerFailure(r) => r.event_id.clone(),
             DeadLetter::InvocationRecord { request_payload, .. } => request_payload
                 .as_ref()
                 .and_then(|p| p.pointer("/detail/metadata/id"))
@@ -189,6 +227,17 @@ mod tests {
         assert_eq!(dl.shape(), "relay-failure");
         assert_eq!(dl.event_id().as_deref(), Some("e-1"));
         assert_eq!(dl.reason(), "MalformedOutboxItem: payload is not JSON");
+    }
+
+    #[test]
+    fn recognises_a_consumer_failure_record() {
+        let body = r#"{"kind":"outbox-consumer-failure","consumer":"reserve-inventory","error_type":"MalformedEvent",
+            "reason":"detail.data.lines: invalid type","event_id":"e-5","failed_at":"2026-11-29T08:00:00Z",
+            "event":{"detail-type":"OrderCreated","source":"example.orders","detail":{"metadata":{"id":"e-5"}}}}"#;
+        let dl = DeadLetter::parse(body);
+        assert_eq!(dl.shape(), "consumer-failure");
+        assert_eq!(dl.event_id().as_deref(), Some("e-5"));
+        assert_eq!(dl.reason(), "MalformedEvent: detail.data.lines: invalid type");
     }
 
     #[test]
