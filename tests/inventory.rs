@@ -1,0 +1,147 @@
+//! The inventory consumer's effectively-once behaviour on the emulator: business rejection,
+//! release on cancellation, per-order ordering (a sequence gap is retried, then dead-lettered),
+//! payload conflicts dead-lettered on the first attempt, and a redrive after the fix that is
+//! applied once and is a no-op the second time.
+
+mod common;
+
+use common::{Deadline, Local};
+use outbox::app::inventory;
+use outbox_local::dlq;
+use serde_json::{json, Value};
+
+fn event(envelope_id: &str, detail_type: &str, event_id: &str, order_id: &str, sequence: u64, data: Value) -> String {
+    json!({
+        "version": "0", "id": envelope_id, "detail-type": detail_type, "source": "example.orders",
+        "account": "123456789012", "time": "2026-11-29T08:00:00Z", "region": "us-east-1", "resources": [],
+        "detail": {
+            "metadata": {"id": event_id, "type": detail_type, "version": 1, "source": "example.orders",
+                         "time": "2026-11-29T08:00:00.000Z", "subject": order_id, "aggregate_type": "Order",
+                         "sequence": sequence, "correlation_id": "test"},
+            "data": data
+        }
+    })
+    .to_string()
+}
+
+fn created(event_id: &str, order_id: &str, sku: &str, quantity: u32) -> String {
+    let data = json!({"order_id": order_id, "customer_id": "c", "currency": "EUR", "lines": [{"sku": sku, "quantity": quantity, "unit_price": "1.00"}]});
+    event(&format!("env-{event_id}"), "OrderCreated", event_id, order_id, 1, data)
+}
+
+fn cancelled(event_id: &str, order_id: &str, sequence: u64) -> String {
+    event(&format!("env-{event_id}"), "OrderCancelled", event_id, order_id, sequence, json!({"order_id": order_id}))
+}
+
+async fn invoke(local: &Local, payload: &str) -> Value {
+    let f = local.runtime.function("ReserveInventoryFunction").unwrap();
+    f.invoke(payload).await.result.unwrap_or_else(|d| panic!("{}: {}", d.error_type, d.error_message))
+}
+
+fn consumer_dlq(local: &Local) -> outbox_local::stack::QueueInfo {
+    local.runtime.stack.queue("ConsumerDeadLetterQueue").cloned().unwrap()
+}
+
+#[tokio::test]
+async fn insufficient_stock_is_a_business_outcome_not_an_error() {
+    let local = Local::start().await;
+    let table = local.table("InventoryTable");
+    inventory::put_stock(&local.dynamodb, &table, "SKU-B", 1).await.unwrap();
+    let response = invoke(&local, &created("e-rej", "o-rej", "SKU-B", 2)).await;
+    assert_eq!(response["outcome"], "rejected");
+    assert_eq!(inventory::stock(&local.dynamodb, &table, "SKU-B").await.unwrap(), Some((1, 0)), "no stock moved");
+    let events = local.query_pk(&local.table("OutboxTable"), "Reservation#o-rej").await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(common::s(&events[0], "event_type"), "InventoryRejected");
+    assert!(common::s(&events[0], "payload").contains("insufficient stock for SKU-B"));
+    assert_eq!(dlq::depth(&local.sqs, &consumer_dlq(&local)).await.unwrap(), 0, "no dead letter for a business outcome");
+    // Delivered again: absorbed.
+    assert_eq!(invoke(&local, &created("e-rej", "o-rej", "SKU-B", 2)).await["outcome"], "duplicate");
+    local.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_cancellation_releases_the_reserved_stock_exactly_once() {
+    let local = Local::start().await;
+    let table = local.table("InventoryTable");
+    inventory::put_stock(&local.dynamodb, &table, "SKU-A", 10).await.unwrap();
+    assert_eq!(invoke(&local, &created("e-c1", "o-c", "SKU-A", 3)).await["outcome"], "reserved");
+    assert_eq!(inventory::stock(&local.dynamodb, &table, "SKU-A").await.unwrap(), Some((7, 3)));
+    assert_eq!(invoke(&local, &cancelled("e-c2", "o-c", 2)).await["outcome"], "released");
+    assert_eq!(invoke(&local, &cancelled("e-c2", "o-c", 2)).await["outcome"], "duplicate");
+    assert_eq!(inventory::stock(&local.dynamodb, &table, "SKU-A").await.unwrap(), Some((10, 0)));
+    let events: Vec<String> = local.query_pk(&local.table("OutboxTable"), "Reservation#o-c").await.iter().map(|i| common::s(i, "event_type").to_owned()).collect();
+    assert_eq!(events, ["InventoryReserved", "InventoryReleased"]);
+    local.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_event_id_reused_with_another_payload_is_dead_lettered_on_the_first_attempt() {
+    let local = Local::start().await;
+    inventory::put_stock(&local.dynamodb, &local.table("InventoryTable"), "SKU-A", 10).await.unwrap();
+    assert_eq!(invoke(&local, &created("e-p", "o-p", "SKU-A", 1)).await["outcome"], "reserved");
+    let response = invoke(&local, &created("e-p", "o-p", "SKU-A", 5)).await;
+    assert_eq!(response["outcome"], "dead_lettered");
+    let dead = dlq::peek(&local.sqs, &consumer_dlq(&local)).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].shape, "consumer-failure");
+    assert_eq!(dead[0].event_id.as_deref(), Some("e-p"));
+    assert!(dead[0].reason.starts_with("PayloadMismatch"), "{}", dead[0].reason);
+    local.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_sequence_gap_is_retried_then_dead_lettered_and_a_redrive_after_the_fix_applies_it_once() {
+    let mut local = Local::start().await;
+    local.spawn_pipelines();
+    let table = local.table("InventoryTable");
+    inventory::put_stock(&local.dynamodb, &table, "SKU-A", 10).await.unwrap();
+    let bus = local.runtime.stack.buses[0].name.clone();
+    let put = |detail_type: &'static str, body: String| {
+        let events = local.events.clone();
+        let bus = bus.clone();
+        async move {
+            let event: Value = serde_json::from_str(&body).unwrap();
+            let entry = aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+                .event_bus_name(bus)
+                .source("example.orders")
+                .detail_type(detail_type)
+                .detail(event["detail"].to_string())
+                .build();
+            let out = events.put_events().entries(entry).send().await.unwrap();
+            assert_eq!(out.failed_entry_count(), 0);
+        }
+    };
+    // The cancellation arrives before the order was reserved: a gap, retried, then dead-lettered.
+    put("OrderCancelled", cancelled("e-g2", "o-g", 2)).await;
+    let queue = consumer_dlq(&local);
+    let wait = Deadline::new("the gap event in the consumer DLQ");
+    while dlq::depth(&local.sqs, &queue).await.unwrap() < 1 {
+        wait.tick(|| format!("{:?}", local.runtime.stats.snapshot().consumer_invocations)).await;
+    }
+    let function = local.runtime.function("ReserveInventoryFunction").unwrap();
+    let attempts = 1 + function.spec.event_invoke.max_retry_attempts as usize;
+    assert_eq!(local.runtime.stats.snapshot().consumer_errors, attempts, "every attempt failed, then no more");
+    let dead = dlq::peek(&local.sqs, &queue).await.unwrap();
+    assert_eq!(dead[0].shape, "invocation-record");
+    assert!(dead[0].reason.contains("SequenceGap") && dead[0].reason.contains("sequence gap"), "{}", dead[0].reason);
+
+    // The fix: the order's OrderCreated is applied.
+    put("OrderCreated", created("e-g1", "o-g", "SKU-A", 4)).await;
+    let wait = Deadline::new("the order reserved");
+    while !local.runtime.stats.snapshot().outcomes.contains_key("e-g1") {
+        wait.tick(|| "not yet".into()).await;
+    }
+    // Redrive: applied once, the queue is empty, a second redrive is a no-op.
+    let report = dlq::redrive(&local.sqs, &local.events, &queue, &bus, false, |_, _| {}).await.unwrap();
+    assert_eq!((report.redriven.len(), report.left.len()), (1, 0), "{report:?}");
+    let wait = Deadline::new("the redriven cancellation applied");
+    while !local.runtime.stats.snapshot().outcomes.get("e-g2").is_some_and(|o| o.iter().any(|(x, _)| x == "released")) {
+        wait.tick(|| format!("{:?}", local.runtime.stats.snapshot().outcomes.get("e-g2"))).await;
+    }
+    assert_eq!(dlq::depth(&local.sqs, &queue).await.unwrap(), 0);
+    assert_eq!(inventory::stock(&local.dynamodb, &table, "SKU-A").await.unwrap(), Some((10, 0)));
+    let again = dlq::redrive(&local.sqs, &local.events, &queue, &bus, false, |_, _| {}).await.unwrap();
+    assert_eq!((again.redriven.len(), again.left.len()), (0, 0));
+    local.shutdown().await;
+}
