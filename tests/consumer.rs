@@ -1,6 +1,7 @@
 //! The consumer (ReserveInventoryFunction) on the emulator: the inbox turns repeated and racing
-//! deliveries of one event into exactly one effect, and an event it can never accept ends in the
-//! ConsumerDeadLetterQueue after Lambda's asynchronous retries.
+//! deliveries of one event into exactly one effect; an event no retry can fix (malformed, an id
+//! reused with another payload) goes to the ConsumerDeadLetterQueue on the first attempt; one that
+//! fails every attempt (a sequence gap) gets there after Lambda's asynchronous retries.
 
 mod common;
 
@@ -106,27 +107,58 @@ async fn duplicate_and_racing_deliveries_take_effect_once() {
     let emitted = local.query_pk(&outbox_table, &format!("Reservation#{order_id}")).await;
     assert_eq!(emitted.len(), 1, "the consumer's own events for {order_id}: {emitted:?}");
 
-    // 3. The same event id with different data (another order) is refused, never applied.
+    // 3. The same event id with different data (another order): never applied. No retry can fix
+    //    it, so the consumer sends it to its dead-letter queue on the first attempt.
     let other_order = format!("o-{}", common::short_id());
-    let invocation = function.invoke(&order_created(&event_id, &other_order, "envelope-c")).await;
-    match invocation.result {
-        Err(d) => assert_eq!(d.error_type, "PayloadMismatch", "{}: {}", d.error_type, d.error_message),
-        Ok(response) => panic!("event {event_id} with another payload was accepted: {response}"),
-    }
+    assert_eq!(outcome(&function, &order_created(&event_id, &other_order, "envelope-c")).await, "dead_lettered");
     check_stock(2).await;
     assert!(local.query_pk(&outbox_table, &format!("Reservation#{other_order}")).await.is_empty());
+    let dlq = local.runtime.stack.queue("ConsumerDeadLetterQueue").cloned().expect("ConsumerDeadLetterQueue");
+    let dead = outbox_local::dlq::peek(&local.sqs, &dlq).await.expect("peeking the DLQ");
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].event_id.as_deref(), Some(event_id.as_str()), "{dead:?}");
+    assert!(dead[0].reason.starts_with("PayloadMismatch"), "reason: {}", dead[0].reason);
 
     local.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_poison_event_is_dead_lettered_after_the_configured_retries() {
-    let mut local = Local::start().await;
-    let function = local.runtime.function(CONSUMER).unwrap_or_else(|e| panic!("{e}"));
-    let attempts = 1 + function.spec.event_invoke.max_retry_attempts as usize;
-    assert!(attempts > 1, "the template should configure retries (EventInvokeConfig.MaximumRetryAttempts)");
-    let rule = local.runtime.stack.rules.iter().find(|r| r.function == CONSUMER).cloned().expect("the consumer's EventBridge rule");
+/// Puts one event on the stack's bus, as a producer's relay would.
+async fn put_event(local: &Local, bus: &str, detail_type: &str, detail: &Value) {
+    let entry = aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+        .event_bus_name(bus)
+        .source("example.orders")
+        .detail_type(detail_type)
+        .detail(detail.to_string())
+        .build();
+    let out = local.events.put_events().entries(entry).send().await.expect("PutEvents");
+    assert_eq!(out.failed_entry_count(), 0, "{out:?}");
+}
+
+/// Waits until the consumer dead-letter queue holds a message about `event_id` and `settled`
+/// holds for the stats; returns the message.
+async fn dead_letter_of(local: &Local, event_id: &str, settled: impl Fn(&outbox_local::stats::Counts) -> bool) -> outbox_local::dlq::DlqMessage {
     let dlq = local.runtime.stack.queue("ConsumerDeadLetterQueue").cloned().expect("ConsumerDeadLetterQueue");
+    let deadline = Deadline::new(format!("event {event_id} in {} and the delivery settled", dlq.name));
+    loop {
+        let dead = outbox_local::dlq::peek(&local.sqs, &dlq).await.expect("peeking the DLQ");
+        let counts = local.runtime.stats.snapshot();
+        if let Some(m) = dead.iter().find(|m| m.event_id.as_deref() == Some(event_id)) {
+            if settled(&counts) {
+                return m.clone();
+            }
+        }
+        deadline.tick(|| format!("DLQ {dead:?}; stats {counts:?}")).await;
+    }
+}
+
+fn bus_of(local: &Local) -> String {
+    local.runtime.stack.rules.iter().find(|r| r.function == CONSUMER).map(|r| r.bus_name.clone()).expect("the consumer's EventBridge rule")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_event_is_dead_lettered_on_the_first_attempt() {
+    let mut local = Local::start().await;
+    let bus = bus_of(&local);
     local.spawn_pipelines();
 
     let poison_id = format!("poison-{}", uuid::Uuid::now_v7());
@@ -136,40 +168,62 @@ async fn a_poison_event_is_dead_lettered_after_the_configured_retries() {
                      "sequence": 1, "correlation_id": "poison-test"},
         "data": {"order_id": "poison-order", "customer_id": "c-0", "currency": "EUR", "lines": "three red mugs, please"}
     });
-    let entry = aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
-        .event_bus_name(&rule.bus_name)
-        .source("example.orders")
-        .detail_type("OrderCreated")
-        .detail(detail.to_string())
-        .build();
-    let out = local.events.put_events().entries(entry).send().await.expect("PutEvents");
-    assert_eq!(out.failed_entry_count(), 0, "{out:?}");
+    put_event(&local, &bus, "OrderCreated", &detail).await;
 
-    let deadline = Deadline::new(format!("event {poison_id} in {} and counted as dead-lettered", dlq.name));
-    let message = loop {
-        let dead = outbox_local::dlq::peek(&local.sqs, &dlq).await.expect("peeking the DLQ");
-        let counts = local.runtime.stats.snapshot();
-        if let Some(m) = dead.iter().find(|m| m.event_id.as_deref() == Some(poison_id.as_str())) {
-            if counts.consumer_dead_lettered >= 1 {
-                break m.clone();
-            }
-        }
-        deadline.tick(|| format!("DLQ {dead:?}; stats {counts:?}")).await;
-    };
+    let message = dead_letter_of(&local, &poison_id, |c| c.outcomes.contains_key(&poison_id)).await;
     let counts = local.runtime.stats.snapshot();
-    assert_eq!(counts.consumer_invocations, attempts, "invocations of the poison event (1 + MaximumRetryAttempts): {counts:?}");
-    assert_eq!(counts.consumer_errors, attempts, "{counts:?}");
-    assert_eq!(counts.consumer_dead_lettered, 1, "{counts:?}");
-    assert!(counts.outcomes.is_empty(), "the poison event had an outcome: {counts:?}");
+    // No retry can fix it: one invocation, which dead-letters it itself and succeeds.
+    assert_eq!(counts.consumer_invocations, 1, "{counts:?}");
+    assert_eq!(counts.consumer_errors, 0, "{counts:?}");
+    assert_eq!(counts.consumer_dead_lettered, 0, "the asynchronous-invocation retries were used: {counts:?}");
+    assert_eq!(counts.outcomes[&poison_id].iter().map(|(o, _)| o.as_str()).collect::<Vec<_>>(), ["dead_lettered"], "{counts:?}");
 
-    assert_eq!(message.shape, "invocation-record", "{message:?}");
+    assert_eq!(message.shape, "consumer-failure", "{message:?}");
     assert!(message.reason.contains("MalformedEvent"), "reason: {}", message.reason);
     assert!(message.reason.contains("detail.data.lines"), "reason: {}", message.reason);
+    let record: Value = serde_json::from_str(&message.body).expect("the consumer failure record is JSON");
+    assert_eq!(record.pointer("/event/detail/metadata/id").and_then(Value::as_str), Some(poison_id.as_str()), "{record}");
+    assert_eq!(record.pointer("/event/detail/data/lines"), Some(&json!("three red mugs, please")), "{record}");
+    assert_eq!(record.pointer("/event/detail-type").and_then(Value::as_str), Some("OrderCreated"), "{record}");
+
+    local.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_failing_every_attempt_is_dead_lettered_after_the_configured_retries() {
+    let mut local = Local::start().await;
+    let function = local.runtime.function(CONSUMER).unwrap_or_else(|e| panic!("{e}"));
+    let attempts = 1 + function.spec.event_invoke.max_retry_attempts as usize;
+    assert!(attempts > 1, "the template should configure retries (EventInvokeConfig.MaximumRetryAttempts)");
+    let bus = bus_of(&local);
+    local.spawn_pipelines();
+
+    // Sequence 2 of an order whose sequence 1 never arrives: a sequence gap, retryable each time.
+    let gap_id = format!("gap-{}", uuid::Uuid::now_v7());
+    let order_id = format!("never-created-{}", common::short_id());
+    let detail = json!({
+        "metadata": {"id": gap_id, "type": "OrderCancelled", "version": 1, "source": "example.orders",
+                     "time": "2026-11-29T08:00:00.000Z", "subject": order_id, "aggregate_type": "Order",
+                     "sequence": 2, "correlation_id": "gap-test"},
+        "data": {"order_id": order_id, "reason": "its OrderCreated never happened"}
+    });
+    put_event(&local, &bus, "OrderCancelled", &detail).await;
+
+    let message = dead_letter_of(&local, &gap_id, |c| c.consumer_dead_lettered >= 1).await;
+    let counts = local.runtime.stats.snapshot();
+    assert_eq!(counts.consumer_invocations, attempts, "invocations (1 + EventInvokeConfig.MaximumRetryAttempts): {counts:?}");
+    assert_eq!(counts.consumer_errors, attempts, "{counts:?}");
+    assert_eq!(counts.consumer_dead_lettered, 1, "{counts:?}");
+    assert!(counts.outcomes.is_empty(), "the event had an outcome: {counts:?}");
+
+    assert_eq!(message.shape, "invocation-record", "{message:?}");
+    assert!(message.reason.contains("SequenceGap"), "reason: {}", message.reason);
     let record: Value = serde_json::from_str(&message.body).expect("the invocation record is JSON");
+    assert_eq!(record.pointer("/requestContext/condition").and_then(Value::as_str), Some("RetriesExhausted"), "{record}");
     assert_eq!(record.pointer("/requestContext/approximateInvokeCount").and_then(Value::as_u64), Some(attempts as u64), "{record}");
-    assert_eq!(record.pointer("/requestPayload/detail/metadata/id").and_then(Value::as_str), Some(poison_id.as_str()), "{record}");
-    assert_eq!(record.pointer("/requestPayload/detail/data/lines"), Some(&json!("three red mugs, please")), "{record}");
-    assert_eq!(record.pointer("/requestPayload/detail-type").and_then(Value::as_str), Some("OrderCreated"), "{record}");
+    assert_eq!(record.pointer("/requestPayload/detail/metadata/id").and_then(Value::as_str), Some(gap_id.as_str()), "{record}");
+    assert_eq!(record.pointer("/requestPayload/detail/data/order_id").and_then(Value::as_str), Some(order_id.as_str()), "{record}");
+    assert_eq!(record.pointer("/requestPayload/detail-type").and_then(Value::as_str), Some("OrderCancelled"), "{record}");
 
     local.shutdown().await;
 }

@@ -390,14 +390,14 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
             && counts.outcome_count("duplicate") >= 1,
     };
     say.line(format!(
-        "8. books      stock reserved {stock_reserved} units = {stock_expected} ordered by reserved orders; lost {lost}, applied twice {applied_twice}; commit → effect latency p50 {} ms, p99 {} ms",
+        "8. books      stock reserved {stock_reserved} units = {stock_expected} ordered by reserved, uncancelled orders; lost {lost}, applied twice {applied_twice}; commit → effect latency p50 {} ms, p99 {} ms",
         report.latency_ms_p50.unwrap_or(0),
         report.latency_ms_p99.unwrap_or(0)
     ));
     say.line(format!("\n{} holds {} message(s) (what `outbox-local dlq list` shows):", consumer_dlq.name, dead.len()));
     say.line(dlq::format_listing(&dead).trim_end());
     say.line(if report.ok {
-        "\nresult: every committed order took effect exactly once; the duplicate was absorbed; the poison event is in the dead-letter queue; nothing lost."
+        "\nresult: every committed order took effect exactly once; the cancellation released its stock once; the duplicate was absorbed; the poison and the never-succeeding events are in the dead-letter queue; nothing lost."
     } else {
         "\nresult: MISMATCH — see the figures above."
     });

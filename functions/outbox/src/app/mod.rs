@@ -4,6 +4,7 @@
 //! same methods in-process.
 
 pub mod http;
+pub mod idempotency;
 pub mod inventory;
 pub mod orders;
 pub mod relay;
