@@ -55,45 +55,54 @@ pub async fn depth(sqs: &aws_sdk_sqs::Client, queue: &QueueInfo) -> Result<u64, 
     Ok(get(QueueAttributeName::ApproximateNumberOfMessages) + get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible))
 }
 
-/// Every message of `queue`, oldest first, left in the queue.
-///
-/// # Errors
-/// The SDK error as text.
-pub async fn peek(sqs: &aws_sdk_sqs::Client, queue: &QueueInfo) -> Result<Vec<DlqMessage>, String> {
-    let err = |e: aws_sdk_sqs::error::SdkError<_, _>| aws_sdk_sqs::error::DisplayErrorContext(e).to_string();
-    let mut seen = BTreeMap::new();
-    let mut handles = Vec::new();
+/// Receives every message of `queue` once, each hidden for `visibility_secs` (long-polling the
+/// first receive so that every SQS server is asked).
+async fn receive_all(sqs: &aws_sdk_sqs::Client, queue: &QueueInfo, visibility_secs: i32) -> Result<Vec<aws_sdk_sqs::types::Message>, String> {
+    let mut received = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     loop {
         let out = sqs
             .receive_message()
             .queue_url(&queue.url)
             .max_number_of_messages(10)
-            .visibility_timeout(30)
-            .wait_time_seconds(if seen.is_empty() { 1 } else { 0 })
+            .visibility_timeout(visibility_secs)
+            .wait_time_seconds(if received.is_empty() { 1 } else { 0 })
             .message_system_attribute_names(MessageSystemAttributeName::All)
             .message_attribute_names("All")
             .send()
             .await
-            .map_err(err)?;
+            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
         let messages = out.messages.unwrap_or_default();
         if messages.is_empty() {
-            break;
+            return Ok(received);
         }
         for m in messages {
-            if let Some(h) = m.receipt_handle() {
-                handles.push(h.to_owned());
+            if seen.insert(m.message_id().unwrap_or_default().to_owned()) {
+                received.push(m);
             }
-            let id = m.message_id().unwrap_or_default().to_owned();
-            seen.entry(id).or_insert(m);
         }
     }
-    // Make them visible again at once.
-    for handle in handles {
+}
+
+/// Makes a received message visible again at once.
+async fn unhide(sqs: &aws_sdk_sqs::Client, queue: &QueueInfo, message: &aws_sdk_sqs::types::Message) {
+    if let Some(handle) = message.receipt_handle() {
         let _ = sqs.change_message_visibility().queue_url(&queue.url).receipt_handle(handle).visibility_timeout(0).send().await;
     }
+}
+
+/// Every message of `queue`, oldest first, left in the queue.
+///
+/// # Errors
+/// The SDK error as text.
+pub async fn peek(sqs: &aws_sdk_sqs::Client, queue: &QueueInfo) -> Result<Vec<DlqMessage>, String> {
+    let received = receive_all(sqs, queue, 30).await?;
+    for m in &received {
+        unhide(sqs, queue, m).await;
+    }
     let now = chrono::Utc::now();
-    let mut list: Vec<DlqMessage> = seen
-        .into_values()
+    let mut list: Vec<DlqMessage> = received
+        .into_iter()
         .map(|m| {
             let body = m.body().unwrap_or_default().to_owned();
             let parsed = DeadLetter::parse(&body);
@@ -257,30 +266,8 @@ pub async fn redrive(
     dry_run: bool,
     progress: impl Fn(usize, usize),
 ) -> Result<RedriveReport, String> {
-    let err = |e: aws_sdk_sqs::error::SdkError<_, _>| aws_sdk_sqs::error::DisplayErrorContext(e).to_string();
     let mut report = RedriveReport { dry_run, ..Default::default() };
-    let mut received = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    loop {
-        let out = sqs
-            .receive_message()
-            .queue_url(&queue.url)
-            .max_number_of_messages(10)
-            .visibility_timeout(120)
-            .wait_time_seconds(if received.is_empty() { 1 } else { 0 })
-            .send()
-            .await
-            .map_err(err)?;
-        let messages = out.messages.unwrap_or_default();
-        if messages.is_empty() {
-            break;
-        }
-        for m in messages {
-            if seen.insert(m.message_id().unwrap_or_default().to_owned()) {
-                received.push(m);
-            }
-        }
-    }
+    let received = receive_all(sqs, queue, 120).await?;
     let total = received.len();
     for (i, m) in received.iter().enumerate() {
         let id = m.message_id().unwrap_or_default().to_owned();
@@ -309,11 +296,11 @@ pub async fn redrive(
             }
             Ok(false) => {
                 report.redriven.push(id);
-                let _ = sqs.change_message_visibility().queue_url(&queue.url).receipt_handle(&handle).visibility_timeout(0).send().await;
+                unhide(sqs, queue, m).await;
             }
             Err(why) => {
                 report.left.push((id, why));
-                let _ = sqs.change_message_visibility().queue_url(&queue.url).receipt_handle(&handle).visibility_timeout(0).send().await;
+                unhide(sqs, queue, m).await;
             }
         }
         progress(i + 1, total);

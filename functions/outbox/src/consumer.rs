@@ -123,23 +123,7 @@ impl ConsumerDeadLetterQueue {
             event: event_raw,
         };
         let body = serde_json::to_string(&record).map_err(|e| e.to_string())?;
-        let attr = |v: &str| {
-            aws_sdk_sqs::types::MessageAttributeValue::builder()
-                .data_type("String")
-                .string_value(v.chars().take(1024).collect::<String>())
-                .build()
-                .map_err(|e| e.to_string())
-        };
-        self.sqs
-            .send_message()
-            .queue_url(&self.url)
-            .message_body(body)
-            .message_attributes("error_type", attr(error_type)?)
-            .message_attributes("reason", attr(reason)?)
-            .send()
-            .await
-            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
-        Ok(())
+        crate::dead_letter::send(&self.sqs, &self.url, body, &[("error_type", error_type), ("reason", reason)]).await
     }
 }
 

@@ -77,6 +77,28 @@ pub struct ConsumerFailureRecord<E = Value> {
     pub event: E,
 }
 
+/// Sends `body` to the dead-letter queue at `url`, with `attributes` as string message
+/// attributes (each cut to 1,024 characters) so the SQS console shows the reason without opening
+/// the body. SQS accepts bodies up to 1 MiB (`SendMessage` API reference,
+/// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html>);
+/// an outbox item is at most 400 KB.
+///
+/// # Errors
+/// The SQS error as text: the caller must then keep the record (fail it), never drop it.
+pub async fn send(sqs: &aws_sdk_sqs::Client, url: &str, body: String, attributes: &[(&str, &str)]) -> Result<(), String> {
+    let mut request = sqs.send_message().queue_url(url).message_body(body);
+    for (name, value) in attributes {
+        let value = aws_sdk_sqs::types::MessageAttributeValue::builder()
+            .data_type("String")
+            .string_value(value.chars().take(1024).collect::<String>())
+            .build()
+            .map_err(|e| e.to_string())?;
+        request = request.message_attributes(*name, value);
+    }
+    request.send().await.map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+    Ok(())
+}
+
 /// A dead-letter message, recognised by shape.
 #[derive(Debug, Clone, PartialEq)]
 pub enum DeadLetter {

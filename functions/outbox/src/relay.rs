@@ -581,23 +581,7 @@ impl Relay {
             record: serde_json::to_value(record).map_err(|e| e.to_string())?,
         };
         let body = serde_json::to_string(&body).map_err(|e| e.to_string())?;
-        let attr = |v: &str| {
-            aws_sdk_sqs::types::MessageAttributeValue::builder()
-                .data_type("String")
-                .string_value(v.chars().take(1024).collect::<String>())
-                .build()
-                .map_err(|e| e.to_string())
-        };
-        self.sqs
-            .send_message()
-            .queue_url(&self.config.dead_letter_queue_url)
-            .message_body(body)
-            .message_attributes("error_code", attr(error_code)?)
-            .message_attributes("reason", attr(reason)?)
-            .send()
-            .await
-            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
-        Ok(())
+        crate::dead_letter::send(&self.sqs, &self.config.dead_letter_queue_url, body, &[("error_code", error_code), ("reason", reason)]).await
     }
 }
 
