@@ -25,9 +25,11 @@ pub enum ConfigError {
     },
 }
 
+type Lookup = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
 /// A lookup of environment variables.
 pub struct Env {
-    lookup: Box<dyn Fn(&str) -> Option<String> + Send + Sync>,
+    lookup: Lookup,
 }
 
 impl std::fmt::Debug for Env {

@@ -177,7 +177,7 @@ mod tests {
     fn names_what_is_wrong() {
         let err = |d: &str| decode_event::<Data>(&event(d)).unwrap_err().0;
         assert!(err(r#""{\"metadata\":1}""#).contains("detail must be a JSON object, got a string"));
-        assert!(err(&format!(r#"{{"data":{{"n":1}}}}"#)).contains("detail.metadata is missing"));
+        assert!(err(r#"{"data":{"n":1}}"#).contains("detail.metadata is missing"));
         assert!(err(&format!(r#"{{"metadata":{META}}}"#)).contains("detail.data is missing"));
         assert!(err(&format!(r#"{{"metadata":{META},"data":{{"n":"x"}}}}"#)).starts_with("detail.data.n: invalid type"));
         assert!(err(r#"{"metadata":{"id":"e"},"data":{}}"#).starts_with("detail.metadata: missing field"));
