@@ -8,6 +8,13 @@ iterators go on reading the old shard. On AWS transactions are isolated and noth
 Serialising DynamoDB and DynamoDB Streams requests restores that; every other service (SQS long
 polls in particular) stays concurrent.
 
+One more trace of the rollback remains: moto writes a cancelled transaction's items to the live
+table (and its stream shard) before putting the copies back, and a shard iterator taken before
+the rollback still points at the old shard, so it would return the cancelled writes as stream
+records (and the next committed write reuses their sequence numbers). `transact_write_items`
+is wrapped to take those records back out of the old shards. On AWS a cancelled transaction
+never reaches the stream.
+
 Usage: python scripts/moto_server.py -H 127.0.0.1 -p PORT
 """
 
@@ -22,6 +29,30 @@ from moto.moto_server.werkzeug_app import (
 )
 
 _DYNAMODB_LOCK = threading.Lock()
+
+
+def _forget_cancelled_stream_records():
+    """Wraps moto's TransactWriteItems so that a cancelled transaction leaves no stream record."""
+    from moto.dynamodb.models import DynamoDBBackend
+
+    original = DynamoDBBackend.transact_write_items
+
+    def transact_write_items(self, transact_items):
+        shards = []
+        for item in transact_items:
+            _, op = next(iter(item.items()))
+            table = self.tables.get(op.get("TableName") or "")
+            shard = getattr(table, "stream_shard", None)
+            if shard is not None and all(shard is not s for s, _ in shards):
+                shards.append((shard, len(shard.items)))
+        try:
+            return original(self, transact_items)
+        except Exception:
+            for shard, length in shards:
+                del shard.items[length:]
+            raise
+
+    DynamoDBBackend.transact_write_items = transact_write_items
 
 
 class SerialiseDynamoDB:
@@ -47,6 +78,7 @@ def main():
     import os
 
     os.environ.setdefault("MOTO_PORT", str(args.port))
+    _forget_cancelled_stream_records()
     app = DomainDispatcherApplication(create_backend_app)
     run_simple(
         args.host,

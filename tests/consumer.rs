@@ -134,20 +134,28 @@ async fn put_event(local: &Local, bus: &str, detail_type: &str, detail: &Value) 
     assert_eq!(out.failed_entry_count(), 0, "{out:?}");
 }
 
-/// Waits until the consumer dead-letter queue holds a message about `event_id` and `settled`
-/// holds for the stats; returns the message.
-async fn dead_letter_of(local: &Local, event_id: &str, settled: impl Fn(&outbox_local::stats::Counts) -> bool) -> outbox_local::dlq::DlqMessage {
+/// Waits until the runtime's counters satisfy `settled` (the delivery of the event is over).
+async fn settle(local: &Local, what: &str, settled: impl Fn(&outbox_local::stats::Counts) -> bool) -> outbox_local::stats::Counts {
+    let deadline = Deadline::new(what);
+    loop {
+        let counts = local.runtime.stats.snapshot();
+        if settled(&counts) {
+            return counts;
+        }
+        deadline.tick(|| format!("{counts:?}")).await;
+    }
+}
+
+/// The consumer dead-letter queue's message about `event_id` (waits for it, bounded).
+async fn dead_letter_of(local: &Local, event_id: &str) -> outbox_local::dlq::DlqMessage {
     let dlq = local.runtime.stack.queue("ConsumerDeadLetterQueue").cloned().expect("ConsumerDeadLetterQueue");
-    let deadline = Deadline::new(format!("event {event_id} in {} and the delivery settled", dlq.name));
+    let deadline = Deadline::new(format!("event {event_id} in {}", dlq.name));
     loop {
         let dead = outbox_local::dlq::peek(&local.sqs, &dlq).await.expect("peeking the DLQ");
-        let counts = local.runtime.stats.snapshot();
         if let Some(m) = dead.iter().find(|m| m.event_id.as_deref() == Some(event_id)) {
-            if settled(&counts) {
-                return m.clone();
-            }
+            return m.clone();
         }
-        deadline.tick(|| format!("DLQ {dead:?}; stats {counts:?}")).await;
+        deadline.tick(|| format!("{dead:?}")).await;
     }
 }
 
@@ -170,13 +178,14 @@ async fn a_malformed_event_is_dead_lettered_on_the_first_attempt() {
     });
     put_event(&local, &bus, "OrderCreated", &detail).await;
 
-    let message = dead_letter_of(&local, &poison_id, |c| c.outcomes.contains_key(&poison_id)).await;
-    let counts = local.runtime.stats.snapshot();
+    let settled = |c: &outbox_local::stats::Counts| c.outcomes.contains_key(&poison_id) || c.consumer_dead_lettered > 0;
+    let counts = settle(&local, "the delivery of the malformed event", settled).await;
     // No retry can fix it: one invocation, which dead-letters it itself and succeeds.
     assert_eq!(counts.consumer_invocations, 1, "{counts:?}");
     assert_eq!(counts.consumer_errors, 0, "{counts:?}");
     assert_eq!(counts.consumer_dead_lettered, 0, "the asynchronous-invocation retries were used: {counts:?}");
     assert_eq!(counts.outcomes[&poison_id].iter().map(|(o, _)| o.as_str()).collect::<Vec<_>>(), ["dead_lettered"], "{counts:?}");
+    let message = dead_letter_of(&local, &poison_id).await;
 
     assert_eq!(message.shape, "consumer-failure", "{message:?}");
     assert!(message.reason.contains("MalformedEvent"), "reason: {}", message.reason);
@@ -209,13 +218,14 @@ async fn an_event_failing_every_attempt_is_dead_lettered_after_the_configured_re
     });
     put_event(&local, &bus, "OrderCancelled", &detail).await;
 
-    let message = dead_letter_of(&local, &gap_id, |c| c.consumer_dead_lettered >= 1).await;
-    let counts = local.runtime.stats.snapshot();
+    let settled = |c: &outbox_local::stats::Counts| c.outcomes.contains_key(&gap_id) || c.consumer_dead_lettered > 0;
+    let counts = settle(&local, "the delivery of the sequence-gap event", settled).await;
     assert_eq!(counts.consumer_invocations, attempts, "invocations (1 + EventInvokeConfig.MaximumRetryAttempts): {counts:?}");
     assert_eq!(counts.consumer_errors, attempts, "{counts:?}");
     assert_eq!(counts.consumer_dead_lettered, 1, "{counts:?}");
     assert!(counts.outcomes.is_empty(), "the event had an outcome: {counts:?}");
 
+    let message = dead_letter_of(&local, &gap_id).await;
     assert_eq!(message.shape, "invocation-record", "{message:?}");
     assert!(message.reason.contains("SequenceGap"), "reason: {}", message.reason);
     let record: Value = serde_json::from_str(&message.body).expect("the invocation record is JSON");
