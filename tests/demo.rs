@@ -22,6 +22,23 @@ async fn the_demo_adds_up() {
     let options = DemoOptions { orders: 5, json: true, events_dir, timeout: Duration::from_secs(60) };
     let result = demo::run(local.runtime.clone(), api, &options).await;
     let counts = local.runtime.stats.snapshot();
+    // Every event the demo published (each outbox item, as the relay builds it) matches the
+    // schema of its type and version.
+    let outbox = local.scan(&local.table("OutboxTable")).await;
+    let mut checked = std::collections::BTreeSet::new();
+    for attrs in outbox {
+        let item = outbox::envelope::OutboxItem::from_item(serde_dynamo::Item::from(attrs)).expect("an outbox item");
+        let event = item.to_bus_event().expect("a publishable event");
+        let detail: serde_json::Value = serde_json::from_str(&event.detail).expect("detail is JSON");
+        let errors = common::schema_violations(&item.event_type, u64::from(item.event_version), &detail);
+        assert!(errors.is_empty(), "{} v{} published by the demo breaks its schema: {errors:?}\n{detail}", item.event_type, item.event_version);
+        checked.insert(item.event_type);
+    }
+    assert_eq!(
+        checked.into_iter().collect::<Vec<_>>(),
+        ["InventoryRejected", "InventoryReleased", "InventoryReserved", "OrderCancelled", "OrderCreated"],
+        "the demo publishes every event type"
+    );
     local.shutdown().await;
     let report = result.unwrap_or_else(|e| panic!("the demo did not complete: {e}\nstats: {counts:?}"));
 

@@ -9,6 +9,8 @@
 //! (`OutboxWriter` → outbox item → `to_bus_event`). `tests/orders_api.rs` validates the events
 //! the order API wrote to the emulator's outbox table.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -31,15 +33,9 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
 }
 
-fn schema(event_type: &str, version: u64) -> Value {
-    read_json(&root().join(format!("schemas/{event_type}.v{version}.json")))
-}
-
 /// Messages of every violation of `instance` against the schema of `event_type` v`version`.
 fn violations(event_type: &str, version: u64, instance: &Value) -> Vec<String> {
-    let schema = schema(event_type, version);
-    let validator = jsonschema::draft202012::new(&schema).unwrap_or_else(|e| panic!("schema {event_type}.v{version}: {e}"));
-    validator.iter_errors(instance).map(|e| format!("{} at {}", e, e.instance_path())).collect()
+    common::schema_violations(event_type, version, instance)
 }
 
 fn assert_valid(event_type: &str, version: u64, detail: &Value) {

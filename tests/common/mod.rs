@@ -254,3 +254,13 @@ impl Deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Every violation of `detail` against `schemas/<event_type>.v<version>.json` (JSON Schema
+/// 2020-12), as messages naming the place.
+pub fn schema_violations(event_type: &str, version: u64, detail: &serde_json::Value) -> Vec<String> {
+    let path = root().join(format!("schemas/{event_type}.v{version}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let schema: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
+    let validator = jsonschema::draft202012::new(&schema).unwrap_or_else(|e| panic!("schema {event_type}.v{version}: {e}"));
+    validator.iter_errors(detail).map(|e| format!("{} at {}", e, e.instance_path())).collect()
+}
