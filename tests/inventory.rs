@@ -145,3 +145,25 @@ async fn a_sequence_gap_is_retried_then_dead_lettered_and_a_redrive_after_the_fi
     assert_eq!((again.redriven.len(), again.left.len()), (0, 0));
     local.shutdown().await;
 }
+
+#[tokio::test]
+async fn malformed_envelopes_are_dead_lettered_on_the_first_attempt_with_the_reason() {
+    let local = Local::start().await;
+    let good: Value = serde_json::from_str(&created("e-m", "o-m", "SKU-A", 1)).unwrap();
+    let mut no_detail_type = good.clone();
+    no_detail_type.as_object_mut().unwrap().remove("detail-type");
+    let mut string_detail = good.clone();
+    string_detail["detail"] = Value::String(good["detail"].to_string());
+    let mut no_metadata = good.clone();
+    no_metadata["detail"].as_object_mut().unwrap().remove("metadata");
+    let cases = [(no_detail_type, "detail-type"), (string_detail, "detail must be a JSON object"), (no_metadata, "detail.metadata is missing")];
+    for (event, _) in &cases {
+        assert_eq!(invoke(&local, &event.to_string()).await["outcome"], "dead_lettered", "{event}");
+    }
+    let dead = dlq::peek(&local.sqs, &consumer_dlq(&local)).await.unwrap();
+    assert_eq!(dead.len(), cases.len());
+    for (_, reason) in &cases {
+        assert!(dead.iter().any(|m| m.shape == "consumer-failure" && m.reason.starts_with("MalformedEvent") && m.reason.contains(reason)), "no dead letter saying {reason:?}: {dead:#?}");
+    }
+    local.shutdown().await;
+}

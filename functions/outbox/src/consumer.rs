@@ -20,6 +20,20 @@ use crate::envelope::EventMetadata;
 /// nothing in it is rounded before the consumer decodes it.
 pub type RawEventBridgeEvent = EventBridgeEvent<Box<RawValue>>;
 
+/// The invocation payload of a consumer, undecoded. Consumers take this rather than
+/// [`RawEventBridgeEvent`] so that an event without `detail-type` or `source` reaches their code
+/// (and the dead-letter queue, with the reason) instead of failing in the runtime's
+/// deserialisation, which Lambda would retry as if it could pass.
+pub type RawEvent = Box<RawValue>;
+
+/// Reads the EventBridge envelope of `payload`.
+///
+/// # Errors
+/// [`MalformedEvent`] naming what is missing (`detail-type`, `source`, `detail`).
+pub fn decode_envelope(payload: &RawValue) -> Result<RawEventBridgeEvent, MalformedEvent> {
+    serde_json::from_str(payload.get()).map_err(|e| MalformedEvent(format!("not an EventBridge event: {e}")))
+}
+
 /// A delivered event, decoded.
 #[derive(Debug, Clone)]
 pub struct DeliveredEvent<T> {
@@ -94,25 +108,30 @@ impl ConsumerDeadLetterQueue {
     ///
     /// # Errors
     /// The SQS error as text; the caller must then fail the invocation so nothing is lost.
-    pub async fn send(&self, event: &RawEventBridgeEvent, error_type: &str, reason: &str) -> Result<(), String> {
-        // Serialised with the detail verbatim (a RawValue), so no number is rounded.
-        let event_text = serde_json::to_string(event).map_err(|e| e.to_string())?;
-        let event_raw: &RawValue = serde_json::from_str(&event_text).map_err(|e| e.to_string())?;
+    pub async fn send(&self, event: &RawValue, error_type: &str, reason: &str) -> Result<(), String> {
+        // The event is embedded verbatim (a RawValue), so no number is rounded.
         #[derive(Deserialize)]
-        struct Id<'a> {
+        struct Envelope<'a> {
             #[serde(borrow)]
-            metadata: Option<IdOnly<'a>>,
+            detail: Option<Detail<'a>>,
         }
         #[derive(Deserialize)]
-        struct IdOnly<'a> {
+        struct Detail<'a> {
+            #[serde(borrow)]
+            metadata: Option<Metadata<'a>>,
+        }
+        #[derive(Deserialize)]
+        struct Metadata<'a> {
             #[serde(borrow)]
             id: Option<std::borrow::Cow<'a, str>>,
         }
-        let event_id = serde_json::from_str::<Id<'_>>(event.detail.get())
+        let event_id = serde_json::from_str::<Envelope<'_>>(event.get())
             .ok()
+            .and_then(|e| e.detail)
             .and_then(|d| d.metadata)
             .and_then(|m| m.id)
             .map(|id| id.into_owned());
+        let event_raw = event;
         let record = ConsumerFailureRecord {
             kind: CONSUMER_FAILURE_KIND.into(),
             consumer: self.consumer.clone(),

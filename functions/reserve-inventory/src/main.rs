@@ -4,12 +4,12 @@
 use lambda_runtime::{run, service_fn, tracing, Error, LambdaEvent};
 use outbox::app::inventory::InventoryConsumer;
 use outbox::config::Env;
-use outbox::consumer::RawEventBridgeEvent;
+use outbox::consumer::RawEvent;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let sdk = aws_config::load_from_env().await;
     let consumer = InventoryConsumer::from_env(&sdk, &Env::process())?;
-    run(service_fn(|event: LambdaEvent<RawEventBridgeEvent>| consumer.handle(event))).await
+    run(service_fn(|event: LambdaEvent<RawEvent>| consumer.handle(event))).await
 }

@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use super::orders::{OrderCreated, OrderLine};
 use crate::config::{ConfigError, Env, DEFAULT_RETENTION};
-use crate::consumer::{decode_event, ConsumerDeadLetterQueue, DeliveredEvent, MalformedEvent, RawEventBridgeEvent};
+use crate::consumer::{decode_envelope, decode_event, ConsumerDeadLetterQueue, DeliveredEvent, MalformedEvent, RawEvent};
 use crate::inbox::{Inbox, InboxError, InboxOutcome};
 use crate::outbox::{NewEvent, OutboxWriter, WriteError};
 
@@ -175,9 +175,43 @@ impl InventoryConsumer {
     /// A retryable [`ConsumerError`] (Lambda retries it, then sends it to the on-failure
     /// destination), or a non-retryable one when no dead-letter queue is configured or it
     /// cannot be reached.
-    pub async fn handle(&self, event: LambdaEvent<RawEventBridgeEvent>) -> Result<ConsumerResponse, ConsumerError> {
-        let event = &event.payload;
-        let result = match event.detail_type.as_str() {
+    pub async fn handle(&self, event: LambdaEvent<RawEvent>) -> Result<ConsumerResponse, ConsumerError> {
+        let payload = &event.payload;
+        let envelope = decode_envelope(payload);
+        let result = match &envelope {
+            Err(e) => Err(e.clone().into()),
+            Ok(event) => self.dispatch(event).await,
+        };
+        let envelope_id = envelope.as_ref().ok().and_then(|e| e.id.clone()).unwrap_or_default();
+        match result {
+            Ok((outcome, metadata)) => {
+                tracing::info!(event_id = %metadata.id, event_type = %metadata.event_type, subject = %metadata.subject, correlation_id = %metadata.correlation_id, outcome = ?outcome, "event handled");
+                Ok(ConsumerResponse { outcome, event_id: metadata.id })
+            }
+            Err(e) if !e.is_retryable() && self.dead_letters.is_some() => {
+                let queue = self.dead_letters.as_ref().expect("checked by the guard");
+                tracing::error!(envelope_id = %envelope_id, error_type = e.error_type(), error = %e, "event can never be processed; dead-lettering it now");
+                queue.send(payload, e.error_type(), &e.to_string()).await.map_err(|send_error| {
+                    tracing::error!(error = %send_error, "the dead-letter queue is unreachable; failing the invocation instead");
+                    e
+                })?;
+                let event_id = envelope
+                    .ok()
+                    .and_then(|ev| serde_json::from_str::<serde_json::Value>(ev.detail.get()).ok())
+                    .and_then(|d| d.pointer("/metadata/id").and_then(|v| v.as_str()).map(str::to_owned))
+                    .unwrap_or_default();
+                Ok(ConsumerResponse { outcome: Outcome::DeadLettered, event_id })
+            }
+            Err(e) => {
+                tracing::error!(envelope_id = %envelope_id, error_type = e.error_type(), error = %e, "event failed");
+                Err(e)
+            }
+        }
+    }
+
+    /// Routes a decoded envelope by `detail-type`.
+    async fn dispatch(&self, event: &crate::consumer::RawEventBridgeEvent) -> Result<(Outcome, crate::envelope::EventMetadata), ConsumerError> {
+        match event.detail_type.as_str() {
             "OrderCreated" => match decode_event::<OrderCreated>(event) {
                 Ok(delivered) => self.reserve(&delivered).await.map(|o| (o, delivered.metadata)),
                 Err(e) => Err(e.into()),
@@ -187,29 +221,6 @@ impl InventoryConsumer {
                 Err(e) => Err(e.into()),
             },
             other => Err(MalformedEvent(format!("detail-type {other:?} is not handled here (OrderCreated, OrderCancelled)")).into()),
-        };
-        match result {
-            Ok((outcome, metadata)) => {
-                tracing::info!(event_id = %metadata.id, event_type = %metadata.event_type, subject = %metadata.subject, correlation_id = %metadata.correlation_id, outcome = ?outcome, "event handled");
-                Ok(ConsumerResponse { outcome, event_id: metadata.id })
-            }
-            Err(e) if !e.is_retryable() && self.dead_letters.is_some() => {
-                let queue = self.dead_letters.as_ref().expect("checked by the guard");
-                tracing::error!(envelope_id = event.id.as_deref().unwrap_or(""), error_type = e.error_type(), error = %e, "event can never be processed; dead-lettering it now");
-                queue.send(event, e.error_type(), &e.to_string()).await.map_err(|send_error| {
-                    tracing::error!(error = %send_error, "the dead-letter queue is unreachable; failing the invocation instead");
-                    e
-                })?;
-                let event_id = serde_json::from_str::<serde_json::Value>(event.detail.get())
-                    .ok()
-                    .and_then(|d| d.pointer("/metadata/id").and_then(|v| v.as_str()).map(str::to_owned))
-                    .unwrap_or_default();
-                Ok(ConsumerResponse { outcome: Outcome::DeadLettered, event_id })
-            }
-            Err(e) => {
-                tracing::error!(envelope_id = event.id.as_deref().unwrap_or(""), error_type = e.error_type(), error = %e, "event failed");
-                Err(e)
-            }
         }
     }
 
