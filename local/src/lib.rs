@@ -11,6 +11,8 @@
 //! [`delivery`] plays rule delivery, [`http_api`] plays API Gateway, [`dlq`] reads dead-letter
 //! queues, [`stats`] counts, and [`demo`] runs the whole thing.
 
+#![warn(missing_docs)]
+
 pub mod aws;
 pub mod delivery;
 pub mod demo;

@@ -18,6 +18,8 @@
 //! application (an order API, the relay function, an inventory consumer) that the Lambda
 //! functions in `functions/` and the local runtime run.
 
+#![warn(missing_docs)]
+
 pub mod app;
 pub mod config;
 pub mod consumer;
