@@ -27,6 +27,32 @@ use crate::runtime::{LocalFunction, Runtime, RuntimeOptions};
 use crate::stats::Stats;
 use crate::template::StreamMappingSpec;
 
+/// How many records at the front of a batch (given by their sequence numbers) a function's
+/// response acknowledges. Without `ReportBatchItemFailures` a successful invocation acknowledges
+/// the whole batch. With it, the records before the earliest reported `itemIdentifier` are
+/// acknowledged; a `null`, empty or unknown identifier, or a `batchItemFailures` that is not a
+/// list, fails the whole batch — as Lambda does.
+pub fn acknowledged(response: &Value, sequence_numbers: &[&str], report_batch_item_failures: bool) -> usize {
+    let n = sequence_numbers.len();
+    if !report_batch_item_failures {
+        return n;
+    }
+    let failures = match response.get("batchItemFailures") {
+        None | Some(Value::Null) => return n,
+        Some(Value::Array(f)) => f,
+        Some(_) => return 0,
+    };
+    let mut earliest = n;
+    for failure in failures {
+        let id = failure.get("itemIdentifier").and_then(Value::as_str).filter(|s| !s.is_empty());
+        match id.and_then(|id| sequence_numbers.iter().position(|s| *s == id)) {
+            Some(p) => earliest = earliest.min(p),
+            None => return 0,
+        }
+    }
+    earliest
+}
+
 /// One running mapping.
 pub struct StreamMapping {
     function: Arc<LocalFunction>,
@@ -103,7 +129,14 @@ impl StreamMapping {
                 self.stats.add_relay_report(report);
             }
             let acknowledged = match &invocation.result {
-                Ok(response) => self.acknowledged(response, &buffer, n),
+                Ok(response) => {
+                    let sequence_numbers: Vec<&str> = buffer
+                        .iter()
+                        .take(n)
+                        .map(|b| b.record.pointer("/dynamodb/SequenceNumber").and_then(Value::as_str).unwrap_or(""))
+                        .collect();
+                    acknowledged(response, &sequence_numbers, self.spec.report_batch_item_failures)
+                }
                 Err(diagnostic) => {
                     tracing::warn!(function = %self.function.spec.logical_id, error_type = %diagnostic.error_type, error = %diagnostic.error_message, "stream batch failed");
                     if self.spec.bisect_on_error && n > 1 {
@@ -134,32 +167,6 @@ impl StreamMapping {
             }
             let _ = tokio::time::timeout(self.options.stream_retry_delay, shutdown.changed()).await;
         }
-    }
-
-    /// How many records of the batch of `n` the response acknowledges.
-    fn acknowledged(&self, response: &Value, buffer: &VecDeque<Buffered>, n: usize) -> usize {
-        if !self.spec.report_batch_item_failures {
-            return n;
-        }
-        let failures = match response.get("batchItemFailures") {
-            None | Some(Value::Null) => return n,
-            Some(Value::Array(f)) if f.is_empty() => return n,
-            Some(Value::Array(f)) => f,
-            Some(_) => return 0,
-        };
-        let mut earliest = n;
-        for failure in failures {
-            let id = failure.get("itemIdentifier").and_then(Value::as_str).filter(|s| !s.is_empty());
-            let position = id.and_then(|id| {
-                buffer.iter().take(n).position(|b| b.record.pointer("/dynamodb/SequenceNumber").and_then(Value::as_str) == Some(id))
-            });
-            match position {
-                Some(p) => earliest = earliest.min(p),
-                // Lambda treats a null, empty or unknown identifier as a failure of the whole batch.
-                None => return 0,
-            }
-        }
-        earliest
     }
 
     /// Reads new records of every shard into `buffer`. `positions` holds the last sequence
@@ -293,5 +300,33 @@ impl StreamMapping {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEQ: [&str; 4] = ["100", "200", "300", "400"];
+
+    #[test]
+    fn batch_item_failures_checkpoint_at_the_earliest_reported_record() {
+        assert_eq!(acknowledged(&json!({"batchItemFailures": []}), &SEQ, true), 4);
+        assert_eq!(acknowledged(&json!({}), &SEQ, true), 4);
+        assert_eq!(acknowledged(&json!({"batchItemFailures": [{"itemIdentifier": "300"}]}), &SEQ, true), 2);
+        assert_eq!(acknowledged(&json!({"batchItemFailures": [{"itemIdentifier": "400"}, {"itemIdentifier": "200"}]}), &SEQ, true), 1);
+    }
+
+    #[test]
+    fn invalid_identifiers_fail_the_whole_batch() {
+        assert_eq!(acknowledged(&json!({"batchItemFailures": [{"itemIdentifier": null}]}), &SEQ, true), 0);
+        assert_eq!(acknowledged(&json!({"batchItemFailures": [{"itemIdentifier": ""}]}), &SEQ, true), 0);
+        assert_eq!(acknowledged(&json!({"batchItemFailures": [{"itemIdentifier": "999"}]}), &SEQ, true), 0);
+        assert_eq!(acknowledged(&json!({"batchItemFailures": "oops"}), &SEQ, true), 0);
+    }
+
+    #[test]
+    fn without_report_batch_item_failures_a_response_acknowledges_everything() {
+        assert_eq!(acknowledged(&json!({"batchItemFailures": [{"itemIdentifier": "100"}]}), &SEQ, false), 4);
     }
 }
