@@ -11,7 +11,7 @@ prints the generated logical ids to stderr.
 
 Runs in the tools venv (`scripts/venv tools`: aws-sam-translator, aws-sam-cli). cfn-lint and
 `sam validate` do not check SAM event properties; linting the translated template does (see
-shared/LOCAL-AWS.md). No AWS account is needed:
+the team notes on local AWS tooling). No AWS account is needed:
   * the region comes from the environment (AWS_DEFAULT_REGION, default us-east-1);
   * a local CodeUri (e.g. `.`) is replaced by an s3:// placeholder, as `sam validate` does;
   * managed policies are not looked up in IAM (the loader returns an empty map), which only

@@ -85,7 +85,9 @@ pub struct DemoReport {
     pub ok: bool,
 }
 
-const SKUS: [&str; 5] = ["SKU-RED-MUG", "SKU-BLUE-TEE", "SKU-GREEN-CAP", "SKU-BLACK-SOCKS", "SKU-WHITE-BAG"];
+/// The SKUs of the sample orders (events/ and the generated ones).
+pub const SAMPLE_SKUS: [&str; 5] = ["SKU-RED-MUG", "SKU-BLUE-TEE", "SKU-GREEN-CAP", "SKU-BLACK-SOCKS", "SKU-WHITE-BAG"];
+const SKUS: [&str; 5] = SAMPLE_SKUS;
 const SCARCE_SKU: &str = "SKU-LAST-ONE";
 
 struct Order {
@@ -131,6 +133,26 @@ impl Say {
             eprint!("\r\x1b[2K");
         }
     }
+}
+
+/// Puts `units` of stock for every [`SAMPLE_SKUS`] entry that has no stock item yet, in the
+/// inventory table of the stack's `ReserveInventoryFunction`; returns the SKUs it seeded.
+///
+/// # Errors
+/// A message when the table is unknown or DynamoDB fails.
+pub async fn seed_stock(runtime: &Runtime, units: u64) -> Result<Vec<String>, String> {
+    let function = runtime.function("ReserveInventoryFunction")?;
+    let env = runtime.stack.environment(&function.spec).map_err(|e| e.to_string())?;
+    let table = env.get("INVENTORY_TABLE").ok_or("ReserveInventoryFunction has no INVENTORY_TABLE")?;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
+    let mut seeded = Vec::new();
+    for sku in SAMPLE_SKUS {
+        if inventory::stock(&dynamodb, table, sku).await.map_err(|e| e.to_string())?.is_none() {
+            inventory::put_stock(&dynamodb, table, sku, units).await.map_err(|e| e.to_string())?;
+            seeded.push(sku.to_owned());
+        }
+    }
+    Ok(seeded)
 }
 
 /// Runs the demo against a runtime whose pipelines and HTTP API (at `api`) are running.

@@ -48,13 +48,26 @@ impl Emulator {
             .and_then(|l| l.local_addr())
             .map_err(|e| EmulatorError::Start(format!("no free port: {e}")))?
             .port();
-        let child = Command::new(&program)
+        let mut command = Command::new(&program);
+        command
             .args(&args)
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .kill_on_drop(true)
+            .kill_on_drop(true);
+        // Stopped with us even when we are killed (SIGTERM, SIGKILL) and never drop the handle.
+        #[cfg(target_os = "linux")]
+        // SAFETY: prctl is async-signal-safe and only sets a flag of the child being spawned.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command
             .spawn()
             .map_err(|e| EmulatorError::Start(format!("{}: {e}", program.display())))?;
         let mut emulator = Self { child, endpoint: format!("http://127.0.0.1:{port}") };

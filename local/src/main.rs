@@ -171,6 +171,32 @@ fn find_template(explicit: Option<&Path>) -> Result<PathBuf, String> {
         .ok_or_else(|| format!("no template.yaml in {} or its parents; pass --template", cwd.display()))
 }
 
+/// Ctrl-C (SIGINT) or SIGTERM, whichever comes first.
+async fn wait_for_stop_signal() -> Result<(), String> {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.map_err(|e| e.to_string()),
+            _ = term.recv() => Ok(()),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await.map_err(|e| e.to_string())
+    }
+}
+
+/// Stock for the sample SKUs (`demo::SAMPLE_SKUS`, 1,000 each) where the inventory table has
+/// none, so orders sent to `up` or `invoke` can be reserved. Existing stock is left alone.
+async fn seed_sample_stock(runtime: &Runtime) {
+    match demo::seed_stock(runtime, 1000).await {
+        Ok(seeded) if !seeded.is_empty() => eprintln!("seeded stock: 1000 units each of {}", seeded.join(", ")),
+        Ok(_) => {}
+        Err(e) => eprintln!("warning: could not seed sample stock: {e}"),
+    }
+}
+
 /// `stack_name` of `[default.global.parameters]` (or `[default.deploy.parameters]`) in
 /// samconfig.toml beside the template.
 fn stack_name_from_samconfig(root: &Path) -> Option<String> {
@@ -236,9 +262,10 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             println!("  pipelines:  outbox stream → relay → EventBridge → consumers ({} rule(s))", local.runtime.stack.rules.len());
             println!("  try:        curl -s -X POST http://{api}/orders -H 'content-type: application/json' \\");
             println!("                -d '{{\"customer_id\":\"c-1\",\"currency\":\"EUR\",\"lines\":[{{\"sku\":\"SKU-RED-MUG\",\"quantity\":1,\"unit_price\":\"12.50\"}}]}}'");
-            println!("  DLQs:       AWS_ENDPOINT_URL={} outbox-local dlq list", local.endpoint);
+            println!("  DLQs:       AWS_ENDPOINT_URL={} cargo run -p outbox-local -- dlq list", local.endpoint);
             println!("Ctrl-C stops.");
-            tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
+            seed_sample_stock(&local.runtime).await;
+            wait_for_stop_signal().await?;
             let _ = stop.send(true);
             let _ = server.await;
             for t in tasks {
@@ -255,6 +282,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             serde_json::from_str::<serde::de::IgnoredAny>(&payload).map_err(|e| format!("{}: not JSON: {e}", event.display()))?;
             let local = local(&cli, template, &root, &stack_name, false).await?;
             let function = local.runtime.function(logical_id)?;
+            seed_sample_stock(&local.runtime).await;
             let invocation = function.invoke(&payload).await;
             match invocation.result {
                 Ok(response) => {
@@ -295,7 +323,15 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 Some(_) => EMULATOR_ACCOUNT.to_owned(),
                 None => "000000000000".to_owned(),
             };
-            let stack = Stack::set_up(&sdk, template, &stack_name, &account, Mode::LookUp).await.map_err(|e| e.to_string())?;
+            let stack = Stack::set_up(&sdk, template, &stack_name, &account, Mode::LookUp).await.map_err(|e| {
+                let hint = match &cli.endpoint {
+                    Some(url) => format!("is the emulator at {url} running (e.g. `outbox-local up`) and provisioned as stack {stack_name:?}?"),
+                    None => format!(
+                        "this talks to AWS (no --endpoint / AWS_ENDPOINT_URL): configure credentials and a region, and check that stack {stack_name:?} is deployed (--stack-name)"
+                    ),
+                };
+                format!("{e}\n  hint: {hint}")
+            })?;
             let sqs = aws_sdk_sqs::Client::new(&sdk);
             let queues: Vec<_> = stack
                 .queues
@@ -318,8 +354,9 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 let events = aws_sdk_eventbridge::Client::new(&sdk);
                 let mut left = 0;
                 for q in &queues {
+                    let verb = if *dry_run { "checking" } else { "redriving" };
                     let report = dlq::redrive(&sqs, &events, q, &bus, *dry_run, |done, total| {
-                        eprint!("\r  redriving {}: {done}/{total}", q.name);
+                        eprint!("\r  {verb} {}: {done}/{total}", q.name);
                     })
                     .await?;
                     eprintln!();

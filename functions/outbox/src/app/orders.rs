@@ -872,7 +872,9 @@ pub fn parse_create(bytes: &[u8]) -> Result<CreateOrderRequest, Problem> {
 /// # Errors
 /// 400 naming the field.
 pub fn parse_cancel(bytes: &[u8]) -> Result<CancelOrderRequest, Problem> {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
+    // The body is optional: empty or `null` mean "no reason".
+    let trimmed = bytes.trim_ascii();
+    if trimmed.is_empty() || trimmed == b"null" {
         return Ok(CancelOrderRequest::default());
     }
     let parsed: CancelOrderRequest = decode_json(bytes)?;
@@ -889,6 +891,11 @@ pub fn parse_request(request: &ApiGatewayV2httpRequest) -> Result<CreateOrderReq
 }
 
 fn decode_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
+    // serde accepts a struct written as a JSON array (`["o-1","c-1",…]`); the API takes objects only.
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') | None => {}
+        Some(_) => return Err(Problem::bad_field("body", "the body must be a JSON object")),
+    }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     let value: T = serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -1026,6 +1033,9 @@ mod tests {
         assert_eq!(field(r#"{"customer_id":"c","currency":"EUR","lines":[{"sku":"A","quantity":2,"unit_price":"1",]}"#), "body");
         assert_eq!(field("null"), "body");
         assert_eq!(field("[]"), "body");
+        let array = r#"["o-1","c-1","EUR",[["SKU-X",2,"3.00"]]]"#;
+        let problem = parse_request(&request(Some(array), None)).unwrap_err();
+        assert_eq!((problem.status, problem.field.as_deref()), (400, Some("body")), "an order written as an array");
         assert_eq!(field(&format!("{GOOD} {GOOD}")), "body");
         assert_eq!(field(&GOOD.replace(r#""customer_id""#, r#""extra":1,"customer_id""#)), "extra");
         assert_eq!(field(&GOOD.replace(r#""currency":"EUR""#, r#""currency":"EUR","currency":"USD""#)), "currency");
@@ -1073,13 +1083,14 @@ mod tests {
     fn cancel_bodies_are_optional_and_checked() {
         assert_eq!(parse_cancel(b"").unwrap(), CancelOrderRequest::default());
         assert_eq!(parse_cancel(b"{}").unwrap(), CancelOrderRequest::default());
+        assert_eq!(parse_cancel(b" null ").unwrap(), CancelOrderRequest::default(), "null means no reason");
         assert_eq!(parse_cancel(br#"{"reason":"changed my mind"}"#).unwrap().reason.as_deref(), Some("changed my mind"));
         let field = |body: &str| parse_cancel(body.as_bytes()).unwrap_err().field.unwrap_or_default();
         assert_eq!(field(r#"{"reason":" "}"#), "reason");
         assert_eq!(field(&format!(r#"{{"reason":"{}"}}"#, "r".repeat(MAX_REASON_CHARS + 1))), "reason");
         assert_eq!(field(r#"{"reason":7}"#), "reason");
         assert_eq!(field(r#"{"why":"x"}"#), "why");
-        assert_eq!(field("null"), "body");
+        assert_eq!(field(r#"["x"]"#), "body");
     }
 
     #[test]
