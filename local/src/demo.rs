@@ -264,7 +264,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
     say.end_progress();
     let counts = runtime.stats.snapshot();
     say.line(format!(
-        "2. relay      {} outbox items (orders' and the consumer's own events) → {} events published in {} PutEvents calls; {} stream records read, {} filtered out by the mapping",
+        "2. relay      so far {} outbox items (orders' and the consumer's own events) → {} events published in {} PutEvents calls; {} stream records read, {} filtered out by the mapping",
         outbox_event_ids(&dynamodb, &outbox_table).await?.len(),
         counts.relay.published,
         counts.relay.put_events_calls,
