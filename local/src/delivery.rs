@@ -25,6 +25,19 @@ use crate::runtime::{LocalFunction, Runtime, RuntimeOptions};
 use crate::stack::LocalRule;
 use crate::stats::Stats;
 
+/// Lambda's asynchronous-invocation record, as sent to an on-failure destination.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct InvocationRecord<'a> {
+    version: &'static str,
+    timestamp: String,
+    request_context: Value,
+    response_context: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_payload: Option<Value>,
+    request_payload: &'a RawValue,
+}
+
 /// Delivery of one rule's events to its function.
 pub struct RuleDelivery {
     function: Arc<LocalFunction>,
@@ -154,36 +167,53 @@ impl RuleDelivery {
             tracing::error!(function = %self.function.spec.logical_id, "no OnFailure destination: the event is discarded, as on AWS");
             return true;
         };
-        let payload = RawValue::from_string(body.to_owned()).unwrap_or_else(|_| {
-            // Not JSON: carry it as a JSON string so the record is still valid JSON.
-            RawValue::from_string(Value::String(body.to_owned()).to_string()).expect("a JSON string is valid JSON")
-        });
-        let mut record = json!({
-            "version": "1.0",
-            "timestamp": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            "requestContext": {
+        // The event goes in verbatim (a RawValue: no re-encoding of its numbers); a body that is
+        // not JSON is carried as a JSON string.
+        let quoted;
+        let payload: &RawValue = match serde_json::from_str(body) {
+            Ok(raw) => raw,
+            Err(_) => {
+                quoted = Value::String(body.to_owned()).to_string();
+                match serde_json::from_str(&quoted) {
+                    Ok(raw) => raw,
+                    Err(e) => {
+                        tracing::error!(error = %e, "the event cannot be carried in an invocation record; it stays in the delivery queue");
+                        return false;
+                    }
+                }
+            }
+        };
+        let record = InvocationRecord {
+            version: "1.0",
+            timestamp: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            request_context: json!({
                 "requestId": uuid::Uuid::new_v4().to_string(),
                 "functionArn": format!("{}:$LATEST", self.function.arn),
                 "condition": condition,
                 "approximateInvokeCount": attempts,
+            }),
+            response_context: match error {
+                Some(_) => json!({"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"}),
+                None => json!({"statusCode": 200, "executedVersion": "$LATEST"}),
             },
-            "responseContext": {"statusCode": 200, "executedVersion": "$LATEST"},
-        });
-        if let Some(e) = error {
-            record["responseContext"]["functionError"] = json!("Unhandled");
-            record["responsePayload"] = json!({"errorType": e.error_type, "errorMessage": e.error_message});
-        }
-        // Insert the event verbatim (no re-encoding of its numbers).
-        let record = record.to_string();
-        let record = format!("{},\"requestPayload\":{}}}", &record[..record.len() - 1], payload.get());
-        match self.sqs.send_message().queue_url(url).message_body(record).send().await {
+            response_payload: error.map(|e| json!({"errorType": e.error_type, "errorMessage": e.error_message})),
+            request_payload: payload,
+        };
+        let record = match serde_json::to_string(&record) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "the invocation record does not serialise; the event stays in the delivery queue");
+                return false;
+            }
+        };
+        match outbox::dead_letter::send(&self.sqs, url, record, &[]).await {
             Ok(_) => {
                 self.stats.update(|c| c.consumer_dead_lettered += 1);
                 tracing::error!(function = %self.function.spec.logical_id, condition, attempts, "event sent to the on-failure destination");
                 true
             }
             Err(e) => {
-                tracing::error!(error = %aws_sdk_sqs::error::DisplayErrorContext(e), "on-failure destination unreachable; the event stays in the delivery queue");
+                tracing::error!(error = %e, "on-failure destination unreachable; the event stays in the delivery queue");
                 false
             }
         }

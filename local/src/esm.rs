@@ -290,15 +290,10 @@ impl StreamMapping {
             return;
         };
         let mut delay = Duration::from_millis(100);
-        loop {
-            match self.sqs.send_message().queue_url(url).message_body(body.to_string()).send().await {
-                Ok(_) => return,
-                Err(e) => {
-                    tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(e), "sending to the on-failure destination failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
-                }
-            }
+        while let Err(e) = outbox::dead_letter::send(&self.sqs, url, body.to_string(), &[]).await {
+            tracing::warn!(error = %e, "sending to the on-failure destination failed; retrying");
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(5));
         }
     }
 }

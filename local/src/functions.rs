@@ -64,13 +64,7 @@ impl Handler {
     pub async fn invoke(&self, payload: &str, function_arn: &str, timeout: Duration) -> Invocation {
         let context = context(function_arn, timeout);
         match self {
-            Handler::CreateOrder(api) => {
-                let result = match decode(payload) {
-                    Ok(event) => api.handle(LambdaEvent::new(event, context)).await.map_err(Diagnostic::from).and_then(to_json),
-                    Err(e) => Err(e),
-                };
-                Invocation { result, relay_report: None }
-            }
+            Handler::CreateOrder(api) => call(payload, context, |event| api.handle(event)).await,
             Handler::Relay(relay) => match decode(payload) {
                 Ok(event) => match relay.handle_with_report(LambdaEvent::new(event, context)).await {
                     Ok(outcome) => Invocation { result: to_json(outcome.response), relay_report: Some(outcome.report) },
@@ -78,15 +72,25 @@ impl Handler {
                 },
                 Err(e) => Invocation { result: Err(e), relay_report: None },
             },
-            Handler::ReserveInventory(consumer) => {
-                let result = match decode(payload) {
-                    Ok(event) => consumer.handle(LambdaEvent::new(event, context)).await.map_err(Diagnostic::from).and_then(to_json),
-                    Err(e) => Err(e),
-                };
-                Invocation { result, relay_report: None }
-            }
+            Handler::ReserveInventory(consumer) => call(payload, context, |event| consumer.handle(event)).await,
         }
     }
+}
+
+/// Decodes `payload` into the handler's event type, runs it, encodes its response — as the
+/// Lambda runtime does around a `service_fn`.
+async fn call<E, R, Err, Fut>(payload: &str, context: Context, handler: impl FnOnce(LambdaEvent<E>) -> Fut) -> Invocation
+where
+    E: DeserializeOwned,
+    R: serde::Serialize,
+    Err: Into<Diagnostic>,
+    Fut: std::future::Future<Output = Result<R, Err>>,
+{
+    let result = match decode(payload) {
+        Ok(event) => handler(LambdaEvent::new(event, context)).await.map_err(Into::into).and_then(to_json),
+        Err(e) => Err(e),
+    };
+    Invocation { result, relay_report: None }
 }
 
 fn decode<T: DeserializeOwned>(payload: &str) -> Result<T, Diagnostic> {

@@ -22,7 +22,7 @@ use outbox_local::aws::{region_from_env, sdk_config, Target, EMULATOR_ACCOUNT};
 use outbox_local::demo::{self, DemoOptions};
 use outbox_local::emulator::Emulator;
 use outbox_local::runtime::{Runtime, RuntimeOptions};
-use outbox_local::stack::{Mode, Stack};
+use outbox_local::stack::{Mode, QueueInfo, Stack};
 use outbox_local::template::Template;
 use outbox_local::{dlq, http_api};
 use tokio::sync::watch;
@@ -346,56 +346,81 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             if queues.is_empty() {
                 return Err("no dead-letter queue matches (queues are the template's *DeadLetter* queues)".into());
             }
-            if let DlqCommand::Redrive { bus, dry_run, .. } = command {
-                let bus = match bus {
-                    Some(b) => b.clone(),
-                    None => stack.buses.first().map(|b| b.name.clone()).ok_or("the template has no event bus; pass --bus")?,
-                };
-                let events = aws_sdk_eventbridge::Client::new(&sdk);
-                let mut left = 0;
-                for q in &queues {
-                    let verb = if *dry_run { "checking" } else { "redriving" };
-                    let report = dlq::redrive(&sqs, &events, q, &bus, *dry_run, |done, total| {
-                        eprint!("\r  {verb} {}: {done}/{total}", q.name);
-                    })
-                    .await?;
-                    eprintln!();
-                    let verb = if *dry_run { "would re-publish" } else { "re-published and deleted" };
-                    println!("{} ({}): {verb} {} message(s) to bus {bus}; {} left", q.logical_id, q.name, report.redriven.len(), report.left.len());
-                    for (id, why) in &report.left {
-                        println!("  left {id}: {why}");
-                    }
-                    left += report.left.len();
-                }
-                return Ok(if left == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) });
-            }
-            let mut all = Vec::new();
-            for q in &queues {
-                all.extend(dlq::peek(&sqs, q).await?);
-            }
             match command {
-                DlqCommand::List { json: true, .. } => {
-                    println!("{}", serde_json::to_string_pretty(&all).map_err(|e| e.to_string())?);
+                DlqCommand::Redrive { bus, dry_run, .. } => {
+                    let bus = match bus {
+                        Some(b) => b.clone(),
+                        None => stack.buses.first().map(|b| b.name.clone()).ok_or("the template has no event bus; pass --bus")?,
+                    };
+                    dlq_redrive(&sqs, &aws_sdk_eventbridge::Client::new(&sdk), &queues, &bus, *dry_run).await
                 }
-                DlqCommand::List { json: false, .. } => {
-                    for q in &queues {
-                        let n = all.iter().filter(|m| m.queue == q.name).count();
-                        println!("{} ({}): {n} message(s)", q.logical_id, q.name);
-                    }
-                    print!("{}", dlq::format_listing(&all));
-                }
-                DlqCommand::Show { message_id } => {
-                    let m = all.iter().find(|m| &m.message_id == message_id).ok_or_else(|| format!("no message {message_id} in {}", queues.iter().map(|q| q.name.as_str()).collect::<Vec<_>>().join(", ")))?;
-                    let body: serde_json::Value = serde_json::from_str(&m.body).unwrap_or(serde_json::Value::String(m.body.clone()));
-                    let shown = serde_json::json!({
-                        "queue": m.queue, "message_id": m.message_id, "sent_at": m.sent_at, "receive_count": m.receive_count,
-                        "shape": m.shape, "event_id": m.event_id, "reason": m.reason, "attributes": m.attributes, "body": body,
-                    });
-                    println!("{}", serde_json::to_string_pretty(&shown).map_err(|e| e.to_string())?);
-                }
-                DlqCommand::Redrive { .. } => unreachable!("handled above"),
+                DlqCommand::List { json, .. } => dlq_list(&sqs, &queues, *json).await,
+                DlqCommand::Show { message_id } => dlq_show(&sqs, &queues, message_id).await,
             }
-            Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `dlq redrive`: exit code 2 when anything was left in a queue.
+async fn dlq_redrive(
+    sqs: &aws_sdk_sqs::Client,
+    events: &aws_sdk_eventbridge::Client,
+    queues: &[QueueInfo],
+    bus: &str,
+    dry_run: bool,
+) -> Result<ExitCode, String> {
+    let mut left = 0;
+    for q in queues {
+        let verb = if dry_run { "checking" } else { "redriving" };
+        let report = dlq::redrive(sqs, events, q, bus, dry_run, |done, total| {
+            eprint!("\r  {verb} {}: {done}/{total}", q.name);
+        })
+        .await?;
+        eprintln!();
+        let verb = if dry_run { "would re-publish" } else { "re-published and deleted" };
+        println!("{} ({}): {verb} {} message(s) to bus {bus}; {} left", q.logical_id, q.name, report.redriven.len(), report.left.len());
+        for (id, why) in &report.left {
+            println!("  left {id}: {why}");
+        }
+        left += report.left.len();
+    }
+    Ok(if left == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) })
+}
+
+/// Every message of `queues`, left in place.
+async fn dlq_messages(sqs: &aws_sdk_sqs::Client, queues: &[QueueInfo]) -> Result<Vec<dlq::DlqMessage>, String> {
+    let mut all = Vec::new();
+    for q in queues {
+        all.extend(dlq::peek(sqs, q).await?);
+    }
+    Ok(all)
+}
+
+/// `dlq list [--json]`.
+async fn dlq_list(sqs: &aws_sdk_sqs::Client, queues: &[QueueInfo], json: bool) -> Result<ExitCode, String> {
+    let all = dlq_messages(sqs, queues).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&all).map_err(|e| e.to_string())?);
+    } else {
+        for q in queues {
+            let n = all.iter().filter(|m| m.queue == q.name).count();
+            println!("{} ({}): {n} message(s)", q.logical_id, q.name);
+        }
+        print!("{}", dlq::format_listing(&all));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `dlq show <message-id>`.
+async fn dlq_show(sqs: &aws_sdk_sqs::Client, queues: &[QueueInfo], message_id: &str) -> Result<ExitCode, String> {
+    let all = dlq_messages(sqs, queues).await?;
+    let names = || queues.iter().map(|q| q.name.as_str()).collect::<Vec<_>>().join(", ");
+    let m = all.iter().find(|m| m.message_id == message_id).ok_or_else(|| format!("no message {message_id} in {}", names()))?;
+    let body: serde_json::Value = serde_json::from_str(&m.body).unwrap_or(serde_json::Value::String(m.body.clone()));
+    let shown = serde_json::json!({
+        "queue": m.queue, "message_id": m.message_id, "sent_at": m.sent_at, "receive_count": m.receive_count,
+        "shape": m.shape, "event_id": m.event_id, "reason": m.reason, "attributes": m.attributes, "body": body,
+    });
+    println!("{}", serde_json::to_string_pretty(&shown).map_err(|e| e.to_string())?);
+    Ok(ExitCode::SUCCESS)
 }
