@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{s, Deadline, Local};
-use outbox::app::inventory;
+use orders_app::inventory;
 use outbox_local::runtime::LocalFunction;
 use serde_json::{json, Value};
 

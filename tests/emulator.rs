@@ -22,7 +22,8 @@ async fn a_cancelled_transaction_never_reaches_the_stream() {
     let streams = aws_sdk_dynamodbstreams::Client::new(&local.runtime.sdk);
     let arn = local.runtime.stack.stream_arns["OutboxTable"].clone();
     let put = |pk: &str| {
-        let put = Put::builder().table_name(&table).item("pk", AttributeValue::S(pk.into())).item("sk", AttributeValue::S("1".into())).build().unwrap();
+        let put =
+            Put::builder().table_name(&table).item("pk", AttributeValue::S(pk.into())).item("sk", AttributeValue::S("1".into())).build().unwrap();
         TransactWriteItem::builder().put(put).build()
     };
     let description = streams.describe_stream().stream_arn(&arn).send().await.unwrap();
@@ -30,9 +31,7 @@ async fn a_cancelled_transaction_never_reaches_the_stream() {
     let iterator = |kind: ShardIteratorType| {
         let streams = streams.clone();
         let (arn, shard) = (arn.clone(), shard.clone());
-        async move {
-            streams.get_shard_iterator().stream_arn(arn).shard_id(shard).shard_iterator_type(kind).send().await.unwrap().shard_iterator.unwrap()
-        }
+        async move { streams.get_shard_iterator().stream_arn(arn).shard_id(shard).shard_iterator_type(kind).send().await.unwrap().shard_iterator.unwrap() }
     };
     let before = iterator(ShardIteratorType::TrimHorizon).await;
     let check = ConditionCheck::builder()
@@ -42,7 +41,13 @@ async fn a_cancelled_transaction_never_reaches_the_stream() {
         .condition_expression("attribute_exists(pk)")
         .build()
         .unwrap();
-    let cancelled = local.dynamodb.transact_write_items().transact_items(put("phantom")).transact_items(TransactWriteItem::builder().condition_check(check).build()).send().await;
+    let cancelled = local
+        .dynamodb
+        .transact_write_items()
+        .transact_items(put("phantom"))
+        .transact_items(TransactWriteItem::builder().condition_check(check).build())
+        .send()
+        .await;
     assert!(cancelled.is_err(), "the transaction must be cancelled");
     let seen: Vec<String> = streams.get_records().shard_iterator(before).send().await.unwrap().records().iter().filter_map(pk).collect();
     assert!(seen.is_empty(), "a cancelled transaction's write reached the stream: {seen:?}");

@@ -15,9 +15,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use outbox::app::inventory::{InventoryReleased, ReservationSettled, AGGREGATE_TYPE as RESERVATION};
-use outbox::app::orders::{order_cancelled_event, order_created_event, OrderCancelled, OrderCreated, OrderLine, MAX_LINES};
-use outbox::outbox::{NewEvent, OutboxWriter};
+use orders_app::inventory::{InventoryReleased, ReservationSettled, AGGREGATE_TYPE as RESERVATION};
+use orders_app::orders::{order_cancelled_event, order_created_event, OrderCancelled, OrderCreated, OrderLine, MAX_LINES};
+use outbox::writer::{NewEvent, OutboxWriter};
 use serde_json::{json, Value};
 
 /// Every event type the project publishes, with its current schema version.
@@ -98,7 +98,8 @@ fn settled(reason: Option<&str>) -> String {
 }
 
 fn released() -> String {
-    let data = InventoryReleased { order_id: "o-1".into(), released: BTreeMap::from([("SKU-RED-MUG".to_owned(), 2), ("SKU-BLUE-TEE".to_owned(), 1000)]) };
+    let data =
+        InventoryReleased { order_id: "o-1".into(), released: BTreeMap::from([("SKU-RED-MUG".to_owned(), 2), ("SKU-BLUE-TEE".to_owned(), 1000)]) };
     serde_json::to_string(&data).expect("the payload serialises")
 }
 

@@ -56,7 +56,9 @@ async fn a_crash_between_claim_and_effect_only_delays_the_retry() {
     let Claim::Acquired(_) = inbox.begin(&meta, "h", Utc::now() + chrono::Duration::milliseconds(300)).await.unwrap() else { panic!() };
     tokio::time::sleep(Duration::from_millis(400)).await;
     // The retry takes the expired lease over and performs the effect once.
-    let Claim::Acquired(lease) = inbox.begin(&meta, "h", Utc::now() + chrono::Duration::seconds(30)).await.unwrap() else { panic!("expired lease must be taken over") };
+    let Claim::Acquired(lease) = inbox.begin(&meta, "h", Utc::now() + chrono::Duration::seconds(30)).await.unwrap() else {
+        panic!("expired lease must be taken over")
+    };
     effects += 1;
     inbox.complete(&lease, None).await.unwrap();
     assert!(matches!(inbox.begin(&meta, "h", Utc::now()).await.unwrap(), Claim::Completed { .. }));
@@ -135,7 +137,8 @@ async fn every_inbox_row_carries_a_ttl() {
     assert_eq!(rows.len(), 3, "claim + ordering row + guarded claim");
     let now = Utc::now().timestamp();
     for row in rows {
-        let expires: i64 = row.get("expires_at").and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no expires_at in {row:?}"));
+        let expires: i64 =
+            row.get("expires_at").and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no expires_at in {row:?}"));
         assert!(expires > now + 3000 && expires <= now + 3601, "{expires} vs now {now}");
     }
     local.shutdown().await;

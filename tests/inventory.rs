@@ -6,7 +6,7 @@
 mod common;
 
 use common::{Deadline, Local};
-use outbox::app::inventory;
+use orders_app::inventory;
 use outbox_local::dlq;
 use serde_json::{json, Value};
 
@@ -25,7 +25,8 @@ fn event(envelope_id: &str, detail_type: &str, event_id: &str, order_id: &str, s
 }
 
 fn created(event_id: &str, order_id: &str, sku: &str, quantity: u32) -> String {
-    let data = json!({"order_id": order_id, "customer_id": "c", "currency": "EUR", "lines": [{"sku": sku, "quantity": quantity, "unit_price": "1.00"}]});
+    let data =
+        json!({"order_id": order_id, "customer_id": "c", "currency": "EUR", "lines": [{"sku": sku, "quantity": quantity, "unit_price": "1.00"}]});
     event(&format!("env-{event_id}"), "OrderCreated", event_id, order_id, 1, data)
 }
 
@@ -70,7 +71,8 @@ async fn a_cancellation_releases_the_reserved_stock_exactly_once() {
     assert_eq!(invoke(&local, &cancelled("e-c2", "o-c", 2)).await["outcome"], "released");
     assert_eq!(invoke(&local, &cancelled("e-c2", "o-c", 2)).await["outcome"], "duplicate");
     assert_eq!(inventory::stock(&local.dynamodb, &table, "SKU-A").await.unwrap(), Some((10, 0)));
-    let events: Vec<String> = local.query_pk(&local.table("OutboxTable"), "Reservation#o-c").await.iter().map(|i| common::s(i, "event_type").to_owned()).collect();
+    let events: Vec<String> =
+        local.query_pk(&local.table("OutboxTable"), "Reservation#o-c").await.iter().map(|i| common::s(i, "event_type").to_owned()).collect();
     assert_eq!(events, ["InventoryReserved", "InventoryReleased"]);
     local.shutdown().await;
 }
@@ -163,7 +165,10 @@ async fn malformed_envelopes_are_dead_lettered_on_the_first_attempt_with_the_rea
     let dead = dlq::peek(&local.sqs, &consumer_dlq(&local)).await.unwrap();
     assert_eq!(dead.len(), cases.len());
     for (_, reason) in &cases {
-        assert!(dead.iter().any(|m| m.shape == "consumer-failure" && m.reason.starts_with("MalformedEvent") && m.reason.contains(reason)), "no dead letter saying {reason:?}: {dead:#?}");
+        assert!(
+            dead.iter().any(|m| m.shape == "consumer-failure" && m.reason.starts_with("MalformedEvent") && m.reason.contains(reason)),
+            "no dead letter saying {reason:?}: {dead:#?}"
+        );
     }
     local.shutdown().await;
 }

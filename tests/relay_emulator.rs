@@ -12,9 +12,9 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::QueueAttributeName;
 use common::{Deadline, Local};
-use outbox::outbox::{NewEvent, OutboxWriter};
-use serde_json::value::RawValue;
+use outbox::writer::{NewEvent, OutboxWriter};
 use serde_json::json;
+use serde_json::value::RawValue;
 
 const BIG: &str = "123456789012345678901234567890";
 const NAME: &str = "Zoë 🚀";
@@ -133,20 +133,14 @@ async fn only_inserted_outbox_items_are_published_verbatim() {
     let mut received = 0;
     let deadline = Deadline::new("3 events in the spy queue");
     while bodies.len() < 3 {
-        let out = local
-            .sqs
-            .receive_message()
-            .queue_url(&spy_url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(1)
-            .send()
-            .await
-            .expect("ReceiveMessage spy");
+        let out =
+            local.sqs.receive_message().queue_url(&spy_url).max_number_of_messages(10).wait_time_seconds(1).send().await.expect("ReceiveMessage spy");
         for m in out.messages.unwrap_or_default() {
             received += 1;
             let body = m.body.unwrap_or_default();
             let event: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("spy message is not JSON ({e}): {body}"));
-            let id = event.pointer("/detail/metadata/id").and_then(|v| v.as_str()).unwrap_or_else(|| panic!("no detail.metadata.id: {body}")).to_owned();
+            let id =
+                event.pointer("/detail/metadata/id").and_then(|v| v.as_str()).unwrap_or_else(|| panic!("no detail.metadata.id: {body}")).to_owned();
             bodies.insert(id, body);
         }
         if bodies.len() < 3 {
@@ -162,7 +156,8 @@ async fn only_inserted_outbox_items_are_published_verbatim() {
         let string = |k: &str| serde_json::from_str::<String>(envelope.get(k).map(|v| v.get()).unwrap_or("null")).unwrap_or_default();
         assert_eq!(string("source"), source, "{body}");
         assert_eq!(string("detail-type"), "ThingHappened", "{body}");
-        let detail: HashMap<String, Box<RawValue>> = serde_json::from_str(envelope["detail"].get()).unwrap_or_else(|e| panic!("detail is not an object ({e}): {body}"));
+        let detail: HashMap<String, Box<RawValue>> =
+            serde_json::from_str(envelope["detail"].get()).unwrap_or_else(|e| panic!("detail is not an object ({e}): {body}"));
         let data = detail["data"].get();
         assert!(data.trim_start().starts_with('{'), "detail.data must be an object, not a string: {data}");
         let data: HashMap<String, Box<RawValue>> = serde_json::from_str(data).expect("detail.data is an object");

@@ -29,9 +29,5 @@ pub async fn sdk_config(target: &Target) -> SdkConfig {
 
 /// The region from the environment, or `us-east-1`.
 pub fn region_from_env() -> String {
-    std::env::var("AWS_REGION")
-        .or_else(|_| std::env::var("AWS_DEFAULT_REGION"))
-        .ok()
-        .filter(|r| !r.is_empty())
-        .unwrap_or_else(|| "us-east-1".into())
+    std::env::var("AWS_REGION").or_else(|_| std::env::var("AWS_DEFAULT_REGION")).ok().filter(|r| !r.is_empty()).unwrap_or_else(|| "us-east-1".into())
 }

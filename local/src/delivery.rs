@@ -70,14 +70,8 @@ impl RuleDelivery {
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let this = Arc::new(self);
         while !*shutdown.borrow() {
-            let received = this
-                .sqs
-                .receive_message()
-                .queue_url(&this.rule.delivery_queue.url)
-                .max_number_of_messages(10)
-                .wait_time_seconds(1)
-                .send()
-                .await;
+            let received =
+                this.sqs.receive_message().queue_url(&this.rule.delivery_queue.url).max_number_of_messages(10).wait_time_seconds(1).send().await;
             let messages = match received {
                 Ok(out) => out.messages.unwrap_or_default(),
                 Err(e) => {
@@ -110,11 +104,8 @@ impl RuleDelivery {
             .and_then(Value::as_str)
             .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
             .map(SystemTime::from);
-        let envelope_time = parsed
-            .get("time")
-            .and_then(Value::as_str)
-            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-            .map(SystemTime::from);
+        let envelope_time =
+            parsed.get("time").and_then(Value::as_str).and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()).map(SystemTime::from);
         let max_attempts = 1 + self.function.spec.event_invoke.max_retry_attempts;
         let max_age = Duration::from_secs(self.function.spec.event_invoke.max_event_age_secs);
 

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use outbox::app::inventory;
+use orders_app::inventory;
 use outbox::envelope::OutboxItem;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -311,7 +311,10 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
     ));
 
     // 5. A cancellation: the order's stock goes back, exactly once.
-    let cancelled = orders.iter().find(|o| o.event_id != first.event_id && has_outcome(&runtime.stats.snapshot(), &o.event_id, "reserved")).ok_or("no reserved order to cancel")?;
+    let cancelled = orders
+        .iter()
+        .find(|o| o.event_id != first.event_id && has_outcome(&runtime.stats.snapshot(), &o.event_id, "reserved"))
+        .ok_or("no reserved order to cancel")?;
     let response = client
         .post(format!("http://{api}/orders/{}/cancel", cancelled.order_id))
         .header("content-type", "application/json")
@@ -376,11 +379,8 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
             stock_reserved += r;
         }
     }
-    let stock_expected: u64 = orders
-        .iter()
-        .filter(|o| has_outcome(&counts, &o.event_id, "reserved") && o.order_id != cancelled.order_id)
-        .map(|o| o.quantity)
-        .sum();
+    let stock_expected: u64 =
+        orders.iter().filter(|o| has_outcome(&counts, &o.event_id, "reserved") && o.order_id != cancelled.order_id).map(|o| o.quantity).sum();
     let effects: BTreeMap<&str, usize> = orders
         .iter()
         .map(|o| {
@@ -456,12 +456,8 @@ fn entry(bus: &str, detail_type: &str, detail: &Value) -> aws_sdk_eventbridge::t
 }
 
 async fn put_event(events: &aws_sdk_eventbridge::Client, entry: aws_sdk_eventbridge::types::PutEventsRequestEntry) -> Result<(), String> {
-    let out = events
-        .put_events()
-        .entries(entry)
-        .send()
-        .await
-        .map_err(|e| format!("PutEvents: {}", aws_sdk_eventbridge::error::DisplayErrorContext(e)))?;
+    let out =
+        events.put_events().entries(entry).send().await.map_err(|e| format!("PutEvents: {}", aws_sdk_eventbridge::error::DisplayErrorContext(e)))?;
     if out.failed_entry_count() > 0 {
         return Err(format!("PutEvents rejected the entry: {:?}", out.entries()));
     }

@@ -49,9 +49,7 @@ pub async fn depth(sqs: &aws_sdk_sqs::Client, queue: &QueueInfo) -> Result<u64, 
         .send()
         .await
         .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
-    let get = |name: QueueAttributeName| {
-        out.attributes().and_then(|a| a.get(&name)).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-    };
+    let get = |name: QueueAttributeName| out.attributes().and_then(|a| a.get(&name)).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     Ok(get(QueueAttributeName::ApproximateNumberOfMessages) + get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible))
 }
 
@@ -126,9 +124,7 @@ pub async fn peek(sqs: &aws_sdk_sqs::Client, queue: &QueueInfo) -> Result<Vec<Dl
                 message_id: m.message_id().unwrap_or_default().to_owned(),
                 sent_at: sent.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
                 age_secs: sent.map(|t| (now - t).num_seconds()),
-                receive_count: system
-                    .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
-                    .and_then(|v| v.parse().ok()),
+                receive_count: system.and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount)).and_then(|v| v.parse().ok()),
                 shape: parsed.shape().to_owned(),
                 event_id: parsed.event_id(),
                 reason,
@@ -220,12 +216,8 @@ pub fn redrive_entry(body: &str, bus: &str) -> Result<aws_sdk_eventbridge::types
     let shape: Shape<'_> = serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))?;
     let event_text = match (&shape.kind, shape.request_payload, shape.event, &shape.stream_batch, &shape.detail_type) {
         (Some(kind), _, _, _, _) if kind == outbox::dead_letter::RELAY_FAILURE_KIND => {
-            let image = shape
-                .record
-                .as_ref()
-                .and_then(|r| r.pointer("/dynamodb/NewImage"))
-                .cloned()
-                .ok_or("the relay failure record has no NewImage")?;
+            let image =
+                shape.record.as_ref().and_then(|r| r.pointer("/dynamodb/NewImage")).cloned().ok_or("the relay failure record has no NewImage")?;
             let item: serde_dynamo::Item = serde_json::from_value(image).map_err(|e| format!("NewImage: {e}"))?;
             let item = outbox::envelope::OutboxItem::from_item(item).map_err(|e| e.to_string())?;
             let event = item.to_bus_event().map_err(|e| e.to_string())?;
@@ -277,10 +269,7 @@ pub async fn redrive(
             Ok(_) if dry_run => Ok(false),
             Ok(entry) => match events.put_events().entries(entry).send().await {
                 Ok(out) if out.failed_entry_count() == 0 => Ok(true),
-                Ok(out) => Err(format!(
-                    "the bus rejected it: {}",
-                    out.entries().first().and_then(|e| e.error_message()).unwrap_or("unknown error")
-                )),
+                Ok(out) => Err(format!("the bus rejected it: {}", out.entries().first().and_then(|e| e.error_message()).unwrap_or("unknown error"))),
                 Err(e) => Err(format!("PutEvents failed: {}", aws_sdk_eventbridge::error::DisplayErrorContext(e))),
             },
         };
@@ -320,7 +309,8 @@ mod tests {
         assert_eq!(entry.detail(), Some(r#"{"metadata":{"id":"e"},"data":{"n":123456789012345678901234567890}}"#));
         assert_eq!((entry.source(), entry.detail_type(), entry.event_bus_name()), (Some("example.orders"), Some("OrderCreated"), Some("bus")));
         assert!(redrive_entry(event, "bus").is_ok(), "a raw EventBridge event (rule target DLQ)");
-        let consumer = format!(r#"{{"kind":"outbox-consumer-failure","consumer":"c","error_type":"SequenceGap","reason":"r","failed_at":"t","event":{event}}}"#);
+        let consumer =
+            format!(r#"{{"kind":"outbox-consumer-failure","consumer":"c","error_type":"SequenceGap","reason":"r","failed_at":"t","event":{event}}}"#);
         assert!(redrive_entry(&consumer, "bus").is_ok());
     }
 

@@ -67,9 +67,7 @@ impl Emulator {
                 Ok(())
             });
         }
-        let child = command
-            .spawn()
-            .map_err(|e| EmulatorError::Start(format!("{}: {e}", program.display())))?;
+        let child = command.spawn().map_err(|e| EmulatorError::Start(format!("{}: {e}", program.display())))?;
         let mut emulator = Self { child, endpoint: format!("http://127.0.0.1:{port}") };
         let started = Instant::now();
         loop {

@@ -130,11 +130,8 @@ impl StreamMapping {
             }
             let acknowledged = match &invocation.result {
                 Ok(response) => {
-                    let sequence_numbers: Vec<&str> = buffer
-                        .iter()
-                        .take(n)
-                        .map(|b| b.record.pointer("/dynamodb/SequenceNumber").and_then(Value::as_str).unwrap_or(""))
-                        .collect();
+                    let sequence_numbers: Vec<&str> =
+                        buffer.iter().take(n).map(|b| b.record.pointer("/dynamodb/SequenceNumber").and_then(Value::as_str).unwrap_or("")).collect();
                     acknowledged(response, &sequence_numbers, self.spec.report_batch_item_failures)
                 }
                 Err(diagnostic) => {
@@ -191,11 +188,7 @@ impl StreamMapping {
                 Some(seq) => request.shard_iterator_type(ShardIteratorType::AfterSequenceNumber).sequence_number(seq),
                 None => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
             };
-            let iterator = request
-                .send()
-                .await
-                .map_err(|e| err(&aws_sdk_dynamodbstreams::error::DisplayErrorContext(e)))?
-                .shard_iterator;
+            let iterator = request.send().await.map_err(|e| err(&aws_sdk_dynamodbstreams::error::DisplayErrorContext(e)))?.shard_iterator;
             let Some(iterator) = iterator else { continue };
             let out = self
                 .streams

@@ -9,10 +9,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_config::SdkConfig;
 use lambda_runtime::{Context, Diagnostic, LambdaEvent};
-use outbox::app::inventory::InventoryConsumer;
-use outbox::app::orders::OrdersApi;
-use outbox::app::relay::RelayFunction;
+use orders_app::inventory::InventoryConsumer;
+use orders_app::orders::OrdersApi;
 use outbox::config::Env;
+use outbox::relay::lambda::RelayFunction;
 use outbox::relay::RelayReport;
 use serde::de::DeserializeOwned;
 
@@ -50,12 +50,7 @@ impl Handler {
             "create-order" => Handler::CreateOrder(OrdersApi::from_env(sdk, &env).map_err(bad)?),
             "outbox-relay" => Handler::Relay(RelayFunction::from_env(sdk, &env).map_err(bad)?),
             "reserve-inventory" => Handler::ReserveInventory(InventoryConsumer::from_env(sdk, &env).map_err(bad)?),
-            other => {
-                return Err(format!(
-                    "{}: binary {other:?} has no in-process handler; add it to local/src/functions.rs",
-                    spec.logical_id
-                ))
-            }
+            other => return Err(format!("{}: binary {other:?} has no in-process handler; add it to local/src/functions.rs", spec.logical_id)),
         })
     }
 

@@ -95,7 +95,11 @@ pub fn routes(runtime: &Runtime) -> Vec<Route> {
 ///
 /// # Errors
 /// The bind error.
-pub async fn serve(runtime: &Runtime, addr: SocketAddr, mut shutdown: watch::Receiver<bool>) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+pub async fn serve(
+    runtime: &Runtime,
+    addr: SocketAddr,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let api = Arc::new(Api { routes: routes(runtime), account: runtime.stack.resolver.account.clone() });
     let app = axum::Router::new().fallback(handle).with_state(api);
     let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -208,11 +212,7 @@ async fn handle(State(api): State<Arc<Api>>, request: Request) -> Response {
 
 /// A function's payload-2.0 response as HTTP.
 fn into_http(response: &Value) -> Response {
-    let status = response
-        .get("statusCode")
-        .and_then(Value::as_u64)
-        .and_then(|s| StatusCode::from_u16(s as u16).ok())
-        .unwrap_or(StatusCode::OK);
+    let status = response.get("statusCode").and_then(Value::as_u64).and_then(|s| StatusCode::from_u16(s as u16).ok()).unwrap_or(StatusCode::OK);
     let body = match (response.get("body"), response.get("isBase64Encoded").and_then(Value::as_bool).unwrap_or(false)) {
         (Some(Value::String(b)), true) => base64::engine::general_purpose::STANDARD.decode(b).unwrap_or_default(),
         (Some(Value::String(b)), false) => b.clone().into_bytes(),

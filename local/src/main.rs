@@ -203,9 +203,7 @@ fn stack_name_from_samconfig(root: &Path) -> Option<String> {
     let text = std::fs::read_to_string(root.join("samconfig.toml")).ok()?;
     let doc: toml::Table = text.parse().ok()?;
     let default = doc.get("default")?;
-    ["global", "deploy"]
-        .iter()
-        .find_map(|section| default.get(section)?.get("parameters")?.get("stack_name")?.as_str().map(str::to_owned))
+    ["global", "deploy"].iter().find_map(|section| default.get(section)?.get("parameters")?.get("stack_name")?.as_str().map(str::to_owned))
 }
 
 async fn run(cli: Cli) -> Result<ExitCode, String> {
@@ -218,7 +216,8 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Demo { orders, json, timeout } => {
             let local = local(&cli, template, &root, &stack_name, !json).await?;
             let (stop, stopped) = watch::channel(false);
-            let (api, _server) = http_api::serve(&local.runtime, SocketAddr::from(([127, 0, 0, 1], 0)), stopped.clone()).await.map_err(|e| e.to_string())?;
+            let (api, _server) =
+                http_api::serve(&local.runtime, SocketAddr::from(([127, 0, 0, 1], 0)), stopped.clone()).await.map_err(|e| e.to_string())?;
             let tasks = local.runtime.spawn_pipelines(stopped)?;
             if !json {
                 println!(
@@ -300,7 +299,12 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             let s = &local.runtime.stack;
             println!("stack {stack_name:?} on {}", local.endpoint);
             for t in &s.tables {
-                println!("  table {:<16} {}{}", t.logical_id, t.name, s.stream_arns.get(&t.logical_id).map(|a| format!(" (stream {a})")).unwrap_or_default());
+                println!(
+                    "  table {:<16} {}{}",
+                    t.logical_id,
+                    t.name,
+                    s.stream_arns.get(&t.logical_id).map(|a| format!(" (stream {a})")).unwrap_or_default()
+                );
             }
             for b in &s.buses {
                 println!("  bus   {:<16} {}", b.logical_id, b.name);

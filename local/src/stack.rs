@@ -10,8 +10,7 @@ use std::collections::HashMap;
 
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, StreamSpecification, StreamViewType,
-    TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, StreamSpecification, StreamViewType, TimeToLiveSpecification,
 };
 
 use crate::template::{BusSpec, FunctionEvent, FunctionSpec, QueueSpec, Resolver, RuleSpec, TableSpec, Template, TemplateError};
@@ -263,13 +262,15 @@ async fn create_table(client: &aws_sdk_dynamodb::Client, table: &TableSpec) -> R
         }
     };
     if let Some(attribute) = &table.ttl_attribute {
-        let ttl = client.describe_time_to_live().table_name(&table.name).send().await.map_err(aws_err(format!("DescribeTimeToLive {}", table.name)))?;
+        let ttl =
+            client.describe_time_to_live().table_name(&table.name).send().await.map_err(aws_err(format!("DescribeTimeToLive {}", table.name)))?;
         let enabled = ttl
             .time_to_live_description()
             .and_then(|d| d.time_to_live_status())
             .is_some_and(|s| matches!(s, aws_sdk_dynamodb::types::TimeToLiveStatus::Enabled | aws_sdk_dynamodb::types::TimeToLiveStatus::Enabling));
         if !enabled {
-            let spec = TimeToLiveSpecification::builder().attribute_name(attribute).enabled(true).build().map_err(aws_err("TimeToLiveSpecification"))?;
+            let spec =
+                TimeToLiveSpecification::builder().attribute_name(attribute).enabled(true).build().map_err(aws_err("TimeToLiveSpecification"))?;
             client
                 .update_time_to_live()
                 .table_name(&table.name)
@@ -295,10 +296,5 @@ async fn queue(sqs: &aws_sdk_sqs::Client, spec: &QueueSpec, region: &str, accoun
         Mode::LookUp => sqs.get_queue_url().queue_name(&spec.name).send().await.map_err(aws_err(format!("GetQueueUrl {}", spec.name)))?.queue_url,
     };
     let url = url.ok_or_else(|| StackError::Aws { action: format!("queue {}", spec.name), reason: "no QueueUrl in the answer".into() })?;
-    Ok(QueueInfo {
-        logical_id: spec.logical_id.clone(),
-        name: spec.name.clone(),
-        arn: format!("arn:aws:sqs:{region}:{account}:{}", spec.name),
-        url,
-    })
+    Ok(QueueInfo { logical_id: spec.logical_id.clone(), name: spec.name.clone(), arn: format!("arn:aws:sqs:{region}:{account}:{}", spec.name), url })
 }

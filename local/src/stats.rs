@@ -46,13 +46,7 @@ impl Counts {
 
     /// Latencies (ms, event time → effect) of deliveries that had an effect.
     pub fn effect_latencies(&self) -> Vec<i64> {
-        let mut v: Vec<i64> = self
-            .outcomes
-            .values()
-            .flatten()
-            .filter(|(o, _)| o != "duplicate")
-            .filter_map(|(_, l)| *l)
-            .collect();
+        let mut v: Vec<i64> = self.outcomes.values().flatten().filter(|(o, _)| o != "duplicate").filter_map(|(_, l)| *l).collect();
         v.sort_unstable();
         v
     }

@@ -192,19 +192,13 @@ impl Template {
     /// # Errors
     /// [`TemplateError`].
     pub fn parse(path: &Path, text: &str) -> Result<Self, TemplateError> {
-        let doc: Value = serde_yaml_ng::from_str(text)
-            .map_err(|e| TemplateError::Read { path: path.to_owned(), reason: e.to_string() })?;
+        let doc: Value = serde_yaml_ng::from_str(text).map_err(|e| TemplateError::Read { path: path.to_owned(), reason: e.to_string() })?;
         let resources = doc
             .get("Resources")
             .and_then(Value::as_mapping)
             .cloned()
             .ok_or_else(|| unsupported("Resources", "the template has no Resources mapping"))?;
-        let function_globals = doc
-            .get("Globals")
-            .and_then(|g| g.get("Function"))
-            .and_then(Value::as_mapping)
-            .cloned()
-            .unwrap_or_default();
+        let function_globals = doc.get("Globals").and_then(|g| g.get("Function")).and_then(Value::as_mapping).cloned().unwrap_or_default();
         Ok(Self { path: path.to_owned(), resources, function_globals })
     }
 
@@ -255,11 +249,7 @@ impl Template {
                 Ok(TableSpec {
                     attributes: pairs("AttributeDefinitions", "AttributeName", "AttributeType")?,
                     key_schema: pairs("KeySchema", "AttributeName", "KeyType")?,
-                    stream_view_type: p
-                        .get("StreamSpecification")
-                        .and_then(|s| s.get("StreamViewType"))
-                        .and_then(Value::as_str)
-                        .map(str::to_owned),
+                    stream_view_type: p.get("StreamSpecification").and_then(|s| s.get("StreamViewType")).and_then(Value::as_str).map(str::to_owned),
                     ttl_attribute: ttl.and_then(|t| t.get("AttributeName")).and_then(Value::as_str).map(str::to_owned),
                     logical_id: id,
                     name,
@@ -297,7 +287,8 @@ impl Template {
                 let mut attributes = BTreeMap::new();
                 for key in ["MessageRetentionPeriod", "VisibilityTimeout", "ReceiveMessageWaitTimeSeconds", "DelaySeconds"] {
                     if let Some(v) = p.get(key) {
-                        attributes.insert(key.to_owned(), scalar(v).ok_or_else(|| unsupported(format!("{id}.Properties.{key}"), "must be a number"))?);
+                        attributes
+                            .insert(key.to_owned(), scalar(v).ok_or_else(|| unsupported(format!("{id}.Properties.{key}"), "must be a number"))?);
                     }
                 }
                 Ok(QueueSpec { logical_id: id, name, attributes })
@@ -352,7 +343,8 @@ impl Template {
                     if let Some(n) = cfg.get("MaximumEventAgeInSeconds").and_then(Value::as_u64) {
                         event_invoke.max_event_age_secs = n;
                     }
-                    event_invoke.on_failure = cfg.get("DestinationConfig").and_then(|d| d.get("OnFailure")).and_then(|o| o.get("Destination")).cloned();
+                    event_invoke.on_failure =
+                        cfg.get("DestinationConfig").and_then(|d| d.get("OnFailure")).and_then(|o| o.get("Destination")).cloned();
                 }
                 Ok(FunctionSpec { logical_id: id, binary, timeout_secs, environment, events, event_invoke })
             })
@@ -383,7 +375,10 @@ fn parse_event(function: &str, name: &str, event: &Value) -> Result<Option<Funct
                 .map(|seq| {
                     seq.iter()
                         .map(|f| {
-                            let text = f.get("Pattern").and_then(Value::as_str).ok_or_else(|| unsupported(at("FilterCriteria"), "Pattern must be a JSON string"))?;
+                            let text = f
+                                .get("Pattern")
+                                .and_then(Value::as_str)
+                                .ok_or_else(|| unsupported(at("FilterCriteria"), "Pattern must be a JSON string"))?;
                             serde_json::from_str(text).map_err(|e| unsupported(at("FilterCriteria"), format!("Pattern is not JSON: {e}")))
                         })
                         .collect::<Result<Vec<_>, _>>()

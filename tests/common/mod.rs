@@ -57,10 +57,8 @@ pub fn endpoint() -> &'static str {
                 });
             })
             .expect("spawning the emulator thread");
-        let endpoint = rx
-            .recv()
-            .expect("the emulator thread ended without an answer")
-            .unwrap_or_else(|e| panic!("the moto emulator did not start: {e}"));
+        let endpoint =
+            rx.recv().expect("the emulator thread ended without an answer").unwrap_or_else(|e| panic!("the moto emulator did not start: {e}"));
         stop_emulator_when_this_process_ends(&endpoint);
         endpoint
     })

@@ -1,10 +1,10 @@
 //! `CreateOrderFunction`: `POST /orders` on the HTTP API. Writes the order and its
-//! `OrderCreated` outbox item in one DynamoDB transaction (see `outbox::app::orders`).
+//! `OrderCreated` outbox item in one DynamoDB transaction (see `orders_app::orders`).
 
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use lambda_runtime::{run, service_fn, tracing, Error, LambdaEvent};
-use outbox::app::orders::OrdersApi;
-use outbox::config::Env;
+use orders_app::orders::OrdersApi;
+use outbox::Env;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

@@ -1,10 +1,10 @@
 //! `ReserveInventoryFunction`: on the EventBridge rule for `OrderCreated`; reserves stock
-//! exactly once per event through the inbox (see `outbox::app::inventory`).
+//! exactly once per event through the inbox (see `orders_app::inventory`).
 
 use lambda_runtime::{run, service_fn, tracing, Error, LambdaEvent};
-use outbox::app::inventory::InventoryConsumer;
-use outbox::config::Env;
+use orders_app::inventory::InventoryConsumer;
 use outbox::consumer::RawEvent;
+use outbox::Env;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

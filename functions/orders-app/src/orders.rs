@@ -18,7 +18,7 @@
 //!   (optimistic concurrency), next to the `OrderCancelled` outbox put with sequence
 //!   `version + 1`, whose own `attribute_not_exists(pk)` on (aggregate, sequence) also stops two
 //!   cancels that read the same version from both committing. The loser gets a 409 and no event.
-//! * **Idempotency** ([`super::idempotency`]): a POST may carry an `Idempotency-Key` header. Its
+//! * **Idempotency** ([`crate::idempotency`]): a POST may carry an `Idempotency-Key` header. Its
 //!   record (`IDEMPOTENCY#<key>` in the orders table, holding the request hash and the answer) is
 //!   the transaction's FIRST item, so when the key is taken its `ConditionalCheckFailed` is the
 //!   first one in `CancellationReasons` and the stored answer comes back with it
@@ -66,14 +66,14 @@ use lambda_runtime::LambdaEvent;
 use serde::{Deserialize, Serialize};
 use tracing::Instrument;
 
-use super::http::{json_response, problem_response, Problem};
-use super::idempotency::{
-    is_retryable_read, request_hash, IdempotencyKey, IdempotencyRecord, IdempotencyStore, IdempotentRequest, ReadError, Replay,
-    StoredResponse, DEFAULT_TTL, HEADER as IDEMPOTENCY_HEADER, REPLAYED_HEADER,
+use crate::http::{json_response, problem_response, Problem};
+use crate::idempotency::{
+    is_retryable_read, request_hash, IdempotencyKey, IdempotencyRecord, IdempotencyStore, IdempotentRequest, ReadError, Replay, StoredResponse,
+    DEFAULT_TTL, HEADER as IDEMPOTENCY_HEADER, REPLAYED_HEADER,
 };
-use crate::config::{ConfigError, Env, DEFAULT_RETENTION};
-use crate::outbox::{NewEvent, OutboxWriter, WriteError, DEFAULT_MAX_PUT_EVENTS_BYTES};
-use crate::transaction::{transact_write, TransactionError};
+use outbox::config::{ConfigError, Env, DEFAULT_RETENTION};
+use outbox::transaction::{transact_write, TransactionError};
+use outbox::writer::{NewEvent, OutboxWriter, WriteError, DEFAULT_MAX_PUT_EVENTS_BYTES};
 
 /// Largest accepted request body, bytes (after base64 decoding).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -300,14 +300,10 @@ impl OrderError {
         let problem = match self {
             OrderError::Invalid { field, message } => Problem::bad_field(field.clone(), message.clone()),
             OrderError::NotFound(id) => Problem::new(404, "Order not found", format!("there is no order {id}")),
-            OrderError::AlreadyExists(id) => {
-                Problem::new(409, "Order already exists", format!("order {id} already exists; nothing was written"))
+            OrderError::AlreadyExists(id) => Problem::new(409, "Order already exists", format!("order {id} already exists; nothing was written")),
+            OrderError::NotCancellable { order_id, status } => {
+                Problem::new(409, "Order cannot be cancelled", format!("order {order_id} is {status}, not {STATUS_CREATED}; nothing was written"))
             }
-            OrderError::NotCancellable { order_id, status } => Problem::new(
-                409,
-                "Order cannot be cancelled",
-                format!("order {order_id} is {status}, not {STATUS_CREATED}; nothing was written"),
-            ),
             OrderError::Conflict(id) => Problem::new(
                 409,
                 "Concurrent change",
@@ -484,7 +480,10 @@ impl OrdersApi {
             Route::CreateOrder => None,
             Route::GetOrder(id) | Route::CancelOrder(id) if !is_valid_order_id(&id) => {
                 let shown: String = id.chars().take(80).collect();
-                return reject(Problem::new(404, "Order not found", format!("there is no order {shown:?}: order ids are 1-64 of A-Z a-z 0-9 - _")), &[]);
+                return reject(
+                    Problem::new(404, "Order not found", format!("there is no order {shown:?}: order ids are 1-64 of A-Z a-z 0-9 - _")),
+                    &[],
+                );
             }
             Route::GetOrder(id) => {
                 return match self.get_order(&id).await {
@@ -619,7 +618,8 @@ impl OrdersApi {
         let next = expected + 1;
         let data = OrderCancelled { order_id: order_id.to_owned(), reason: request.reason.clone(), lines: order.lines };
         let event = self.writer.outbox_item(order_cancelled_event(&data, next, &self.source, correlation_id, trace_header), now)?;
-        let cancelled = CancelledOrder { order_id: order_id.to_owned(), status: STATUS_CANCELLED.into(), version: next, event_id: event.event_id.clone() };
+        let cancelled =
+            CancelledOrder { order_id: order_id.to_owned(), status: STATUS_CANCELLED.into(), version: next, event_id: event.event_id.clone() };
 
         let mut set = "SET #status = :cancelled, #version = :next, cancelled_at = :at".to_owned();
         let mut update = Update::builder()
@@ -644,7 +644,8 @@ impl OrdersApi {
             .expect("Update has its required fields");
 
         let stored = StoredResponse { status: 200, body: to_json(&cancelled), location: None };
-        let (items, key_at) = self.with_key(idempotent, stored, now, vec![TransactWriteItem::builder().update(update).build(), self.writer.put(&event)]);
+        let (items, key_at) =
+            self.with_key(idempotent, stored, now, vec![TransactWriteItem::builder().update(update).build(), self.writer.put(&event)]);
         match transact_write(&self.dynamodb, items).await {
             Ok(()) => Ok(Answer::Done(cancelled)),
             Err(TransactionError::ConditionFailed { index, item }) if Some(index) == key_at => self.after_key_taken(idempotent, item).await,
@@ -671,7 +672,10 @@ impl OrdersApi {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| OrderError::Read { retryable: is_retryable_read(&e), message: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string() })?;
+            .map_err(|e| OrderError::Read {
+                retryable: is_retryable_read(&e),
+                message: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
+            })?;
         match out.item {
             None => Ok(None),
             Some(item) => serde_dynamo::from_item(item)
@@ -1098,7 +1102,7 @@ mod tests {
         let too_large = WriteError::EventTooLarge { event_type: "OrderCreated".into(), bytes: 2, limit: 1 };
         assert_eq!(OrderError::from(too_large).status(), 413);
         assert_eq!(OrderError::from(WriteError::ItemTooLarge { event_type: "OrderCreated".into(), bytes: 2 }).status(), 413);
-        assert_eq!(OrderError::from(WriteError::Envelope(crate::envelope::EnvelopeError::Empty("source"))).status(), 500);
+        assert_eq!(OrderError::from(WriteError::Envelope(outbox::envelope::EnvelopeError::Empty("source"))).status(), 500);
         let (problem, headers) = OrderError::Transaction(TransactionError::Retryable("TransactionConflict".into())).to_problem();
         assert_eq!((problem.status, headers), (503, vec![("retry-after", RETRY_AFTER_SECONDS)]));
     }
@@ -1125,9 +1129,8 @@ mod tests {
 
     #[test]
     fn the_path_drops_a_named_stage_but_not_the_default_one() {
-        let with = |stage: &str, raw: &str| {
-            event(&format!(r#"{{"rawPath":"{raw}","requestContext":{{"stage":"{stage}","http":{{"method":"GET"}}}}}}"#))
-        };
+        let with =
+            |stage: &str, raw: &str| event(&format!(r#"{{"rawPath":"{raw}","requestContext":{{"stage":"{stage}","http":{{"method":"GET"}}}}}}"#));
         assert_eq!(request_path(&with("$default", "/orders/o-1")), "/orders/o-1");
         assert_eq!(request_path(&with("prod", "/prod/orders/o-1")), "/orders/o-1");
         assert_eq!(request_path(&with("prod", "/production/orders")), "/production/orders");
@@ -1154,8 +1157,8 @@ mod tests {
     use aws_sdk_dynamodb::types::CancellationReason;
     use aws_smithy_mocks::{mock, mock_client, MockResponse, Rule, RuleMode};
 
-    use crate::app::idempotency::KEY_PREFIX;
-    use crate::envelope::OutboxItem;
+    use crate::idempotency::KEY_PREFIX;
+    use outbox::envelope::OutboxItem;
 
     type Item = HashMap<String, AttributeValue>;
 
@@ -1323,7 +1326,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_key_taken_for_another_body_is_a_422() {
-        let table = Table::new(vec![], Some(vec!["ConditionalCheckFailed", "ConditionalCheckFailed", "None"]), Some(key_record("k-1", "other", 201, "{}")));
+        let table =
+            Table::new(vec![], Some(vec!["ConditionalCheckFailed", "ConditionalCheckFailed", "None"]), Some(key_record("k-1", "other", 201, "{}")));
         let r = table.api().handle(http("POST", "/orders", Some(GOOD), Some("k-1"))).await.unwrap();
         assert_eq!(r.status_code, 422);
         assert_eq!(json_of(&r)["field"], "Idempotency-Key");

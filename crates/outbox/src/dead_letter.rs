@@ -85,6 +85,7 @@ pub struct ConsumerFailureRecord<E = Value> {
 ///
 /// # Errors
 /// The SQS error as text: the caller must then keep the record (fail it), never drop it.
+#[cfg(any(feature = "relay", feature = "inbox"))]
 pub async fn send(sqs: &aws_sdk_sqs::Client, url: &str, body: String, attributes: &[(&str, &str)]) -> Result<(), String> {
     let mut request = sqs.send_message().queue_url(url).message_body(body);
     for (name, value) in attributes {
@@ -173,9 +174,7 @@ impl DeadLetter {
                 stream_batch: value.get("DDBStreamBatchInfo").cloned(),
             };
         }
-        if let (Some(detail_type), Some(source)) =
-            (value.get("detail-type").and_then(Value::as_str), value.get("source").and_then(Value::as_str))
-        {
+        if let (Some(detail_type), Some(source)) = (value.get("detail-type").and_then(Value::as_str), value.get("source").and_then(Value::as_str)) {
             return DeadLetter::EventBridgeEvent {
                 detail_type: detail_type.to_owned(),
                 source: source.to_owned(),
@@ -217,11 +216,9 @@ impl DeadLetter {
         match self {
             DeadLetter::RelayFailure(r) => r.event_id.clone(),
             DeadLetter::ConsumerFailure(r) => r.event_id.clone(),
-            DeadLetter::InvocationRecord { request_payload, .. } => request_payload
-                .as_ref()
-                .and_then(|p| p.pointer("/detail/metadata/id"))
-                .and_then(Value::as_str)
-                .map(str::to_owned),
+            DeadLetter::InvocationRecord { request_payload, .. } => {
+                request_payload.as_ref().and_then(|p| p.pointer("/detail/metadata/id")).and_then(Value::as_str).map(str::to_owned)
+            }
             DeadLetter::EventBridgeEvent { event_id, .. } => event_id.clone(),
             DeadLetter::Unknown(_) => None,
         }

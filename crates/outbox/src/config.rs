@@ -89,6 +89,33 @@ impl Env {
             },
         }
     }
+    /// A positive whole count (default `default`), e.g. a number of attempts.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] if set but not a positive integer.
+    pub fn count(&self, name: &'static str, default: u32) -> Result<u32, ConfigError> {
+        match (self.lookup)(name).filter(|v| !v.trim().is_empty()) {
+            None => Ok(default),
+            Some(v) => match v.trim().parse::<u32>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(ConfigError::Invalid { name, value: v, reason: "expected a positive whole number" }),
+            },
+        }
+    }
+
+    /// A whole number of milliseconds, 0 allowed (default `default`).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] if set but not a non-negative integer.
+    pub fn millis(&self, name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
+        match (self.lookup)(name).filter(|v| !v.trim().is_empty()) {
+            None => Ok(default),
+            Some(v) => match v.trim().parse::<u64>() {
+                Ok(ms) => Ok(Duration::from_millis(ms)),
+                _ => Err(ConfigError::Invalid { name, value: v, reason: "expected a whole number of milliseconds" }),
+            },
+        }
+    }
 }
 
 /// Default retention of outbox items and inbox rows (TTL): 7 days, longer than EventBridge's
@@ -117,5 +144,9 @@ mod tests {
         assert!(env(&[("S", "0")]).seconds("S", DEFAULT_RETENTION).is_err());
         assert!(env(&[("B", "1MB")]).bytes("B", 1).is_err());
         assert_eq!(env(&[("B", "262144")]).bytes("B", 1).unwrap(), 262_144);
+        assert_eq!(env(&[("N", "3")]).count("N", 5).unwrap(), 3);
+        assert!(env(&[("N", "0")]).count("N", 5).is_err());
+        assert_eq!(env(&[("M", "0")]).millis("M", Duration::from_secs(2)).unwrap(), Duration::ZERO);
+        assert!(env(&[("M", "-1")]).millis("M", Duration::from_secs(2)).is_err());
     }
 }

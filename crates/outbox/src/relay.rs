@@ -36,6 +36,9 @@
 //! their inbox. Loss is impossible (nothing at or after the checkpoint is acknowledged) and so
 //! is reordering within an aggregate (waves).
 
+#[cfg(feature = "lambda")]
+pub mod lambda;
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -47,8 +50,8 @@ use rand::Rng;
 use serde::Serialize;
 
 use crate::dead_letter::{RelayFailureRecord, RELAY_FAILURE_KIND};
+use crate::envelope::DEFAULT_MAX_PUT_EVENTS_BYTES;
 use crate::envelope::{BusEvent, OutboxItem};
-use crate::outbox::DEFAULT_MAX_PUT_EVENTS_BYTES;
 
 /// Most entries in one `PutEvents` call (AWS limit).
 pub const MAX_ENTRIES_PER_CALL: usize = 10;
@@ -160,7 +163,14 @@ impl RelayReport {
     /// histogram `LagMilliseconds` (now − the newest event's `occurred_at`, for the batch's
     /// slowest event). The relay function installs a CloudWatch Embedded Metric Format
     /// recorder (`metrics_cloudwatch_embedded`); without a recorder this does nothing.
+    /// Without feature `metrics` this does nothing.
     pub fn emit_metrics(&self) {
+        #[cfg(feature = "metrics")]
+        self.record_metrics();
+    }
+
+    #[cfg(feature = "metrics")]
+    fn record_metrics(&self) {
         metrics::counter!("RecordsSeen").increment(self.records as u64);
         for (reason, n) in &self.skipped {
             metrics::counter!("RecordsSkipped", "reason" => reason.as_str()).increment(*n as u64);
@@ -285,17 +295,13 @@ impl Relay {
         // Earliest failed record so far: nothing at or after it is attempted any more.
         let mut checkpoint = usize::MAX;
         loop {
-            let mut wave: Vec<Work> = queues
-                .iter_mut()
-                .filter(|q| q.front().is_some_and(|w| w.index < checkpoint))
-                .filter_map(|q| q.pop_front())
-                .collect();
+            let mut wave: Vec<Work> =
+                queues.iter_mut().filter(|q| q.front().is_some_and(|w| w.index < checkpoint)).filter_map(|q| q.pop_front()).collect();
             if wave.is_empty() {
                 break;
             }
             wave.sort_by_key(|w| w.index);
-            let (publish, dead_letter): (Vec<Work>, Vec<Work>) =
-                wave.into_iter().partition(|w| matches!(w.action, Action::Publish { .. }));
+            let (publish, dead_letter): (Vec<Work>, Vec<Work>) = wave.into_iter().partition(|w| matches!(w.action, Action::Publish { .. }));
 
             for work in dead_letter {
                 if let Action::DeadLetter { event_id, error_code, reason } = &work.action {
@@ -322,8 +328,16 @@ impl Relay {
                         }
                         Err(failure) if !failure.is_retryable() => {
                             let reason = format!("PutEvents rejected the entry: {}", failure.message);
-                            self.dead_letter_or_fail(&records[work.index], work.index, Some(item.event_id.clone()), &failure.code, &reason, &mut report, &mut checkpoint)
-                                .await;
+                            self.dead_letter_or_fail(
+                                &records[work.index],
+                                work.index,
+                                Some(item.event_id.clone()),
+                                &failure.code,
+                                &reason,
+                                &mut report,
+                                &mut checkpoint,
+                            )
+                            .await;
                         }
                         Err(_) => {
                             report.failed += 1;
@@ -367,9 +381,7 @@ impl Relay {
             "INSERT" => {}
             "MODIFY" => return Classified::Skip(SkipReason::Modify),
             "REMOVE" => {
-                let ttl = record.user_identity.as_ref().is_some_and(|u| {
-                    u.type_ == "Service" && u.principal_id == "dynamodb.amazonaws.com"
-                });
+                let ttl = record.user_identity.as_ref().is_some_and(|u| u.type_ == "Service" && u.principal_id == "dynamodb.amazonaws.com");
                 return Classified::Skip(if ttl { SkipReason::TtlRemove } else { SkipReason::Remove });
             }
             _ => return Classified::Skip(SkipReason::UnknownEventName),
@@ -439,12 +451,7 @@ impl Relay {
 
     /// Sends `works` with `PutEvents`, resending transiently failed entries alone with backoff
     /// until they succeed, `max_attempts` is reached, or the time budget runs out.
-    async fn put_with_retries(
-        &self,
-        works: Vec<Work>,
-        deadline: Instant,
-        report: &mut RelayReport,
-    ) -> Vec<(Work, Result<(), EntryFailure>)> {
+    async fn put_with_retries(&self, works: Vec<Work>, deadline: Instant, report: &mut RelayReport) -> Vec<(Work, Result<(), EntryFailure>)> {
         let mut done = Vec::with_capacity(works.len());
         let mut pending = works;
         let mut attempt = 0u32;
@@ -506,18 +513,14 @@ impl Relay {
             Ok(output) => {
                 let results = output.entries();
                 if results.len() != n {
-                    let failure =
-                        EntryFailure::entry("InternalFailure", &format!("PutEvents answered {} entries for {n}", results.len()));
+                    let failure = EntryFailure::entry("InternalFailure", &format!("PutEvents answered {} entries for {n}", results.len()));
                     return vec![Err(failure); n];
                 }
                 results
                     .iter()
                     .map(|r| match (r.error_code(), r.event_id()) {
                         (None, Some(_)) => Ok(()),
-                        (code, _) => Err(EntryFailure::entry(
-                            code.unwrap_or("InternalFailure"),
-                            r.error_message().unwrap_or("entry has no EventId"),
-                        )),
+                        (code, _) => Err(EntryFailure::entry(code.unwrap_or("InternalFailure"), r.error_message().unwrap_or("entry has no EventId"))),
                     })
                     .collect()
             }
@@ -536,11 +539,7 @@ impl Relay {
     }
 
     fn backoff(&self, attempt: u32) -> Duration {
-        let ceiling = self
-            .config
-            .base_backoff
-            .saturating_mul(2u32.saturating_pow(attempt))
-            .min(self.config.max_backoff);
+        let ceiling = self.config.base_backoff.saturating_mul(2u32.saturating_pow(attempt)).min(self.config.max_backoff);
         let millis = ceiling.as_millis() as u64;
         Duration::from_millis(if millis == 0 { 0 } else { rand::rng().random_range(0..=millis) })
     }
@@ -585,13 +584,14 @@ impl Relay {
     }
 }
 
+#[cfg(feature = "lambda")]
 impl From<RelayError> for lambda_runtime::Diagnostic {
     fn from(e: RelayError) -> Self {
         lambda_runtime::Diagnostic { error_type: "RelayError".into(), error_message: e.to_string() }
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "metrics"))]
 mod tests {
     use super::*;
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -600,7 +600,16 @@ mod tests {
     fn the_report_is_emitted_as_metrics() {
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
-        let mut report = RelayReport { records: 7, published: 3, retried: 2, dead_lettered: 1, failed: 1, put_events_calls: 2, max_lag_ms: 40, ..Default::default() };
+        let mut report = RelayReport {
+            records: 7,
+            published: 3,
+            retried: 2,
+            dead_lettered: 1,
+            failed: 1,
+            put_events_calls: 2,
+            max_lag_ms: 40,
+            ..Default::default()
+        };
         report.skipped.insert(SkipReason::TtlRemove, 2);
         metrics::with_local_recorder(&recorder, || report.emit_metrics());
         let values: HashMap<String, DebugValue> = snapshotter

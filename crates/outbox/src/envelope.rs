@@ -34,6 +34,16 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+/// DynamoDB's maximum item size: 400 KB, counted as the UTF-8 bytes of attribute names and values.
+/// Source: <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html>.
+pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+
+/// Default limit of one `PutEvents` request, in bytes: 1 MiB, raised from 256 KiB in January 2026.
+/// Accounts or regions still on the old limit set `PUT_EVENTS_MAX_REQUEST_BYTES=262144`.
+/// Source: the `PutEvents` API reference,
+/// <https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutEvents.html>.
+pub const DEFAULT_MAX_PUT_EVENTS_BYTES: usize = 1024 * 1024;
+
 /// Width of the zero-padded sequence in the outbox sort key `sk` (20 digits hold any `u64`).
 pub const SEQUENCE_WIDTH: usize = 20;
 
@@ -105,8 +115,7 @@ impl OutboxItem {
     /// # Errors
     /// [`EnvelopeError::Decode`] naming the attribute when the item breaks the contract.
     pub fn from_item(item: serde_dynamo::Item) -> Result<Self, EnvelopeError> {
-        let item: OutboxItem =
-            serde_dynamo::from_item(item).map_err(|e| EnvelopeError::Decode(e.to_string()))?;
+        let item: OutboxItem = serde_dynamo::from_item(item).map_err(|e| EnvelopeError::Decode(e.to_string()))?;
         Ok(item)
     }
 
@@ -124,12 +133,9 @@ impl OutboxItem {
     /// [`EnvelopeError`] when the payload is not JSON, `occurred_at` is not RFC 3339, or a
     /// required attribute is empty.
     pub fn to_bus_event(&self) -> Result<BusEvent, EnvelopeError> {
-        for (name, value) in [
-            ("event_id", &self.event_id),
-            ("event_type", &self.event_type),
-            ("source", &self.source),
-            ("aggregate_id", &self.aggregate_id),
-        ] {
+        for (name, value) in
+            [("event_id", &self.event_id), ("event_type", &self.event_type), ("source", &self.source), ("aggregate_id", &self.aggregate_id)]
+        {
             if value.trim().is_empty() {
                 return Err(EnvelopeError::Empty(name));
             }
@@ -137,8 +143,7 @@ impl OutboxItem {
         let time = DateTime::parse_from_rfc3339(&self.occurred_at)
             .map_err(|e| EnvelopeError::OccurredAt(format!("{:?}: {e}", self.occurred_at)))?
             .with_timezone(&Utc);
-        let data: &RawValue = serde_json::from_str(&self.payload)
-            .map_err(|e| EnvelopeError::Payload(e.to_string()))?;
+        let data: &RawValue = serde_json::from_str(&self.payload).map_err(|e| EnvelopeError::Payload(e.to_string()))?;
         let metadata = EventMetadata {
             id: self.event_id.clone(),
             event_type: self.event_type.clone(),
@@ -151,8 +156,7 @@ impl OutboxItem {
             correlation_id: self.correlation_id.clone(),
         };
         // Serialising a struct of strings, integers and a RawValue cannot fail.
-        let detail = serde_json::to_string(&EventDetail { metadata, data })
-            .map_err(|e| EnvelopeError::Payload(e.to_string()))?;
+        let detail = serde_json::to_string(&EventDetail { metadata, data }).map_err(|e| EnvelopeError::Payload(e.to_string()))?;
         Ok(BusEvent {
             source: self.source.clone(),
             detail_type: self.event_type.clone(),
@@ -225,6 +229,7 @@ impl BusEvent {
     }
 
     /// The `PutEvents` request entry for `event_bus_name`.
+    #[cfg(feature = "relay")]
     pub fn to_entry(&self, event_bus_name: &str) -> aws_sdk_eventbridge::types::PutEventsRequestEntry {
         aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
             .event_bus_name(event_bus_name)
@@ -269,7 +274,13 @@ mod tests {
     #[test]
     fn detail_embeds_payload_verbatim_as_an_object() {
         let event = sample_item().to_bus_event().unwrap();
-        assert!(event.detail.contains(r#""data":{"big":123456789012345678901234567890123456789,"price":19.99,"exact":1.234567890123456789,"name":"Zoë 🚀"}"#), "{}", event.detail);
+        assert!(
+            event
+                .detail
+                .contains(r#""data":{"big":123456789012345678901234567890123456789,"price":19.99,"exact":1.234567890123456789,"name":"Zoë 🚀"}"#),
+            "{}",
+            event.detail
+        );
         let v: serde_json::Value = serde_json::from_str(&event.detail).unwrap();
         assert!(v["data"].is_object());
         assert_eq!(v["metadata"]["id"], "0193a4f0-7c1e-7a2b-9c3d-4e5f60718293");

@@ -22,8 +22,7 @@ mod support {
 
     pub const BUS: &str = "test-bus";
     pub const DLQ_URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/relay-dlq";
-    pub const STREAM_ARN: &str =
-        "arn:aws:dynamodb:us-east-1:123456789012:table/outbox/stream/2026-01-01T00:00:00.000";
+    pub const STREAM_ARN: &str = "arn:aws:dynamodb:us-east-1:123456789012:table/outbox/stream/2026-01-01T00:00:00.000";
 
     /// Outbox item `sequence` of aggregate `Order#<aggregate_id>`; event id `evt-<id>-<seq>`.
     pub fn item(aggregate_id: &str, sequence: u64) -> OutboxItem {
@@ -125,9 +124,7 @@ mod support {
                     .iter()
                     .map(|entry| match policy(entry) {
                         Some(code) => PutEventsResultEntry::builder().error_code(code).error_message(format!("mock {code}")).build(),
-                        None => PutEventsResultEntry::builder()
-                            .event_id(format!("eb-{}", accepted.fetch_add(1, Ordering::SeqCst)))
-                            .build(),
+                        None => PutEventsResultEntry::builder().event_id(format!("eb-{}", accepted.fetch_add(1, Ordering::SeqCst))).build(),
                     })
                     .collect();
                 let failed = results.iter().filter(|r| r.error_code().is_some()).count();
@@ -178,19 +175,15 @@ mod support {
             let messages: Arc<Mutex<Vec<(String, String)>>> = Default::default();
             let log = messages.clone();
             let rule = mock!(aws_sdk_sqs::Client::send_message).then_compute_output(move |input| {
-                log.lock().unwrap().push((
-                    input.queue_url().unwrap_or_default().to_owned(),
-                    input.message_body().unwrap_or_default().to_owned(),
-                ));
+                log.lock().unwrap().push((input.queue_url().unwrap_or_default().to_owned(), input.message_body().unwrap_or_default().to_owned()));
                 SendMessageOutput::builder().message_id("msg-1").build()
             });
             Self { rule, messages }
         }
 
         pub fn failing() -> Self {
-            let rule = mock!(aws_sdk_sqs::Client::send_message).then_error(|| {
-                SendMessageError::QueueDoesNotExist(QueueDoesNotExist::builder().message("queue is gone").build())
-            });
+            let rule = mock!(aws_sdk_sqs::Client::send_message)
+                .then_error(|| SendMessageError::QueueDoesNotExist(QueueDoesNotExist::builder().message("queue is gone").build()));
             Self { rule, messages: Default::default() }
         }
 
@@ -210,9 +203,8 @@ mod support {
         let events = mock_client!(aws_sdk_eventbridge, RuleMode::MatchAny, [&bus.rule], |c| {
             c.retry_config(aws_sdk_eventbridge::config::retry::RetryConfig::disabled())
         });
-        let sqs = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&dlq.rule], |c| {
-            c.retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
-        });
+        let sqs =
+            mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&dlq.rule], |c| { c.retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled()) });
         Relay::new(events, sqs, config)
     }
 
@@ -223,12 +215,7 @@ mod support {
 
     /// `batchItemFailures[*].itemIdentifier`.
     pub fn failures(outcome: &RelayOutcome) -> Vec<String> {
-        outcome
-            .response
-            .batch_item_failures
-            .iter()
-            .map(|f| f.item_identifier.clone().expect("itemIdentifier is set"))
-            .collect()
+        outcome.response.batch_item_failures.iter().map(|f| f.item_identifier.clone().expect("itemIdentifier is set")).collect()
     }
 
     pub fn detail(entry: &PutEventsRequestEntry) -> Value {
@@ -284,8 +271,7 @@ async fn partial_failure_with_http_200_reports_only_the_failed_record() {
 async fn throttling_that_clears_after_two_retries_resends_only_the_failed_entry() {
     let throttles_left = AtomicUsize::new(2);
     let bus = Bus::new(move |e| {
-        let throttle =
-            subject(e) == "a" && throttles_left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
+        let throttle = subject(e) == "a" && throttles_left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
         throttle.then_some("ThrottlingException")
     });
     let dlq = Dlq::ok();
@@ -350,12 +336,7 @@ async fn poison_items_are_dead_lettered_without_reaching_put_events() {
     let mut oversize = item("d", 1);
     oversize.payload = format!("\"{}\"", "x".repeat(2000));
     let relay = relay(&bus, &dlq, config);
-    let batch = batch(vec![
-        insert(&seq(0), &good),
-        insert(&seq(1), &not_json),
-        record("INSERT", &seq(2), no_type),
-        insert(&seq(3), &oversize),
-    ]);
+    let batch = batch(vec![insert(&seq(0), &good), insert(&seq(1), &not_json), record("INSERT", &seq(2), no_type), insert(&seq(3), &oversize)]);
     let outcome = run(&relay, &batch).await;
 
     assert!(failures(&outcome).is_empty());
@@ -456,20 +437,11 @@ async fn non_events_are_skipped_and_counted_by_reason() {
     ttl_remove["userIdentity"] = json!({ "type": "Service", "principalId": "dynamodb.amazonaws.com" });
     let mut remove = record("REMOVE", &seq(2), serde_json::Value::Null);
     remove["dynamodb"]["OldImage"] = image(&item("c", 1));
-    let not_outbox = record(
-        "INSERT",
-        &seq(3),
-        json!({ "pk": { "S": "Order#o-9" }, "sk": { "S": "META" }, "status": { "S": "NEW" } }),
-    );
+    let not_outbox = record("INSERT", &seq(3), json!({ "pk": { "S": "Order#o-9" }, "sk": { "S": "META" }, "status": { "S": "NEW" } }));
     let outcome = run(&relay, &batch(vec![modify, ttl_remove, remove, not_outbox])).await;
 
-    let expected: HashMap<SkipReason, usize> = [
-        (SkipReason::Modify, 1),
-        (SkipReason::TtlRemove, 1),
-        (SkipReason::Remove, 1),
-        (SkipReason::NotOutboxItem, 1),
-    ]
-    .into();
+    let expected: HashMap<SkipReason, usize> =
+        [(SkipReason::Modify, 1), (SkipReason::TtlRemove, 1), (SkipReason::Remove, 1), (SkipReason::NotOutboxItem, 1)].into();
     assert_eq!(outcome.report.skipped, expected);
     assert_eq!(outcome.report.records, 4);
     assert_eq!(outcome.report.published, 0);
@@ -550,10 +522,7 @@ async fn response_has_the_batch_item_failures_wire_shape() {
     let dlq = Dlq::ok();
     let failing = Bus::new(|_| Some("InternalFailure"));
     let outcome = run(&relay(&failing, &dlq, config()), &inserts(&[item("a", 1)])).await;
-    assert_eq!(
-        serde_json::to_value(&outcome.response).unwrap(),
-        json!({ "batchItemFailures": [{ "itemIdentifier": seq(0) }] })
-    );
+    assert_eq!(serde_json::to_value(&outcome.response).unwrap(), json!({ "batchItemFailures": [{ "itemIdentifier": seq(0) }] }));
 
     let ok = Bus::ok();
     let outcome = run(&relay(&ok, &dlq, config()), &inserts(&[item("a", 1)])).await;

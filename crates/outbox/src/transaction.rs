@@ -60,21 +60,13 @@ pub async fn transact_write(client: &Client, items: Vec<TransactWriteItem>) -> R
     match client.transact_write_items().set_transact_items(Some(items)).send().await {
         Ok(_) => Ok(()),
         Err(SdkError::ServiceError(err)) => match err.err() {
-            TransactWriteItemsError::TransactionCanceledException(cancelled) => {
-                Err(classify_cancellation(cancelled.cancellation_reasons()))
-            }
-            TransactWriteItemsError::TransactionInProgressException(e) => {
-                Err(TransactionError::Retryable(format!("TransactionInProgress: {e}")))
-            }
+            TransactWriteItemsError::TransactionCanceledException(cancelled) => Err(classify_cancellation(cancelled.cancellation_reasons())),
+            TransactWriteItemsError::TransactionInProgressException(e) => Err(TransactionError::Retryable(format!("TransactionInProgress: {e}"))),
             TransactWriteItemsError::ProvisionedThroughputExceededException(e) => {
                 Err(TransactionError::Retryable(format!("ProvisionedThroughputExceeded: {e}")))
             }
-            TransactWriteItemsError::RequestLimitExceeded(e) => {
-                Err(TransactionError::Retryable(format!("RequestLimitExceeded: {e}")))
-            }
-            TransactWriteItemsError::InternalServerError(e) => {
-                Err(TransactionError::Retryable(format!("InternalServerError: {e}")))
-            }
+            TransactWriteItemsError::RequestLimitExceeded(e) => Err(TransactionError::Retryable(format!("RequestLimitExceeded: {e}"))),
+            TransactWriteItemsError::InternalServerError(e) => Err(TransactionError::Retryable(format!("InternalServerError: {e}"))),
             other => Err(TransactionError::Sdk(format!("{other}"))),
         },
         Err(err @ (SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_))) => {
@@ -89,17 +81,10 @@ pub async fn transact_write(client: &Client, items: Vec<TransactWriteItem>) -> R
 /// `TransactionConflict`, throttling or capacity reason makes the whole transaction retryable;
 /// anything else (e.g. `ValidationError`) is reported as is.
 pub fn classify_cancellation(reasons: &[CancellationReason]) -> TransactionError {
-    if let Some((index, reason)) =
-        reasons.iter().enumerate().find(|(_, r)| r.code() == Some("ConditionalCheckFailed"))
-    {
+    if let Some((index, reason)) = reasons.iter().enumerate().find(|(_, r)| r.code() == Some("ConditionalCheckFailed")) {
         return TransactionError::ConditionFailed { index, item: reason.item().cloned() };
     }
-    let codes: Vec<String> = reasons
-        .iter()
-        .filter_map(|r| r.code())
-        .filter(|c| *c != "None")
-        .map(str::to_owned)
-        .collect();
+    let codes: Vec<String> = reasons.iter().filter_map(|r| r.code()).filter(|c| *c != "None").map(str::to_owned).collect();
     let retryable = ["TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"];
     if codes.iter().any(|c| retryable.contains(&c.as_str())) {
         TransactionError::Retryable(codes.join(", "))

@@ -4,7 +4,7 @@
 //! ```no_run
 //! # async fn example(client: aws_sdk_dynamodb::Client, order_put: aws_sdk_dynamodb::types::TransactWriteItem)
 //! #     -> Result<(), Box<dyn std::error::Error>> {
-//! use outbox::outbox::{NewEvent, OutboxWriter};
+//! use outbox::writer::{NewEvent, OutboxWriter};
 //! let writer = OutboxWriter::new("my-stack-outbox", std::time::Duration::from_secs(7 * 24 * 3600));
 //! let mut tx = writer.transaction();
 //! tx.write(order_put); // the caller's own Put/Update/ConditionCheck/Delete
@@ -37,17 +37,8 @@ use aws_sdk_dynamodb::Client;
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use crate::envelope::{EnvelopeError, OutboxItem};
+pub use crate::envelope::{DEFAULT_MAX_PUT_EVENTS_BYTES, MAX_ITEM_BYTES};
 use crate::transaction::{transact_write, TransactionError, MAX_TRANSACTION_ITEMS};
-
-/// DynamoDB's maximum item size: 400 KB, counted as the UTF-8 bytes of attribute names and values.
-/// Source: <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html>.
-pub const MAX_ITEM_BYTES: usize = 400 * 1024;
-
-/// Default limit of one `PutEvents` request, in bytes: 1 MiB, raised from 256 KiB in January 2026.
-/// Accounts or regions still on the old limit set `PUT_EVENTS_MAX_REQUEST_BYTES=262144`.
-/// Source: the `PutEvents` API reference,
-/// <https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutEvents.html>.
-pub const DEFAULT_MAX_PUT_EVENTS_BYTES: usize = 1024 * 1024;
 
 /// An event to add to the outbox. The writer fills in the event id (UUIDv7), `occurred_at`
 /// (now, UTC), the keys and the TTL.

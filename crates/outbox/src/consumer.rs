@@ -71,8 +71,7 @@ pub fn decode_event<T: DeserializeOwned>(event: &RawEventBridgeEvent) -> Result<
     if !detail.trim_start().starts_with('{') {
         return Err(MalformedEvent(format!("detail must be a JSON object, got {}", json_kind(detail))));
     }
-    let parts: DetailParts<'_> =
-        serde_json::from_str(detail).map_err(|e| MalformedEvent(format!("detail: {e}")))?;
+    let parts: DetailParts<'_> = serde_json::from_str(detail).map_err(|e| MalformedEvent(format!("detail: {e}")))?;
     let metadata = parts.metadata.ok_or_else(|| MalformedEvent("detail.metadata is missing".into()))?;
     let data = parts.data.ok_or_else(|| MalformedEvent("detail.data is missing".into()))?;
     let metadata: EventMetadata = decode_at("detail.metadata", metadata.get())?;
@@ -80,10 +79,7 @@ pub fn decode_event<T: DeserializeOwned>(event: &RawEventBridgeEvent) -> Result<
         return Err(MalformedEvent("detail.metadata.id is empty".into()));
     }
     if event.detail_type != metadata.event_type {
-        return Err(MalformedEvent(format!(
-            "detail-type {:?} differs from detail.metadata.type {:?}",
-            event.detail_type, metadata.event_type
-        )));
+        return Err(MalformedEvent(format!("detail-type {:?} differs from detail.metadata.type {:?}", event.detail_type, metadata.event_type)));
     }
     let decoded: T = decode_at("detail.data", data.get())?;
     Ok(DeliveredEvent { metadata, data: decoded, raw_data: data.get().to_owned(), envelope_id: event.id.clone() })

@@ -251,12 +251,7 @@ impl Inbox {
     /// # Errors
     /// [`InboxError::PayloadMismatch`] if the event id was applied with another payload;
     /// [`InboxError::Transaction`] otherwise (check [`InboxError::is_retryable`]).
-    pub async fn apply(
-        &self,
-        metadata: &EventMetadata,
-        payload_hash: &str,
-        writes: Vec<TransactWriteItem>,
-    ) -> Result<InboxOutcome, InboxError> {
+    pub async fn apply(&self, metadata: &EventMetadata, payload_hash: &str, writes: Vec<TransactWriteItem>) -> Result<InboxOutcome, InboxError> {
         let now = Utc::now();
         let mut items = Vec::with_capacity(writes.len() + 2);
         items.push(self.claim(metadata, payload_hash, now));
@@ -268,27 +263,17 @@ impl Inbox {
         match transact_write(&self.client, items).await {
             Ok(()) => Ok(InboxOutcome::Applied),
             Err(TransactionError::ConditionFailed { index: 0, item }) => {
-                let stored = item
-                    .as_ref()
-                    .and_then(|i| i.get("payload_hash"))
-                    .and_then(|v| v.as_s().ok())
-                    .cloned();
+                let stored = item.as_ref().and_then(|i| i.get("payload_hash")).and_then(|v| v.as_s().ok()).cloned();
                 match stored {
-                    Some(stored) if stored != payload_hash => Err(InboxError::PayloadMismatch {
-                        event_id: metadata.id.clone(),
-                        stored,
-                        delivered: payload_hash.to_owned(),
-                    }),
+                    Some(stored) if stored != payload_hash => {
+                        Err(InboxError::PayloadMismatch { event_id: metadata.id.clone(), stored, delivered: payload_hash.to_owned() })
+                    }
                     _ => Ok(InboxOutcome::Duplicate),
                 }
             }
             Err(TransactionError::ConditionFailed { index: 1, item }) if self.ordered => {
-                let last = item
-                    .as_ref()
-                    .and_then(|i| i.get("last_sequence"))
-                    .and_then(|v| v.as_n().ok())
-                    .and_then(|n| n.parse::<u64>().ok())
-                    .unwrap_or(0);
+                let last =
+                    item.as_ref().and_then(|i| i.get("last_sequence")).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
                 if metadata.sequence <= last {
                     Ok(InboxOutcome::Duplicate)
                 } else {
@@ -299,15 +284,13 @@ impl Inbox {
                     })
                 }
             }
-            Err(TransactionError::ConditionFailed { index, .. }) => {
-                Ok(InboxOutcome::BusinessConditionFailed { index: index - business_offset })
-            }
+            Err(TransactionError::ConditionFailed { index, .. }) => Ok(InboxOutcome::BusinessConditionFailed { index: index - business_offset }),
             Err(e) => Err(e.into()),
         }
     }
 
     /// Guarded mode: claims `metadata.id` for an effect outside DynamoDB, with a lease until
-    /// `lease_until` (use the invocation's deadline; see [`crate::app::deadline_of`]).
+    /// `lease_until` (use the invocation's deadline; see [`crate::lambda::deadline`] with feature `lambda`).
     ///
     /// # Errors
     /// [`InboxError::InProgress`] while another invocation holds a live lease;
@@ -331,9 +314,7 @@ impl Inbox {
             .item("lease_expires_at", n(lease_until.timestamp_millis()))
             .item("payload_hash", s(payload_hash))
             .item("expires_at", n(now.timestamp() + self.retention.as_secs() as i64))
-            .condition_expression(
-                "attribute_not_exists(pk) OR expires_at < :now OR (#status = :in_progress AND lease_expires_at < :now_ms)",
-            )
+            .condition_expression("attribute_not_exists(pk) OR expires_at < :now OR (#status = :in_progress AND lease_expires_at < :now_ms)")
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":now", n(now.timestamp()))
             .expression_attribute_values(":now_ms", n(now.timestamp_millis()))
@@ -342,13 +323,7 @@ impl Inbox {
             .send()
             .await;
         let failed = match result {
-            Ok(_) => {
-                return Ok(Claim::Acquired(Lease {
-                    event_id: metadata.id.clone(),
-                    token,
-                    lease_expires_at: lease_until.timestamp_millis(),
-                }))
-            }
+            Ok(_) => return Ok(Claim::Acquired(Lease { event_id: metadata.id.clone(), token, lease_expires_at: lease_until.timestamp_millis() })),
             Err(e) => e.into_service_error(),
         };
         let aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(cfe) = failed else {
@@ -363,11 +338,7 @@ impl Inbox {
             Some(COMPLETED) | None => Ok(Claim::Completed { result: text("result") }),
             Some(_) => Err(InboxError::InProgress {
                 event_id: metadata.id.clone(),
-                lease_expires_at: stored
-                    .get("lease_expires_at")
-                    .and_then(|v| v.as_n().ok())
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or(0),
+                lease_expires_at: stored.get("lease_expires_at").and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or(0),
             }),
         }
     }

@@ -26,11 +26,11 @@ use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use serde::Serialize;
 
-use super::orders::{OrderCreated, OrderLine};
-use crate::config::{ConfigError, Env, DEFAULT_RETENTION};
-use crate::consumer::{decode_envelope, decode_event, ConsumerDeadLetterQueue, DeliveredEvent, MalformedEvent, RawEvent};
-use crate::inbox::{Inbox, InboxError, InboxOutcome};
-use crate::outbox::{NewEvent, OutboxWriter, WriteError};
+use crate::orders::{OrderCreated, OrderLine};
+use outbox::config::{ConfigError, Env, DEFAULT_RETENTION};
+use outbox::consumer::{decode_envelope, decode_event, ConsumerDeadLetterQueue, DeliveredEvent, MalformedEvent, RawEvent};
+use outbox::inbox::{Inbox, InboxError, InboxOutcome};
+use outbox::writer::{NewEvent, OutboxWriter, WriteError};
 
 /// Aggregate type of reservations in the outbox.
 pub const AGGREGATE_TYPE: &str = "Reservation";
@@ -160,8 +160,7 @@ impl InventoryConsumer {
             url => Some(ConsumerDeadLetterQueue::new(aws_sdk_sqs::Client::new(sdk), url, consumer.clone())),
         };
         Ok(Self {
-            inbox: Inbox::new(client, env.required("INBOX_TABLE")?, consumer, env.seconds("INBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?)
-                .ordered(),
+            inbox: Inbox::new(client, env.required("INBOX_TABLE")?, consumer, env.seconds("INBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?).ordered(),
             dead_letters,
             inventory_table: env.required("INVENTORY_TABLE")?,
             writer: OutboxWriter::new(env.required("OUTBOX_TABLE")?, env.seconds("OUTBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?),
@@ -210,7 +209,7 @@ impl InventoryConsumer {
     }
 
     /// Routes a decoded envelope by `detail-type`.
-    async fn dispatch(&self, event: &crate::consumer::RawEventBridgeEvent) -> Result<(Outcome, crate::envelope::EventMetadata), ConsumerError> {
+    async fn dispatch(&self, event: &outbox::consumer::RawEventBridgeEvent) -> Result<(Outcome, outbox::envelope::EventMetadata), ConsumerError> {
         match event.detail_type.as_str() {
             "OrderCreated" => match decode_event::<OrderCreated>(event) {
                 Ok(delivered) => self.reserve(&delivered).await.map(|o| (o, delivered.metadata)),
@@ -348,7 +347,14 @@ impl InventoryConsumer {
         TransactWriteItem::builder().update(update).build()
     }
 
-    fn reservation(&self, order: &OrderCreated, event_id: &str, status: &str, reason: Option<&str>, quantities: &BTreeMap<&str, u64>) -> TransactWriteItem {
+    fn reservation(
+        &self,
+        order: &OrderCreated,
+        event_id: &str,
+        status: &str,
+        reason: Option<&str>,
+        quantities: &BTreeMap<&str, u64>,
+    ) -> TransactWriteItem {
         let mut item = std::collections::HashMap::from([
             ("pk".to_owned(), AttributeValue::S(format!("RESERVATION#{}", order.order_id))),
             ("order_id".to_owned(), AttributeValue::S(order.order_id.clone())),
@@ -374,7 +380,14 @@ impl InventoryConsumer {
 
     /// The outbox put of the consumer's own event about the reservation of `order_id`
     /// (aggregate `Reservation`, `sequence` 1 when settled, 2 when released).
-    fn event_item<T: Serialize>(&self, event_type: &str, order_id: &str, data: &T, correlation_id: &str, sequence: u64) -> Result<TransactWriteItem, WriteError> {
+    fn event_item<T: Serialize>(
+        &self,
+        event_type: &str,
+        order_id: &str,
+        data: &T,
+        correlation_id: &str,
+        sequence: u64,
+    ) -> Result<TransactWriteItem, WriteError> {
         // Our payload types hold strings, integers and maps with string keys: they serialise.
         let payload = serde_json::to_string(data).expect("payload serialises");
         let item = self.writer.outbox_item(
@@ -422,13 +435,7 @@ pub async fn put_stock(client: &aws_sdk_dynamodb::Client, table: &str, sku: &str
 /// # Errors
 /// The SDK error, if the read fails.
 pub async fn stock(client: &aws_sdk_dynamodb::Client, table: &str, sku: &str) -> Result<Option<(u64, u64)>, aws_sdk_dynamodb::Error> {
-    let out = client
-        .get_item()
-        .table_name(table)
-        .key("pk", AttributeValue::S(stock_key(sku)))
-        .consistent_read(true)
-        .send()
-        .await?;
+    let out = client.get_item().table_name(table).key("pk", AttributeValue::S(stock_key(sku))).consistent_read(true).send().await?;
     let num = |item: &std::collections::HashMap<String, AttributeValue>, name: &str| {
         item.get(name).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0)
     };

@@ -59,8 +59,8 @@ use aws_lambda_events::http::HeaderMap;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use sha2::{Digest, Sha256};
 
-use super::http::Problem;
-use crate::transaction::all_old;
+use crate::http::Problem;
+use outbox::transaction::all_old;
 
 /// The request header, as clients spell it (HTTP header names are case-insensitive).
 pub const HEADER: &str = "Idempotency-Key";

@@ -1,0 +1,62 @@
+//! Transactional outbox and inbox for AWS serverless, in Rust.
+//!
+//! The dual-write problem — a service saves an order and then publishes `OrderCreated`, and a
+//! crash in between loses the event or announces a rolled-back order — is solved in three steps:
+//!
+//! 1. **Outbox** ([`writer`], feature `writer`): the producer writes its business item and an
+//!    outbox item in ONE DynamoDB `TransactWriteItems` call ([`transaction`]).
+//! 2. **Relay** ([`relay`], feature `relay`): the outbox table's DynamoDB Stream triggers the
+//!    relay, which publishes each new outbox item to EventBridge with `PutEvents` — batched,
+//!    retried, failures reported per record through `batchItemFailures`, poison records
+//!    dead-lettered ([`dead_letter`]). Delivery is at-least-once. With feature `lambda`,
+//!    [`relay::lambda::run_from_env`] is the whole relay function.
+//! 3. **Inbox** ([`inbox`], feature `inbox`): each consumer records the event id in an inbox
+//!    table in the same transaction as its effect, so every event takes effect exactly once
+//!    ([`consumer`] reads the delivered event).
+//!
+//! The contracts between the steps — outbox item attributes and the event on the bus — live in
+//! [`envelope`]. [`config`] reads settings from the environment.
+//!
+//! # Features
+//!
+//! | feature | brings | needs |
+//! |---|---|---|
+//! | `writer` | [`OutboxWriter`], [`transaction`] | `aws-sdk-dynamodb` |
+//! | `inbox` | [`inbox`], [`consumer`], dead-letter sending | `writer`, `aws-sdk-sqs` |
+//! | `relay` | [`relay`] | `aws-sdk-eventbridge`, `aws-sdk-sqs` |
+//! | `lambda` | [`lambda`], [`relay::lambda`] (with `relay`) | `lambda_runtime`, `aws-config` |
+//! | `metrics` | counts through the `metrics` facade; CloudWatch EMF with `lambda` | `metrics` |
+//!
+//! The default is all of them. A producer-only service depends on
+//! `outbox = { version = "0.1", default-features = false, features = ["writer"] }` and
+//! compiles neither EventBridge, SQS nor `lambda_runtime`.
+
+#![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod config;
+#[cfg(feature = "inbox")]
+pub mod consumer;
+pub mod dead_letter;
+pub mod envelope;
+#[cfg(feature = "inbox")]
+pub mod inbox;
+#[cfg(feature = "lambda")]
+pub mod lambda;
+#[cfg(feature = "relay")]
+pub mod relay;
+#[cfg(feature = "writer")]
+pub mod transaction;
+#[cfg(feature = "writer")]
+pub mod writer;
+
+pub use config::{ConfigError, Env};
+pub use envelope::{EventMetadata, OutboxItem};
+#[cfg(feature = "inbox")]
+pub use inbox::{Inbox, InboxError, InboxOutcome};
+#[cfg(feature = "relay")]
+pub use relay::{Relay, RelayConfig};
+#[cfg(feature = "writer")]
+pub use transaction::TransactionError;
+#[cfg(feature = "writer")]
+pub use writer::{NewEvent, OutboxTransaction, OutboxWriter, WriteError};

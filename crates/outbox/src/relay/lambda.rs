@@ -1,0 +1,119 @@
+//! The relay as a Lambda function (features `relay` + `lambda`): glue between the DynamoDB
+//! Streams event source mapping and [`Relay`].
+//!
+//! The whole `main.rs` of a relay function is
+//!
+//! ```no_run
+//! #[tokio::main]
+//! async fn main() -> Result<(), lambda_runtime::Error> {
+//!     outbox::relay::lambda::run_from_env().await
+//! }
+//! ```
+//!
+//! It works for any outbox table that follows the item contract of [`crate::envelope`],
+//! including a table shared with other item types (items without `event_id` are skipped).
+//!
+//! # Environment
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `EVENT_BUS_NAME` | name or ARN of the bus to publish to | required |
+//! | `RELAY_DLQ_URL` | SQS queue URL for poison records | required |
+//! | `PUT_EVENTS_MAX_REQUEST_BYTES` | most bytes in one `PutEvents` request | 1048576 |
+//! | `RELAY_MAX_ATTEMPTS` | `PutEvents` attempts per entry within one invocation | 5 |
+//! | `RELAY_SAFETY_MARGIN_MS` | time kept before the deadline, milliseconds | 2000 |
+//! | `METRICS_NAMESPACE` | CloudWatch namespace of the EMF metrics (feature `metrics`) | `OutboxRelay` |
+//! | `AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL` | Lambda's logging controls | Lambda's |
+
+use std::time::Duration;
+
+use aws_lambda_events::dynamodb::Event as DynamoDbEvent;
+use aws_lambda_events::streams::DynamoDbEventResponse;
+use lambda_runtime::LambdaEvent;
+
+use crate::config::{ConfigError, Env};
+use crate::envelope::DEFAULT_MAX_PUT_EVENTS_BYTES;
+use crate::relay::{Relay, RelayConfig, RelayError, RelayOutcome};
+
+/// Time budget when the context carries no deadline (tests, local runs): the template's
+/// relay timeout.
+pub const FALLBACK_BUDGET: Duration = Duration::from_secs(60);
+
+/// Default CloudWatch namespace of the relay's metrics.
+pub const DEFAULT_METRICS_NAMESPACE: &str = "OutboxRelay";
+
+/// The relay function, built once per cold start.
+#[derive(Debug, Clone)]
+pub struct RelayFunction {
+    relay: Relay,
+}
+
+impl RelayFunction {
+    /// Reads the variables of the module docs.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the variable.
+    pub fn from_env(sdk: &aws_config::SdkConfig, env: &Env) -> Result<Self, ConfigError> {
+        let mut config = RelayConfig::new(env.required("EVENT_BUS_NAME")?, env.required("RELAY_DLQ_URL")?);
+        config.max_request_bytes = env.bytes("PUT_EVENTS_MAX_REQUEST_BYTES", DEFAULT_MAX_PUT_EVENTS_BYTES)?;
+        config.max_attempts = env.count("RELAY_MAX_ATTEMPTS", config.max_attempts)?;
+        config.safety_margin = env.millis("RELAY_SAFETY_MARGIN_MS", config.safety_margin)?;
+        Ok(Self { relay: Relay::new(aws_sdk_eventbridge::Client::new(sdk), aws_sdk_sqs::Client::new(sdk), config) })
+    }
+
+    /// The relay.
+    pub fn relay(&self) -> &Relay {
+        &self.relay
+    }
+
+    /// Lambda handler: one stream batch in, `batchItemFailures` out.
+    ///
+    /// # Errors
+    /// [`RelayError`]: the whole batch is retried.
+    pub async fn handle(&self, event: LambdaEvent<DynamoDbEvent>) -> Result<DynamoDbEventResponse, RelayError> {
+        Ok(self.handle_with_report(event).await?.response)
+    }
+
+    /// [`RelayFunction::handle`], also returning the [`crate::relay::RelayReport`].
+    ///
+    /// # Errors
+    /// [`RelayError`]: the whole batch is retried.
+    pub async fn handle_with_report(&self, event: LambdaEvent<DynamoDbEvent>) -> Result<RelayOutcome, RelayError> {
+        let deadline = crate::lambda::deadline(&event.context, FALLBACK_BUDGET);
+        self.relay.relay(&event.payload, deadline).await
+    }
+}
+
+/// The whole relay function: installs Lambda's tracing subscriber (honouring
+/// `AWS_LAMBDA_LOG_FORMAT`/`AWS_LAMBDA_LOG_LEVEL`), with feature `metrics` an Embedded Metric
+/// Format recorder (namespace `METRICS_NAMESPACE`, dimension `function`, flushed after every
+/// invocation), loads the AWS configuration once, reads the environment (module docs) and runs
+/// [`RelayFunction::handle`] until the runtime stops.
+///
+/// # Errors
+/// A missing or invalid variable ([`ConfigError`]) ends the cold start with a Lambda init error
+/// naming it; runtime errors are `lambda_runtime`'s.
+pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
+    lambda_runtime::tracing::init_default_subscriber();
+    let env = Env::process();
+    let sdk = aws_config::load_from_env().await;
+    let relay = RelayFunction::from_env(&sdk, &env)?;
+    let handler = lambda_runtime::service_fn(|event: LambdaEvent<DynamoDbEvent>| relay.handle(event));
+    #[cfg(feature = "metrics")]
+    {
+        let function_name = env.optional("AWS_LAMBDA_FUNCTION_NAME", "outbox-relay");
+        let metrics = metrics_cloudwatch_embedded::Builder::new()
+            .cloudwatch_namespace(env.optional("METRICS_NAMESPACE", DEFAULT_METRICS_NAMESPACE))
+            .with_dimension("function", function_name)
+            .lambda_cold_start_metric("ColdStart")
+            .with_lambda_request_id("RequestId")
+            .init()?;
+        // Boxed: the runtime's future is deep enough to exceed the compiler's layout depth limit
+        // inside a caller's `main`.
+        Box::pin(metrics_cloudwatch_embedded::lambda::service::run(metrics, handler)).await
+    }
+    #[cfg(not(feature = "metrics"))]
+    {
+        Box::pin(lambda_runtime::run(handler)).await
+    }
+}
