@@ -1,0 +1,72 @@
+//! `RegisterCustomerFunction` of a user's own service: saves a customer and its
+//! `CustomerRegistered` event in ONE DynamoDB transaction with the outbox library's writer.
+//! Invoked directly (`{"customer_id": "c-42", "email": "ada@example.com"}`); the answer says
+//! whether the customer was registered or already existed.
+
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
+use outbox::{Env, NewEvent, OutboxWriter, TransactionError};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Deserialize, Serialize)]
+struct RegisterCustomer {
+    customer_id: String,
+    email: String,
+}
+
+#[derive(Debug, Serialize)]
+struct Answer {
+    customer_id: String,
+    status: &'static str,
+    event_id: Option<String>,
+}
+
+struct Service {
+    dynamodb: aws_sdk_dynamodb::Client,
+    customers_table: String,
+    outbox: OutboxWriter,
+}
+
+impl Service {
+    async fn register(&self, request: RegisterCustomer) -> Result<Answer, Error> {
+        let customer = Put::builder()
+            .table_name(&self.customers_table)
+            .item("pk", AttributeValue::S(format!("CUSTOMER#{}", request.customer_id)))
+            .item("email", AttributeValue::S(request.email.clone()))
+            .condition_expression("attribute_not_exists(pk)")
+            .build()?;
+        let mut tx = self.outbox.transaction();
+        tx.write(TransactWriteItem::builder().put(customer).build());
+        tx.emit(NewEvent {
+            event_type: "CustomerRegistered".into(),
+            event_version: 1,
+            source: "example.customers".into(),
+            aggregate_type: "Customer".into(),
+            aggregate_id: request.customer_id.clone(),
+            sequence: 1,
+            payload: serde_json::to_string(&request)?,
+            correlation_id: request.customer_id.clone(),
+            trace_header: std::env::var("_X_AMZN_TRACE_ID").ok(),
+        })?;
+        match tx.execute(&self.dynamodb).await {
+            Ok(events) => Ok(Answer { customer_id: request.customer_id, status: "registered", event_id: events.first().map(|e| e.event_id.clone()) }),
+            // Write 0 is the customer put: the customer exists, and nothing was written.
+            Err(TransactionError::ConditionFailed { index: 0, .. }) => Ok(Answer { customer_id: request.customer_id, status: "exists", event_id: None }),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    tracing::init_default_subscriber();
+    let env = Env::process();
+    let sdk = aws_config::load_from_env().await;
+    let service = Service {
+        dynamodb: aws_sdk_dynamodb::Client::new(&sdk),
+        customers_table: env.required("CUSTOMERS_TABLE")?,
+        outbox: OutboxWriter::new(env.required("OUTBOX_TABLE")?, outbox::config::DEFAULT_RETENTION),
+    };
+    let service = &service;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<RegisterCustomer>| async move { service.register(event.payload).await })).await
+}
