@@ -207,6 +207,63 @@ mod tests {
         }
     }
 
+    /// A Lambda runtime in bash (`/dev/tcp`): fetches events forever, answers each with `{}`
+    /// after 300 ms.
+    const BASH_RUNTIME: &str = r#"#!/bin/bash
+api=$AWS_LAMBDA_RUNTIME_API; host=${api%:*}; port=${api#*:}
+while true; do
+  exec 3<>/dev/tcp/$host/$port
+  printf 'GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\nHost: %s\r\n\r\n' "$api" >&3
+  id=
+  while IFS= read -r line <&3; do
+    line=${line%$'\r'}
+    [ -z "$line" ] && break
+    case "${line,,}" in lambda-runtime-aws-request-id:*) id=${line#*: };; esac
+  done
+  exec 3<&-
+  sleep 0.3
+  exec 4<>/dev/tcp/$host/$port
+  printf 'POST /2018-06-01/runtime/invocation/%s/response HTTP/1.1\r\nHost: %s\r\nContent-Length: 11\r\nConnection: close\r\n\r\n{"ok":true}' "$id" "$api" >&4
+  read -r status <&4
+  exec 4<&-
+done
+"#;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn busy_instances_make_new_ones_up_to_the_cap_and_idle_ones_are_reused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("outbox-local-pool-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let program = dir.join("bootstrap");
+        std::fs::write(&program, BASH_RUNTIME).expect("the script");
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let spec = FunctionSpec { reserved_concurrency: Some(2), ..spec() };
+        let env = vec![("PATH".to_owned(), std::env::var("PATH").unwrap_or_default())];
+        let function = Arc::new(LocalFunction::new(spec, "arn:f".into(), program, env, Arc::new(Stats::default()), &RuntimeOptions::default()));
+
+        let invoke_all = |n: usize| {
+            let tasks: Vec<_> = (0..n)
+                .map(|_| {
+                    let f = function.clone();
+                    tokio::spawn(async move { f.invoke("{}").await.result })
+                })
+                .collect();
+            async move {
+                for t in tasks {
+                    assert_eq!(t.await.expect("the invocation task"), Ok(serde_json::json!({"ok": true})));
+                }
+            }
+        };
+        invoke_all(2).await;
+        assert_eq!(function.instances_started(), 2, "two invocations at once ran in two instances");
+        invoke_all(1).await;
+        assert_eq!(function.instances_started(), 2, "an idle instance is reused (warm start)");
+        invoke_all(3).await;
+        assert_eq!(function.instances_started(), 2, "ReservedConcurrentExecutions 2 caps the instances; the third waits");
+        function.stop();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn instances_get_lambdas_environment_and_nothing_else() {
         let template_env: HashMap<String, String> =

@@ -18,7 +18,7 @@ use crate::glue::Glue;
 pub use crate::glue::RuntimeOptions;
 use crate::stack::Stack;
 use crate::stats::Stats;
-use crate::template::FunctionEvent;
+use crate::template::{FunctionEvent, FunctionSpec};
 
 /// The runtime.
 #[derive(Debug)]
@@ -47,16 +47,7 @@ impl Runtime {
         let stats = Arc::new(Stats::default());
         let mut functions = HashMap::new();
         for spec in &stack.functions {
-            let program = bin_dir.join(&spec.binary);
-            if !program.is_file() {
-                return Err(format!(
-                    "{}: its binary {:?} (Metadata.BuildProperties.Binary) is not at {}; build it (`cargo build --bin {}` beside the template) or run without --no-build",
-                    spec.logical_id,
-                    spec.binary,
-                    program.display(),
-                    spec.binary
-                ));
-            }
+            let program = program_of(spec, bin_dir)?;
             let template_env = stack.environment(spec).map_err(|e| e.to_string())?;
             let r = &stack.resolver;
             let function_name = format!("{}-{}", r.stack_name, spec.logical_id);
@@ -113,8 +104,48 @@ impl Runtime {
     }
 }
 
+/// The executable of `spec`: `<bin_dir>/<Binary>`.
+///
+/// # Errors
+/// A message naming the function and its `Binary` when the file is not there.
+pub fn program_of(spec: &FunctionSpec, bin_dir: &Path) -> Result<std::path::PathBuf, String> {
+    let program = bin_dir.join(&spec.binary);
+    if program.is_file() {
+        return Ok(program);
+    }
+    Err(format!(
+        "{}: its binary {:?} (Metadata.BuildProperties.Binary) is not at {}; build it (`cargo build --bin {}` beside the template) or run without --no-build",
+        spec.logical_id,
+        spec.binary,
+        program.display(),
+        spec.binary
+    ))
+}
+
 impl Drop for Runtime {
     fn drop(&mut self) {
         self.stop_functions();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_binary_is_an_error_naming_the_function_and_the_binary() {
+        let template = crate::template::Template::parse(
+            Path::new("t.yaml"),
+            "Resources:\n  ShipOrderFunction:\n    Type: AWS::Serverless::Function\n    Metadata: {BuildProperties: {Binary: ship-order}}\n",
+        )
+        .expect("a template");
+        let spec = &template.functions().expect("its functions")[0];
+        let dir = std::env::temp_dir().join(format!("outbox-local-no-binaries-{}", uuid::Uuid::new_v4()));
+        let err = program_of(spec, &dir).expect_err("no binary there");
+        assert!(err.starts_with("ShipOrderFunction: its binary \"ship-order\" (Metadata.BuildProperties.Binary) is not at "), "{err}");
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        std::fs::write(dir.join("ship-order"), b"").expect("a file");
+        assert_eq!(program_of(spec, &dir), Ok(dir.join("ship-order")));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
