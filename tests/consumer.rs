@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use common::{s, Deadline, Local};
 use orders_app::inventory;
-use outbox_local::runtime::LocalFunction;
+use outbox_local::function::LocalFunction;
 use serde_json::{json, Value};
 
 const CONSUMER: &str = "ReserveInventoryFunction";

@@ -8,20 +8,22 @@
 //! <https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html>.
 //!
 //! Locally the rule targets a delivery queue (see [`crate::stack`]); this module receives from
-//! it, invokes the function in-process with the same retry and destination rules (retry waits
-//! are compressed, see [`crate::runtime::RuntimeOptions`]), and deletes the message once the
-//! event is settled. The rule target's own `RetryPolicy`/`DeadLetterConfig` cover failures to
-//! *invoke* the function, which cannot happen in-process; they are read, not exercised.
+//! it, invokes the function (its real binary, see [`crate::function`]) with the same retry and
+//! destination rules (retry waits are compressed, see [`crate::glue::RuntimeOptions`]), and
+//! deletes the message once the event is settled. The rule target's own
+//! `RetryPolicy`/`DeadLetterConfig` cover failures to *invoke* the function (throttling, a
+//! missing function), which the local runtime does not produce; they are read, not exercised.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use lambda_runtime::Diagnostic;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::runtime::{LocalFunction, Runtime, RuntimeOptions};
+use crate::function::LocalFunction;
+use crate::glue::{Glue, RuntimeOptions};
+use crate::runtime_api::FunctionError;
 use crate::stack::LocalRule;
 use crate::stats::Stats;
 
@@ -53,17 +55,10 @@ impl RuleDelivery {
     ///
     /// # Errors
     /// A message when the on-failure destination is not a queue of the stack.
-    pub fn new(runtime: &Runtime, function: Arc<LocalFunction>, rule: LocalRule) -> Result<Self, String> {
+    pub fn new(glue: Glue<'_>, function: Arc<LocalFunction>, rule: LocalRule) -> Result<Self, String> {
         let at = format!("{}.Properties.EventInvokeConfig.DestinationConfig.OnFailure.Destination", function.spec.logical_id);
-        let on_failure_url = function.spec.event_invoke.on_failure.as_ref().map(|d| runtime.destination_url(d, &at)).transpose()?;
-        Ok(Self {
-            function,
-            rule,
-            on_failure_url,
-            sqs: aws_sdk_sqs::Client::new(&runtime.sdk),
-            stats: runtime.stats.clone(),
-            options: runtime.options.clone(),
-        })
+        let on_failure_url = function.spec.event_invoke.on_failure.as_ref().map(|d| glue.stack.destination_url(d, &at)).transpose()?;
+        Ok(Self { function, rule, on_failure_url, sqs: aws_sdk_sqs::Client::new(glue.sdk), stats: glue.stats.clone(), options: glue.options.clone() })
     }
 
     /// Runs until `shutdown` is true.
@@ -109,7 +104,7 @@ impl RuleDelivery {
         let max_attempts = 1 + self.function.spec.event_invoke.max_retry_attempts;
         let max_age = Duration::from_secs(self.function.spec.event_invoke.max_event_age_secs);
 
-        let mut last_error: Option<Diagnostic> = None;
+        let mut last_error: Option<FunctionError> = None;
         let mut attempts = 0;
         let mut condition = "RetriesExhausted";
         while attempts < max_attempts {
@@ -153,7 +148,7 @@ impl RuleDelivery {
 
     /// Sends the invocation record to the on-failure destination; true when the message may be
     /// deleted (sent, or no destination is configured: the event is discarded, as on AWS).
-    async fn dead_letter(&self, body: &str, condition: &str, attempts: u32, error: Option<&Diagnostic>) -> bool {
+    async fn dead_letter(&self, body: &str, condition: &str, attempts: u32, error: Option<&FunctionError>) -> bool {
         let Some(url) = &self.on_failure_url else {
             tracing::error!(function = %self.function.spec.logical_id, "no OnFailure destination: the event is discarded, as on AWS");
             return true;

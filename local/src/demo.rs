@@ -3,8 +3,9 @@
 //! 1. seeds stock for the SKUs the orders use (one SKU with a single unit, to show a rejection);
 //! 2. sends the sample orders of `events/` (HTTP API requests for `POST /orders`), `--orders N`
 //!    generated ones and one order over stock, through the local HTTP API with a real HTTP client;
-//! 3. waits until every outbox item was published by the relay and every order took effect in
-//!    the consumer (a progress line on stderr);
+//! 3. waits until every order took effect in the consumer (its response to the delivery) and
+//!    the relay's metrics (`EventsPublished` + `RecordsDeadLettered`, from the relay binary's
+//!    CloudWatch EMF lines) cover every item of the outbox table (a progress line on stderr);
 //! 4. injects a duplicate delivery: the first order's event published again (a new EventBridge
 //!    envelope id, the same `detail.metadata.id`) — the inbox must absorb it;
 //! 5. cancels one order through `POST /orders/{id}/cancel` — its stock must come back once;
@@ -15,6 +16,8 @@
 //!    quantities of the reserved, uncancelled orders, nothing lost — and lists the dead-letter
 //!    queue.
 
+mod stock;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -23,7 +26,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use orders_app::inventory;
 use outbox::envelope::OutboxItem;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -31,7 +33,8 @@ use serde_json::{json, Value};
 
 use crate::dlq;
 use crate::runtime::Runtime;
-use crate::stats::percentile;
+use crate::stats::{percentile, Counts};
+use crate::template::FunctionEvent;
 
 /// Demo settings.
 #[derive(Debug, Clone)]
@@ -135,23 +138,31 @@ impl Say {
 }
 
 /// Puts `units` of stock for every [`SAMPLE_SKUS`] entry that has no stock item yet, in the
-/// inventory table of the stack's `ReserveInventoryFunction`; returns the SKUs it seeded.
+/// inventory table of the stack's `ReserveInventoryFunction`; returns the SKUs it seeded. A
+/// template without that function (not the sample's) gets nothing.
 ///
 /// # Errors
 /// A message when the table is unknown or DynamoDB fails.
 pub async fn seed_stock(runtime: &Runtime, units: u64) -> Result<Vec<String>, String> {
-    let function = runtime.function("ReserveInventoryFunction")?;
+    let Ok(function) = runtime.function("ReserveInventoryFunction") else { return Ok(Vec::new()) };
     let env = runtime.stack.environment(&function.spec).map_err(|e| e.to_string())?;
     let table = env.get("INVENTORY_TABLE").ok_or("ReserveInventoryFunction has no INVENTORY_TABLE")?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
     let mut seeded = Vec::new();
     for sku in SAMPLE_SKUS {
-        if inventory::stock(&dynamodb, table, sku).await.map_err(|e| e.to_string())?.is_none() {
-            inventory::put_stock(&dynamodb, table, sku, units).await.map_err(|e| e.to_string())?;
+        if stock::get(&dynamodb, table, sku).await?.is_none() {
+            stock::put(&dynamodb, table, sku, units).await?;
             seeded.push(sku.to_owned());
         }
     }
     Ok(seeded)
+}
+
+/// The sum of metric `name` over the stack's stream-triggered functions (the relay), from their
+/// EMF lines.
+fn relay_figure(runtime: &Runtime, counts: &Counts, name: &str) -> usize {
+    let relays = runtime.functions.values().filter(|f| f.spec.events.iter().any(|e| matches!(e, FunctionEvent::DynamoDb(_))));
+    relays.map(|f| counts.metric(&f.spec.logical_id, name)).sum::<f64>() as usize
 }
 
 /// Runs the demo against a runtime whose pipelines and HTTP API (at `api`) are running.
@@ -176,9 +187,9 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
 
     // 1. Stock.
     for sku in SAMPLE_SKUS {
-        inventory::put_stock(&dynamodb, &inventory_table, sku, 10_000).await.map_err(|e| format!("seeding stock: {e}"))?;
+        stock::put(&dynamodb, &inventory_table, sku, 10_000).await.map_err(|e| format!("seeding stock: {e}"))?;
     }
-    inventory::put_stock(&dynamodb, &inventory_table, SCARCE_SKU, 1).await.map_err(|e| format!("seeding stock: {e}"))?;
+    stock::put(&dynamodb, &inventory_table, SCARCE_SKU, 1).await.map_err(|e| format!("seeding stock: {e}"))?;
 
     // 2. Orders through the HTTP API.
     let samples = sample_orders(&options.events_dir)?;
@@ -238,22 +249,22 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         let counts = runtime.stats.snapshot();
         let consumed = order_events.iter().filter(|id| counts.outcomes.get(*id).is_some_and(|o| o.iter().any(|(x, _)| x != "duplicate"))).count();
         // The outbox is scanned only once every order took effect: until then the pipeline is
-        // not quiet anyway.
+        // not quiet anyway. Every outbox item is settled by the relay once: published, or
+        // dead-lettered (none are, here).
         let mut unpublished = None;
         if consumed == orders.len() {
-            let outbox_ids = outbox_event_ids(&dynamodb, &outbox_table).await?;
-            let published: HashSet<&String> = counts.relay.published_event_ids.iter().collect();
-            let missing = outbox_ids.iter().filter(|id| !published.contains(id)).count();
-            if missing == 0 && outbox_ids.len() >= 2 * orders.len() {
+            let items = outbox_event_ids(&dynamodb, &outbox_table).await?.len();
+            let settled = relay_figure(&runtime, &counts, "EventsPublished") + relay_figure(&runtime, &counts, "RecordsDeadLettered");
+            if settled >= items && items >= 2 * orders.len() {
                 break;
             }
-            unpublished = Some(missing);
+            unpublished = Some(items.saturating_sub(settled));
         }
         say.progress(format!(
             "waiting for the pipeline: {consumed}/{} orders consumed, {} events published in {} PutEvents calls",
             orders.len(),
-            counts.relay.published,
-            counts.relay.put_events_calls
+            relay_figure(&runtime, &counts, "EventsPublished"),
+            relay_figure(&runtime, &counts, "PutEventsCalls")
         ));
         if started.elapsed() > options.timeout {
             say.end_progress();
@@ -271,8 +282,8 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
     say.line(format!(
         "2. relay      so far {} outbox items (orders' and the consumer's own events) → {} events published in {} PutEvents calls; {} stream records read, {} filtered out by the mapping",
         outbox_event_ids(&dynamodb, &outbox_table).await?.len(),
-        counts.relay.published,
-        counts.relay.put_events_calls,
+        relay_figure(&runtime, &counts, "EventsPublished"),
+        relay_figure(&runtime, &counts, "PutEventsCalls"),
         counts.stream_records,
         counts.stream_records_filtered
     ));
@@ -375,7 +386,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
     let counts = runtime.stats.snapshot();
     let mut stock_reserved = 0;
     for sku in SAMPLE_SKUS.iter().chain([&SCARCE_SKU]) {
-        if let Some((_, r)) = inventory::stock(&dynamodb, &inventory_table, sku).await.map_err(|e| e.to_string())? {
+        if let Some((_, r)) = stock::get(&dynamodb, &inventory_table, sku).await? {
             stock_reserved += r;
         }
     }
@@ -394,8 +405,8 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
     let report = DemoReport {
         orders_committed: orders.len(),
         outbox_items: outbox_event_ids(&dynamodb, &outbox_table).await?.len(),
-        events_published: counts.relay.published,
-        put_events_calls: counts.relay.put_events_calls,
+        events_published: relay_figure(&runtime, &counts, "EventsPublished"),
+        put_events_calls: relay_figure(&runtime, &counts, "PutEventsCalls"),
         events_consumed: reserved + rejected,
         reservations: reserved,
         rejections: rejected,
@@ -431,7 +442,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
     Ok(report)
 }
 
-fn has_outcome(counts: &crate::stats::Counts, event_id: &str, outcome: &str) -> bool {
+fn has_outcome(counts: &Counts, event_id: &str, outcome: &str) -> bool {
     counts.outcomes.get(event_id).is_some_and(|v| v.iter().any(|(o, _)| o == outcome))
 }
 

@@ -23,7 +23,9 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use crate::filter;
-use crate::runtime::{LocalFunction, Runtime, RuntimeOptions};
+use crate::function::LocalFunction;
+use crate::glue::{Glue, RuntimeOptions};
+use crate::runtime_api::FunctionError;
 use crate::stats::Stats;
 use crate::template::StreamMappingSpec;
 
@@ -76,9 +78,9 @@ impl StreamMapping {
     ///
     /// # Errors
     /// A message when the stream, a filter or the destination cannot be used.
-    pub fn new(runtime: &Runtime, function: Arc<LocalFunction>, spec: StreamMappingSpec) -> Result<Self, String> {
+    pub fn new(glue: Glue<'_>, function: Arc<LocalFunction>, spec: StreamMappingSpec) -> Result<Self, String> {
         let at = format!("{}.Properties.Events.{}", function.spec.logical_id, spec.name);
-        let stream_arn = runtime
+        let stream_arn = glue
             .stack
             .stream_arns
             .get(&spec.table_logical_id)
@@ -90,18 +92,18 @@ impl StreamMapping {
         let on_failure_url = spec
             .on_failure
             .as_ref()
-            .map(|d| runtime.destination_url(d, &format!("{at}.Properties.DestinationConfig.OnFailure.Destination")))
+            .map(|d| glue.stack.destination_url(d, &format!("{at}.Properties.DestinationConfig.OnFailure.Destination")))
             .transpose()?;
         Ok(Self {
             function,
             spec,
             stream_arn,
-            region: runtime.stack.resolver.region.clone(),
+            region: glue.stack.resolver.region.clone(),
             on_failure_url,
-            streams: aws_sdk_dynamodbstreams::Client::new(&runtime.sdk),
-            sqs: aws_sdk_sqs::Client::new(&runtime.sdk),
-            stats: runtime.stats.clone(),
-            options: runtime.options.clone(),
+            streams: aws_sdk_dynamodbstreams::Client::new(glue.sdk),
+            sqs: aws_sdk_sqs::Client::new(glue.sdk),
+            stats: glue.stats.clone(),
+            options: glue.options.clone(),
         })
     }
 
@@ -125,9 +127,6 @@ impl StreamMapping {
             let records: Vec<&Value> = buffer.iter().take(n).map(|b| &b.record).collect();
             let payload = json!({ "Records": records }).to_string();
             let invocation = self.function.invoke(&payload).await;
-            if let Some(report) = &invocation.relay_report {
-                self.stats.add_relay_report(report);
-            }
             let acknowledged = match &invocation.result {
                 Ok(response) => {
                     let sequence_numbers: Vec<&str> =
@@ -248,7 +247,7 @@ impl StreamMapping {
         record
     }
 
-    async fn send_to_destination(&self, skipped: &[Buffered], attempts: i64, last: &Result<Value, lambda_runtime::Diagnostic>) {
+    async fn send_to_destination(&self, skipped: &[Buffered], attempts: i64, last: &Result<Value, FunctionError>) {
         let (Some(first), Some(last_record)) = (skipped.first(), skipped.last()) else { return };
         let seq = |b: &Buffered| b.record.pointer("/dynamodb/SequenceNumber").cloned().unwrap_or(Value::Null);
         let arrival = |b: &Buffered| b.record.pointer("/dynamodb/ApproximateCreationDateTime").cloned().unwrap_or(Value::Null);

@@ -1,6 +1,6 @@
 //! The HTTP API (API Gateway HTTP API, payload format 2.0), played locally: every `HttpApi`
 //! event of the template becomes a route on a loopback port; a request is turned into the
-//! payload-2.0 event API Gateway would send, the function runs in-process, and its response
+//! payload-2.0 event API Gateway would send, the function runs (its real binary), and its response
 //! (`statusCode`, `headers`, `body`, `isBase64Encoded`, `cookies`) becomes the HTTP response.
 //! Unmatched routes answer 404 and function errors 500 `{"message":"Internal Server Error"}`,
 //! as API Gateway does. Source:
@@ -18,7 +18,8 @@ use base64::Engine;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::runtime::{LocalFunction, Runtime};
+use crate::function::LocalFunction;
+use crate::runtime::Runtime;
 use crate::template::FunctionEvent;
 
 /// Largest request body accepted, bytes (API Gateway's payload limit is 10 MB).

@@ -1,28 +1,37 @@
-//! The local runtime: runs the functions of `template.yaml` in-process against the moto AWS
-//! emulator, and plays the AWS glue between them — the HTTP API, the DynamoDB stream event
-//! source mapping, EventBridge rule delivery with Lambda's asynchronous retries, and the
-//! dead-letter destinations — so the whole pipeline runs on a machine without Docker or an AWS
-//! account. Everything it provisions is read from the template, so the local stack cannot
-//! drift from the deployed one.
+//! The local runtime: runs the functions of `template.yaml` — their real binaries, each instance
+//! a child process served the Lambda Runtime API — against the moto AWS emulator, and plays the
+//! AWS glue between them — the HTTP API, the DynamoDB stream event source mapping, EventBridge
+//! rule delivery with Lambda's asynchronous retries, and the dead-letter destinations — so the
+//! whole pipeline runs on a machine without Docker or an AWS account. Everything it provisions
+//! and runs is read from the template, so the local stack cannot drift from the deployed one,
+//! and a function of your own runs like the sample's.
 //!
-//! One module per job: [`template`] reads the template, [`emulator`] starts moto, [`aws`] builds
-//! the SDK configuration, [`stack`] provisions, [`functions`] builds the in-process handlers,
-//! [`runtime`] ties them together, [`esm`] plays the stream mapping (with [`filter`]),
-//! [`delivery`] plays rule delivery, [`http_api`] plays API Gateway, [`dlq`] reads dead-letter
-//! queues, [`stats`] counts, and [`demo`] runs the whole thing.
+//! One module per job, dependencies pointing one way: [`template`] reads the template,
+//! [`emulator`] starts moto, [`aws`] builds the SDK configuration, [`stack`] provisions,
+//! [`binaries`] builds the functions' binaries, [`runtime_api`] serves the Lambda Runtime API to
+//! one instance, [`sandbox`] runs one instance (with [`emf`] for its metrics), [`function`] pools
+//! a function's instances, [`esm`] plays the stream mapping (with [`filter`]), [`delivery`]
+//! plays rule delivery (both set up through [`glue`]), [`runtime`] ties them together,
+//! [`http_api`] plays API Gateway, [`dlq`] reads dead-letter queues, [`stats`] counts, and
+//! [`demo`] runs the whole thing.
 
 #![warn(missing_docs)]
 
 pub mod aws;
+pub mod binaries;
 pub mod delivery;
 pub mod demo;
 pub mod dlq;
+pub mod emf;
 pub mod emulator;
 pub mod esm;
 pub mod filter;
-pub mod functions;
+pub mod function;
+pub mod glue;
 pub mod http_api;
 pub mod runtime;
+pub mod runtime_api;
+pub mod sandbox;
 pub mod stack;
 pub mod stats;
 pub mod template;

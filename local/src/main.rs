@@ -10,6 +10,9 @@
 //!
 //! Without `--endpoint` (or `AWS_ENDPOINT_URL`), `up`, `demo`, `invoke` and `provision` start
 //! their own moto server on a free loopback port; `dlq` uses the ordinary AWS configuration.
+//! `up`, `demo` and `invoke` first build the template's function binaries with one
+//! `cargo build --bin …` beside the template (`--no-build` when they are prebuilt) and run each
+//! function as its real binary, served the Lambda Runtime API.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,8 +20,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use aws_config::SdkConfig;
 use clap::{Parser, Subcommand};
 use outbox_local::aws::{region_from_env, sdk_config, Target, EMULATOR_ACCOUNT};
+use outbox_local::binaries;
 use outbox_local::demo::{self, DemoOptions};
 use outbox_local::emulator::Emulator;
 use outbox_local::runtime::{Runtime, RuntimeOptions};
@@ -39,9 +44,16 @@ struct Cli {
     /// AWS endpoint of a running emulator, e.g. http://127.0.0.1:5000 (also AWS_ENDPOINT_URL).
     #[arg(long, global = true, env = "AWS_ENDPOINT_URL")]
     endpoint: Option<String>,
-    /// Show the functions' and runtime's logs (info level) on stderr.
+    /// Show the functions' output and the runtime's logs (info level) on stderr.
     #[arg(short, long, global = true)]
     verbose: bool,
+    /// Do not build the functions' binaries; run the prebuilt `<target dir>/debug/<Binary>`
+    /// (also OUTBOX_LOCAL_NO_BUILD=1).
+    #[arg(long, global = true, env = "OUTBOX_LOCAL_NO_BUILD", value_parser = clap::builder::FalseyValueParser::new())]
+    no_build: bool,
+    /// Most instances of one function at once, unless it sets ReservedConcurrentExecutions.
+    #[arg(long, global = true, default_value_t = 4)]
+    max_instances: usize,
     #[command(subcommand)]
     command: Command,
 }
@@ -141,23 +153,59 @@ struct Local {
     endpoint: String,
 }
 
+/// The emulator (when none is given), the provisioned stack, and — with `functions` — the
+/// template's binaries built and ready to run.
 async fn local(cli: &Cli, template: Template, root: &Path, stack_name: &str, announce: bool) -> Result<Local, String> {
+    let (emulator, endpoint, sdk, stack) = provisioned(cli, template, stack_name, announce).await?;
+    let bin_dir = build_functions(cli, &stack, root).await?;
+    let options = RuntimeOptions { verbose: cli.verbose, max_instances: cli.max_instances.max(1), ..RuntimeOptions::default() };
+    let runtime = Runtime::new(sdk, stack, options, &bin_dir)?;
+    Ok(Local { runtime: Arc::new(runtime), _emulator: emulator, endpoint })
+}
+
+/// The emulator (ours unless `--endpoint`), its endpoint, and the stack provisioned on it.
+async fn provisioned(
+    cli: &Cli,
+    template: Template,
+    stack_name: &str,
+    announce: bool,
+) -> Result<(Option<Emulator>, String, SdkConfig, Stack), String> {
     let (emulator, endpoint) = match &cli.endpoint {
         Some(e) => (None, e.clone()),
         None => {
             if announce {
                 eprintln!("starting the moto emulator…");
             }
-            let emulator = Emulator::start(root).await.map_err(|e| e.to_string())?;
+            let emulator = Emulator::start(&emulator_root(&template.path)).await.map_err(|e| e.to_string())?;
             let endpoint = emulator.endpoint.clone();
             (Some(emulator), endpoint)
         }
     };
-    let target = Target { endpoint: Some(endpoint.clone()), region: region_from_env() };
-    let sdk = sdk_config(&target).await;
+    let sdk = sdk_config(&Target { endpoint: Some(endpoint.clone()), region: region_from_env() }).await;
     let stack = Stack::set_up(&sdk, template, stack_name, EMULATOR_ACCOUNT, Mode::Provision).await.map_err(|e| e.to_string())?;
-    let runtime = Runtime::new(sdk, stack, RuntimeOptions::default())?;
-    Ok(Local { runtime: Arc::new(runtime), _emulator: emulator, endpoint })
+    Ok((emulator, endpoint, sdk, stack))
+}
+
+/// Builds the stack's function binaries beside the template (unless `--no-build`); returns the
+/// directory they are in.
+async fn build_functions(cli: &Cli, stack: &Stack, root: &Path) -> Result<PathBuf, String> {
+    let names: Vec<String> = stack.functions.iter().map(|f| f.binary.clone()).collect();
+    let (root, skip) = (root.to_owned(), cli.no_build);
+    tokio::task::spawn_blocking(move || binaries::prepare(&root, names.iter().map(String::as_str), skip))
+        .await
+        .map_err(|e| format!("building the functions: {e}"))?
+        .map_err(|e| e.to_string())
+}
+
+/// Where `scripts/venv` (the emulator's virtualenv) is: the template's directory or its nearest
+/// parent that has it, else this project's root.
+fn emulator_root(template: &Path) -> PathBuf {
+    template
+        .ancestors()
+        .skip(1)
+        .find(|d| d.join("scripts/venv").is_file())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
 }
 
 fn find_template(explicit: Option<&Path>) -> Result<PathBuf, String> {
@@ -240,6 +288,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             for t in tasks {
                 let _ = tokio::time::timeout(Duration::from_secs(3), t).await;
             }
+            local.runtime.stop_functions();
             let report = result?;
             if *json {
                 println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
@@ -270,6 +319,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             for t in tasks {
                 let _ = tokio::time::timeout(Duration::from_secs(3), t).await;
             }
+            local.runtime.stop_functions();
             Ok(ExitCode::SUCCESS)
         }
         Command::Invoke { logical_id, event } => {
@@ -283,6 +333,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             let function = local.runtime.function(logical_id)?;
             seed_sample_stock(&local.runtime).await;
             let invocation = function.invoke(&payload).await;
+            local.runtime.stop_functions();
             match invocation.result {
                 Ok(response) => {
                     println!("{}", serde_json::to_string_pretty(&response).map_err(|e| e.to_string())?);
@@ -295,9 +346,8 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             }
         }
         Command::Provision => {
-            let local = local(&cli, template, &root, &stack_name, false).await?;
-            let s = &local.runtime.stack;
-            println!("stack {stack_name:?} on {}", local.endpoint);
+            let (_emulator, endpoint, _sdk, s) = provisioned(&cli, template, &stack_name, false).await?;
+            println!("stack {stack_name:?} on {endpoint}");
             for t in &s.tables {
                 println!(
                     "  table {:<16} {}{}",

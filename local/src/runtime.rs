@@ -1,10 +1,11 @@
-//! The local runtime: the stack's functions in-process, plus the AWS glue that invokes them —
-//! the stream event source mapping ([`crate::esm`]) and EventBridge rule delivery with Lambda's
-//! asynchronous-invocation retries ([`crate::delivery`]).
+//! The local runtime: the stack's functions as their real binaries ([`crate::function`]), plus
+//! the AWS glue that invokes them — the stream event source mapping ([`crate::esm`]) and
+//! EventBridge rule delivery with Lambda's asynchronous-invocation retries
+//! ([`crate::delivery`]).
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use aws_config::SdkConfig;
 use tokio::sync::watch;
@@ -12,53 +13,12 @@ use tokio::task::JoinHandle;
 
 use crate::delivery::RuleDelivery;
 use crate::esm::StreamMapping;
-use crate::functions::{Handler, Invocation};
+use crate::function::{lambda_environment, LocalFunction, Placement};
+use crate::glue::Glue;
+pub use crate::glue::RuntimeOptions;
 use crate::stack::Stack;
 use crate::stats::Stats;
 use crate::template::{FunctionEvent, FunctionSpec};
-
-/// Timing knobs of the local glue. AWS's own values are in the comments; the local defaults
-/// are compressed so a demo finishes in seconds.
-#[derive(Debug, Clone)]
-pub struct RuntimeOptions {
-    /// Wait between polls of an idle stream (Lambda polls each shard about 4 times a second).
-    pub stream_poll_interval: Duration,
-    /// Wait before retrying a failed stream batch.
-    pub stream_retry_delay: Duration,
-    /// Wait before the n-th retry of a failed asynchronous invocation is `n ×` this
-    /// (Lambda waits about 1 minute, then 2 minutes).
-    pub async_retry_delay: Duration,
-}
-
-impl Default for RuntimeOptions {
-    fn default() -> Self {
-        Self {
-            stream_poll_interval: Duration::from_millis(100),
-            stream_retry_delay: Duration::from_millis(200),
-            async_retry_delay: Duration::from_millis(200),
-        }
-    }
-}
-
-/// One function of the stack, ready to invoke.
-#[derive(Debug)]
-pub struct LocalFunction {
-    /// Its template entry.
-    pub spec: FunctionSpec,
-    /// Its handler.
-    pub handler: Handler,
-    /// Its ARN on the local stack.
-    pub arn: String,
-}
-
-impl LocalFunction {
-    /// Invokes the function with `payload` (JSON text), its timeout as the deadline.
-    pub async fn invoke(&self, payload: &str) -> Invocation {
-        use tracing::Instrument;
-        let span = tracing::info_span!("function", name = %self.spec.logical_id);
-        self.handler.invoke(payload, &self.arn, Duration::from_secs(self.spec.timeout_secs)).instrument(span).await
-    }
-}
 
 /// The runtime.
 #[derive(Debug)]
@@ -69,29 +29,35 @@ pub struct Runtime {
     pub sdk: SdkConfig,
     /// Functions by logical id.
     pub functions: HashMap<String, Arc<LocalFunction>>,
-    /// What the pipelines observed.
+    /// What the pipelines and the functions' metrics observed.
     pub stats: Arc<Stats>,
     /// Timing knobs.
     pub options: RuntimeOptions,
 }
 
 impl Runtime {
-    /// Builds every function of `stack` with the environment the template gives it.
+    /// Sets up every function of `stack` to run as `<bin_dir>/<Binary>` with the environment the
+    /// template gives it (see [`crate::binaries`] for building them). Instances start on the
+    /// first invocation.
     ///
     /// # Errors
-    /// A message naming the function whose environment or handler cannot be built.
-    pub fn new(sdk: SdkConfig, stack: Stack, options: RuntimeOptions) -> Result<Self, String> {
+    /// A message naming the function whose environment cannot be resolved or whose binary is
+    /// missing.
+    pub fn new(sdk: SdkConfig, stack: Stack, options: RuntimeOptions, bin_dir: &Path) -> Result<Self, String> {
+        let stats = Arc::new(Stats::default());
         let mut functions = HashMap::new();
         for spec in &stack.functions {
-            let env = stack.environment(spec).map_err(|e| e.to_string())?;
-            let handler = Handler::build(spec, &sdk, env)?;
-            let arn = format!(
-                "arn:aws:lambda:{}:{}:function:{}-{}",
-                stack.resolver.region, stack.resolver.account, stack.resolver.stack_name, spec.logical_id
-            );
-            functions.insert(spec.logical_id.clone(), Arc::new(LocalFunction { spec: spec.clone(), handler, arn }));
+            let program = program_of(spec, bin_dir)?;
+            let template_env = stack.environment(spec).map_err(|e| e.to_string())?;
+            let r = &stack.resolver;
+            let function_name = format!("{}-{}", r.stack_name, spec.logical_id);
+            let arn = format!("arn:aws:lambda:{}:{}:function:{function_name}", r.region, r.account);
+            let placement = Placement { region: r.region.clone(), endpoint: sdk.endpoint_url().map(str::to_owned), function_name };
+            let env = lambda_environment(spec, &template_env, &placement);
+            let function = LocalFunction::new(spec.clone(), arn, program, env, stats.clone(), &options);
+            functions.insert(spec.logical_id.clone(), Arc::new(function));
         }
-        Ok(Self { stack, sdk, functions, stats: Arc::new(Stats::default()), options })
+        Ok(Self { stack, sdk, functions, stats, options })
     }
 
     /// The function with `logical_id`.
@@ -112,32 +78,74 @@ impl Runtime {
     /// # Errors
     /// A message when a mapping cannot be set up (e.g. an unsupported filter).
     pub fn spawn_pipelines(&self, shutdown: watch::Receiver<bool>) -> Result<Vec<JoinHandle<()>>, String> {
+        let glue = Glue { stack: &self.stack, sdk: &self.sdk, stats: &self.stats, options: &self.options };
         let mut tasks = Vec::new();
         for function in self.functions.values() {
             for event in &function.spec.events {
                 if let FunctionEvent::DynamoDb(spec) = event {
-                    let mapping = StreamMapping::new(self, function.clone(), spec.clone())?;
+                    let mapping = StreamMapping::new(glue, function.clone(), spec.clone())?;
                     tasks.push(tokio::spawn(mapping.run(shutdown.clone())));
                 }
             }
         }
         for rule in &self.stack.rules {
             let function = self.function(&rule.function)?;
-            let delivery = RuleDelivery::new(self, function, rule.clone())?;
+            let delivery = RuleDelivery::new(glue, function, rule.clone())?;
             tasks.push(tokio::spawn(delivery.run(shutdown.clone())));
         }
         Ok(tasks)
     }
 
-    /// URL of the template queue with `arn` (an on-failure destination).
-    ///
-    /// # Errors
-    /// A message when `arn` is not a queue of the stack (only SQS destinations run locally).
-    pub fn destination_url(&self, value: &serde_yaml_ng::Value, at: &str) -> Result<String, String> {
-        let arn = self.stack.resolver.resolve_string(value, at).map_err(|e| e.to_string())?;
-        self.stack
-            .queue_by_arn(&arn)
-            .map(|q| q.url.clone())
-            .ok_or_else(|| format!("{at}: {arn} is not an SQS queue of the template (only SQS destinations run locally)"))
+    /// Stops every function's instances (idle ones now, busy ones when their invocation ends).
+    pub fn stop_functions(&self) {
+        for function in self.functions.values() {
+            function.stop();
+        }
+    }
+}
+
+/// The executable of `spec`: `<bin_dir>/<Binary>`.
+///
+/// # Errors
+/// A message naming the function and its `Binary` when the file is not there.
+pub fn program_of(spec: &FunctionSpec, bin_dir: &Path) -> Result<std::path::PathBuf, String> {
+    let program = bin_dir.join(&spec.binary);
+    if program.is_file() {
+        return Ok(program);
+    }
+    Err(format!(
+        "{}: its binary {:?} (Metadata.BuildProperties.Binary) is not at {}; build it (`cargo build --bin {}` beside the template) or run without --no-build",
+        spec.logical_id,
+        spec.binary,
+        program.display(),
+        spec.binary
+    ))
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop_functions();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_binary_is_an_error_naming_the_function_and_the_binary() {
+        let template = crate::template::Template::parse(
+            Path::new("t.yaml"),
+            "Resources:\n  ShipOrderFunction:\n    Type: AWS::Serverless::Function\n    Metadata: {BuildProperties: {Binary: ship-order}}\n",
+        )
+        .expect("a template");
+        let spec = &template.functions().expect("its functions")[0];
+        let dir = std::env::temp_dir().join(format!("outbox-local-no-binaries-{}", uuid::Uuid::new_v4()));
+        let err = program_of(spec, &dir).expect_err("no binary there");
+        assert!(err.starts_with("ShipOrderFunction: its binary \"ship-order\" (Metadata.BuildProperties.Binary) is not at "), "{err}");
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        std::fs::write(dir.join("ship-order"), b"").expect("a file");
+        assert_eq!(program_of(spec, &dir), Ok(dir.join("ship-order")));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -216,6 +216,18 @@ impl Stack {
         self.queues.iter().find(|q| q.arn == arn)
     }
 
+    /// URL of the template queue whose ARN `value` resolves to (an on-failure destination);
+    /// `at` names the property in errors.
+    ///
+    /// # Errors
+    /// A message when `value` is not a queue of the stack (only SQS destinations run locally).
+    pub fn destination_url(&self, value: &serde_yaml_ng::Value, at: &str) -> Result<String, String> {
+        let arn = self.resolver.resolve_string(value, at).map_err(|e| e.to_string())?;
+        self.queue_by_arn(&arn)
+            .map(|q| q.url.clone())
+            .ok_or_else(|| format!("{at}: {arn} is not an SQS queue of the template (only SQS destinations run locally)"))
+    }
+
     /// The queue of the template with `logical_id`.
     pub fn queue(&self, logical_id: &str) -> Option<&QueueInfo> {
         self.queues.iter().find(|q| q.logical_id == logical_id)

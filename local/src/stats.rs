@@ -1,10 +1,8 @@
 //! What the local runtime observed, for `demo` reports and tests.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::SystemTime;
-
-use outbox::relay::RelayReport;
 
 /// Counters shared by the pipelines.
 #[derive(Debug, Default)]
@@ -25,8 +23,10 @@ pub struct Counts {
     pub relay_failed_invocations: usize,
     /// Stream batches sent to the mapping's on-failure destination.
     pub stream_batches_dead_lettered: usize,
-    /// Sum of the relay's reports.
-    pub relay: RelayReport,
+    /// What the functions reported as CloudWatch Embedded Metric Format lines ([`crate::emf`]):
+    /// per function logical id, per metric name, the sum of the values (for counters such as
+    /// the relay's `EventsPublished`, `PutEventsCalls`, `RecordsSeen`: the totals).
+    pub metrics: BTreeMap<String, BTreeMap<String, f64>>,
     /// Consumer invocations (all attempts).
     pub consumer_invocations: usize,
     /// Consumer invocations that failed.
@@ -39,6 +39,11 @@ pub struct Counts {
 }
 
 impl Counts {
+    /// The sum of `function`'s metric `name` (0 when it never reported it).
+    pub fn metric(&self, function: &str, name: &str) -> f64 {
+        self.metrics.get(function).and_then(|m| m.get(name)).copied().unwrap_or(0.0)
+    }
+
     /// Number of successful deliveries with `outcome`.
     pub fn outcome_count(&self, outcome: &str) -> usize {
         self.outcomes.values().flatten().filter(|(o, _)| o == outcome).count()
@@ -65,22 +70,16 @@ impl Stats {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Adds one relay report.
-    pub fn add_relay_report(&self, report: &RelayReport) {
+    /// Adds the values of one EMF document of `function` (see [`crate::emf::parse`]).
+    pub fn add_metrics(&self, function: &str, values: &[(String, f64)]) {
+        if values.is_empty() {
+            return;
+        }
         self.update(|c| {
-            let r = &mut c.relay;
-            r.records += report.records;
-            for (reason, n) in &report.skipped {
-                *r.skipped.entry(*reason).or_default() += n;
+            let metrics = c.metrics.entry(function.to_owned()).or_default();
+            for (name, value) in values {
+                *metrics.entry(name.clone()).or_default() += value;
             }
-            r.published += report.published;
-            r.retried += report.retried;
-            r.dead_lettered += report.dead_lettered;
-            r.failed += report.failed;
-            r.deferred += report.deferred;
-            r.put_events_calls += report.put_events_calls;
-            r.max_lag_ms = r.max_lag_ms.max(report.max_lag_ms);
-            r.published_event_ids.extend(report.published_event_ids.iter().cloned());
         });
     }
 
@@ -103,6 +102,18 @@ pub fn percentile(values: &[i64], q: f64) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metrics_add_up_per_function_and_name() {
+        let stats = Stats::default();
+        stats.add_metrics("Relay", &[("EventsPublished".into(), 3.0), ("PutEventsCalls".into(), 1.0)]);
+        stats.add_metrics("Relay", &[("EventsPublished".into(), 4.0)]);
+        stats.add_metrics("Other", &[("EventsPublished".into(), 100.0)]);
+        let c = stats.snapshot();
+        assert_eq!((c.metric("Relay", "EventsPublished"), c.metric("Relay", "PutEventsCalls")), (7.0, 1.0));
+        assert_eq!(c.metric("Relay", "RecordsFailed"), 0.0);
+        assert_eq!(c.metric("Nobody", "EventsPublished"), 0.0);
+    }
 
     #[test]
     fn percentiles_use_nearest_rank() {

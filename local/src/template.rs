@@ -92,6 +92,15 @@ pub struct FunctionSpec {
     pub binary: String,
     /// `Timeout`, seconds (Globals merged; default 3 as in Lambda).
     pub timeout_secs: u64,
+    /// `MemorySize`, MB (Globals merged; default 128 as in Lambda). Passed to the function as
+    /// `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`; not enforced locally.
+    pub memory_mb: u64,
+    /// `ReservedConcurrentExecutions`: the most instances that run at once, when set.
+    pub reserved_concurrency: Option<u32>,
+    /// `LoggingConfig.LogFormat` (`Text` or `JSON`), passed as `AWS_LAMBDA_LOG_FORMAT`.
+    pub log_format: Option<String>,
+    /// `LoggingConfig.ApplicationLogLevel`, passed as `AWS_LAMBDA_LOG_LEVEL`.
+    pub log_level: Option<String>,
     /// `Environment.Variables` (Globals merged), unresolved.
     pub environment: BTreeMap<String, Value>,
     /// `Events`.
@@ -313,9 +322,24 @@ impl Template {
                     .and_then(|m| m.get("BuildProperties"))
                     .and_then(|b| b.get("Binary"))
                     .and_then(Value::as_str)
-                    .ok_or_else(|| unsupported(format!("{id}.Metadata.BuildProperties.Binary"), "is required (the cargo binary to run)"))?
+                    .ok_or_else(|| {
+                        unsupported(
+                            format!("{id}.Metadata.BuildProperties.Binary"),
+                            format!("is required: the local runtime runs function {id} as the cargo binary named there (as `sam build` with BuildMethod rust-cargolambda does); functions that are not Rust binaries cannot run locally"),
+                        )
+                    })?
                     .to_owned();
                 let timeout_secs = get("Timeout").and_then(Value::as_u64).unwrap_or(3);
+                let memory_mb = get("MemorySize").and_then(Value::as_u64).unwrap_or(128);
+                let reserved_concurrency = get("ReservedConcurrentExecutions").and_then(Value::as_u64).map(|n| n.min(u64::from(u32::MAX)) as u32);
+                let logging = |key: &str| {
+                    [props.get("LoggingConfig"), self.function_globals.get("LoggingConfig")]
+                        .into_iter()
+                        .flatten()
+                        .find_map(|c| c.get(key).and_then(Value::as_str))
+                        .map(str::to_owned)
+                };
+                let (log_format, log_level) = (logging("LogFormat"), logging("ApplicationLogLevel"));
                 let mut environment = BTreeMap::new();
                 for source in [self.function_globals.get("Environment"), props.get("Environment")] {
                     if let Some(vars) = source.and_then(|e| e.get("Variables")).and_then(Value::as_mapping) {
@@ -346,7 +370,18 @@ impl Template {
                     event_invoke.on_failure =
                         cfg.get("DestinationConfig").and_then(|d| d.get("OnFailure")).and_then(|o| o.get("Destination")).cloned();
                 }
-                Ok(FunctionSpec { logical_id: id, binary, timeout_secs, environment, events, event_invoke })
+                Ok(FunctionSpec {
+                    logical_id: id,
+                    binary,
+                    timeout_secs,
+                    memory_mb,
+                    reserved_concurrency,
+                    log_format,
+                    log_level,
+                    environment,
+                    events,
+                    event_invoke,
+                })
             })
             .collect()
     }
@@ -558,6 +593,8 @@ mod tests {
 Globals:
   Function:
     Timeout: 30
+    MemorySize: 256
+    LoggingConfig: {LogFormat: JSON, ApplicationLogLevel: INFO}
     Environment:
       Variables:
         SHARED: one
@@ -580,6 +617,8 @@ Resources:
       BuildProperties: {Binary: my-bin}
     Properties:
       Timeout: 60
+      ReservedConcurrentExecutions: 2
+      LoggingConfig: {LogFormat: JSON, ApplicationLogLevel: DEBUG}
       Environment:
         Variables:
           TABLE: !Ref Table
@@ -627,7 +666,8 @@ Resources:
     fn reads_functions_with_globals_events_and_intrinsics() {
         let t = Template::parse(Path::new("t.yaml"), T).unwrap();
         let f = &t.functions().unwrap()[0];
-        assert_eq!((f.binary.as_str(), f.timeout_secs), ("my-bin", 60));
+        assert_eq!((f.binary.as_str(), f.timeout_secs, f.memory_mb, f.reserved_concurrency), ("my-bin", 60, 256, Some(2)));
+        assert_eq!((f.log_format.as_deref(), f.log_level.as_deref()), (Some("JSON"), Some("DEBUG")), "the function's LoggingConfig wins");
         let r = resolver();
         let env: BTreeMap<_, _> = f.environment.iter().map(|(k, v)| (k.as_str(), r.resolve_string(v, k).unwrap())).collect();
         assert_eq!(env["SHARED"], "one");
@@ -643,6 +683,14 @@ Resources:
         let FunctionEvent::EventBridgeRule(rule) = &f.events[1] else { panic!() };
         assert_eq!(rule.pattern["detail-type"][0], "B");
         assert_eq!(rule.retry_attempts, 4);
+    }
+
+    #[test]
+    fn a_function_without_a_binary_is_an_error_naming_it() {
+        let text = "Resources:\n  PyFunction:\n    Type: AWS::Serverless::Function\n    Properties: {Runtime: python3.13, Handler: app.handler}\n";
+        let err = Template::parse(Path::new("t.yaml"), text).unwrap().functions().unwrap_err().to_string();
+        assert!(err.starts_with("PyFunction.Metadata.BuildProperties.Binary: is required"), "{err}");
+        assert!(err.contains("function PyFunction"), "{err}");
     }
 
     #[test]

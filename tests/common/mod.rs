@@ -6,6 +6,10 @@
 //! own (with a runtime that lives as long as the test process) and tests only share its endpoint;
 //! SDK clients are made per test. Statics are never dropped, so a small watchdog shell process
 //! stops the moto server (by its pid) once the test process is gone.
+//!
+//! The functions run as their real binaries (the local runtime's instances), built ONCE per test
+//! process with one `cargo build --bin …` at the root ([`bin_dir`]); `OUTBOX_LOCAL_NO_BUILD=1`
+//! skips the build when they are prebuilt, `OUTBOX_LOCAL_VERBOSE=1` shows their output.
 
 #![allow(dead_code)] // each test binary uses a part of this module
 
@@ -17,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use outbox_local::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
+use outbox_local::binaries;
 use outbox_local::emulator::Emulator;
 use outbox_local::runtime::{Runtime, RuntimeOptions};
 use outbox_local::stack::{Mode, Stack};
@@ -33,6 +38,18 @@ pub fn root() -> PathBuf {
 }
 
 static ENDPOINT: OnceLock<String> = OnceLock::new();
+static BIN_DIR: OnceLock<PathBuf> = OnceLock::new();
+
+/// The directory of the template's function binaries, built on first use (once per test
+/// process; cargo's progress on stderr) unless `OUTBOX_LOCAL_NO_BUILD` is set.
+pub fn bin_dir() -> &'static PathBuf {
+    BIN_DIR.get_or_init(|| {
+        let template = Template::load(&root().join("template.yaml")).unwrap_or_else(|e| panic!("template.yaml: {e}"));
+        let functions = template.functions().unwrap_or_else(|e| panic!("the template's functions: {e}"));
+        let skip = std::env::var_os("OUTBOX_LOCAL_NO_BUILD").is_some_and(|v| !v.is_empty() && v != "0");
+        binaries::prepare(&root(), functions.iter().map(|f| f.binary.as_str()), skip).unwrap_or_else(|e| panic!("the function binaries: {e}"))
+    })
+}
 
 /// Endpoint of this test binary's moto emulator, started on first use.
 pub fn endpoint() -> &'static str {
@@ -121,10 +138,12 @@ pub fn fast_options() -> RuntimeOptions {
         stream_poll_interval: Duration::from_millis(50),
         stream_retry_delay: Duration::from_millis(50),
         async_retry_delay: Duration::from_millis(20),
+        verbose: std::env::var_os("OUTBOX_LOCAL_VERBOSE").is_some(),
+        ..RuntimeOptions::default()
     }
 }
 
-/// One test's stack on the shared emulator, with the in-process functions.
+/// One test's stack on the shared emulator, with the functions' binaries ready to run.
 pub struct Local {
     /// Stack name.
     pub stack_name: String,
@@ -148,7 +167,7 @@ impl Local {
         let stack = Stack::set_up(&sdk, template, &stack_name, EMULATOR_ACCOUNT, Mode::Provision)
             .await
             .unwrap_or_else(|e| panic!("provisioning stack {stack_name}: {e}"));
-        let runtime = Runtime::new(sdk, stack, fast_options()).unwrap_or_else(|e| panic!("building the functions: {e}"));
+        let runtime = Runtime::new(sdk, stack, fast_options(), bin_dir()).unwrap_or_else(|e| panic!("setting up the functions: {e}"));
         let (stop, _) = watch::channel(false);
         Self {
             stack_name,

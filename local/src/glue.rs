@@ -1,0 +1,53 @@
+//! What the AWS glue ([`crate::esm`], [`crate::delivery`]) needs from the runtime, passed in
+//! rather than reached through it: the stack, SDK configuration, counters and timing knobs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_config::SdkConfig;
+
+use crate::stack::Stack;
+use crate::stats::Stats;
+
+/// Timing and process knobs of the local runtime. AWS's own values are in the comments; the
+/// local defaults are compressed so a demo finishes in seconds.
+#[derive(Debug, Clone)]
+pub struct RuntimeOptions {
+    /// Wait between polls of an idle stream (Lambda polls each shard about 4 times a second).
+    pub stream_poll_interval: Duration,
+    /// Wait before retrying a failed stream batch.
+    pub stream_retry_delay: Duration,
+    /// Wait before the n-th retry of a failed asynchronous invocation is `n ×` this
+    /// (Lambda waits about 1 minute, then 2 minutes).
+    pub async_retry_delay: Duration,
+    /// Most instances of one function running at once, unless the function sets
+    /// `ReservedConcurrentExecutions` (Lambda's account default is 1,000 for all functions).
+    pub max_instances: usize,
+    /// Print the functions' log lines on stderr, prefixed with their logical id.
+    pub verbose: bool,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        Self {
+            stream_poll_interval: Duration::from_millis(100),
+            stream_retry_delay: Duration::from_millis(200),
+            async_retry_delay: Duration::from_millis(200),
+            max_instances: 4,
+            verbose: false,
+        }
+    }
+}
+
+/// What a stream mapping or a rule delivery is set up with.
+#[derive(Debug, Clone, Copy)]
+pub struct Glue<'a> {
+    /// The provisioned stack (stream ARNs, queues, region).
+    pub stack: &'a Stack,
+    /// SDK configuration for the glue's own AWS calls.
+    pub sdk: &'a SdkConfig,
+    /// Where the glue counts what it did.
+    pub stats: &'a Arc<Stats>,
+    /// Timing knobs.
+    pub options: &'a RuntimeOptions,
+}
