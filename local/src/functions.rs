@@ -8,6 +8,8 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_config::SdkConfig;
+use lambda_http::request::LambdaRequest;
+use lambda_http::Service;
 use lambda_runtime::{Context, Diagnostic, LambdaEvent};
 use orders_app::inventory::InventoryConsumer;
 use orders_app::orders::OrdersApi;
@@ -21,8 +23,8 @@ use crate::template::FunctionSpec;
 /// A function's in-process handler.
 #[derive(Debug, Clone)]
 pub enum Handler {
-    /// `create-order`.
-    CreateOrder(OrdersApi),
+    /// `create-order`: the order API's router, called through `lambda_http`'s adapter.
+    CreateOrder(axum::Router),
     /// `outbox-relay`.
     Relay(RelayFunction),
     /// `reserve-inventory`.
@@ -47,7 +49,7 @@ impl Handler {
         let env = Env::from_map(environment);
         let bad = |e: outbox::config::ConfigError| format!("{}: {e}", spec.logical_id);
         Ok(match spec.binary.as_str() {
-            "create-order" => Handler::CreateOrder(OrdersApi::from_env(sdk, &env).map_err(bad)?),
+            "create-order" => Handler::CreateOrder(orders_app::http::router(OrdersApi::from_env(sdk, &env).map_err(bad)?)),
             "outbox-relay" => Handler::Relay(RelayFunction::from_env(sdk, &env).map_err(bad)?),
             "reserve-inventory" => Handler::ReserveInventory(InventoryConsumer::from_env(sdk, &env).map_err(bad)?),
             other => return Err(format!("{}: binary {other:?} has no in-process handler; add it to local/src/functions.rs", spec.logical_id)),
@@ -59,7 +61,12 @@ impl Handler {
     pub async fn invoke(&self, payload: &str, function_arn: &str, timeout: Duration) -> Invocation {
         let context = context(function_arn, timeout);
         match self {
-            Handler::CreateOrder(api) => call(payload, context, |event| api.handle(event)).await,
+            // As `lambda_http::run` does: the payload (1.0 or 2.0) as an `http::Request`, the
+            // router's answer as the matching Lambda response. The adapter is dropped before the
+            // await (its future is `Send`, the adapter is not); a Router is always ready.
+            Handler::CreateOrder(router) => {
+                call(payload, context, |event: LambdaEvent<LambdaRequest>| lambda_http::Adapter::from(router.clone()).call(event)).await
+            }
             Handler::Relay(relay) => match decode(payload) {
                 Ok(event) => match relay.handle_with_report(LambdaEvent::new(event, context)).await {
                     Ok(outcome) => Invocation { result: to_json(outcome.response), relay_report: Some(outcome.report) },
