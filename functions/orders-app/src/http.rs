@@ -107,6 +107,11 @@ pub fn router(api: OrdersApi) -> Router {
     Router::new().fallback_service(from_fn(prepare).layer(routes))
 }
 
+/// The handlers' state: the API, built once per cold start.
+type Api = State<Arc<OrdersApi>>;
+/// The `{id}` of the path, or why axum could not decode it (not UTF-8 once percent-decoded).
+type Id = Result<Path<String>, PathRejection>;
+
 /// What the middleware learnt about a request, for the handlers.
 #[derive(Debug, Clone)]
 struct Meta {
@@ -177,7 +182,7 @@ async fn not_found(Extension(meta): Extension<Meta>, method: Method, uri: Uri) -
     refuse(Problem::new(404, "Not found", format!("no route for {method} {shown}")), &meta)
 }
 
-async fn create(State(api): State<Arc<OrdersApi>>, Extension(meta): Extension<Meta>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+async fn create(State(api): Api, Extension(meta): Extension<Meta>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
     let outcome = async {
         let idempotent = check_post(&uri, &headers, &body)?;
         let answer = api.create_order(parse_create(&body)?, idempotent.as_ref(), &meta.correlation_id, meta.trace_header.clone()).await?;
@@ -186,7 +191,7 @@ async fn create(State(api): State<Arc<OrdersApi>>, Extension(meta): Extension<Me
     respond(outcome.await, &meta)
 }
 
-async fn get(State(api): State<Arc<OrdersApi>>, Extension(meta): Extension<Meta>, id: Result<Path<String>, PathRejection>) -> Response {
+async fn get(State(api): Api, Extension(meta): Extension<Meta>, id: Id) -> Response {
     let outcome = async {
         let order = api.get_order(&order_id(id)?).await?;
         Ok(Answer::Done(StoredResponse { status: 200, body: to_json(&order), location: None }))
@@ -194,14 +199,7 @@ async fn get(State(api): State<Arc<OrdersApi>>, Extension(meta): Extension<Meta>
     respond(outcome.await, &meta)
 }
 
-async fn cancel(
-    State(api): State<Arc<OrdersApi>>,
-    Extension(meta): Extension<Meta>,
-    id: Result<Path<String>, PathRejection>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn cancel(State(api): Api, Extension(meta): Extension<Meta>, id: Id, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
     let outcome = async {
         let id = order_id(id)?;
         let idempotent = check_post(&uri, &headers, &body)?;
@@ -212,7 +210,7 @@ async fn cancel(
 }
 
 /// The order id of the path: 404 when it cannot be one (never looked up).
-fn order_id(id: Result<Path<String>, PathRejection>) -> Result<String, Problem> {
+fn order_id(id: Id) -> Result<String, Problem> {
     match id {
         Ok(Path(id)) if is_valid_order_id(&id) => Ok(id),
         other => {

@@ -1,12 +1,7 @@
-//! The order API's operations (producer): create, read and cancel an order, each write with its
-//! outbox event. [`crate::http`] serves them over HTTP (routes, status codes, headers); this
-//! module holds the bodies, their checks and the DynamoDB transactions.
-//!
-//! | operation | answer | event |
-//! |---|---|---|
-//! | [`OrdersApi::create_order`] | [`CreatedOrder`] | `OrderCreated` (sequence 1) |
-//! | [`OrdersApi::get_order`] | [`OrderView`] | none |
-//! | [`OrdersApi::cancel_order`] | [`CancelledOrder`] | `OrderCancelled` (sequence = new version) |
+//! The order API's operations (producer): [`OrdersApi::create_order`] (emits `OrderCreated`,
+//! sequence 1), [`OrdersApi::get_order`] and [`OrdersApi::cancel_order`] (emits `OrderCancelled`,
+//! sequence = the new version). [`crate::http`] serves them over HTTP; this module holds the
+//! bodies, their checks and the DynamoDB transactions.
 //!
 //! Every write is ONE DynamoDB `TransactWriteItems` call: the order write and its outbox item
 //! (and the idempotency key record, see below) commit together or not at all.
