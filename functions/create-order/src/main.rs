@@ -1,9 +1,9 @@
-//! `CreateOrderFunction`: `POST /orders` on the HTTP API. Writes the order and its
-//! `OrderCreated` outbox item in one DynamoDB transaction (see `orders_app::orders`).
+//! `CreateOrderFunction`: the order API (`POST /orders`, `GET /orders/{id}`,
+//! `POST /orders/{id}/cancel`) as an axum router served by `lambda_http` (see
+//! `orders_app::http`). Each write is one DynamoDB transaction with its outbox item.
 
-use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
-use lambda_runtime::{run, service_fn, tracing, Error, LambdaEvent};
-use orders_app::orders::OrdersApi;
+use lambda_http::{run, tracing, Error};
+use orders_app::{http::router, orders::OrdersApi};
 use outbox::Env;
 
 #[tokio::main]
@@ -11,5 +11,5 @@ async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let sdk = aws_config::load_from_env().await;
     let api = OrdersApi::from_env(&sdk, &Env::process())?;
-    run(service_fn(|event: LambdaEvent<ApiGatewayV2httpRequest>| api.handle(event))).await
+    run(router(api)).await
 }

@@ -1,12 +1,7 @@
-//! The order API (producer) on an API Gateway HTTP API (payload format 2.0): one Lambda
-//! function, routed inside [`OrdersApi::handle`] by `requestContext.http.method` and `rawPath`.
-//!
-//! | route | answer |
-//! |---|---|
-//! | `POST /orders` | 201 [`CreatedOrder`] + `Location`; emits `OrderCreated` (sequence 1) |
-//! | `GET /orders/{id}` | 200 [`OrderView`] |
-//! | `POST /orders/{id}/cancel` | 200 [`CancelledOrder`]; emits `OrderCancelled` (sequence = new version) |
-//! | other paths / methods | 404 / 405 (with `Allow`) |
+//! The order API's operations (producer): [`OrdersApi::create_order`] (emits `OrderCreated`,
+//! sequence 1), [`OrdersApi::get_order`] and [`OrdersApi::cancel_order`] (emits `OrderCancelled`,
+//! sequence = the new version). [`crate::http`] serves them over HTTP; this module holds the
+//! bodies, their checks and the DynamoDB transactions.
 //!
 //! Every write is ONE DynamoDB `TransactWriteItems` call: the order write and its outbox item
 //! (and the idempotency key record, see below) commit together or not at all.
@@ -30,10 +25,7 @@
 //! cancelled `CancellationReasons` holds one entry per request item, in request order
 //! (<https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>);
 //! a `GetItem` with `ConsistentRead=true` sees every write acknowledged before it
-//! (<https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_GetItem.html>); the HTTP
-//! API's payload format 2.0 (`rawPath` holds the stage name for stages other than `$default`,
-//! `isBase64Encoded` bodies, `headers` may be absent)
-//! (<https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-integrations-lambda.html>).
+//! (<https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_GetItem.html>).
 //!
 //! # Bodies
 //!
@@ -48,28 +40,22 @@
 //!
 //! # Errors
 //!
-//! RFC 9457 `application/problem+json` ([`Problem`]) naming the field at fault
-//! (`lines[0].quantity`, `body`, `reason`, or the `Idempotency-Key` / `content-type` header):
-//! 400 malformed or invalid body or key, 404 no such order or route, 405 wrong method, 409 the
-//! order exists / is not cancellable / a concurrent change won, 413 body over
-//! [`MAX_BODY_BYTES`] (after base64 decoding), 415 not JSON, 422 key reused for another request,
-//! 503 + `Retry-After` when DynamoDB conflicts or throttles. A rejected request writes nothing;
-//! bad input is never a 500.
+//! A bad body is a 400 [`Problem`] naming the field at fault (`lines[0].quantity`, `body`,
+//! `reason`); a refused operation is an [`OrderError`] with its status ([`OrderError::status`]):
+//! 404 no such order, 409 the order exists / is not cancellable / a concurrent change won, 413
+//! event too large, 422 key reused for another request, 503 when DynamoDB conflicts or throttles.
+//! A refused request writes nothing.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
-use base64::Engine;
-use lambda_runtime::LambdaEvent;
 use serde::{Deserialize, Serialize};
-use tracing::Instrument;
 
-use crate::http::{json_response, problem_response, Problem};
+use crate::http::Problem;
 use crate::idempotency::{
-    is_retryable_read, request_hash, IdempotencyKey, IdempotencyRecord, IdempotencyStore, IdempotentRequest, ReadError, Replay, StoredResponse,
-    DEFAULT_TTL, HEADER as IDEMPOTENCY_HEADER, REPLAYED_HEADER,
+    is_retryable_read, IdempotencyRecord, IdempotencyStore, IdempotentRequest, ReadError, Replay, StoredResponse, DEFAULT_TTL,
+    HEADER as IDEMPOTENCY_HEADER,
 };
 use outbox::config::{ConfigError, Env, DEFAULT_RETENTION};
 use outbox::transaction::{transact_write, TransactionError};
@@ -210,6 +196,16 @@ pub enum Answer<T> {
     Replayed(StoredResponse),
 }
 
+impl<T> Answer<T> {
+    /// `f` applied to an answer done now; a replay unchanged.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Answer<U> {
+        match self {
+            Answer::Done(done) => Answer::Done(f(done)),
+            Answer::Replayed(stored) => Answer::Replayed(stored),
+        }
+    }
+}
+
 /// Why a request was not carried out. Nothing was written in any case.
 #[derive(Debug, thiserror::Error)]
 pub enum OrderError {
@@ -294,10 +290,9 @@ impl OrderError {
         }
     }
 
-    /// The problem document and extra headers of this error.
-    pub fn to_problem(&self) -> (Problem, Vec<(&'static str, &'static str)>) {
-        let status = self.status();
-        let problem = match self {
+    /// The problem document of this error (the router adds `Retry-After` to a 503).
+    pub fn to_problem(&self) -> Problem {
+        match self {
             OrderError::Invalid { field, message } => Problem::bad_field(field.clone(), message.clone()),
             OrderError::NotFound(id) => Problem::new(404, "Order not found", format!("there is no order {id}")),
             OrderError::AlreadyExists(id) => Problem::new(409, "Order already exists", format!("order {id} already exists; nothing was written")),
@@ -318,66 +313,14 @@ impl OrderError {
                 )
             },
             OrderError::TooLarge(e) => Problem { field: Some("body".into()), ..Problem::new(413, "Body too large", e.to_string()) },
-            _ if status == 503 => Problem::new(503, "Try again", "the order store is busy; nothing was written"),
+            _ if self.status() == 503 => Problem::new(503, "Try again", "the order store is busy; nothing was written"),
             _ => Problem::new(500, "Internal error", "the request could not be carried out; nothing was written"),
-        };
-        let headers = if status == 503 { vec![("retry-after", RETRY_AFTER_SECONDS)] } else { Vec::new() };
-        (problem, headers)
-    }
-}
-
-/// Where a request goes, from its method and path.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Route {
-    /// `POST /orders`.
-    CreateOrder,
-    /// `GET /orders/{id}` (the id as it appears in the path, not yet validated).
-    GetOrder(String),
-    /// `POST /orders/{id}/cancel`.
-    CancelOrder(String),
-    /// A known path with another method: 405 with `Allow`.
-    MethodNotAllowed {
-        /// The method the path accepts.
-        allow: &'static str,
-    },
-    /// No such path: 404.
-    NotFound,
-}
-
-/// Routes `method` (case-insensitive) and `path` (one trailing `/` is ignored).
-pub fn route(method: &str, path: &str) -> Route {
-    let path = path.strip_suffix('/').filter(|p| !p.is_empty()).unwrap_or(path);
-    let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
-    let is = |m: &str| method.eq_ignore_ascii_case(m);
-    match segments.as_slice() {
-        ["orders"] if is("POST") => Route::CreateOrder,
-        ["orders"] => Route::MethodNotAllowed { allow: "POST" },
-        ["orders", id] if !id.is_empty() && is("GET") => Route::GetOrder((*id).to_owned()),
-        ["orders", id] if !id.is_empty() => Route::MethodNotAllowed { allow: "GET" },
-        ["orders", id, "cancel"] if !id.is_empty() && is("POST") => Route::CancelOrder((*id).to_owned()),
-        ["orders", id, "cancel"] if !id.is_empty() => Route::MethodNotAllowed { allow: "POST" },
-        _ => Route::NotFound,
-    }
-}
-
-/// The request's path as the API sees it: `rawPath` (else `requestContext.http.path`), without
-/// the stage name API Gateway puts in front of it for stages other than `$default`.
-pub fn request_path(request: &ApiGatewayV2httpRequest) -> String {
-    let path = request.raw_path.as_deref().or(request.request_context.http.path.as_deref()).unwrap_or("/");
-    match request.request_context.stage.as_deref() {
-        Some(stage) if !stage.is_empty() && stage != "$default" => {
-            let prefix = format!("/{stage}");
-            match path.strip_prefix(&prefix) {
-                Some("") => "/".to_owned(),
-                Some(rest) if rest.starts_with('/') => rest.to_owned(),
-                _ => path.to_owned(),
-            }
         }
-        _ => path.to_owned(),
     }
 }
 
-/// The order API function: DynamoDB client and configuration, built once per cold start.
+/// The order API: DynamoDB client and configuration, built once per cold start and shared by
+/// every request through the router's state ([`crate::http::router`]).
 #[derive(Debug, Clone)]
 pub struct OrdersApi {
     dynamodb: aws_sdk_dynamodb::Client,
@@ -418,123 +361,6 @@ impl OrdersApi {
         let orders_table = orders_table.into();
         let idempotency = IdempotencyStore::new(dynamodb.clone(), orders_table.clone(), idempotency_ttl);
         Self { dynamodb, orders_table, writer, source: source.into(), idempotency }
-    }
-
-    /// Lambda handler: one HTTP API request, one response.
-    ///
-    /// # Errors
-    /// None: every failure is an HTTP status (bad input a 4xx, never a 500 or a panic).
-    pub async fn handle(&self, event: LambdaEvent<ApiGatewayV2httpRequest>) -> Result<ApiGatewayV2httpResponse, lambda_runtime::Error> {
-        let (request, context) = event.into_parts();
-        let correlation_id = header(&request, "x-correlation-id")
-            .filter(|c| !c.is_empty() && c.len() <= 128)
-            .map(str::to_owned)
-            .or_else(|| request.request_context.request_id.clone())
-            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-        let trace_header = context.xray_trace_id.clone().or_else(|| std::env::var("_X_AMZN_TRACE_ID").ok());
-        let method = request.request_context.http.method.as_str().to_owned();
-        let path = request_path(&request);
-        let span = tracing::info_span!("orders_api", correlation_id = %correlation_id, method = %method, path = %path);
-        Ok(self.respond(&request, &method, &path, &correlation_id, trace_header).instrument(span).await)
-    }
-
-    async fn respond(
-        &self,
-        request: &ApiGatewayV2httpRequest,
-        method: &str,
-        path: &str,
-        correlation_id: &str,
-        trace_header: Option<String>,
-    ) -> ApiGatewayV2httpResponse {
-        let reject = |problem: Problem, extra: &[(&str, &str)]| {
-            tracing::info!(status = problem.status, field = problem.field.as_deref().unwrap_or(""), detail = %problem.detail, "request rejected");
-            problem_response(problem, correlation_id, extra)
-        };
-        let fail = |e: OrderError| {
-            let (problem, headers) = e.to_problem();
-            if problem.status >= 500 {
-                tracing::error!(status = problem.status, error = %e, "request failed");
-            } else {
-                tracing::info!(status = problem.status, error = %e, "request refused");
-            }
-            problem_response(problem, correlation_id, &headers)
-        };
-        let replay = |stored: StoredResponse| {
-            tracing::info!(status = stored.status, "idempotent replay");
-            let mut headers = vec![(REPLAYED_HEADER, "true"), ("x-correlation-id", correlation_id)];
-            if let Some(location) = stored.location.as_deref() {
-                headers.push(("location", location));
-            }
-            raw_json_response(stored.status, stored.body.clone(), &headers)
-        };
-
-        let order_id = match route(method, path) {
-            Route::NotFound => {
-                let shown: String = path.chars().take(200).collect();
-                return reject(Problem::new(404, "Not found", format!("no route for {method} {shown}")), &[]);
-            }
-            Route::MethodNotAllowed { allow } => {
-                let problem = Problem::new(405, "Method not allowed", format!("{path} accepts {allow} only"));
-                return reject(problem, &[("allow", allow)]);
-            }
-            Route::CreateOrder => None,
-            Route::GetOrder(id) | Route::CancelOrder(id) if !is_valid_order_id(&id) => {
-                let shown: String = id.chars().take(80).collect();
-                return reject(
-                    Problem::new(404, "Order not found", format!("there is no order {shown:?}: order ids are 1-64 of A-Z a-z 0-9 - _")),
-                    &[],
-                );
-            }
-            Route::GetOrder(id) => {
-                return match self.get_order(&id).await {
-                    Ok(order) => json_response(200, "application/json", &order, &[("x-correlation-id", correlation_id)]),
-                    Err(e) => fail(e),
-                };
-            }
-            Route::CancelOrder(id) => Some(id),
-        };
-
-        // POST: key header, then body, then the write.
-        let key = match IdempotencyKey::from_headers(&request.headers) {
-            Ok(key) => key,
-            Err(problem) => return reject(problem, &[]),
-        };
-        let body = match read_body(request) {
-            Ok(body) => body,
-            Err(problem) => return reject(problem, &[]),
-        };
-        let idempotent = key.map(|key| IdempotentRequest { key, request_hash: request_hash(method, path, &body) });
-        match order_id {
-            None => {
-                let parsed = match parse_create(&body) {
-                    Ok(parsed) => parsed,
-                    Err(problem) => return reject(problem, &[]),
-                };
-                match self.create_order(parsed, idempotent.as_ref(), correlation_id, trace_header).await {
-                    Ok(Answer::Done(created)) => {
-                        tracing::info!(order_id = %created.order_id, event_id = %created.event_id, "order created");
-                        let location = location_of(&created.order_id);
-                        json_response(201, "application/json", &created, &[("location", &location), ("x-correlation-id", correlation_id)])
-                    }
-                    Ok(Answer::Replayed(stored)) => replay(stored),
-                    Err(e) => fail(e),
-                }
-            }
-            Some(order_id) => {
-                let parsed = match parse_cancel(&body) {
-                    Ok(parsed) => parsed,
-                    Err(problem) => return reject(problem, &[]),
-                };
-                match self.cancel_order(&order_id, parsed, idempotent.as_ref(), correlation_id, trace_header).await {
-                    Ok(Answer::Done(cancelled)) => {
-                        tracing::info!(order_id = %cancelled.order_id, event_id = %cancelled.event_id, version = cancelled.version, "order cancelled");
-                        json_response(200, "application/json", &cancelled, &[("x-correlation-id", correlation_id)])
-                    }
-                    Ok(Answer::Replayed(stored)) => replay(stored),
-                    Err(e) => fail(e),
-                }
-            }
-        }
     }
 
     /// Validates `request` and writes the order and its `OrderCreated` event atomically, with
@@ -583,7 +409,10 @@ impl OrdersApi {
         let stored = StoredResponse { status: 201, body: to_json(&created), location: Some(location_of(&order_id)) };
         let (items, key_at) = self.with_key(idempotent, stored, now, vec![TransactWriteItem::builder().put(put).build(), self.writer.put(&event)]);
         match transact_write(&self.dynamodb, items).await {
-            Ok(()) => Ok(Answer::Done(created)),
+            Ok(()) => {
+                tracing::info!(order_id = %created.order_id, event_id = %created.event_id, "order created");
+                Ok(Answer::Done(created))
+            }
             Err(TransactionError::ConditionFailed { index, item }) if Some(index) == key_at => self.after_key_taken(idempotent, item).await,
             Err(TransactionError::ConditionFailed { .. }) => Err(OrderError::AlreadyExists(order_id)),
             Err(e) => Err(e.into()),
@@ -647,7 +476,10 @@ impl OrdersApi {
         let (items, key_at) =
             self.with_key(idempotent, stored, now, vec![TransactWriteItem::builder().update(update).build(), self.writer.put(&event)]);
         match transact_write(&self.dynamodb, items).await {
-            Ok(()) => Ok(Answer::Done(cancelled)),
+            Ok(()) => {
+                tracing::info!(order_id = %cancelled.order_id, event_id = %cancelled.event_id, version = next, "order cancelled");
+                Ok(Answer::Done(cancelled))
+            }
             Err(TransactionError::ConditionFailed { index, item }) if Some(index) == key_at => self.after_key_taken(idempotent, item).await,
             // The order's version or status moved, or sequence `next` is taken: another change won.
             Err(TransactionError::ConditionFailed { .. }) => Err(OrderError::Conflict(order_id.to_owned())),
@@ -791,71 +623,20 @@ pub fn order_key(order_id: &str) -> String {
     format!("ORDER#{order_id}")
 }
 
-fn location_of(order_id: &str) -> String {
+/// The `Location` of order `order_id`: `/orders/<order_id>`.
+pub fn location_of(order_id: &str) -> String {
     format!("/orders/{order_id}")
 }
 
 /// JSON text of one of this module's types (strings, integers, options and lists of such
 /// structs), which serde_json always serialises.
-fn to_json<T: Serialize>(value: &T) -> String {
+pub(crate) fn to_json<T: Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "{}".into())
-}
-
-/// A response whose body is JSON text already.
-fn raw_json_response(status: u16, body: String, headers: &[(&str, &str)]) -> ApiGatewayV2httpResponse {
-    let mut response = json_response(status, "application/json", &(), headers);
-    response.body = Some(aws_lambda_events::encodings::Body::Text(body));
-    response
-}
-
-fn header<'a>(request: &'a ApiGatewayV2httpRequest, name: &str) -> Option<&'a str> {
-    request.headers.get(name).and_then(|v| v.to_str().ok())
 }
 
 /// Whether `id` is a valid order id: 1–64 of `A-Z a-z 0-9 - _`.
 pub fn is_valid_order_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 64 && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-}
-
-/// The request body as bytes: base64-decoded when `isBase64Encoded`, checked against
-/// [`MAX_BODY_BYTES`], and — when not empty — against the content type (JSON, or absent).
-///
-/// # Errors
-/// 415 for a content type that is not JSON, 413 for a body over the limit, 400 (`body`) for
-/// a body flagged base64 that is not.
-pub fn read_body(request: &ApiGatewayV2httpRequest) -> Result<Vec<u8>, Problem> {
-    let raw = request.body.as_deref().unwrap_or("");
-    if !raw.is_empty() {
-        if let Some(value) = request.headers.get("content-type") {
-            let content_type = String::from_utf8_lossy(value.as_bytes());
-            let media = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-            if media != "application/json" && !media.ends_with("+json") {
-                let detail = format!("content-type {content_type:?} is not supported; send application/json");
-                return Err(Problem { field: Some("content-type".into()), ..Problem::new(415, "Unsupported media type", detail) });
-            }
-        }
-    }
-    let too_large = |bytes: usize| Problem {
-        field: Some("body".into()),
-        ..Problem::new(413, "Body too large", format!("the body is {bytes} bytes; the limit is {MAX_BODY_BYTES}"))
-    };
-    if !request.is_base64_encoded {
-        if raw.len() > MAX_BODY_BYTES {
-            return Err(too_large(raw.len()));
-        }
-        return Ok(raw.as_bytes().to_vec());
-    }
-    // Base64 is 4/3 of the data: what is over twice the limit cannot fit once decoded.
-    if raw.len() > 2 * MAX_BODY_BYTES {
-        return Err(too_large(raw.len() / 4 * 3));
-    }
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(raw.trim())
-        .map_err(|e| Problem::bad_field("body", format!("isBase64Encoded is true but the body is not base64: {e}")))?;
-    if bytes.len() > MAX_BODY_BYTES {
-        return Err(too_large(bytes.len()));
-    }
-    Ok(bytes)
 }
 
 /// Decodes a `POST /orders` body and checks it ([`validate`]).
@@ -884,14 +665,6 @@ pub fn parse_cancel(bytes: &[u8]) -> Result<CancelOrderRequest, Problem> {
     let parsed: CancelOrderRequest = decode_json(bytes)?;
     validate_cancel(&parsed).map_err(to_bad_field)?;
     Ok(parsed)
-}
-
-/// [`read_body`] then [`parse_create`]: the `POST /orders` request as a [`CreateOrderRequest`].
-///
-/// # Errors
-/// The problem to answer (400, 413, 415).
-pub fn parse_request(request: &ApiGatewayV2httpRequest) -> Result<CreateOrderRequest, Problem> {
-    parse_create(&read_body(request)?)
 }
 
 fn decode_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
@@ -994,34 +767,22 @@ fn is_decimal(s: &str) -> bool {
     !int.is_empty() && int.len() <= 18 && digits(int) && frac.len() <= 6 && digits(frac) && !(s.contains('.') && frac.is_empty())
 }
 
-/// Default time the handler keeps for itself when the context has no deadline.
-pub const FALLBACK_BUDGET: Duration = Duration::from_secs(30);
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn request(body: Option<&str>, content_type: Option<&str>) -> ApiGatewayV2httpRequest {
-        let mut r = ApiGatewayV2httpRequest::default();
-        r.body = body.map(str::to_owned);
-        if let Some(ct) = content_type {
-            r.headers.insert("content-type", ct.parse().unwrap());
-        }
-        r
-    }
-
-    const GOOD: &str = r#"{"customer_id":"c-1","currency":"EUR","lines":[{"sku":"A","quantity":2,"unit_price":"12.50"}]}"#;
+    pub(crate) const GOOD: &str = r#"{"customer_id":"c-1","currency":"EUR","lines":[{"sku":"A","quantity":2,"unit_price":"12.50"}]}"#;
 
     #[test]
     fn accepts_a_valid_order() {
-        let parsed = parse_request(&request(Some(GOOD), Some("application/json; charset=utf-8"))).unwrap();
+        let parsed = parse_create(GOOD.as_bytes()).unwrap();
         assert_eq!(parsed.lines[0].unit_price, "12.50");
-        assert!(parse_request(&request(Some(GOOD), Some("application/vnd.orders+json"))).is_ok());
+        assert_eq!(parsed.customer_id, "c-1");
     }
 
     #[test]
     fn names_the_field_at_fault() {
-        let field = |body: &str| parse_request(&request(Some(body), None)).unwrap_err().field.unwrap_or_default();
+        let field = |body: &str| parse_create(body.as_bytes()).unwrap_err().field.unwrap_or_default();
         assert_eq!(field(r#"{"currency":"EUR","lines":[]}"#), "customer_id");
         assert_eq!(field(&GOOD.replace(r#""quantity":2"#, r#""quantity":0"#)), "lines[0].quantity");
         assert_eq!(field(&GOOD.replace(r#""quantity":2"#, r#""quantity":"2""#)), "lines[0].quantity");
@@ -1037,8 +798,9 @@ mod tests {
         assert_eq!(field(r#"{"customer_id":"c","currency":"EUR","lines":[{"sku":"A","quantity":2,"unit_price":"1",]}"#), "body");
         assert_eq!(field("null"), "body");
         assert_eq!(field("[]"), "body");
+        assert_eq!(field(""), "body");
         let array = r#"["o-1","c-1","EUR",[["SKU-X",2,"3.00"]]]"#;
-        let problem = parse_request(&request(Some(array), None)).unwrap_err();
+        let problem = parse_create(array.as_bytes()).unwrap_err();
         assert_eq!((problem.status, problem.field.as_deref()), (400, Some("body")), "an order written as an array");
         assert_eq!(field(&format!("{GOOD} {GOOD}")), "body");
         assert_eq!(field(&GOOD.replace(r#""customer_id""#, r#""extra":1,"customer_id""#)), "extra");
@@ -1053,34 +815,6 @@ mod tests {
         assert!(parse_create(body(MAX_LINES).as_bytes()).is_ok());
         let problem = parse_create(body(MAX_LINES + 1).as_bytes()).unwrap_err();
         assert_eq!((problem.status, problem.field.as_deref()), (400, Some("lines")));
-    }
-
-    #[test]
-    fn rejects_bad_transport_with_the_right_status() {
-        assert_eq!(parse_request(&request(None, None)).unwrap_err().status, 400);
-        assert_eq!(parse_request(&request(Some(""), None)).unwrap_err().field.as_deref(), Some("body"));
-        let problem = parse_request(&request(Some(GOOD), Some("text/plain"))).unwrap_err();
-        assert_eq!((problem.status, problem.field.as_deref()), (415, Some("content-type")));
-        assert_eq!(parse_request(&request(Some(GOOD), Some("application/x-www-form-urlencoded"))).unwrap_err().status, 415);
-        let big = format!(r#"{{"customer_id":"{}"}}"#, "x".repeat(MAX_BODY_BYTES));
-        let problem = parse_request(&request(Some(&big), None)).unwrap_err();
-        assert_eq!((problem.status, problem.field.as_deref()), (413, Some("body")));
-        let mut r = request(Some("%%%"), None);
-        r.is_base64_encoded = true;
-        assert_eq!(parse_request(&r).unwrap_err().field.as_deref(), Some("body"));
-        let mut r = request(Some(&base64::engine::general_purpose::STANDARD.encode(&big)), None);
-        r.is_base64_encoded = true;
-        assert_eq!(parse_request(&r).unwrap_err().status, 413, "the limit applies to the decoded body");
-    }
-
-    #[test]
-    fn decodes_base64_bodies_before_validating() {
-        let mut r = request(Some(&base64::engine::general_purpose::STANDARD.encode(GOOD)), None);
-        r.is_base64_encoded = true;
-        assert_eq!(parse_request(&r).unwrap().customer_id, "c-1");
-        let mut r = request(Some(&base64::engine::general_purpose::STANDARD.encode(GOOD.replace(r#""quantity":2"#, r#""quantity":0"#))), None);
-        r.is_base64_encoded = true;
-        assert_eq!(parse_request(&r).unwrap_err().field.as_deref(), Some("lines[0].quantity"));
     }
 
     #[test]
@@ -1103,313 +837,17 @@ mod tests {
         assert_eq!(OrderError::from(too_large).status(), 413);
         assert_eq!(OrderError::from(WriteError::ItemTooLarge { event_type: "OrderCreated".into(), bytes: 2 }).status(), 413);
         assert_eq!(OrderError::from(WriteError::Envelope(outbox::envelope::EnvelopeError::Empty("source"))).status(), 500);
-        let (problem, headers) = OrderError::Transaction(TransactionError::Retryable("TransactionConflict".into())).to_problem();
-        assert_eq!((problem.status, headers), (503, vec![("retry-after", RETRY_AFTER_SECONDS)]));
+        let problem = OrderError::Transaction(TransactionError::Retryable("TransactionConflict".into())).to_problem();
+        assert_eq!((problem.status, problem.title.as_str()), (503, "Try again"));
     }
 
     #[test]
-    fn routes_by_method_and_path() {
-        assert_eq!(route("POST", "/orders"), Route::CreateOrder);
-        assert_eq!(route("post", "/orders/"), Route::CreateOrder);
-        assert_eq!(route("GET", "/orders"), Route::MethodNotAllowed { allow: "POST" });
-        assert_eq!(route("GET", "/orders/o-1"), Route::GetOrder("o-1".into()));
-        assert_eq!(route("DELETE", "/orders/o-1"), Route::MethodNotAllowed { allow: "GET" });
-        assert_eq!(route("POST", "/orders/o-1/cancel"), Route::CancelOrder("o-1".into()));
-        assert_eq!(route("GET", "/orders/o-1/cancel"), Route::MethodNotAllowed { allow: "POST" });
-        assert_eq!(route("POST", "/orders//cancel"), Route::NotFound);
-        assert_eq!(route("GET", "/"), Route::NotFound);
-        assert_eq!(route("GET", ""), Route::NotFound);
-        assert_eq!(route("GET", "/orders/o-1/lines"), Route::NotFound);
-        assert_eq!(route("POST", "/customers"), Route::NotFound);
-    }
-
-    fn event(json: &str) -> ApiGatewayV2httpRequest {
-        serde_json::from_str(json).unwrap()
-    }
-
-    #[test]
-    fn the_path_drops_a_named_stage_but_not_the_default_one() {
-        let with =
-            |stage: &str, raw: &str| event(&format!(r#"{{"rawPath":"{raw}","requestContext":{{"stage":"{stage}","http":{{"method":"GET"}}}}}}"#));
-        assert_eq!(request_path(&with("$default", "/orders/o-1")), "/orders/o-1");
-        assert_eq!(request_path(&with("prod", "/prod/orders/o-1")), "/orders/o-1");
-        assert_eq!(request_path(&with("prod", "/production/orders")), "/production/orders");
-        let fallback = event(r#"{"requestContext":{"http":{"method":"GET","path":"/orders/o-2"}}}"#);
-        assert_eq!(request_path(&fallback), "/orders/o-2");
-    }
-
-    #[test]
-    fn null_headers_and_body_deserialise_to_nothing() {
-        // aws_lambda_events reads `headers` with deserialize_option: null is an empty map.
-        let r = event(r#"{"rawPath":"/orders","headers":null,"body":null,"requestContext":{"http":{"method":"POST"}}}"#);
-        assert!(r.headers.is_empty());
-        assert_eq!(r.body, None);
-        assert_eq!(parse_request(&r).unwrap_err().field.as_deref(), Some("body"));
-    }
-
-    // ---------------------------------------------------------------- the handler, mocked DynamoDB
-
-    use std::sync::{Arc, Mutex};
-
-    use aws_sdk_dynamodb::operation::get_item::{GetItemError, GetItemOutput};
-    use aws_sdk_dynamodb::operation::transact_write_items::{TransactWriteItemsError, TransactWriteItemsOutput};
-    use aws_sdk_dynamodb::types::error::TransactionCanceledException;
-    use aws_sdk_dynamodb::types::CancellationReason;
-    use aws_smithy_mocks::{mock, mock_client, MockResponse, Rule, RuleMode};
-
-    use crate::idempotency::KEY_PREFIX;
-    use outbox::envelope::OutboxItem;
-
-    type Item = HashMap<String, AttributeValue>;
-
-    /// A mocked orders table: `GetItem` answers from `items`; every `TransactWriteItems` is
-    /// recorded and answered by `reasons` (None = commit, Some(codes) = cancelled with those
-    /// reasons, the item of a `ConditionalCheckFailed` reason taken from `old`).
-    struct Table {
-        rules: Vec<Rule>,
-        sent: Arc<Mutex<Vec<Vec<TransactWriteItem>>>>,
-        gets: Arc<Mutex<usize>>,
-    }
-
-    impl Table {
-        fn new(items: Vec<Item>, reasons: Option<Vec<&'static str>>, old: Option<Item>) -> Self {
-            let gets = Arc::new(Mutex::new(0));
-            let counter = gets.clone();
-            let get = mock!(aws_sdk_dynamodb::Client::get_item).then_compute_response(move |input| {
-                *counter.lock().unwrap() += 1;
-                let pk = input.key().and_then(|k| k.get("pk")).cloned();
-                let found = items.iter().find(|i| i.get("pk") == pk.as_ref()).cloned();
-                MockResponse::<GetItemOutput, GetItemError>::Output(GetItemOutput::builder().set_item(found).build())
-            });
-            let sent: Arc<Mutex<Vec<Vec<TransactWriteItem>>>> = Default::default();
-            let log = sent.clone();
-            let transact = mock!(aws_sdk_dynamodb::Client::transact_write_items).then_compute_response(move |input| {
-                log.lock().unwrap().push(input.transact_items().to_vec());
-                match &reasons {
-                    None => MockResponse::Output(TransactWriteItemsOutput::builder().build()),
-                    Some(codes) => {
-                        let reasons = codes
-                            .iter()
-                            .map(|code| {
-                                let item = (*code == "ConditionalCheckFailed").then(|| old.clone()).flatten();
-                                CancellationReason::builder().code(*code).set_item(item).build()
-                            })
-                            .collect();
-                        MockResponse::Error(TransactWriteItemsError::TransactionCanceledException(
-                            TransactionCanceledException::builder().message("cancelled").set_cancellation_reasons(Some(reasons)).build(),
-                        ))
-                    }
-                }
-            });
-            Self { rules: vec![get, transact], sent, gets }
-        }
-
-        fn api(&self) -> OrdersApi {
-            let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, self.rules.iter(), |c| {
-                c.retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
-            });
-            OrdersApi::new(client, "orders", OutboxWriter::new("outbox", DEFAULT_RETENTION), "example.orders", DEFAULT_TTL)
-        }
-
-        fn sent(&self) -> Vec<Vec<TransactWriteItem>> {
-            self.sent.lock().unwrap().clone()
-        }
-    }
-
-    fn http(method: &str, path: &str, body: Option<&str>, key: Option<&str>) -> LambdaEvent<ApiGatewayV2httpRequest> {
-        let mut headers = serde_json::Map::new();
-        headers.insert("content-type".into(), "application/json".into());
-        if let Some(key) = key {
-            headers.insert("idempotency-key".into(), key.into());
-        }
-        let mut json = serde_json::json!({
-            "version": "2.0", "routeKey": format!("{method} {path}"), "rawPath": path, "headers": headers,
-            "requestContext": {"stage": "$default", "requestId": "req-1", "http": {"method": method, "path": path}},
-            "isBase64Encoded": false,
-        });
-        if let Some(body) = body {
-            json["body"] = body.into();
-        }
-        LambdaEvent::new(serde_json::from_value(json).unwrap(), lambda_runtime::Context::default())
-    }
-
-    fn body_of(response: &ApiGatewayV2httpResponse) -> String {
-        match &response.body {
-            Some(aws_lambda_events::encodings::Body::Text(t)) => t.clone(),
-            other => panic!("no text body: {other:?}"),
-        }
-    }
-
-    fn json_of(response: &ApiGatewayV2httpResponse) -> serde_json::Value {
-        serde_json::from_str(&body_of(response)).unwrap()
-    }
-
-    fn header_of<'a>(response: &'a ApiGatewayV2httpResponse, name: &str) -> Option<&'a str> {
-        response.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-
-    fn order_item(id: &str, status: &str, version: u64) -> Item {
-        serde_dynamo::to_item(OrderItem {
-            pk: order_key(id),
-            order_id: id.into(),
-            customer_id: "c-1".into(),
-            currency: "EUR".into(),
-            lines: vec![OrderLine { sku: "A".into(), quantity: 2, unit_price: "12.50".into() }],
-            status: status.into(),
-            version,
-            created_at: "2026-11-29T08:00:00.000Z".into(),
-            correlation_id: "c".into(),
-        })
-        .unwrap()
-    }
-
-    fn key_record(key: &str, hash: &str, status: u16, body: &str) -> Item {
-        IdempotencyRecord {
-            key: key.into(),
-            request_hash: hash.into(),
-            response: StoredResponse { status, body: body.into(), location: None },
-            created_at: "2026-11-29T08:00:00.000Z".into(),
-            expires_at: chrono::Utc::now().timestamp() + 3600,
-        }
-        .to_item()
-    }
-
-    #[tokio::test]
-    async fn unknown_routes_and_methods_are_problems_without_any_call() {
-        let table = Table::new(vec![], None, None);
-        let api = table.api();
-        let r = api.handle(http("GET", "/customers", None, None)).await.unwrap();
-        assert_eq!(r.status_code, 404);
-        assert_eq!(header_of(&r, "content-type"), Some("application/problem+json"));
-        let r = api.handle(http("DELETE", "/orders/o-1", None, None)).await.unwrap();
-        assert_eq!((r.status_code, header_of(&r, "allow")), (405, Some("GET")));
-        let r = api.handle(http("PUT", "/orders", None, None)).await.unwrap();
-        assert_eq!((r.status_code, header_of(&r, "allow")), (405, Some("POST")));
-        let r = api.handle(http("GET", "/orders/not%20an%20id", None, None)).await.unwrap();
-        assert_eq!(r.status_code, 404);
-        let r = api.handle(http("POST", "/orders", Some(GOOD), Some(""))).await.unwrap();
-        assert_eq!((r.status_code, json_of(&r)["field"].as_str()), (400, Some("Idempotency-Key")));
-        assert!(table.sent().is_empty());
-        assert_eq!(*table.gets.lock().unwrap(), 0);
-    }
-
-    #[tokio::test]
-    async fn a_create_with_a_key_puts_the_key_record_first_in_the_transaction() {
-        let table = Table::new(vec![], None, None);
-        let r = table.api().handle(http("POST", "/orders", Some(GOOD), Some("k-1"))).await.unwrap();
-        assert_eq!(r.status_code, 201, "{}", body_of(&r));
-        let sent = table.sent();
-        assert_eq!(sent.len(), 1);
-        let items = &sent[0];
-        assert_eq!(items.len(), 3);
-        let key_put = items[0].put().unwrap();
-        assert_eq!(key_put.item()["pk"], AttributeValue::S(format!("{KEY_PREFIX}k-1")));
-        assert_eq!(key_put.item()["status_code"], AttributeValue::N("201".into()));
-        assert_eq!(key_put.item()["response_body"], AttributeValue::S(body_of(&r)), "the stored body is the answer's body");
-        assert_eq!(key_put.item()["request_hash"], AttributeValue::S(request_hash("POST", "/orders", GOOD.as_bytes())));
-        assert_eq!(items[1].put().unwrap().condition_expression(), Some("attribute_not_exists(pk)"));
-        assert_eq!(items[2].put().unwrap().table_name(), "outbox");
-    }
-
-    #[tokio::test]
-    async fn a_key_taken_in_a_race_replays_the_record_returned_with_the_cancellation() {
-        let hash = request_hash("POST", "/orders", GOOD.as_bytes());
-        let stored = r#"{"order_id":"o-first","status":"CREATED","version":1,"event_id":"e-1"}"#;
-        let table = Table::new(vec![], Some(vec!["ConditionalCheckFailed", "None", "None"]), Some(key_record("k-1", &hash, 201, stored)));
-        let r = table.api().handle(http("POST", "/orders", Some(GOOD), Some("k-1"))).await.unwrap();
-        assert_eq!(r.status_code, 201);
-        assert_eq!(body_of(&r), stored);
-        assert_eq!(header_of(&r, REPLAYED_HEADER), Some("true"));
-        // One lookup before the write (absent then), none after: ALL_OLD carried the record.
-        assert_eq!(*table.gets.lock().unwrap(), 1);
-    }
-
-    #[tokio::test]
-    async fn a_key_taken_for_another_body_is_a_422() {
-        let table =
-            Table::new(vec![], Some(vec!["ConditionalCheckFailed", "ConditionalCheckFailed", "None"]), Some(key_record("k-1", "other", 201, "{}")));
-        let r = table.api().handle(http("POST", "/orders", Some(GOOD), Some("k-1"))).await.unwrap();
-        assert_eq!(r.status_code, 422);
-        assert_eq!(json_of(&r)["field"], "Idempotency-Key");
-    }
-
-    #[tokio::test]
-    async fn a_known_key_replays_before_any_write_or_state_check() {
-        let path = "/orders/o-1/cancel";
-        let stored = r#"{"order_id":"o-1","status":"CANCELLED","version":2,"event_id":"e-2"}"#;
-        let items = vec![order_item("o-1", STATUS_CANCELLED, 2), key_record("k-2", &request_hash("POST", path, b""), 200, stored)];
-        let table = Table::new(items, None, None);
-        let r = table.api().handle(http("POST", path, None, Some("k-2"))).await.unwrap();
-        assert_eq!((r.status_code, body_of(&r).as_str()), (200, stored));
-        let r = table.api().handle(http("POST", path, Some(r#"{"reason":"x"}"#), Some("k-2"))).await.unwrap();
-        assert_eq!(r.status_code, 422);
-        assert!(table.sent().is_empty(), "a replay or a 422 writes nothing");
-    }
-
-    #[tokio::test]
-    async fn a_cancel_updates_on_the_read_version_and_emits_the_next_sequence() {
-        let table = Table::new(vec![order_item("o-1", STATUS_CREATED, 1)], None, None);
-        let r = table.api().handle(http("POST", "/orders/o-1/cancel", Some(r#"{"reason":"late"}"#), None)).await.unwrap();
-        assert_eq!(r.status_code, 200, "{}", body_of(&r));
-        let answer = json_of(&r);
-        assert_eq!((answer["status"].as_str(), answer["version"].as_u64()), (Some("CANCELLED"), Some(2)));
-        let sent = table.sent();
-        let items = &sent[0];
-        assert_eq!(items.len(), 2);
-        let update = items[0].update().unwrap();
-        assert_eq!(update.condition_expression(), Some("#version = :expected AND #status = :created"));
-        let values = update.expression_attribute_values().unwrap();
-        assert_eq!(values[":expected"], AttributeValue::N("1".into()));
-        assert_eq!(values[":next"], AttributeValue::N("2".into()));
-        assert_eq!(values[":reason"], AttributeValue::S("late".into()));
-        let outbox = OutboxItem::from_item(items[1].put().unwrap().item().clone().into()).unwrap();
-        assert_eq!((outbox.event_type.as_str(), outbox.sequence, outbox.pk.as_str()), ("OrderCancelled", 2, "Order#o-1"));
-        assert_eq!(outbox.event_id, answer["event_id"].as_str().unwrap());
-        let payload: OrderCancelled = serde_json::from_str(&outbox.payload).unwrap();
-        assert_eq!(payload.reason.as_deref(), Some("late"));
-        assert_eq!(payload.lines[0].quantity, 2);
-    }
-
-    #[tokio::test]
-    async fn cancel_refusals_are_404_and_409_without_a_write() {
-        let table = Table::new(vec![order_item("o-2", STATUS_CANCELLED, 2)], None, None);
-        let r = table.api().handle(http("POST", "/orders/o-1/cancel", None, None)).await.unwrap();
-        assert_eq!(r.status_code, 404);
-        let r = table.api().handle(http("POST", "/orders/o-2/cancel", None, None)).await.unwrap();
-        assert_eq!(r.status_code, 409);
-        assert!(json_of(&r)["detail"].as_str().unwrap().contains("CANCELLED"));
-        assert!(table.sent().is_empty());
-    }
-
-    #[tokio::test]
-    async fn a_lost_race_is_a_409_and_a_conflict_a_503_with_retry_after() {
-        let table = Table::new(vec![order_item("o-1", STATUS_CREATED, 1)], Some(vec!["ConditionalCheckFailed", "None"]), None);
-        let r = table.api().handle(http("POST", "/orders/o-1/cancel", None, None)).await.unwrap();
-        assert_eq!(r.status_code, 409);
-        assert_eq!(json_of(&r)["title"], "Concurrent change");
-        let table = Table::new(vec![order_item("o-1", STATUS_CREATED, 1)], Some(vec!["None", "ConditionalCheckFailed"]), None);
-        let r = table.api().handle(http("POST", "/orders/o-1/cancel", None, None)).await.unwrap();
-        assert_eq!(r.status_code, 409, "sequence 2 taken by another writer");
-        let table = Table::new(vec![order_item("o-1", STATUS_CREATED, 1)], Some(vec!["TransactionConflict", "None"]), None);
-        let r = table.api().handle(http("POST", "/orders/o-1/cancel", None, None)).await.unwrap();
-        assert_eq!((r.status_code, header_of(&r, "retry-after")), (503, Some(RETRY_AFTER_SECONDS)));
-        let table = Table::new(vec![], Some(vec!["None", "ThrottlingError", "None"]), None);
-        let r = table.api().handle(http("POST", "/orders", Some(GOOD), Some("k"))).await.unwrap();
-        assert_eq!((r.status_code, header_of(&r, "retry-after")), (503, Some(RETRY_AFTER_SECONDS)));
-    }
-
-    #[tokio::test]
-    async fn get_answers_the_stored_order() {
-        let table = Table::new(vec![order_item("o-1", STATUS_CANCELLED, 2)], None, None);
-        let r = table.api().handle(http("GET", "/orders/o-1", None, None)).await.unwrap();
-        assert_eq!(r.status_code, 200);
-        let view: OrderView = serde_json::from_str(&body_of(&r)).unwrap();
-        assert_eq!((view.status.as_str(), view.version, view.customer_id.as_str()), ("CANCELLED", 2, "c-1"));
-        let as_json = json_of(&r);
-        let mut keys: Vec<&str> = as_json.as_object().unwrap().keys().map(String::as_str).collect();
-        keys.sort_unstable();
-        assert_eq!(keys, ["created_at", "currency", "customer_id", "lines", "order_id", "status", "version"]);
-        let r = table.api().handle(http("GET", "/orders/o-404", None, None)).await.unwrap();
-        assert_eq!(r.status_code, 404);
+    fn order_ids_are_1_to_64_safe_characters() {
+        assert!(is_valid_order_id("o-1_A"));
+        assert!(is_valid_order_id(&"a".repeat(64)));
+        assert!(!is_valid_order_id(""));
+        assert!(!is_valid_order_id(&"a".repeat(65)));
+        assert!(!is_valid_order_id("a.b"));
+        assert!(!is_valid_order_id("not an id"));
     }
 }
