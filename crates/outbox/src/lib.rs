@@ -51,12 +51,17 @@ pub mod transaction;
 pub mod writer;
 
 pub use config::{ConfigError, Env};
+#[cfg(feature = "inbox")]
+pub use consumer::{Consumer, ConsumerDeadLetterQueue, ConsumerError, DeliveredEvent, EventHandler, Fallback, Handled, HandlerError, Tx};
 pub use envelope::{EventMetadata, OutboxItem};
 #[cfg(feature = "inbox")]
-pub use inbox::{Inbox, InboxError, InboxOutcome};
+pub use inbox::{Guarded, Inbox, InboxError, InboxOutcome, InboxStore, MemoryInbox};
 #[cfg(feature = "relay")]
 pub use relay::{Relay, RelayConfig};
 #[cfg(feature = "writer")]
-pub use transaction::TransactionError;
+pub use transaction::{CommitError, ConditionFailed, TransactionError};
 #[cfg(feature = "writer")]
-pub use writer::{NewEvent, OutboxTransaction, OutboxWriter, WriteError};
+#[allow(deprecated)]
+pub use writer::NewEvent;
+#[cfg(feature = "writer")]
+pub use writer::{Event, OutboxTransaction, OutboxWriter, WriteError};
