@@ -21,7 +21,7 @@
 //!    (`MalformedDetail`, `InvalidArgument`) are poison. Source: the `PutEvents` API reference,
 //!    <https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutEvents.html>.
 //! 4. **Poison records** go to the relay's dead-letter queue as a
-//!    [`RelayFailureRecord`](crate::dead_letter::RelayFailureRecord) with the whole stream
+//!    [`RelayFailureRecord`] with the whole stream
 //!    record and the reason, and count as done, so one bad record never blocks its shard. If
 //!    the dead-letter queue cannot be written either, the record is a failure like any other.
 //! 5. **Checkpoint.** The response's `batchItemFailures` holds the sequence number of the

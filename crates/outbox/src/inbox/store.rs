@@ -72,7 +72,7 @@ pub trait InboxStore: Send + Sync {
     /// `effect`, stores its `Ok` value (as JSON) and returns it; a later delivery of the same
     /// event gets the stored value back ([`Guarded::Replayed`]) without running `effect`. On
     /// `Err` the claim is released, so Lambda's retry runs the effect again. See
-    /// [`guarded`](super::guarded) for the states.
+    /// the [guarded module](super::guarded) for the states.
     ///
     /// `lease_until` bounds how long a crashed invocation blocks the event: use the invocation's
     /// deadline ([`crate::lambda::lease_until`] with feature `lambda`).
