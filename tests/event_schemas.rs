@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use orders_app::inventory::{InventoryReleased, ReservationSettled, AGGREGATE_TYPE as RESERVATION};
 use orders_app::orders::{order_cancelled_event, order_created_event, OrderCancelled, OrderCreated, OrderLine, MAX_LINES};
-use outbox::writer::{NewEvent, OutboxWriter};
+use outbox::{Event, OutboxWriter};
 use serde_json::{json, Value};
 
 /// Every event type the project publishes, with its current schema version.
@@ -49,7 +49,7 @@ fn assert_invalid(event_type: &str, detail: &Value, why: &str) {
 
 /// The bus event's `detail` for `event`, built as the relay builds it: the outbox item the writer
 /// would store, then `OutboxItem::to_bus_event`.
-fn detail_of(event: NewEvent) -> Value {
+fn detail_of(event: Event) -> Value {
     let writer = OutboxWriter::new("outbox", Duration::from_secs(3600));
     let mut tx = writer.transaction();
     let item = tx.emit(event).unwrap_or_else(|e| panic!("the event is not publishable: {e}")).clone();
@@ -79,7 +79,7 @@ fn cancelled_detail(reason: Option<&str>) -> Value {
 
 /// An inventory event as the consumer emits it: event version 1, aggregate `Reservation#<order>`.
 fn inventory_detail(event_type: &str, payload: String, sequence: u64) -> Value {
-    detail_of(NewEvent {
+    detail_of(Event {
         event_type: event_type.into(),
         event_version: 1,
         source: "example.inventory".into(),

@@ -12,7 +12,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::QueueAttributeName;
 use common::{Deadline, Local};
-use outbox::writer::{NewEvent, OutboxWriter};
+use outbox::{Event, OutboxWriter};
 use serde_json::json;
 use serde_json::value::RawValue;
 
@@ -62,7 +62,7 @@ async fn only_inserted_outbox_items_are_published_verbatim() {
     let writer = OutboxWriter::new(&outbox_table, Duration::from_secs(3600));
     let mut tx = writer.transaction();
     for i in 0..3 {
-        tx.emit(NewEvent {
+        tx.emit(Event {
             event_type: "ThingHappened".into(),
             event_version: 1,
             source: source.clone(),

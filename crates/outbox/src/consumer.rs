@@ -1,11 +1,70 @@
-//! Reading an event as a consumer receives it from an EventBridge rule.
+//! Consumers: the library owns decode → inbox claim → your writes and events in the same
+//! transaction → answer; you write the business logic per event type.
+//!
+//! ```no_run
+//! # async fn example(sdk: aws_config::SdkConfig) -> Result<(), lambda_runtime::Error> {
+//! use std::time::Duration;
+//! use lambda_runtime::{service_fn, LambdaEvent};
+//! use outbox::consumer::{Consumer, ConsumerDeadLetterQueue, Fallback, HandlerError, RawEvent};
+//! use outbox::{ConditionFailed, Event, Inbox, OutboxWriter};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct OrderCreated { order_id: String, quantity: u32 }
+//!
+//! #[derive(serde::Serialize)]
+//! #[serde(rename_all = "snake_case")]
+//! enum Outcome { Reserved, Rejected }
+//!
+//! let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+//! let week = Duration::from_secs(7 * 24 * 3600);
+//! let inbox = Inbox::new(dynamodb, "my-inbox", "reserve-stock", week);
+//! let dead_letters = ConsumerDeadLetterQueue::new(aws_sdk_sqs::Client::new(&sdk), "https://sqs…/my-dlq", "reserve-stock");
+//! let consumer = Consumer::builder(inbox, dead_letters)
+//!     .outbox(OutboxWriter::new("my-outbox", week))
+//!     .on::<OrderCreated, _, _>("OrderCreated", |event, tx| async move {
+//!         let order = event.data;
+//!         tx.write(take_stock(&order.order_id, order.quantity)); // your conditional update: write 0
+//!         let data = serde_json::json!({"order_id": order.order_id});
+//!         tx.emit(Event::new("StockReserved", "example.stock", ("Reservation", order.order_id.as_str()), 1, &data)?
+//!             .correlation_id(&event.metadata.correlation_id))?;
+//!         // Not enough stock: nothing was written; record the rejection instead.
+//!         tx.on_condition_failed(move |failed, tx| match failed {
+//!             ConditionFailed::Write { index: 0, .. } => {
+//!                 tx.emit(Event::new("StockRejected", "example.stock", ("Reservation", order.order_id.as_str()), 1, &data)?)?;
+//!                 Ok(Fallback::Commit(Outcome::Rejected))
+//!             }
+//!             _ => Ok(Fallback::Duplicate), // settled by another event meanwhile
+//!         });
+//!         Ok::<_, HandlerError>(Outcome::Reserved)
+//!     })
+//!     .build();
+//! lambda_runtime::run(service_fn(|e: LambdaEvent<RawEvent>| consumer.handle(e))).await
+//! # }
+//! # fn take_stock(order_id: &str, quantity: u32) -> aws_sdk_dynamodb::types::TransactWriteItem { unimplemented!() }
+//! ```
+//!
+//! * A **duplicate** (same `detail.metadata.id`, any envelope id) writes nothing and answers
+//!   `{"outcome": "duplicate"}`; the payload hash is the SHA-256 of `detail.data` as delivered,
+//!   computed by the library.
+//! * What can **never succeed** — a malformed event, an id reused with another payload, a
+//!   [`HandlerError::Reject`] or [`HandlerError::Malformed`] — is sent to the dead-letter queue
+//!   on the first attempt and answered `{"outcome": "dead_lettered"}` (the asynchronous-invocation
+//!   retries are for what may pass).
+//! * What **may succeed later** — a conflict, throttling, a sequence gap, a
+//!   [`HandlerError::Retry`] — fails the invocation, so Lambda retries it and, when retries run
+//!   out, sends it to the function's on-failure destination.
+//!
+//! Your unit tests use [`MemoryInbox`](crate::inbox::MemoryInbox) and [`MemoryDeadLetters`]
+//! instead of the AWS ones.
+//!
+//! # Decoding
 //!
 //! The Lambda target gets the EventBridge envelope (`id`, `detail-type`, `source`, `time`,
 //! `detail`, …). This module checks that `detail` follows the envelope of
 //! [`crate::envelope`] (`{"metadata": …, "data": …}`), that `detail-type`/`source` agree with the
 //! metadata, and decodes `data` into the consumer's own type, naming the offending field when
 //! anything is wrong. Such an event is *malformed*: no retry can fix it, so
-//! [`ConsumerDeadLetterQueue`] sends it to the dead-letter queue on the first attempt instead of
+//! [`Consumer`] sends it to the dead-letter queue on the first attempt instead of
 //! letting Lambda retry it (the asynchronous-invocation retries are for failures that may pass).
 
 use aws_lambda_events::eventbridge::EventBridgeEvent;
@@ -13,8 +72,19 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::dead_letter::{ConsumerFailureRecord, CONSUMER_FAILURE_KIND};
 use crate::envelope::EventMetadata;
+
+pub mod dead_letters;
+pub mod dispatch;
+pub mod error;
+pub mod handler;
+pub mod tx;
+
+pub use dead_letters::{ConsumerDeadLetterQueue, DeadLetterError, DeadLetterSink, MemoryDeadLetters};
+pub use dispatch::{Consumer, ConsumerBuilder, ConsumerResponse, Handled};
+pub use error::{ConsumerError, HandlerError};
+pub use handler::EventHandler;
+pub use tx::{Fallback, Tx};
 
 /// An event as a Lambda EventBridge target receives it, with `detail` kept as raw JSON so that
 /// nothing in it is rounded before the consumer decodes it.
@@ -83,63 +153,6 @@ pub fn decode_event<T: DeserializeOwned>(event: &RawEventBridgeEvent) -> Result<
     }
     let decoded: T = decode_at("detail.data", data.get())?;
     Ok(DeliveredEvent { metadata, data: decoded, raw_data: data.get().to_owned(), envelope_id: event.id.clone() })
-}
-
-/// A consumer's own route to its dead-letter queue, for events no retry can fix.
-#[derive(Debug, Clone)]
-pub struct ConsumerDeadLetterQueue {
-    sqs: aws_sdk_sqs::Client,
-    url: String,
-    consumer: String,
-}
-
-impl ConsumerDeadLetterQueue {
-    /// Sends to the queue at `url` on behalf of `consumer`.
-    pub fn new(sqs: aws_sdk_sqs::Client, url: impl Into<String>, consumer: impl Into<String>) -> Self {
-        Self { sqs, url: url.into(), consumer: consumer.into() }
-    }
-
-    /// Sends a [`ConsumerFailureRecord`] holding `event` (as received) and the reason.
-    /// The message attributes `error_type` and `reason` repeat them for the SQS console.
-    ///
-    /// # Errors
-    /// The SQS error as text; the caller must then fail the invocation so nothing is lost.
-    pub async fn send(&self, event: &RawValue, error_type: &str, reason: &str) -> Result<(), String> {
-        // The event is embedded verbatim (a RawValue), so no number is rounded.
-        #[derive(Deserialize)]
-        struct Envelope<'a> {
-            #[serde(borrow)]
-            detail: Option<Detail<'a>>,
-        }
-        #[derive(Deserialize)]
-        struct Detail<'a> {
-            #[serde(borrow)]
-            metadata: Option<Metadata<'a>>,
-        }
-        #[derive(Deserialize)]
-        struct Metadata<'a> {
-            #[serde(borrow)]
-            id: Option<std::borrow::Cow<'a, str>>,
-        }
-        let event_id = serde_json::from_str::<Envelope<'_>>(event.get())
-            .ok()
-            .and_then(|e| e.detail)
-            .and_then(|d| d.metadata)
-            .and_then(|m| m.id)
-            .map(|id| id.into_owned());
-        let event_raw = event;
-        let record = ConsumerFailureRecord {
-            kind: CONSUMER_FAILURE_KIND.into(),
-            consumer: self.consumer.clone(),
-            error_type: error_type.into(),
-            reason: reason.into(),
-            event_id,
-            failed_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            event: event_raw,
-        };
-        let body = serde_json::to_string(&record).map_err(|e| e.to_string())?;
-        crate::dead_letter::send(&self.sqs, &self.url, body, &[("error_type", error_type), ("reason", reason)]).await
-    }
 }
 
 fn decode_at<T: DeserializeOwned>(prefix: &str, json: &str) -> Result<T, MalformedEvent> {

@@ -50,8 +50,17 @@ use sha2::{Digest, Sha256};
 use crate::envelope::EventMetadata;
 use crate::transaction::{all_old, transact_write, TransactionError};
 
+pub mod guarded;
+pub mod memory;
+pub mod store;
+
+pub use guarded::{Guarded, GuardedError};
+pub use memory::MemoryInbox;
+pub use store::InboxStore;
+
 /// How one delivery ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum InboxOutcome {
     /// The inbox row and the business writes committed together: the event took effect.
     Applied,
@@ -62,11 +71,14 @@ pub enum InboxOutcome {
     BusinessConditionFailed {
         /// Position among the caller's writes.
         index: usize,
+        /// The stored item, when that write asked for it (`ReturnValuesOnConditionCheckFailure=ALL_OLD`).
+        item: Option<crate::transaction::Item>,
     },
 }
 
 /// A delivery that could not be settled.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum InboxError {
     /// The same event id arrived with a different payload: never silently skipped.
     #[error("event {event_id} was applied before with a different payload (stored hash {stored}, this delivery {delivered})")]
@@ -126,6 +138,7 @@ impl InboxError {
 
 /// Guarded mode: the answer of [`Inbox::begin`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Claim {
     /// This invocation holds the event until `lease_expires_at` (epoch ms): perform the effect,
     /// then [`Inbox::complete`] (or [`Inbox::release`] on failure).
@@ -146,6 +159,12 @@ pub struct Lease {
     pub token: String,
     /// When the lease ends, epoch milliseconds.
     pub lease_expires_at: i64,
+}
+
+/// SHA-256 (hex, 64 characters) of `data`, the event's `detail.data` as delivered (JSON text,
+/// byte for byte): stored with the claim to detect an event id reused for a different payload.
+pub fn payload_hash(data: &str) -> String {
+    hex::encode(Sha256::digest(data.as_bytes()))
 }
 
 const IN_PROGRESS: &str = "IN_PROGRESS";
@@ -216,9 +235,9 @@ impl Inbox {
     }
 
     /// SHA-256 (hex) of the event data as delivered, stored to detect an id reused for a
-    /// different payload.
+    /// different payload (the same as [`payload_hash`]).
     pub fn payload_hash(data: &str) -> String {
-        hex::encode(Sha256::digest(data.as_bytes()))
+        payload_hash(data)
     }
 
     /// The conditional put that claims `metadata.id` for this consumer.
@@ -284,7 +303,9 @@ impl Inbox {
                     })
                 }
             }
-            Err(TransactionError::ConditionFailed { index, .. }) => Ok(InboxOutcome::BusinessConditionFailed { index: index - business_offset }),
+            Err(TransactionError::ConditionFailed { index, item }) => {
+                Ok(InboxOutcome::BusinessConditionFailed { index: index - business_offset, item })
+            }
             Err(e) => Err(e.into()),
         }
     }

@@ -17,6 +17,18 @@ pub fn deadline(context: &lambda_runtime::Context, fallback: Duration) -> Instan
     Instant::now() + left
 }
 
+/// The lease end for guarded mode ([`crate::inbox::InboxStore::guarded`], feature `inbox`):
+/// the invocation's deadline as a UTC time, or `fallback` from now when the context has none.
+/// A crashed invocation then blocks its event no longer than its own timeout.
+pub fn lease_until(context: &lambda_runtime::Context, fallback: Duration) -> chrono::DateTime<chrono::Utc> {
+    let now = chrono::Utc::now();
+    let fallback = now + chrono::Duration::from_std(fallback).unwrap_or(chrono::Duration::MAX);
+    if context.deadline == 0 {
+        return fallback;
+    }
+    i64::try_from(context.deadline).ok().and_then(chrono::DateTime::from_timestamp_millis).unwrap_or(fallback)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

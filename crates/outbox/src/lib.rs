@@ -4,15 +4,20 @@
 //! crash in between loses the event or announces a rolled-back order — is solved in three steps:
 //!
 //! 1. **Outbox** ([`writer`], feature `writer`): the producer writes its business item and an
-//!    outbox item in ONE DynamoDB `TransactWriteItems` call ([`transaction`]).
+//!    outbox item in ONE DynamoDB `TransactWriteItems` call ([`transaction`]): build an
+//!    [`Event`] from any `Serialize` payload, [`OutboxTransaction::emit`] it beside your writes,
+//!    and a cancelled transaction answers which write failed ([`CommitError`]).
 //! 2. **Relay** ([`relay`], feature `relay`): the outbox table's DynamoDB Stream triggers the
 //!    relay, which publishes each new outbox item to EventBridge with `PutEvents` — batched,
 //!    retried, failures reported per record through `batchItemFailures`, poison records
 //!    dead-lettered ([`dead_letter`]). Delivery is at-least-once. With feature `lambda`,
 //!    [`relay::lambda::run_from_env`] is the whole relay function.
 //! 3. **Inbox** ([`inbox`], feature `inbox`): each consumer records the event id in an inbox
-//!    table in the same transaction as its effect, so every event takes effect exactly once
-//!    ([`consumer`] reads the delivered event).
+//!    table in the same transaction as its effect, so every event takes effect exactly once.
+//!    [`Consumer`] does decode → claim → your writes → answer → dead-letter; you write one
+//!    handler per event type ([`consumer`]). Effects outside DynamoDB use
+//!    [`InboxStore::guarded`]. The store is a trait: [`Inbox`] (DynamoDB) in Lambda,
+//!    [`MemoryInbox`] in your unit tests.
 //!
 //! The contracts between the steps — outbox item attributes and the event on the bus — live in
 //! [`envelope`]. [`config`] reads settings from the environment.
@@ -21,10 +26,10 @@
 //!
 //! | feature | brings | needs |
 //! |---|---|---|
-//! | `writer` | [`OutboxWriter`], [`transaction`] | `aws-sdk-dynamodb` |
-//! | `inbox` | [`inbox`], [`consumer`], dead-letter sending | `writer`, `aws-sdk-sqs` |
+//! | `writer` | [`Event`], [`OutboxWriter`], [`OutboxTransaction`], [`CommitError`], [`transaction`] | `aws-sdk-dynamodb` |
+//! | `inbox` | [`Consumer`], [`Tx`], [`InboxStore`], [`Inbox`], [`MemoryInbox`], [`consumer`], [`inbox`] | `writer`, `aws-sdk-sqs` |
 //! | `relay` | [`relay`] | `aws-sdk-eventbridge`, `aws-sdk-sqs` |
-//! | `lambda` | [`lambda`], [`relay::lambda`] (with `relay`) | `lambda_runtime`, `aws-config` |
+//! | `lambda` | [`lambda`], [`relay::lambda`] (with `relay`), `Consumer::handle(LambdaEvent)` and `Diagnostic` conversions (with `inbox`) | `lambda_runtime`, `aws-config` |
 //! | `metrics` | counts through the `metrics` facade; CloudWatch EMF with `lambda` | `metrics` |
 //!
 //! The default is all of them. A producer-only service depends on
@@ -51,12 +56,17 @@ pub mod transaction;
 pub mod writer;
 
 pub use config::{ConfigError, Env};
+#[cfg(feature = "inbox")]
+pub use consumer::{Consumer, ConsumerDeadLetterQueue, ConsumerError, DeliveredEvent, EventHandler, Fallback, Handled, HandlerError, Tx};
 pub use envelope::{EventMetadata, OutboxItem};
 #[cfg(feature = "inbox")]
-pub use inbox::{Inbox, InboxError, InboxOutcome};
+pub use inbox::{Guarded, Inbox, InboxError, InboxOutcome, InboxStore, MemoryInbox};
 #[cfg(feature = "relay")]
 pub use relay::{Relay, RelayConfig};
 #[cfg(feature = "writer")]
-pub use transaction::TransactionError;
+pub use transaction::{CommitError, ConditionFailed, TransactionError};
 #[cfg(feature = "writer")]
-pub use writer::{NewEvent, OutboxTransaction, OutboxWriter, WriteError};
+#[allow(deprecated)]
+pub use writer::NewEvent;
+#[cfg(feature = "writer")]
+pub use writer::{Event, OutboxTransaction, OutboxWriter, WriteError};

@@ -1,0 +1,293 @@
+//! [`Consumer`]: decode → route by `detail-type` → your handler → inbox claim and your writes in
+//! one transaction → answer; dead-letter what can never succeed, fail what may (see the
+//! [consumer module docs](super)).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::{Serialize, Serializer};
+use serde_json::value::RawValue;
+
+use super::dead_letters::event_id_of;
+use super::handler::FnHandler;
+use super::{
+    decode_envelope, decode_event, ConsumerError, DeadLetterSink, DeliveredEvent, EventHandler, Fallback, HandlerError, MalformedEvent,
+    RawEventBridgeEvent, Tx,
+};
+use crate::envelope::EventMetadata;
+use crate::inbox::{payload_hash, InboxOutcome, InboxStore};
+use crate::writer::OutboxWriter;
+
+/// How a delivery ended. Serialises as the outcome `O` itself when applied, else as
+/// `"duplicate"` or `"dead_lettered"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Handled<O> {
+    /// The handler's writes committed with the inbox claim; its outcome.
+    Applied(O),
+    /// The event was applied before (or a fallback said so): nothing was written.
+    Duplicate,
+    /// The event can never be processed and was sent to the dead-letter queue.
+    DeadLettered,
+}
+
+impl<O: Serialize> Serialize for Handled<O> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Handled::Applied(o) => o.serialize(serializer),
+            Handled::Duplicate => serializer.serialize_str("duplicate"),
+            Handled::DeadLettered => serializer.serialize_str("dead_lettered"),
+        }
+    }
+}
+
+/// The handler's answer to Lambda: `{"outcome": …, "event_id": …}` (logged by Lambda; the local
+/// runtime counts it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ConsumerResponse<O> {
+    /// What happened.
+    pub outcome: Handled<O>,
+    /// `detail.metadata.id` (empty when the event had none).
+    pub event_id: String,
+}
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A decoded event and what its handler answered.
+struct Called<O> {
+    metadata: EventMetadata,
+    hash: String,
+    result: Result<O, HandlerError>,
+}
+
+/// One event type's handler with its data type erased, so one consumer holds many.
+trait Route<O>: Send + Sync {
+    fn call<'a>(&'a self, event: &'a RawEventBridgeEvent, tx: Tx<O>) -> BoxFuture<'a, Result<Called<O>, MalformedEvent>>;
+}
+
+struct Typed<T, H> {
+    handler: H,
+    data: PhantomData<fn() -> T>,
+}
+
+impl<T, O, H> Route<O> for Typed<T, H>
+where
+    T: DeserializeOwned + Send + 'static,
+    O: Send + 'static,
+    H: EventHandler<T, O>,
+{
+    fn call<'a>(&'a self, event: &'a RawEventBridgeEvent, tx: Tx<O>) -> BoxFuture<'a, Result<Called<O>, MalformedEvent>> {
+        Box::pin(async move {
+            let delivered: DeliveredEvent<T> = decode_event(event)?;
+            let metadata = delivered.metadata.clone();
+            // The hash of `detail.data` exactly as delivered: the same bytes for every duplicate.
+            let hash = payload_hash(&delivered.raw_data);
+            let result = self.handler.handle(delivered, tx).await;
+            Ok(Called { metadata, hash, result })
+        })
+    }
+}
+
+struct Inner<S, D, O> {
+    store: S,
+    dead_letters: D,
+    writer: Option<Arc<OutboxWriter>>,
+    routes: BTreeMap<String, Box<dyn Route<O>>>,
+}
+
+/// A consumer: an inbox store `S`, a dead-letter sink `D` and one handler per event type, all
+/// answering the outcome `O`. Build it once per cold start with [`Consumer::builder`]; clones
+/// share it.
+pub struct Consumer<S, D, O> {
+    inner: Arc<Inner<S, D, O>>,
+}
+
+impl<S, D, O> Clone for Consumer<S, D, O> {
+    fn clone(&self) -> Self {
+        Self { inner: self.inner.clone() }
+    }
+}
+
+impl<S: InboxStore, D, O> std::fmt::Debug for Consumer<S, D, O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("consumer", &self.inner.store.consumer())
+            .field("event_types", &self.inner.routes.keys().collect::<Vec<_>>())
+            .field("outbox", &self.inner.writer.as_ref().map(|w| w.table()))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`Consumer`].
+pub struct ConsumerBuilder<S, D, O> {
+    store: S,
+    dead_letters: D,
+    writer: Option<Arc<OutboxWriter>>,
+    routes: BTreeMap<String, Box<dyn Route<O>>>,
+}
+
+impl<S, D, O> std::fmt::Debug for ConsumerBuilder<S, D, O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumerBuilder").field("event_types", &self.routes.keys().collect::<Vec<_>>()).finish_non_exhaustive()
+    }
+}
+
+impl<S, D, O> Consumer<S, D, O>
+where
+    S: InboxStore,
+    D: DeadLetterSink,
+    O: Send + 'static,
+{
+    /// Starts a consumer recording events in `store` (the DynamoDB [`Inbox`](crate::Inbox), or a
+    /// [`MemoryInbox`](crate::inbox::MemoryInbox) in tests) and dead-lettering to `dead_letters`
+    /// (a [`ConsumerDeadLetterQueue`](super::ConsumerDeadLetterQueue), an `Option` of one — `None`
+    /// fails such invocations instead — or a [`MemoryDeadLetters`](super::MemoryDeadLetters)).
+    pub fn builder(store: S, dead_letters: D) -> ConsumerBuilder<S, D, O> {
+        ConsumerBuilder { store, dead_letters, writer: None, routes: BTreeMap::new() }
+    }
+
+    /// The inbox store.
+    pub fn store(&self) -> &S {
+        &self.inner.store
+    }
+
+    /// The dead-letter sink.
+    pub fn dead_letters(&self) -> &D {
+        &self.inner.dead_letters
+    }
+
+    /// Handles one invocation: `payload` is the EventBridge event as Lambda delivered it.
+    ///
+    /// # Errors
+    /// A retryable [`ConsumerError`] (Lambda retries it, then sends it to the on-failure
+    /// destination), or a non-retryable one when the dead-letter sink refused it.
+    pub async fn handle_payload(&self, payload: &RawValue) -> Result<ConsumerResponse<O>, ConsumerError> {
+        let error = match self.process(payload).await {
+            Ok((metadata, outcome)) => {
+                let kind = match &outcome {
+                    Handled::Applied(_) => "applied",
+                    Handled::Duplicate => "duplicate",
+                    Handled::DeadLettered => "dead_lettered",
+                };
+                tracing::info!(event_id = %metadata.id, event_type = %metadata.event_type, subject = %metadata.subject, correlation_id = %metadata.correlation_id, outcome = kind, "event handled");
+                return Ok(ConsumerResponse { outcome, event_id: metadata.id });
+            }
+            Err(e) => e,
+        };
+        let event_id = event_id_of(payload).unwrap_or_default();
+        if error.is_retryable() {
+            tracing::error!(event_id = %event_id, error_type = error.error_type(), error = %error, "event failed; Lambda retries it");
+            return Err(error);
+        }
+        tracing::error!(event_id = %event_id, error_type = error.error_type(), error = %error, "event can never be processed; dead-lettering it now");
+        let reason = error.to_string();
+        // Boxed for the same reason as the store's `apply` in `commit`.
+        let sent: BoxFuture<'_, _> = Box::pin(self.inner.dead_letters.send(payload, error.error_type(), &reason));
+        match sent.await {
+            Ok(()) => Ok(ConsumerResponse { outcome: Handled::DeadLettered, event_id }),
+            Err(send_error) => {
+                tracing::error!(error = %send_error, "could not dead-letter the event; failing the invocation instead");
+                Err(error)
+            }
+        }
+    }
+
+    /// [`Consumer::handle_payload`] as a Lambda handler:
+    /// `lambda_runtime::run(service_fn(|e| consumer.handle(e)))`.
+    ///
+    /// # Errors
+    /// See [`Consumer::handle_payload`].
+    #[cfg(feature = "lambda")]
+    pub async fn handle(&self, event: lambda_runtime::LambdaEvent<super::RawEvent>) -> Result<ConsumerResponse<O>, ConsumerError> {
+        self.handle_payload(&event.payload).await
+    }
+
+    async fn process(&self, payload: &RawValue) -> Result<(EventMetadata, Handled<O>), ConsumerError> {
+        let envelope = decode_envelope(payload)?;
+        let Some(route) = self.inner.routes.get(&envelope.detail_type) else {
+            let known: Vec<&str> = self.inner.routes.keys().map(String::as_str).collect();
+            return Err(MalformedEvent(format!("detail-type {:?} is not handled here ({})", envelope.detail_type, known.join(", "))).into());
+        };
+        let tx = Tx::new(self.inner.writer.clone());
+        let called = route.call(&envelope, tx.clone()).await?;
+        let outcome = called.result?;
+        let handled = self.commit(&called.metadata, &called.hash, tx, outcome).await?;
+        Ok((called.metadata, handled))
+    }
+
+    /// Commits `tx` with the inbox claim; on a false business condition, runs the fallback and
+    /// commits what it wrote instead (as many rounds as fallbacks are chained).
+    async fn commit(&self, metadata: &EventMetadata, hash: &str, mut tx: Tx<O>, mut outcome: O) -> Result<Handled<O>, ConsumerError> {
+        loop {
+            let (mut batch, fallback) = tx.take();
+            let items = std::mem::take(&mut batch.items);
+            // Boxed: the SDK's futures are deeply nested, and without a box the future of a whole
+            // Lambda `main` exceeds rustc's default query depth when computing its layout.
+            let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.apply(metadata, hash, items));
+            match applied.await? {
+                InboxOutcome::Applied => return Ok(Handled::Applied(outcome)),
+                InboxOutcome::Duplicate => return Ok(Handled::Duplicate),
+                InboxOutcome::BusinessConditionFailed { index, item } => {
+                    let failed = batch.failed_at(index, item);
+                    tracing::info!(event_id = %metadata.id, failed = %failed, "a business condition failed");
+                    let Some(fallback) = fallback else { return Err(ConsumerError::ConditionFailed { event_id: metadata.id.clone(), failed }) };
+                    let next = tx.fresh();
+                    match fallback(failed, next.clone())? {
+                        Fallback::Commit(o) => {
+                            outcome = o;
+                            tx = next;
+                        }
+                        Fallback::Duplicate => return Ok(Handled::Duplicate),
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<S, D, O> ConsumerBuilder<S, D, O>
+where
+    S: InboxStore,
+    D: DeadLetterSink,
+    O: Send + 'static,
+{
+    /// The outbox the handlers' [`Tx::emit`] writes to (needed only by consumers that emit).
+    pub fn outbox(mut self, writer: OutboxWriter) -> Self {
+        self.writer = Some(Arc::new(writer));
+        self
+    }
+
+    /// Routes `event_type` (the event's `detail-type`) to `handler`, a closure
+    /// `|event: DeliveredEvent<T>, tx: Tx<O>| async move { …; Ok(outcome) }`. `detail.data` is
+    /// decoded into `T`; a mismatch is a malformed event, dead-lettered naming the field. A second
+    /// registration of the same type replaces the first.
+    pub fn on<T, F, Fut>(self, event_type: impl Into<String>, handler: F) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(DeliveredEvent<T>, Tx<O>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, HandlerError>> + Send + 'static,
+    {
+        self.handler::<T, _>(event_type, FnHandler(handler))
+    }
+
+    /// Routes `event_type` to an [`EventHandler`] implementation (share one across types with an
+    /// `Arc`).
+    pub fn handler<T, H>(mut self, event_type: impl Into<String>, handler: H) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        H: EventHandler<T, O> + 'static,
+    {
+        self.routes.insert(event_type.into(), Box::new(Typed { handler, data: PhantomData::<fn() -> T> }));
+        self
+    }
+
+    /// The consumer.
+    pub fn build(self) -> Consumer<S, D, O> {
+        Consumer { inner: Arc::new(Inner { store: self.store, dead_letters: self.dead_letters, writer: self.writer, routes: self.routes }) }
+    }
+}

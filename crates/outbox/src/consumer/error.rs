@@ -1,0 +1,124 @@
+//! The consumer's errors: [`HandlerError`] (what your handler answers) and [`ConsumerError`]
+//! (what an invocation failed with), one variant per failure mode, each retryable or not.
+
+use crate::consumer::MalformedEvent;
+use crate::inbox::InboxError;
+use crate::transaction::ConditionFailed;
+use crate::writer::WriteError;
+
+/// Any error, boxed.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a handler did not produce an outcome. Nothing of its [`Tx`](super::Tx) is written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HandlerError {
+    /// May succeed later (a read failed, a dependency is down): the invocation fails and Lambda
+    /// retries it.
+    #[error("{0}")]
+    Retry(#[source] BoxError),
+    /// Can never succeed: the event is dead-lettered now (`error_type` `Rejected`).
+    #[error("{0}")]
+    Reject(#[source] BoxError),
+    /// The event breaks its contract (e.g. an empty list where one item is required):
+    /// dead-lettered now (`error_type` `MalformedEvent`).
+    #[error(transparent)]
+    Malformed(#[from] MalformedEvent),
+    /// An event the handler emits is not publishable: dead-lettered now (a bug to fix, then redrive).
+    #[error(transparent)]
+    Write(#[from] WriteError),
+}
+
+impl HandlerError {
+    /// [`HandlerError::Retry`] of `error`.
+    pub fn retry(error: impl Into<BoxError>) -> Self {
+        HandlerError::Retry(error.into())
+    }
+
+    /// [`HandlerError::Reject`] of `error`.
+    pub fn reject(error: impl Into<BoxError>) -> Self {
+        HandlerError::Reject(error.into())
+    }
+
+    /// Whether a later attempt can succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, HandlerError::Retry(_))
+    }
+}
+
+/// Why a delivery failed or was dead-lettered. [`ConsumerError::error_type`] is the Lambda
+/// `errorType` and the dead letter's `error_type`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConsumerError {
+    /// The event can never be processed (bad envelope, unknown `detail-type`, `data` not matching
+    /// the handler's type, or the handler said so).
+    #[error(transparent)]
+    Malformed(#[from] MalformedEvent),
+    /// The inbox failed or found a conflict (payload mismatch, sequence gap, transaction failure).
+    #[error(transparent)]
+    Inbox(#[from] InboxError),
+    /// An event the handler emitted could not be built.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    /// A condition of the handler's writes was false and it set no fallback
+    /// ([`Tx::on_condition_failed`](super::Tx::on_condition_failed)): retried, as the data may
+    /// change.
+    #[error("event {event_id}: {failed}, and the handler set no fallback")]
+    ConditionFailed {
+        /// `detail.metadata.id`.
+        event_id: String,
+        /// Which write.
+        failed: ConditionFailed,
+    },
+    /// The handler failed: [`HandlerError::Retry`] or [`HandlerError::Reject`].
+    #[error(transparent)]
+    Handler(HandlerError),
+}
+
+impl From<HandlerError> for ConsumerError {
+    fn from(e: HandlerError) -> Self {
+        match e {
+            HandlerError::Malformed(m) => ConsumerError::Malformed(m),
+            HandlerError::Write(w) => ConsumerError::Write(w),
+            other => ConsumerError::Handler(other),
+        }
+    }
+}
+
+impl ConsumerError {
+    /// Short machine-readable name: `MalformedEvent`, `PayloadMismatch`, `SequenceGap`,
+    /// `InProgress`, `Retryable`, `InboxError`, `WriteError`, `ConditionFailed`, `Rejected`.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            ConsumerError::Malformed(_) => "MalformedEvent",
+            ConsumerError::Inbox(InboxError::PayloadMismatch { .. }) => "PayloadMismatch",
+            ConsumerError::Inbox(InboxError::SequenceGap { .. }) => "SequenceGap",
+            ConsumerError::Inbox(InboxError::InProgress { .. }) => "InProgress",
+            ConsumerError::Inbox(i) if i.is_retryable() => "Retryable",
+            ConsumerError::Inbox(_) => "InboxError",
+            ConsumerError::Write(_) => "WriteError",
+            ConsumerError::ConditionFailed { .. } => "ConditionFailed",
+            ConsumerError::Handler(HandlerError::Retry(_)) => "Retryable",
+            ConsumerError::Handler(_) => "Rejected",
+        }
+    }
+
+    /// Whether a later attempt can succeed (then the invocation fails and Lambda retries it;
+    /// otherwise the event is dead-lettered at once).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ConsumerError::Malformed(_) | ConsumerError::Write(_) => false,
+            ConsumerError::Inbox(e) => e.is_retryable(),
+            ConsumerError::ConditionFailed { .. } => true,
+            ConsumerError::Handler(h) => h.is_retryable(),
+        }
+    }
+}
+
+#[cfg(feature = "lambda")]
+impl From<ConsumerError> for lambda_runtime::Diagnostic {
+    fn from(e: ConsumerError) -> Self {
+        lambda_runtime::Diagnostic { error_type: e.error_type().into(), error_message: e.to_string() }
+    }
+}

@@ -1,0 +1,140 @@
+//! [`Tx`]: the writes and events a handler adds for one delivery, committed by the library in ONE
+//! `TransactWriteItems` call with the inbox claim — and what to do when one of their conditions
+//! is false ([`Tx::on_condition_failed`]).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use aws_sdk_dynamodb::types::TransactWriteItem;
+
+use super::HandlerError;
+use crate::envelope::OutboxItem;
+use crate::transaction::{Batch, ConditionFailed, MAX_TRANSACTION_ITEMS};
+use crate::writer::{Event, OutboxWriter, WriteError};
+
+/// Items the library adds to every consumer transaction: the inbox claim and, for an ordered
+/// inbox, the aggregate's sequence row.
+const INBOX_ITEMS: usize = 2;
+
+/// What a business-condition fallback decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fallback<O> {
+    /// Commit what the fallback added to its [`Tx`] (with the inbox claim), then answer `O`.
+    Commit(O),
+    /// Write nothing, not even the inbox claim, and answer `duplicate`: the effect happened
+    /// already (e.g. settled by another event id).
+    Duplicate,
+}
+
+type FallbackFn<O> = Box<dyn FnOnce(ConditionFailed, Tx<O>) -> Result<Fallback<O>, HandlerError> + Send>;
+
+struct State<O> {
+    batch: Batch,
+    fallback: Option<FallbackFn<O>>,
+}
+
+/// The writes and events of one delivery. A cheap handle (clones share one list), so a handler
+/// takes it by value into its `async move` block; the library commits the list when the handler
+/// returns `Ok`, and drops it when it returns `Err`.
+pub struct Tx<O> {
+    state: Arc<Mutex<State<O>>>,
+    writer: Option<Arc<OutboxWriter>>,
+}
+
+impl<O> Clone for Tx<O> {
+    fn clone(&self) -> Self {
+        Self { state: self.state.clone(), writer: self.writer.clone() }
+    }
+}
+
+impl<O> std::fmt::Debug for Tx<O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tx").field("items", &self.len()).finish_non_exhaustive()
+    }
+}
+
+impl<O> Tx<O> {
+    /// An empty transaction whose events go to `writer`'s outbox table.
+    pub(crate) fn new(writer: Option<Arc<OutboxWriter>>) -> Self {
+        Self { state: Arc::new(Mutex::new(State { batch: Batch::default(), fallback: None })), writer }
+    }
+
+    /// An empty transaction, for testing a handler directly (its events go to `writer`).
+    pub fn for_test(writer: Option<OutboxWriter>) -> Self {
+        Self::new(writer.map(Arc::new))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<O>> {
+        // The lock is never held across an await or user code; a poisoned lock can only follow a
+        // panic in this module's own few lines, which leave the state whole.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds one of your writes (Put, Update, Delete or ConditionCheck). Writes are numbered from 0
+    /// in the order added, as [`ConditionFailed::Write`] reports them.
+    pub fn write(&self, item: TransactWriteItem) -> &Self {
+        self.lock().batch.write(item);
+        self
+    }
+
+    /// Adds an event to the consumer's outbox; returns the outbox item that will be stored.
+    ///
+    /// # Errors
+    /// [`WriteError`] if the event is not publishable, the transaction is full (100 items less
+    /// the inbox's 2), or the consumer has no outbox ([`WriteError::NoOutbox`]).
+    pub fn emit(&self, event: Event) -> Result<OutboxItem, WriteError> {
+        let Some(writer) = &self.writer else { return Err(WriteError::NoOutbox(event.event_type)) };
+        let mut state = self.lock();
+        if state.batch.items.len() + INBOX_ITEMS >= MAX_TRANSACTION_ITEMS {
+            return Err(WriteError::TooManyItems);
+        }
+        let item = writer.outbox_item(event, chrono::Utc::now())?;
+        let put = writer.put(&item);
+        Ok(state.batch.event(put, item).clone())
+    }
+
+    /// What to do when a condition of these writes is false (nothing was written, not even the
+    /// inbox claim): `fallback` learns which write failed and gets a fresh `Tx` to fill with the
+    /// alternative writes (e.g. record a rejection, emit `…Rejected`). Without a fallback, a
+    /// failed condition fails the invocation ([`ConsumerError::ConditionFailed`](super::ConsumerError::ConditionFailed),
+    /// retried by Lambda). The fallback's own `Tx` may set a fallback in turn.
+    pub fn on_condition_failed<F>(&self, fallback: F) -> &Self
+    where
+        F: FnOnce(ConditionFailed, Tx<O>) -> Result<Fallback<O>, HandlerError> + Send + 'static,
+    {
+        self.lock().fallback = Some(Box::new(fallback));
+        self
+    }
+
+    /// Number of items so far (your writes and events).
+    pub fn len(&self) -> usize {
+        self.lock().batch.items.len()
+    }
+
+    /// Whether nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The items so far, in request order (your writes and outbox puts), e.g. to assert on them
+    /// in a handler's unit test.
+    pub fn items(&self) -> Vec<TransactWriteItem> {
+        self.lock().batch.items.clone()
+    }
+
+    /// The outbox items emitted so far.
+    pub fn events(&self) -> Vec<OutboxItem> {
+        self.lock().batch.events.clone()
+    }
+
+    /// Takes the batch and the fallback out, leaving the handle empty.
+    pub(crate) fn take(&self) -> (Batch, Option<FallbackFn<O>>) {
+        let mut state = self.lock();
+        (std::mem::take(&mut state.batch), state.fallback.take())
+    }
+
+    /// The writer, for the fallback's fresh `Tx`.
+    pub(crate) fn fresh(&self) -> Self {
+        Self::new(self.writer.clone())
+    }
+}

@@ -1,0 +1,300 @@
+//! An in-memory inbox for your unit tests: the same answers as the DynamoDB [`Inbox`](super::Inbox)
+//! — claims, duplicates, payload mismatches, per-aggregate ordering, guarded leases — without
+//! AWS. In transactional mode it cannot evaluate your condition expressions: it *records* the
+//! writes it was given ([`MemoryInbox::applied`]) instead of executing them, and answers what
+//! you queue with [`MemoryInbox::fail_next`] (a business condition failing, a conflict) to
+//! drive the other paths of your handler.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use outbox::inbox::{InboxOutcome, InboxStore, MemoryInbox};
+//! # let metadata: outbox::EventMetadata = serde_json::from_str(r#"{"id":"e-1","type":"OrderCreated","version":1,"source":"s","time":"t","subject":"o-1","aggregate_type":"Order","sequence":1,"correlation_id":"c"}"#)?;
+//! let inbox = MemoryInbox::new("reserve-inventory");
+//! assert_eq!(inbox.apply(&metadata, "hash", vec![]).await?, InboxOutcome::Applied);
+//! assert_eq!(inbox.apply(&metadata, "hash", vec![]).await?, InboxOutcome::Duplicate);
+//! assert!(inbox.apply(&metadata, "other", vec![]).await.is_err()); // PayloadMismatch
+//! assert_eq!(inbox.applied().len(), 1);
+//! # Ok(()) }
+//! ```
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use aws_sdk_dynamodb::types::TransactWriteItem;
+use chrono::{DateTime, Utc};
+
+use super::{Claim, InboxError, InboxOutcome, InboxStore, Lease};
+use crate::envelope::EventMetadata;
+use crate::transaction::TransactionError;
+
+/// One transaction the store committed (in place of executing it).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct AppliedEvent {
+    /// `detail.metadata.id`.
+    pub event_id: String,
+    /// The payload hash it was claimed with.
+    pub payload_hash: String,
+    /// The consumer's writes, outbox puts included, in request order (without the inbox claim).
+    pub writes: Vec<TransactWriteItem>,
+}
+
+/// An answer to give instead of committing, queued with [`MemoryInbox::fail_next`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Injected {
+    /// The condition of the consumer's write `index` (request order among its writes, outbox puts
+    /// included) is false: [`InboxOutcome::BusinessConditionFailed`].
+    ConditionFailed {
+        /// Position among the writes given to `apply`.
+        index: usize,
+    },
+    /// `TransactionConflict` or throttling: a retryable [`InboxError::Transaction`].
+    Conflict,
+}
+
+#[derive(Debug, Clone)]
+enum Row {
+    Applied { payload_hash: String },
+    InProgress { payload_hash: String, token: String, lease_expires_at: i64 },
+    Completed { payload_hash: String, result: Option<String> },
+}
+
+impl Row {
+    fn payload_hash(&self) -> &str {
+        match self {
+            Row::Applied { payload_hash } | Row::InProgress { payload_hash, .. } | Row::Completed { payload_hash, .. } => payload_hash,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    rows: HashMap<String, Row>,
+    last_sequence: HashMap<String, u64>,
+    applied: Vec<AppliedEvent>,
+    injected: VecDeque<Injected>,
+}
+
+/// The in-memory [`InboxStore`] (see the [module docs](self)). Clones share one state.
+#[derive(Debug, Clone)]
+pub struct MemoryInbox {
+    consumer: String,
+    ordered: bool,
+    state: Arc<Mutex<State>>,
+}
+
+impl MemoryInbox {
+    /// An empty inbox of `consumer`.
+    pub fn new(consumer: impl Into<String>) -> Self {
+        Self { consumer: consumer.into(), ordered: false, state: Arc::default() }
+    }
+
+    /// Enables per-aggregate ordering, as [`Inbox::ordered`](super::Inbox::ordered).
+    pub fn ordered(mut self) -> Self {
+        self.ordered = true;
+        self
+    }
+
+    /// Makes the next `apply` answer `answer` instead of committing (answers are used in order).
+    pub fn fail_next(&self, answer: Injected) -> &Self {
+        self.lock().injected.push_back(answer);
+        self
+    }
+
+    /// The transactions committed so far, in order.
+    pub fn applied(&self) -> Vec<AppliedEvent> {
+        self.lock().applied.clone()
+    }
+
+    /// Whether `event_id` is recorded (applied, in progress or completed).
+    pub fn contains(&self, event_id: &str) -> bool {
+        self.lock().rows.contains_key(event_id)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock can only come from a test assertion elsewhere; the state
+        // is a plain map and stays consistent, so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn apply_now(&self, metadata: &EventMetadata, payload_hash: &str, writes: Vec<TransactWriteItem>) -> Result<InboxOutcome, InboxError> {
+        let mut state = self.lock();
+        if let Some(row) = state.rows.get(&metadata.id) {
+            if row.payload_hash() != payload_hash {
+                return Err(mismatch(metadata, row.payload_hash(), payload_hash));
+            }
+            return Ok(InboxOutcome::Duplicate);
+        }
+        let aggregate = format!("{}#{}", metadata.aggregate_type, metadata.subject);
+        if self.ordered {
+            let last = state.last_sequence.get(&aggregate).copied().unwrap_or(0);
+            if metadata.sequence <= last {
+                return Ok(InboxOutcome::Duplicate);
+            }
+            if metadata.sequence != last + 1 {
+                return Err(InboxError::SequenceGap { aggregate, expected: last + 1, got: metadata.sequence });
+            }
+        }
+        match state.injected.pop_front() {
+            Some(Injected::ConditionFailed { index }) => return Ok(InboxOutcome::BusinessConditionFailed { index, item: None }),
+            Some(Injected::Conflict) => return Err(InboxError::Transaction(TransactionError::Retryable("TransactionConflict (injected)".into()))),
+            None => {}
+        }
+        if self.ordered {
+            state.last_sequence.insert(aggregate, metadata.sequence);
+        }
+        state.rows.insert(metadata.id.clone(), Row::Applied { payload_hash: payload_hash.to_owned() });
+        state.applied.push(AppliedEvent { event_id: metadata.id.clone(), payload_hash: payload_hash.to_owned(), writes });
+        Ok(InboxOutcome::Applied)
+    }
+
+    fn begin_now(&self, metadata: &EventMetadata, payload_hash: &str, lease_until: DateTime<Utc>) -> Result<Claim, InboxError> {
+        let mut state = self.lock();
+        match state.rows.get(&metadata.id) {
+            Some(row) if row.payload_hash() != payload_hash => return Err(mismatch(metadata, row.payload_hash(), payload_hash)),
+            Some(Row::Completed { result, .. }) => return Ok(Claim::Completed { result: result.clone() }),
+            Some(Row::Applied { .. }) => return Ok(Claim::Completed { result: None }),
+            Some(Row::InProgress { lease_expires_at, .. }) if *lease_expires_at >= Utc::now().timestamp_millis() => {
+                return Err(InboxError::InProgress { event_id: metadata.id.clone(), lease_expires_at: *lease_expires_at });
+            }
+            // Absent, or a lease that ended: claim (take over).
+            Some(Row::InProgress { .. }) | None => {}
+        }
+        let token = uuid::Uuid::new_v4().to_string();
+        let lease_expires_at = lease_until.timestamp_millis();
+        state.rows.insert(metadata.id.clone(), Row::InProgress { payload_hash: payload_hash.to_owned(), token: token.clone(), lease_expires_at });
+        Ok(Claim::Acquired(Lease { event_id: metadata.id.clone(), token, lease_expires_at }))
+    }
+
+    fn complete_now(&self, lease: &Lease, result: Option<&str>) -> Result<(), InboxError> {
+        let mut state = self.lock();
+        match state.rows.get(&lease.event_id) {
+            Some(Row::InProgress { token, payload_hash, .. }) if *token == lease.token => {
+                let payload_hash = payload_hash.clone();
+                state.rows.insert(lease.event_id.clone(), Row::Completed { payload_hash, result: result.map(str::to_owned) });
+                Ok(())
+            }
+            _ => Err(InboxError::LeaseLost(lease.event_id.clone())),
+        }
+    }
+
+    fn release_now(&self, lease: &Lease) {
+        let mut state = self.lock();
+        if matches!(state.rows.get(&lease.event_id), Some(Row::InProgress { token, .. }) if *token == lease.token) {
+            state.rows.remove(&lease.event_id);
+        }
+    }
+}
+
+fn mismatch(metadata: &EventMetadata, stored: &str, delivered: &str) -> InboxError {
+    InboxError::PayloadMismatch { event_id: metadata.id.clone(), stored: stored.to_owned(), delivered: delivered.to_owned() }
+}
+
+impl InboxStore for MemoryInbox {
+    fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
+    fn apply(
+        &self,
+        metadata: &EventMetadata,
+        payload_hash: &str,
+        writes: Vec<TransactWriteItem>,
+    ) -> impl Future<Output = Result<InboxOutcome, InboxError>> + Send {
+        std::future::ready(self.apply_now(metadata, payload_hash, writes))
+    }
+
+    fn begin(
+        &self,
+        metadata: &EventMetadata,
+        payload_hash: &str,
+        lease_until: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Claim, InboxError>> + Send {
+        std::future::ready(self.begin_now(metadata, payload_hash, lease_until))
+    }
+
+    fn complete(&self, lease: &Lease, result: Option<&str>) -> impl Future<Output = Result<(), InboxError>> + Send {
+        std::future::ready(self.complete_now(lease, result))
+    }
+
+    fn release(&self, lease: &Lease) -> impl Future<Output = Result<(), InboxError>> + Send {
+        self.release_now(lease);
+        std::future::ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inbox::{Guarded, GuardedError};
+
+    fn metadata(id: &str, sequence: u64) -> EventMetadata {
+        EventMetadata {
+            id: id.into(),
+            event_type: "OrderCreated".into(),
+            version: 1,
+            source: "s".into(),
+            time: "2026-11-29T08:00:00.000Z".into(),
+            subject: "o-1".into(),
+            aggregate_type: "Order".into(),
+            sequence,
+            correlation_id: "c".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn duplicates_mismatches_ordering_and_injected_answers() {
+        let inbox = MemoryInbox::new("c").ordered();
+        assert_eq!(inbox.apply(&metadata("e-1", 1), "h", vec![]).await.unwrap(), InboxOutcome::Applied);
+        assert_eq!(inbox.apply(&metadata("e-1", 1), "h", vec![]).await.unwrap(), InboxOutcome::Duplicate);
+        assert!(matches!(inbox.apply(&metadata("e-1", 1), "x", vec![]).await, Err(InboxError::PayloadMismatch { .. })));
+        assert!(matches!(inbox.apply(&metadata("e-3", 3), "h", vec![]).await, Err(InboxError::SequenceGap { expected: 2, got: 3, .. })));
+        inbox.fail_next(Injected::ConditionFailed { index: 1 }).fail_next(Injected::Conflict);
+        assert_eq!(inbox.apply(&metadata("e-2", 2), "h", vec![]).await.unwrap(), InboxOutcome::BusinessConditionFailed { index: 1, item: None });
+        let err = inbox.apply(&metadata("e-2", 2), "h", vec![]).await.unwrap_err();
+        assert!(err.is_retryable(), "{err}");
+        assert_eq!(inbox.apply(&metadata("e-2", 2), "h", vec![]).await.unwrap(), InboxOutcome::Applied);
+        assert_eq!(inbox.apply(&metadata("e-2-again", 2), "h", vec![]).await.unwrap(), InboxOutcome::Duplicate);
+        assert_eq!(inbox.applied().iter().map(|a| a.event_id.as_str()).collect::<Vec<_>>(), ["e-1", "e-2"]);
+    }
+
+    #[tokio::test]
+    async fn guarded_runs_once_replays_and_releases_on_failure() {
+        let inbox = MemoryInbox::new("mailer");
+        let until = Utc::now() + chrono::Duration::seconds(30);
+        let meta = metadata("g-1", 1);
+        let failed = inbox.guarded(&meta, "h", until, || async { Err::<u32, _>("partner down") }).await;
+        assert!(matches!(failed, Err(GuardedError::Effect("partner down"))));
+        assert!(!inbox.contains("g-1"), "a failed effect releases the claim");
+        let runs = std::sync::atomic::AtomicU32::new(0);
+        let effect = || async {
+            runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok::<_, std::convert::Infallible>(7_u32)
+        };
+        assert_eq!(inbox.guarded(&meta, "h", until, effect).await.unwrap(), Guarded::Ran(7));
+        assert_eq!(inbox.guarded(&meta, "h", until, effect).await.unwrap(), Guarded::Replayed(7));
+        assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let mismatch = inbox.guarded(&meta, "other", until, effect).await.unwrap_err();
+        assert!(matches!(mismatch, GuardedError::Inbox(InboxError::PayloadMismatch { .. })) && !mismatch.is_retryable());
+    }
+
+    #[tokio::test]
+    async fn a_live_lease_blocks_and_an_ended_one_is_taken_over() {
+        let inbox = MemoryInbox::new("mailer");
+        let meta = metadata("l-1", 1);
+        let Claim::Acquired(old) = inbox.begin(&meta, "h", Utc::now() + chrono::Duration::seconds(30)).await.unwrap() else { panic!("first claim") };
+        assert!(matches!(inbox.begin(&meta, "h", Utc::now()).await, Err(InboxError::InProgress { .. })));
+        let meta2 = metadata("l-2", 1);
+        let Claim::Acquired(crashed) = inbox.begin(&meta2, "h", Utc::now() - chrono::Duration::seconds(1)).await.unwrap() else { panic!() };
+        let Claim::Acquired(taker) = inbox.begin(&meta2, "h", Utc::now() + chrono::Duration::seconds(30)).await.unwrap() else {
+            panic!("an ended lease is taken over")
+        };
+        assert!(matches!(inbox.complete(&crashed, None).await, Err(InboxError::LeaseLost(_))));
+        inbox.complete(&taker, Some("1")).await.unwrap();
+        inbox.complete(&old, None).await.unwrap();
+        assert_eq!(inbox.begin(&meta2, "h", Utc::now()).await.unwrap(), Claim::Completed { result: Some("1".into()) });
+    }
+}

@@ -1,0 +1,214 @@
+//! The consumer API with the in-memory inbox and dead-letter queue, as a user's own unit tests
+//! would drive it: a duplicate absorbed, a payload mismatch and malformed events dead-lettered on
+//! the first attempt, retryable failures failing the invocation, the business-condition
+//! fallback, and the answers' JSON.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
+use lambda_runtime::{Context, LambdaEvent};
+use outbox::consumer::{ConsumerResponse, MemoryDeadLetters, RawEvent};
+use outbox::inbox::memory::Injected;
+use outbox::{ConditionFailed, Consumer, ConsumerError, Event, Fallback, Handled, HandlerError, MemoryInbox, OutboxWriter};
+use serde_json::{json, Value};
+
+#[derive(Debug, serde::Deserialize)]
+struct OrderCreated {
+    order_id: String,
+    quantity: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Outcome {
+    Reserved,
+    Rejected,
+}
+
+fn stock_check(sku: &str) -> TransactWriteItem {
+    let check = ConditionCheck::builder()
+        .table_name("inventory")
+        .key("pk", AttributeValue::S(format!("SKU#{sku}")))
+        .condition_expression("available >= :q")
+        .expression_attribute_values(":q", AttributeValue::N("1".into()))
+        .build()
+        .expect("table_name, key and condition_expression are set");
+    TransactWriteItem::builder().condition_check(check).build()
+}
+
+type TestConsumer = Consumer<MemoryInbox, MemoryDeadLetters, Outcome>;
+
+/// Reserves `quantity` of one SKU: write 0 is the stock check, then `StockReserved`; when the
+/// check fails, the fallback emits `StockRejected` (and answers `duplicate` for anything else).
+fn consumer(inbox: &MemoryInbox, dead_letters: &MemoryDeadLetters) -> TestConsumer {
+    Consumer::builder(inbox.clone(), dead_letters.clone())
+        .outbox(OutboxWriter::new("outbox", Duration::from_secs(3600)))
+        .on::<OrderCreated, _, _>("OrderCreated", |event, tx| async move {
+            let order = event.data;
+            if order.quantity == 0 {
+                return Err(HandlerError::reject(format!("order {} has no quantity", order.order_id)));
+            }
+            if order.quantity > 1000 {
+                return Err(HandlerError::retry("the pricing service is down"));
+            }
+            tx.write(stock_check("SKU-1"));
+            let data = json!({"order_id": order.order_id});
+            tx.emit(
+                Event::new("StockReserved", "example.stock", ("Reservation", order.order_id.as_str()), 1, &data)?
+                    .correlation_id(&event.metadata.correlation_id),
+            )?;
+            tx.on_condition_failed(move |failed, tx| match failed {
+                ConditionFailed::Write { index: 0, .. } => {
+                    tx.emit(Event::new("StockRejected", "example.stock", ("Reservation", order.order_id.as_str()), 1, &data)?)?;
+                    Ok(Fallback::Commit(Outcome::Rejected))
+                }
+                _ => Ok(Fallback::Duplicate),
+            });
+            Ok(Outcome::Reserved)
+        })
+        .build()
+}
+
+fn event(event_id: &str, detail_type: &str, data: Value) -> LambdaEvent<RawEvent> {
+    let event = json!({
+        "version": "0", "id": format!("envelope-{}", uuid::Uuid::new_v4()), "detail-type": detail_type, "source": "example.orders",
+        "time": "2026-11-29T08:00:00Z", "region": "us-east-1", "resources": [],
+        "detail": {
+            "metadata": {"id": event_id, "type": detail_type, "version": 1, "source": "example.orders",
+                         "time": "2026-11-29T08:00:00.000Z", "subject": "o-1", "aggregate_type": "Order", "sequence": 1, "correlation_id": "corr-1"},
+            "data": data
+        }
+    });
+    let payload = serde_json::value::to_raw_value(&event).expect("a JSON value serialises");
+    LambdaEvent::new(payload, Context::default())
+}
+
+fn created(event_id: &str, quantity: u32) -> LambdaEvent<RawEvent> {
+    event(event_id, "OrderCreated", json!({"order_id": "o-1", "quantity": quantity}))
+}
+
+fn event_types(inbox: &MemoryInbox, n: usize) -> Vec<String> {
+    let applied = &inbox.applied()[n];
+    applied.writes.iter().filter_map(|w| w.put()).filter_map(|p| p.item().get("event_type")).filter_map(|v| v.as_s().ok().cloned()).collect()
+}
+
+#[tokio::test]
+async fn a_duplicate_is_absorbed_with_nothing_written() {
+    let (inbox, dlq) = (MemoryInbox::new("reserve"), MemoryDeadLetters::new());
+    let consumer = consumer(&inbox, &dlq);
+    let first = consumer.handle(created("e-1", 2)).await.expect("applied");
+    assert_eq!(first.outcome, Handled::Applied(Outcome::Reserved));
+    // The same event again (another envelope id): the inbox absorbs it.
+    let again = consumer.handle(created("e-1", 2)).await.expect("duplicate");
+    assert_eq!(again.outcome, Handled::Duplicate);
+    assert_eq!(serde_json::to_value(&first).unwrap(), json!({"outcome": "reserved", "event_id": "e-1"}));
+    assert_eq!(serde_json::to_value(&again).unwrap(), json!({"outcome": "duplicate", "event_id": "e-1"}));
+    let applied = inbox.applied();
+    assert_eq!(applied.len(), 1);
+    assert_eq!(applied[0].writes.len(), 2, "the stock check and the outbox put");
+    assert_eq!(applied[0].payload_hash, outbox::inbox::payload_hash(r#"{"order_id":"o-1","quantity":2}"#), "hashed from detail.data as delivered");
+    assert_eq!(event_types(&inbox, 0), ["StockReserved"]);
+    assert!(dlq.messages().is_empty());
+}
+
+#[tokio::test]
+async fn a_payload_mismatch_is_dead_lettered_on_the_first_attempt() {
+    let (inbox, dlq) = (MemoryInbox::new("reserve"), MemoryDeadLetters::new());
+    let consumer = consumer(&inbox, &dlq);
+    consumer.handle(created("e-1", 2)).await.expect("applied");
+    let response = consumer.handle(created("e-1", 5)).await.expect("dead-lettered, not failed");
+    assert_eq!(response.outcome, Handled::DeadLettered);
+    let dead = dlq.messages();
+    assert_eq!(dead.len(), 1);
+    assert_eq!((dead[0].error_type.as_str(), dead[0].event_id.as_deref()), ("PayloadMismatch", Some("e-1")));
+    assert!(dead[0].event.contains(r#""quantity":5"#), "the event verbatim: {}", dead[0].event);
+    assert_eq!(inbox.applied().len(), 1);
+}
+
+#[tokio::test]
+async fn malformed_events_and_rejections_are_dead_lettered_naming_the_reason() {
+    let (inbox, dlq) = (MemoryInbox::new("reserve"), MemoryDeadLetters::new());
+    let consumer = consumer(&inbox, &dlq);
+    let cases = [
+        (event("m-1", "OrderCreated", json!({"order_id": "o-1", "quantity": "two"})), "MalformedEvent", "detail.data.quantity"),
+        (event("m-2", "OrderShipped", json!({})), "MalformedEvent", "detail-type \"OrderShipped\" is not handled here (OrderCreated)"),
+        (created("m-3", 0), "Rejected", "order o-1 has no quantity"),
+    ];
+    for (event, error_type, reason) in cases {
+        let response = consumer.handle(event).await.expect("dead-lettered");
+        assert_eq!(response.outcome, Handled::DeadLettered);
+        let last = dlq.messages().pop().expect("a dead letter");
+        assert_eq!(last.error_type, error_type);
+        assert!(last.reason.contains(reason), "{reason:?} not in {:?}", last.reason);
+    }
+    let not_json = LambdaEvent::new(serde_json::value::to_raw_value(&json!({"detail": 1})).unwrap(), Context::default());
+    assert_eq!(consumer.handle(not_json).await.expect("dead-lettered").outcome, Handled::DeadLettered);
+    assert!(inbox.applied().is_empty());
+}
+
+#[tokio::test]
+async fn what_may_pass_later_fails_the_invocation() {
+    let (inbox, dlq) = (MemoryInbox::new("reserve"), MemoryDeadLetters::new());
+    let consumer = consumer(&inbox, &dlq);
+    inbox.fail_next(Injected::Conflict);
+    let err = consumer.handle(created("r-1", 1)).await.expect_err("a conflict fails the invocation");
+    assert!(err.is_retryable() && err.error_type() == "Retryable", "{err}");
+    let err = consumer.handle(created("r-2", 5000)).await.expect_err("a handler's retry fails the invocation");
+    assert!(matches!(err, ConsumerError::Handler(HandlerError::Retry(_))) && err.is_retryable(), "{err}");
+    let diagnostic = lambda_runtime::Diagnostic::from(err);
+    assert_eq!(diagnostic.error_type, "Retryable");
+    assert!(dlq.messages().is_empty());
+    // The retry succeeds once the conflict is gone.
+    assert_eq!(consumer.handle(created("r-1", 1)).await.unwrap().outcome, Handled::Applied(Outcome::Reserved));
+}
+
+#[tokio::test]
+async fn without_a_dead_letter_queue_what_can_never_succeed_fails_the_invocation() {
+    let inbox = MemoryInbox::new("reserve");
+    let consumer: Consumer<_, Option<MemoryDeadLetters>, Outcome> =
+        Consumer::builder(inbox, None).on::<OrderCreated, _, _>("OrderCreated", |_, _| async { Ok::<_, HandlerError>(Outcome::Reserved) }).build();
+    let err = consumer.handle(event("x-1", "OrderCreated", json!({"order_id": 1}))).await.expect_err("nowhere to dead-letter");
+    assert_eq!(err.error_type(), "MalformedEvent");
+    assert!(!err.is_retryable());
+}
+
+#[tokio::test]
+async fn a_failed_business_condition_runs_the_fallback_in_a_new_transaction() {
+    let (inbox, dlq) = (MemoryInbox::new("reserve"), MemoryDeadLetters::new());
+    let consumer = consumer(&inbox, &dlq);
+    // Write 0, the stock check, fails: the rejection is committed instead.
+    inbox.fail_next(Injected::ConditionFailed { index: 0 });
+    let response: ConsumerResponse<Outcome> = consumer.handle(created("b-1", 3)).await.expect("a business outcome");
+    assert_eq!(response.outcome, Handled::Applied(Outcome::Rejected));
+    assert_eq!(inbox.applied().len(), 1);
+    assert_eq!(event_types(&inbox, 0), ["StockRejected"], "only the fallback's writes");
+    // Position 1, the outbox put, fails: its sequence is taken, the fallback answers duplicate.
+    inbox.fail_next(Injected::ConditionFailed { index: 1 });
+    assert_eq!(consumer.handle(created("b-2", 3)).await.unwrap().outcome, Handled::Duplicate);
+    assert!(!inbox.contains("b-2"), "nothing written, not even the claim");
+    assert!(dlq.messages().is_empty());
+}
+
+#[tokio::test]
+async fn a_failed_condition_without_a_fallback_is_retried() {
+    let inbox = MemoryInbox::new("reserve");
+    let consumer: TestConsumer = Consumer::builder(inbox.clone(), MemoryDeadLetters::new())
+        .on::<OrderCreated, _, _>("OrderCreated", |_, tx| async move {
+            tx.write(stock_check("SKU-1")).write(stock_check("SKU-2"));
+            Ok(Outcome::Reserved)
+        })
+        .build();
+    inbox.fail_next(Injected::ConditionFailed { index: 1 });
+    let err = consumer.handle(created("n-1", 1)).await.expect_err("no fallback");
+    let ConsumerError::ConditionFailed { failed: ConditionFailed::Write { index: 1, .. }, .. } = &err else { panic!("{err:?}") };
+    assert!(err.is_retryable());
+    // Emitting without an outbox is a bug, reported before anything is written.
+    let no_outbox: TestConsumer = Consumer::builder(inbox.clone(), MemoryDeadLetters::new())
+        .on::<OrderCreated, _, _>("OrderCreated", |_, tx| async move {
+            tx.emit(Event::new("E", "s", ("A", "a"), 1, &())?)?;
+            Ok(Outcome::Reserved)
+        })
+        .build();
+    assert_eq!(no_outbox.handle(created("n-2", 1)).await.unwrap().outcome, Handled::DeadLettered);
+    assert_eq!(no_outbox.dead_letters().messages()[0].error_type, "WriteError");
+}
