@@ -66,7 +66,11 @@ pub use relay::{Relay, RelayConfig};
 #[cfg(feature = "writer")]
 pub use transaction::{CommitError, ConditionFailed, TransactionError};
 #[cfg(feature = "writer")]
-#[allow(deprecated)]
-pub use writer::NewEvent;
-#[cfg(feature = "writer")]
 pub use writer::{Event, OutboxTransaction, OutboxWriter, WriteError};
+
+/// The Rust snippets of the repository's README ("Use it in your own service") compile as
+/// doctests of this crate, so the README cannot drift from the API. Not part of the published
+/// crate's API (only compiled by `cargo test --doc` inside the repository).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

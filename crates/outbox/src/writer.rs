@@ -96,10 +96,6 @@ pub struct Event {
     pub trace_header: Option<String>,
 }
 
-/// The former name of [`Event`].
-#[deprecated(since = "0.1.0", note = "renamed to `outbox::Event`")]
-pub type NewEvent = Event;
-
 impl Event {
     /// An event of `event_type` from `source` about `aggregate` = `(aggregate_type, aggregate_id)`,
     /// number `sequence` (from 1) of that aggregate, with `data` serialised as the payload by

@@ -5,7 +5,7 @@
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
-use outbox::{Env, NewEvent, OutboxWriter, TransactionError};
+use outbox::{CommitError, ConditionFailed, Env, Event, OutboxWriter};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Deserialize, Serialize)]
@@ -37,21 +37,14 @@ impl Service {
             .build()?;
         let mut tx = self.outbox.transaction();
         tx.write(TransactWriteItem::builder().put(customer).build());
-        tx.emit(NewEvent {
-            event_type: "CustomerRegistered".into(),
-            event_version: 1,
-            source: "example.customers".into(),
-            aggregate_type: "Customer".into(),
-            aggregate_id: request.customer_id.clone(),
-            sequence: 1,
-            payload: serde_json::to_string(&request)?,
-            correlation_id: request.customer_id.clone(),
-            trace_header: std::env::var("_X_AMZN_TRACE_ID").ok(),
-        })?;
+        // The payload is serialised by the library; the X-Ray trace header comes from the Lambda
+        // environment (`_X_AMZN_TRACE_ID`).
+        let event = Event::new("CustomerRegistered", "example.customers", ("Customer", request.customer_id.as_str()), 1, &request)?;
+        tx.emit(event)?;
         match tx.execute(&self.dynamodb).await {
             Ok(events) => Ok(Answer { customer_id: request.customer_id, status: "registered", event_id: events.first().map(|e| e.event_id.clone()) }),
-            // Write 0 is the customer put: the customer exists, and nothing was written.
-            Err(TransactionError::ConditionFailed { index: 0, .. }) => Ok(Answer { customer_id: request.customer_id, status: "exists", event_id: None }),
+            // Write 0 (the first of ours) is the customer put: the customer exists, nothing was written.
+            Err(CommitError::ConditionFailed(ConditionFailed::Write { index: 0, .. })) => Ok(Answer { customer_id: request.customer_id, status: "exists", event_id: None }),
             Err(e) => Err(e.into()),
         }
     }

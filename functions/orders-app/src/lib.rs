@@ -14,7 +14,4 @@
 pub mod http;
 pub mod idempotency;
 pub mod inventory;
-// `orders.rs` still names the event `NewEvent` (the deprecated alias of `outbox::Event`); it is
-// being rewritten on another branch, which will use the new name.
-#[allow(deprecated)]
 pub mod orders;

@@ -59,7 +59,7 @@ use crate::idempotency::{
 };
 use outbox::config::{ConfigError, Env, DEFAULT_RETENTION};
 use outbox::transaction::{transact_write, TransactionError};
-use outbox::writer::{NewEvent, OutboxWriter, WriteError, DEFAULT_MAX_PUT_EVENTS_BYTES};
+use outbox::writer::{Event, OutboxWriter, WriteError, DEFAULT_MAX_PUT_EVENTS_BYTES};
 
 /// Largest accepted request body, bytes (after base64 decoding).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -572,13 +572,13 @@ impl OrdersApi {
 
 /// The outbox event of a new order: `OrderCreated` version [`EVENT_VERSION`], aggregate
 /// `Order#<order_id>`, sequence 1 (the order's first version).
-pub fn order_created_event(data: &OrderCreated, source: &str, correlation_id: &str, trace_header: Option<String>) -> NewEvent {
+pub fn order_created_event(data: &OrderCreated, source: &str, correlation_id: &str, trace_header: Option<String>) -> Event {
     order_event("OrderCreated", &data.order_id, 1, to_json(data), source, correlation_id, trace_header)
 }
 
 /// The outbox event of a cancellation: `OrderCancelled` version [`EVENT_VERSION`], aggregate
 /// `Order#<order_id>`, `sequence` = the order's new version.
-pub fn order_cancelled_event(data: &OrderCancelled, sequence: u64, source: &str, correlation_id: &str, trace_header: Option<String>) -> NewEvent {
+pub fn order_cancelled_event(data: &OrderCancelled, sequence: u64, source: &str, correlation_id: &str, trace_header: Option<String>) -> Event {
     order_event("OrderCancelled", &data.order_id, sequence, to_json(data), source, correlation_id, trace_header)
 }
 
@@ -590,8 +590,8 @@ fn order_event(
     source: &str,
     correlation_id: &str,
     trace_header: Option<String>,
-) -> NewEvent {
-    NewEvent {
+) -> Event {
+    Event {
         event_type: event_type.into(),
         event_version: EVENT_VERSION,
         source: source.into(),
