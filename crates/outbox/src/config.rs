@@ -9,6 +9,7 @@ use std::time::Duration;
 
 /// A missing or unusable setting.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// A required variable is not set (or empty).
     #[error("environment variable {0} is required but not set")]
@@ -21,7 +22,7 @@ pub enum ConfigError {
         /// Its value.
         value: String,
         /// What was expected.
-        reason: &'static str,
+        reason: String,
     },
 }
 
@@ -71,7 +72,7 @@ impl Env {
             None => Ok(default),
             Some(v) => match v.trim().parse::<u64>() {
                 Ok(s) if s > 0 => Ok(Duration::from_secs(s)),
-                _ => Err(ConfigError::Invalid { name, value: v, reason: "expected a positive number of seconds" }),
+                _ => Err(ConfigError::Invalid { name, value: v, reason: "expected a positive number of seconds".into() }),
             },
         }
     }
@@ -85,7 +86,7 @@ impl Env {
             None => Ok(default),
             Some(v) => match v.trim().parse::<usize>() {
                 Ok(b) if b > 0 => Ok(b),
-                _ => Err(ConfigError::Invalid { name, value: v, reason: "expected a positive number of bytes" }),
+                _ => Err(ConfigError::Invalid { name, value: v, reason: "expected a positive number of bytes".into() }),
             },
         }
     }
@@ -98,7 +99,7 @@ impl Env {
             None => Ok(default),
             Some(v) => match v.trim().parse::<u32>() {
                 Ok(n) if n > 0 => Ok(n),
-                _ => Err(ConfigError::Invalid { name, value: v, reason: "expected a positive whole number" }),
+                _ => Err(ConfigError::Invalid { name, value: v, reason: "expected a positive whole number".into() }),
             },
         }
     }
@@ -112,7 +113,7 @@ impl Env {
             None => Ok(default),
             Some(v) => match v.trim().parse::<u64>() {
                 Ok(ms) => Ok(Duration::from_millis(ms)),
-                _ => Err(ConfigError::Invalid { name, value: v, reason: "expected a whole number of milliseconds" }),
+                _ => Err(ConfigError::Invalid { name, value: v, reason: "expected a whole number of milliseconds".into() }),
             },
         }
     }

@@ -102,6 +102,7 @@ pub async fn send(sqs: &aws_sdk_sqs::Client, url: &str, body: String, attributes
 
 /// A dead-letter message, recognised by shape.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum DeadLetter {
     /// Written by the relay.
     RelayFailure(RelayFailureRecord),

@@ -84,6 +84,7 @@ pub struct OutboxItem {
 /// Why an outbox item cannot become an event. Such an item is a poison record: retrying never
 /// helps, so the relay dead-letters it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EnvelopeError {
     /// The DynamoDB item does not match the outbox item contract (missing or mistyped attribute).
     #[error("outbox item does not match the contract: {0}")]

@@ -61,6 +61,7 @@ pub const PERMANENT_ERROR_CODES: [&str; 2] = ["MalformedDetail", "InvalidArgumen
 
 /// Relay settings. [`RelayConfig::new`] gives the documented defaults.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RelayConfig {
     /// Name or ARN of the target event bus.
     pub event_bus_name: String,
@@ -78,6 +79,66 @@ pub struct RelayConfig {
     /// Time kept in reserve before the invocation's deadline: no retry starts later than
     /// `deadline − safety_margin` (default 2 s).
     pub safety_margin: Duration,
+    /// Attribute names of the outbox table where they differ from the contract's
+    /// ([`crate::envelope`]): table name → contract name, e.g. `"EventId"` → `"event_id"`.
+    /// Empty (the default) when the table uses the contract's names. See
+    /// [`RelayConfig::rename_attributes`].
+    pub attribute_names: HashMap<String, String>,
+}
+
+/// Names of the outbox item contract's attributes ([`crate::envelope`]), which
+/// [`RelayConfig::rename_attributes`] accepts.
+pub const CONTRACT_ATTRIBUTES: [&str; 14] = [
+    "pk",
+    "sk",
+    "event_id",
+    "event_type",
+    "event_version",
+    "source",
+    "aggregate_type",
+    "aggregate_id",
+    "sequence",
+    "occurred_at",
+    "payload",
+    "correlation_id",
+    "trace_header",
+    "expires_at",
+];
+
+/// A renaming of outbox attributes that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AttributeNamesError {
+    /// An entry is not `contract=table`.
+    #[error("{0:?} is not `contract_name=table_name`")]
+    Syntax(String),
+    /// The left side is not an attribute of the contract.
+    #[error("{0:?} is not an outbox attribute; the contract's attributes are {list}", list = CONTRACT_ATTRIBUTES.join(", "))]
+    UnknownAttribute(String),
+}
+
+impl RelayConfig {
+    /// Reads a renaming of the outbox table's attributes from `spec`: comma-separated
+    /// `contract_name=table_name` pairs, e.g. `event_id=EventId,payload=Body` (the relay
+    /// function's `OUTBOX_ATTRIBUTE_NAMES`). Only attributes whose names differ need a pair.
+    ///
+    /// # Errors
+    /// [`AttributeNamesError`] naming the entry that is not `a=b` or whose left side is not one
+    /// of [`CONTRACT_ATTRIBUTES`].
+    pub fn rename_attributes(&mut self, spec: &str) -> Result<(), AttributeNamesError> {
+        for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (contract, table) =
+                pair.split_once('=').map(|(a, b)| (a.trim(), b.trim())).ok_or_else(|| AttributeNamesError::Syntax(pair.into()))?;
+            if contract.is_empty() || table.is_empty() {
+                return Err(AttributeNamesError::Syntax(pair.into()));
+            }
+            if !CONTRACT_ATTRIBUTES.contains(&contract) {
+                return Err(AttributeNamesError::UnknownAttribute(contract.into()));
+            }
+            self.attribute_names.insert(table.to_owned(), contract.to_owned());
+        }
+        Ok(())
+    }
 }
 
 impl RelayConfig {
@@ -91,6 +152,7 @@ impl RelayConfig {
             base_backoff: Duration::from_millis(50),
             max_backoff: Duration::from_secs(2),
             safety_margin: Duration::from_secs(2),
+            attribute_names: HashMap::new(),
         }
     }
 }
@@ -98,6 +160,7 @@ impl RelayConfig {
 /// Why a record was not an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum SkipReason {
     /// A `MODIFY` record (an update of an outbox item is not a new event).
     Modify,
@@ -127,6 +190,7 @@ impl SkipReason {
 
 /// What one invocation did, for logs and metrics.
 #[derive(Debug, Default, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct RelayReport {
     /// Records in the batch.
     pub records: usize,
@@ -189,6 +253,7 @@ impl RelayReport {
 
 /// The relay's answer to one batch.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RelayOutcome {
     /// `batchItemFailures` for Lambda: empty, or the earliest failed record's sequence number.
     pub response: DynamoDbEventResponse,
@@ -198,6 +263,7 @@ pub struct RelayOutcome {
 
 /// The batch cannot be answered record by record: the whole batch must be retried.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RelayError {
     /// A record that must be retried has no `SequenceNumber` to report. Failing the invocation
     /// makes Lambda retry the whole batch, which loses nothing.
@@ -210,6 +276,7 @@ pub enum RelayError {
 
 /// One entry's failure as `PutEvents` reported it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EntryFailure {
     /// `ErrorCode` of the response entry, or the request's error code.
     pub code: String,
@@ -386,7 +453,20 @@ impl Relay {
             }
             _ => return Classified::Skip(SkipReason::UnknownEventName),
         }
-        let image = &record.change.new_image;
+        let renamed;
+        let image = if self.config.attribute_names.is_empty() {
+            &record.change.new_image
+        } else {
+            let names = &self.config.attribute_names;
+            renamed = record
+                .change
+                .new_image
+                .iter()
+                .map(|(k, v)| (names.get(k).cloned().unwrap_or_else(|| k.clone()), v.clone()))
+                .collect::<std::collections::HashMap<_, _>>()
+                .into();
+            &renamed
+        };
         let aggregate = match image.get("pk") {
             Some(serde_dynamo::AttributeValue::S(pk)) => pk.clone(),
             _ => String::new(),

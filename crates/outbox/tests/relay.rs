@@ -595,3 +595,41 @@ async fn records_after_a_known_failure_are_not_published() {
     assert_eq!(bus.calls()[0].len(), 10);
     assert!(bus.calls()[1..].iter().all(|c| c.len() == 1 && subject(&c[0]) == "o-0"));
 }
+
+/// A table that names contract attributes differently (`OUTBOX_ATTRIBUTE_NAMES`) is relayed
+/// like one that does not; without the renaming its items are not outbox items at all.
+#[tokio::test]
+async fn a_table_with_its_own_attribute_names_is_relayed_through_the_renaming() {
+    let mut renamed = image(&item("o-7", 3));
+    let object = renamed.as_object_mut().unwrap();
+    let event_id = object.remove("event_id").unwrap();
+    object.insert("EventId".into(), event_id);
+    let payload = object.remove("payload").unwrap();
+    object.insert("Body".into(), payload);
+    let batch = batch(vec![record("INSERT", &seq(0), renamed)]);
+
+    let bus = Bus::ok();
+    let dlq = Dlq::ok();
+    let plain = run(&relay(&bus, &dlq, config()), &batch).await;
+    assert_eq!(plain.report.published, 0, "without the renaming there is no event_id: not an outbox item");
+    assert!(bus.calls().is_empty() && dlq.bodies().is_empty());
+
+    let mut config = config();
+    config.rename_attributes("event_id=EventId, payload=Body").unwrap();
+    let outcome = run(&relay(&bus, &dlq, config), &batch).await;
+    assert!(failures(&outcome).is_empty());
+    assert_eq!(bus.sent(), vec![("o-7".to_string(), 3)]);
+    let detail = detail(&bus.calls()[0][0]);
+    assert_eq!(detail["metadata"]["id"], "evt-o-7-3");
+    assert_eq!(detail["data"]["order_id"], "o-7");
+}
+
+#[test]
+fn a_bad_attribute_renaming_names_the_entry() {
+    let mut config = config();
+    let err = config.rename_attributes("event_id").unwrap_err();
+    assert!(err.to_string().contains("\"event_id\" is not `contract_name=table_name`"), "{err}");
+    let err = config.rename_attributes("eventid=EventId").unwrap_err();
+    assert!(err.to_string().contains("\"eventid\" is not an outbox attribute"), "{err}");
+    assert!(config.attribute_names.is_empty());
+}

@@ -22,6 +22,7 @@
 //! | `PUT_EVENTS_MAX_REQUEST_BYTES` | most bytes in one `PutEvents` request | 1048576 |
 //! | `RELAY_MAX_ATTEMPTS` | `PutEvents` attempts per entry within one invocation | 5 |
 //! | `RELAY_SAFETY_MARGIN_MS` | time kept before the deadline, milliseconds | 2000 |
+//! | `OUTBOX_ATTRIBUTE_NAMES` | the table's names for contract attributes that it names differently: `contract=table` pairs, comma-separated, e.g. `event_id=EventId,payload=Body` | the contract's names |
 //! | `METRICS_NAMESPACE` | CloudWatch namespace of the EMF metrics (feature `metrics`) | `OutboxRelay` |
 //! | `AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL` | Lambda's logging controls | Lambda's |
 
@@ -58,6 +59,12 @@ impl RelayFunction {
         config.max_request_bytes = env.bytes("PUT_EVENTS_MAX_REQUEST_BYTES", DEFAULT_MAX_PUT_EVENTS_BYTES)?;
         config.max_attempts = env.count("RELAY_MAX_ATTEMPTS", config.max_attempts)?;
         config.safety_margin = env.millis("RELAY_SAFETY_MARGIN_MS", config.safety_margin)?;
+        let names = env.optional("OUTBOX_ATTRIBUTE_NAMES", "");
+        config.rename_attributes(&names).map_err(|e| ConfigError::Invalid {
+            name: "OUTBOX_ATTRIBUTE_NAMES",
+            value: names.clone(),
+            reason: e.to_string(),
+        })?;
         Ok(Self { relay: Relay::new(aws_sdk_eventbridge::Client::new(sdk), aws_sdk_sqs::Client::new(sdk), config) })
     }
 
