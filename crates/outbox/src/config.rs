@@ -90,6 +90,20 @@ impl Env {
             },
         }
     }
+    /// A positive byte count of at most `max` (default `default`), e.g. a setting bounded by an
+    /// AWS limit.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] if set but not a positive integer, or above `max`.
+    pub fn bytes_at_most(&self, name: &'static str, default: usize, max: usize) -> Result<usize, ConfigError> {
+        let bytes = self.bytes(name, default)?;
+        if bytes > max {
+            let value = (self.lookup)(name).unwrap_or_default();
+            return Err(ConfigError::Invalid { name, value, reason: format!("at most {max} bytes") });
+        }
+        Ok(bytes)
+    }
+
     /// A positive whole count (default `default`), e.g. a number of attempts.
     ///
     /// # Errors
@@ -145,6 +159,9 @@ mod tests {
         assert!(env(&[("S", "0")]).seconds("S", DEFAULT_RETENTION).is_err());
         assert!(env(&[("B", "1MB")]).bytes("B", 1).is_err());
         assert_eq!(env(&[("B", "262144")]).bytes("B", 1).unwrap(), 262_144);
+        assert_eq!(env(&[("B", "1048576")]).bytes_at_most("B", 1, 1_048_576).unwrap(), 1_048_576);
+        let err = env(&[("B", "99999999999")]).bytes_at_most("B", 1, 1_048_576).unwrap_err();
+        assert!(err.to_string().contains("at most 1048576 bytes"), "{err}");
         assert_eq!(env(&[("N", "3")]).count("N", 5).unwrap(), 3);
         assert!(env(&[("N", "0")]).count("N", 5).is_err());
         assert_eq!(env(&[("M", "0")]).millis("M", Duration::from_secs(2)).unwrap(), Duration::ZERO);

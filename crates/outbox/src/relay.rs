@@ -112,6 +112,9 @@ pub enum AttributeNamesError {
     /// An entry is not `contract=table`.
     #[error("{0:?} is not `contract_name=table_name`")]
     Syntax(String),
+    /// A contract attribute is renamed twice, or two attributes get one table name.
+    #[error("{0:?} appears twice in the renaming")]
+    Duplicate(String),
     /// The left side is not an attribute of the contract.
     #[error("{0:?} is not an outbox attribute; the contract's attributes are {list}", list = CONTRACT_ATTRIBUTES.join(", "))]
     UnknownAttribute(String),
@@ -123,9 +126,10 @@ impl RelayConfig {
     /// function's `OUTBOX_ATTRIBUTE_NAMES`). Only attributes whose names differ need a pair.
     ///
     /// # Errors
-    /// [`AttributeNamesError`] naming the entry that is not `a=b` or whose left side is not one
-    /// of [`CONTRACT_ATTRIBUTES`].
+    /// [`AttributeNamesError`] naming the entry that is not `a=b`, whose left side is not one
+    /// of [`CONTRACT_ATTRIBUTES`], or a name used twice. Nothing is changed on error.
     pub fn rename_attributes(&mut self, spec: &str) -> Result<(), AttributeNamesError> {
+        let mut names = self.attribute_names.clone();
         for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (contract, table) =
                 pair.split_once('=').map(|(a, b)| (a.trim(), b.trim())).ok_or_else(|| AttributeNamesError::Syntax(pair.into()))?;
@@ -135,8 +139,15 @@ impl RelayConfig {
             if !CONTRACT_ATTRIBUTES.contains(&contract) {
                 return Err(AttributeNamesError::UnknownAttribute(contract.into()));
             }
-            self.attribute_names.insert(table.to_owned(), contract.to_owned());
+            if names.values().any(|c| c == contract) {
+                return Err(AttributeNamesError::Duplicate(contract.into()));
+            }
+            if names.contains_key(table) {
+                return Err(AttributeNamesError::Duplicate(table.into()));
+            }
+            names.insert(table.to_owned(), contract.to_owned());
         }
+        self.attribute_names = names;
         Ok(())
     }
 }

@@ -631,5 +631,9 @@ fn a_bad_attribute_renaming_names_the_entry() {
     assert!(err.to_string().contains("\"event_id\" is not `contract_name=table_name`"), "{err}");
     let err = config.rename_attributes("eventid=EventId").unwrap_err();
     assert!(err.to_string().contains("\"eventid\" is not an outbox attribute"), "{err}");
-    assert!(config.attribute_names.is_empty());
+    let err = config.rename_attributes("event_id=X,payload=X").unwrap_err();
+    assert!(err.to_string().contains("\"X\" appears twice"), "{err}");
+    let err = config.rename_attributes("event_id=Id,event_id=Id2").unwrap_err();
+    assert!(err.to_string().contains("\"event_id\" appears twice"), "{err}");
+    assert!(config.attribute_names.is_empty(), "nothing is kept from a rejected renaming");
 }

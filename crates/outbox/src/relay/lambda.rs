@@ -19,7 +19,7 @@
 //! |---|---|---|
 //! | `EVENT_BUS_NAME` | name or ARN of the bus to publish to | required |
 //! | `RELAY_DLQ_URL` | SQS queue URL for poison records | required |
-//! | `PUT_EVENTS_MAX_REQUEST_BYTES` | most bytes in one `PutEvents` request | 1048576 |
+//! | `PUT_EVENTS_MAX_REQUEST_BYTES` | most bytes in one `PutEvents` request, at most 1048576 (the API's limit; 262144 where the old limit holds) | 1048576 |
 //! | `RELAY_MAX_ATTEMPTS` | `PutEvents` attempts per entry within one invocation | 5 |
 //! | `RELAY_SAFETY_MARGIN_MS` | time kept before the deadline, milliseconds | 2000 |
 //! | `OUTBOX_ATTRIBUTE_NAMES` | the table's names for contract attributes that it names differently: `contract=table` pairs, comma-separated, e.g. `event_id=EventId,payload=Body` | the contract's names |
@@ -56,7 +56,7 @@ impl RelayFunction {
     /// [`ConfigError`] naming the variable.
     pub fn from_env(sdk: &aws_config::SdkConfig, env: &Env) -> Result<Self, ConfigError> {
         let mut config = RelayConfig::new(env.required("EVENT_BUS_NAME")?, env.required("RELAY_DLQ_URL")?);
-        config.max_request_bytes = env.bytes("PUT_EVENTS_MAX_REQUEST_BYTES", DEFAULT_MAX_PUT_EVENTS_BYTES)?;
+        config.max_request_bytes = env.bytes_at_most("PUT_EVENTS_MAX_REQUEST_BYTES", DEFAULT_MAX_PUT_EVENTS_BYTES, DEFAULT_MAX_PUT_EVENTS_BYTES)?;
         config.max_attempts = env.count("RELAY_MAX_ATTEMPTS", config.max_attempts)?;
         config.safety_margin = env.millis("RELAY_SAFETY_MARGIN_MS", config.safety_margin)?;
         let names = env.optional("OUTBOX_ATTRIBUTE_NAMES", "");
@@ -104,7 +104,15 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let env = Env::process();
     let sdk = aws_config::load_from_env().await;
-    let relay = RelayFunction::from_env(&sdk, &env)?;
+    let relay = match RelayFunction::from_env(&sdk, &env) {
+        Ok(relay) => relay,
+        Err(e) => {
+            // Logged and returned as text: Lambda's init error (and the log) then read
+            // "environment variable EVENT_BUS_NAME is required but not set", not a Debug dump.
+            tracing::error!(error = %e, "the relay's configuration is invalid");
+            return Err(e.to_string().into());
+        }
+    };
     let handler = lambda_runtime::service_fn(|event: LambdaEvent<DynamoDbEvent>| relay.handle(event));
     #[cfg(feature = "metrics")]
     {
