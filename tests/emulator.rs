@@ -1,10 +1,13 @@
-//! The emulator shim (`scripts/moto_server.py`) keeps AWS's transaction semantics on the
-//! stream: a cancelled TransactWriteItems never appears as a stream record, not even through a
-//! shard iterator taken before it ran, and the next committed write is read normally.
+//! The emulator shim (`scripts/moto_server.py`) keeps AWS's transaction semantics: a cancelled
+//! TransactWriteItems leaves every item it would have written (updated, put or deleted; in
+//! hash-only and hash + range tables) as it was, never appears as a stream record, not even
+//! through a shard iterator taken before it ran, and the next committed write is read normally.
 
 mod common;
 
-use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, TransactWriteItem};
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Delete, Put, TransactWriteItem, Update};
 use aws_sdk_dynamodbstreams::types::{AttributeValue as StreamValue, Record, ShardIteratorType};
 use common::Local;
 
@@ -64,5 +67,89 @@ async fn a_cancelled_transaction_never_reaches_the_stream() {
         .filter_map(pk)
         .collect();
     assert_eq!(all, ["committed"]);
+    local.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_cancelled_transaction_leaves_every_item_it_would_have_written_as_it_was() {
+    let local = Local::start().await;
+    let outbox = local.table("OutboxTable"); // pk + sk, with a stream
+    let inventory = local.table("InventoryTable"); // pk only
+    let s = |v: &str| AttributeValue::S(v.into());
+    let outbox_key = |pk: &str| HashMap::from([("pk".to_owned(), s(pk)), ("sk".to_owned(), s("1"))]);
+    let inventory_key = |pk: &str| HashMap::from([("pk".to_owned(), s(pk))]);
+    for (table, key) in [(&outbox, outbox_key("updated")), (&inventory, inventory_key("updated")), (&inventory, inventory_key("deleted"))] {
+        let mut item = key;
+        item.insert("v".into(), s("before"));
+        local.dynamodb.put_item().table_name(table).set_item(Some(item)).send().await.unwrap();
+    }
+    let streams = aws_sdk_dynamodbstreams::Client::new(&local.runtime.sdk);
+    let arn = local.runtime.stack.stream_arns["OutboxTable"].clone();
+    let records = || {
+        let streams = streams.clone();
+        let arn = arn.clone();
+        async move {
+            let description = streams.describe_stream().stream_arn(&arn).send().await.unwrap();
+            let shard = description.stream_description().unwrap().shards()[0].shard_id().unwrap().to_owned();
+            let iterator = streams
+                .get_shard_iterator()
+                .stream_arn(&arn)
+                .shard_id(shard)
+                .shard_iterator_type(ShardIteratorType::TrimHorizon)
+                .send()
+                .await
+                .unwrap()
+                .shard_iterator
+                .unwrap();
+            streams.get_records().shard_iterator(iterator).send().await.unwrap().records().iter().filter_map(pk).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(records().await, ["updated"]);
+
+    let update = |table: &str, key: HashMap<String, AttributeValue>| {
+        let update = Update::builder()
+            .table_name(table)
+            .set_key(Some(key))
+            .update_expression("SET v = :v")
+            .expression_attribute_values(":v", s("after"))
+            .build()
+            .unwrap();
+        TransactWriteItem::builder().update(update).build()
+    };
+    let put = |table: &str, mut item: HashMap<String, AttributeValue>| {
+        item.insert("v".into(), s("after"));
+        TransactWriteItem::builder().put(Put::builder().table_name(table).set_item(Some(item)).build().unwrap()).build()
+    };
+    let delete =
+        |table: &str, key| TransactWriteItem::builder().delete(Delete::builder().table_name(table).set_key(Some(key)).build().unwrap()).build();
+    let check = ConditionCheck::builder()
+        .table_name(&inventory)
+        .set_key(Some(inventory_key("absent")))
+        .condition_expression("attribute_exists(pk)")
+        .build()
+        .unwrap();
+    let cancelled = local
+        .dynamodb
+        .transact_write_items()
+        .transact_items(update(&outbox, outbox_key("updated")))
+        .transact_items(put(&outbox, outbox_key("put")))
+        .transact_items(update(&inventory, inventory_key("updated")))
+        .transact_items(put(&inventory, inventory_key("put")))
+        .transact_items(delete(&inventory, inventory_key("deleted")))
+        .transact_items(TransactWriteItem::builder().condition_check(check).build())
+        .send()
+        .await;
+    assert!(cancelled.is_err(), "the transaction must be cancelled");
+
+    let get = |table: &str, key| local.dynamodb.get_item().table_name(table).set_key(Some(key)).consistent_read(true).send();
+    let v = |item: Option<&HashMap<String, AttributeValue>>| item.map(|i| i["v"].as_s().unwrap().clone());
+    assert_eq!(v(get(&outbox, outbox_key("updated")).await.unwrap().item()).as_deref(), Some("before"));
+    assert_eq!(v(get(&outbox, outbox_key("put")).await.unwrap().item()), None);
+    assert_eq!(v(get(&inventory, inventory_key("updated")).await.unwrap().item()).as_deref(), Some("before"));
+    assert_eq!(v(get(&inventory, inventory_key("put")).await.unwrap().item()), None);
+    assert_eq!(v(get(&inventory, inventory_key("deleted")).await.unwrap().item()).as_deref(), Some("before"));
+    assert_eq!(local.scan(&outbox).await.len(), 1);
+    assert_eq!(local.scan(&inventory).await.len(), 2);
+    assert_eq!(records().await, ["updated"], "a cancelled transaction's write reached the stream");
     local.shutdown().await;
 }

@@ -2,8 +2,9 @@
 //!
 //! moto comes from the project's own virtualenv (`.venv-emulator`, pinned in
 //! `requirements/emulator.txt`), created by `scripts/venv emulator` the first time it is needed,
-//! and runs through `scripts/moto_server.py`, which serialises DynamoDB requests (moto's rollback
-//! of a cancelled transaction is not isolated from concurrent requests; the script says why).
+//! and runs through `scripts/moto_server.py`, which serialises DynamoDB requests, undoes a
+//! cancelled transaction key by key (moto copies every table it touches on each transaction) and
+//! lets moto free the model objects it no longer uses (the script says why).
 //! `OUTBOX_MOTO_SERVER` names another executable taking `-H HOST -p PORT`.
 
 use std::path::{Path, PathBuf};

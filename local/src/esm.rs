@@ -168,7 +168,8 @@ impl StreamMapping {
     /// Reads new records of every shard into `buffer`. `positions` holds the last sequence
     /// number read per shard; the iterator is taken afresh each time (AFTER_SEQUENCE_NUMBER), so a
     /// stale or expired iterator never stalls the mapping (iterators expire after 15 minutes on
-    /// AWS; in moto a cancelled transaction replaces the table and its shard).
+    /// AWS; moto without the project's shim replaces the table and its shard on a cancelled
+    /// transaction).
     async fn poll(&self, positions: &mut HashMap<String, Option<String>>, buffer: &mut VecDeque<Buffered>) -> Result<(), String> {
         let err = |e: &dyn std::fmt::Display| e.to_string();
         let description = self
