@@ -31,3 +31,36 @@ pub async fn sdk_config(target: &Target) -> SdkConfig {
 pub fn region_from_env() -> String {
     std::env::var("AWS_REGION").or_else(|_| std::env::var("AWS_DEFAULT_REGION")).ok().filter(|r| !r.is_empty()).unwrap_or_else(|| "us-east-1".into())
 }
+
+/// Checks an emulator endpoint (`--endpoint`, `AWS_ENDPOINT_URL`) before anything uses it: an
+/// `http://` or `https://` URL with a host.
+///
+/// # Errors
+/// A message naming the flag and the value.
+pub fn check_endpoint(endpoint: &str) -> Result<(), String> {
+    let bad =
+        |why: &str| format!("--endpoint (or AWS_ENDPOINT_URL) {endpoint:?} {why}; pass the emulator's URL, e.g. --endpoint http://127.0.0.1:5000");
+    let url = reqwest::Url::parse(endpoint).map_err(|e| bad(&format!("is not a URL ({e})")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(bad("is not an http:// or https:// URL"));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(bad("has no host"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_http_or_https_urls_with_a_host() {
+        assert_eq!(check_endpoint("http://127.0.0.1:5000"), Ok(()));
+        assert_eq!(check_endpoint("https://dynamodb.localhost"), Ok(()));
+        for bad in ["not-a-url", "127.0.0.1:5000", "ftp://host", "http://", "file:///tmp/x"] {
+            let err = check_endpoint(bad).expect_err(bad);
+            assert!(err.starts_with(&format!("--endpoint (or AWS_ENDPOINT_URL) {bad:?} ")), "{err}");
+        }
+    }
+}

@@ -17,6 +17,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use aws_sdk_sqs::types::MessageSystemAttributeName;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::sync::watch;
@@ -65,8 +66,15 @@ impl RuleDelivery {
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let this = Arc::new(self);
         while !*shutdown.borrow() {
-            let received =
-                this.sqs.receive_message().queue_url(&this.rule.delivery_queue.url).max_number_of_messages(10).wait_time_seconds(1).send().await;
+            let received = this
+                .sqs
+                .receive_message()
+                .queue_url(&this.rule.delivery_queue.url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(1)
+                .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
+                .send()
+                .await;
             let messages = match received {
                 Ok(out) => out.messages.unwrap_or_default(),
                 Err(e) => {
@@ -99,8 +107,10 @@ impl RuleDelivery {
             .and_then(Value::as_str)
             .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
             .map(SystemTime::from);
-        let envelope_time =
-            parsed.get("time").and_then(Value::as_str).and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()).map(SystemTime::from);
+        // The age counts from when the event was queued for the function (Lambda: queued for
+        // asynchronous invocation; here: received by the delivery queue), never from the event's
+        // `time`, which its producer sets (the relay: when the outbox item occurred).
+        let queued = queued_at(&message).unwrap_or_else(SystemTime::now);
         let max_attempts = 1 + self.function.spec.event_invoke.max_retry_attempts;
         let max_age = Duration::from_secs(self.function.spec.event_invoke.max_event_age_secs);
 
@@ -108,7 +118,7 @@ impl RuleDelivery {
         let mut attempts = 0;
         let mut condition = "RetriesExhausted";
         while attempts < max_attempts {
-            let age = envelope_time.and_then(|t| SystemTime::now().duration_since(t).ok()).unwrap_or_default();
+            let age = SystemTime::now().duration_since(queued).unwrap_or_default();
             if age > max_age {
                 condition = "EventAgeExceeded";
                 break;
@@ -210,5 +220,31 @@ impl RuleDelivery {
         if let Err(e) = self.sqs.delete_message().queue_url(&self.rule.delivery_queue.url).receipt_handle(handle).send().await {
             tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(e), "deleting a delivered event failed; it may be delivered again (the inbox absorbs it)");
         }
+    }
+}
+
+/// When the delivery queue received `message` (its `SentTimestamp` system attribute, epoch
+/// milliseconds), if the answer carried it.
+fn queued_at(message: &aws_sdk_sqs::types::Message) -> Option<SystemTime> {
+    let millis: u64 = message.attributes()?.get(&MessageSystemAttributeName::SentTimestamp)?.parse().ok()?;
+    SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(millis))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_events_age_counts_from_when_the_delivery_queue_received_it_not_from_its_time() {
+        let sent = SystemTime::now() - Duration::from_secs(5);
+        let sent_ms = sent.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or_default();
+        // Two days old by its `time` (an outbox item relayed after an outage).
+        let body = json!({"id": "e-1", "time": "2020-01-01T00:00:00Z", "detail": {}}).to_string();
+        let message =
+            aws_sdk_sqs::types::Message::builder().body(body).attributes(MessageSystemAttributeName::SentTimestamp, sent_ms.to_string()).build();
+        let queued = queued_at(&message).expect("SentTimestamp is read");
+        let age = SystemTime::now().duration_since(queued).expect("queued in the past");
+        assert!(age >= Duration::from_secs(4) && age < Duration::from_secs(60), "{age:?}");
+        assert_eq!(queued_at(&aws_sdk_sqs::types::Message::builder().build()), None);
     }
 }

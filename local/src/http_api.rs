@@ -120,6 +120,28 @@ pub async fn serve(
     Ok((bound, task))
 }
 
+/// The `curl` line `up` suggests: a POST to the first POST route of `routes`
+/// (`(method, path template)`), path parameters written as their names; `None` when the
+/// template has no POST route. The body is the sample order for the sample's `/orders`, else
+/// `{}`.
+pub fn curl_hint<'a>(api: &str, routes: impl IntoIterator<Item = (&'a str, &'a str)>) -> Option<String> {
+    let (_, path) = routes.into_iter().find(|(method, _)| *method == "POST")?;
+    let path: Vec<String> = path
+        .split('/')
+        .map(|part| match part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+            Some(name) => name.trim_end_matches('+').to_owned(),
+            None => part.to_owned(),
+        })
+        .collect();
+    let path = path.join("/");
+    let body = if path == "/orders" {
+        r#"{"customer_id":"c-1","currency":"EUR","lines":[{"sku":"SKU-RED-MUG","quantity":1,"unit_price":"12.50"}]}"#
+    } else {
+        "{}"
+    };
+    Some(format!("curl -s -X POST 'http://{api}{path}' -H 'content-type: application/json' -d '{body}'"))
+}
+
 fn plain(status: StatusCode, message: &str) -> Response {
     let mut response = Response::new(Body::from(json!({ "message": message }).to_string()));
     *response.status_mut() = status;
@@ -241,6 +263,17 @@ fn into_http(response: &Value) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_curl_hint_posts_to_the_templates_first_post_route_or_is_omitted() {
+        let hint = curl_hint("127.0.0.1:3000", [("GET", "/orders/{id}"), ("POST", "/customers/{tenant}/register"), ("POST", "/x")]);
+        assert_eq!(
+            hint.as_deref(),
+            Some("curl -s -X POST 'http://127.0.0.1:3000/customers/tenant/register' -H 'content-type: application/json' -d '{}'")
+        );
+        assert!(curl_hint("a:1", [("POST", "/orders")]).is_some_and(|h| h.contains("SKU-RED-MUG")), "the sample's order API");
+        assert_eq!(curl_hint("a:1", [("GET", "/orders/{id}"), ("ANY", "/{proxy+}")]), None);
+    }
 
     #[test]
     fn path_templates_match_like_api_gateway() {

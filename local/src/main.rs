@@ -11,8 +11,10 @@
 //! Without `--endpoint` (or `AWS_ENDPOINT_URL`), `up`, `demo`, `invoke` and `provision` start
 //! their own moto server on a free loopback port; `dlq` uses the ordinary AWS configuration.
 //! `up`, `demo` and `invoke` first build the template's function binaries with one
-//! `cargo build --bin …` beside the template (`--no-build` when they are prebuilt) and run each
-//! function as its real binary, served the Lambda Runtime API.
+//! `cargo build --bin …` beside the template (`invoke X`: only X's; `--no-build` when they are
+//! prebuilt, with `--target-dir` or `CARGO_TARGET_DIR` where no Cargo project is beside the
+//! template) and run each function as its real binary, served the Lambda Runtime API. `up` and
+//! `demo` skip, with a warning, functions without `Metadata.BuildProperties.Binary`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -22,12 +24,12 @@ use std::time::Duration;
 
 use aws_config::SdkConfig;
 use clap::{Parser, Subcommand};
-use outbox_local::aws::{region_from_env, sdk_config, Target, EMULATOR_ACCOUNT};
+use outbox_local::aws::{check_endpoint, region_from_env, sdk_config, Target, EMULATOR_ACCOUNT};
 use outbox_local::binaries;
 use outbox_local::demo::{self, DemoOptions};
 use outbox_local::emulator::Emulator;
 use outbox_local::runtime::{Runtime, RuntimeOptions};
-use outbox_local::stack::{Mode, QueueInfo, Stack};
+use outbox_local::stack::{default_stack_name, Mode, QueueInfo, Stack};
 use outbox_local::template::Template;
 use outbox_local::{dlq, http_api};
 use tokio::sync::watch;
@@ -38,7 +40,8 @@ struct Cli {
     /// SAM template to read (default: template.yaml in this directory or the nearest parent).
     #[arg(long, global = true)]
     template: Option<PathBuf>,
-    /// Stack name: resource names are `<stack>-<suffix>` (default: samconfig.toml's stack_name).
+    /// Stack name: resource names are `<stack>-<suffix>` (default: stack_name of samconfig.toml
+    /// beside the template, else the template directory's name).
     #[arg(long, global = true)]
     stack_name: Option<String>,
     /// AWS endpoint of a running emulator, e.g. http://127.0.0.1:5000 (also AWS_ENDPOINT_URL).
@@ -51,6 +54,11 @@ struct Cli {
     /// (also OUTBOX_LOCAL_NO_BUILD=1).
     #[arg(long, global = true, env = "OUTBOX_LOCAL_NO_BUILD", value_parser = clap::builder::FalseyValueParser::new())]
     no_build: bool,
+    /// The cargo target directory: the functions' binaries are `<DIR>/debug/<Binary>` (built
+    /// there, or prebuilt with --no-build). Default: cargo's for the template's directory
+    /// (with --no-build, CARGO_TARGET_DIR when set).
+    #[arg(long, global = true, value_name = "DIR")]
+    target_dir: Option<PathBuf>,
     /// Most instances of one function at once, unless it sets ReservedConcurrentExecutions.
     #[arg(long, global = true, default_value_t = 4)]
     max_instances: usize,
@@ -153,13 +161,19 @@ struct Local {
     endpoint: String,
 }
 
-/// The emulator (when none is given), the provisioned stack, and — with `functions` — the
-/// template's binaries built and ready to run.
-async fn local(cli: &Cli, template: Template, root: &Path, stack_name: &str, announce: bool) -> Result<Local, String> {
+/// The emulator (when none is given), the provisioned stack, and the template's binaries built
+/// and ready to run — only function `only`'s when given (`invoke`); otherwise functions without
+/// a `Binary` are skipped with a warning.
+async fn local(cli: &Cli, template: Template, root: &Path, stack_name: &str, announce: bool, only: Option<&str>) -> Result<Local, String> {
     let (emulator, endpoint, sdk, stack) = provisioned(cli, template, stack_name, announce).await?;
-    let bin_dir = build_functions(cli, &stack, root).await?;
+    if only.is_none() {
+        for id in &stack.skipped_functions {
+            eprintln!("warning: {id} has no Metadata.BuildProperties.Binary (not a Rust binary?): skipped, its events are not wired");
+        }
+    }
+    let bin_dir = build_functions(cli, &stack, root, only).await?;
     let options = RuntimeOptions { verbose: cli.verbose, max_instances: cli.max_instances.max(1), ..RuntimeOptions::default() };
-    let runtime = Runtime::new(sdk, stack, options, &bin_dir)?;
+    let runtime = Runtime::with_functions(sdk, stack, options, &bin_dir, only)?;
     Ok(Local { runtime: Arc::new(runtime), _emulator: emulator, endpoint })
 }
 
@@ -186,12 +200,16 @@ async fn provisioned(
     Ok((emulator, endpoint, sdk, stack))
 }
 
-/// Builds the stack's function binaries beside the template (unless `--no-build`); returns the
-/// directory they are in.
-async fn build_functions(cli: &Cli, stack: &Stack, root: &Path) -> Result<PathBuf, String> {
-    let names: Vec<String> = stack.functions.iter().map(|f| f.binary.clone()).collect();
-    let (root, skip) = (root.to_owned(), cli.no_build);
-    tokio::task::spawn_blocking(move || binaries::prepare(&root, names.iter().map(String::as_str), skip))
+/// Builds the stack's function binaries (only `only`'s when given) beside the template (unless
+/// `--no-build`); returns the directory they are in.
+async fn build_functions(cli: &Cli, stack: &Stack, root: &Path, only: Option<&str>) -> Result<PathBuf, String> {
+    let functions: Vec<(String, String)> =
+        stack.functions.iter().filter(|f| only.is_none_or(|id| f.logical_id == id)).map(|f| (f.logical_id.clone(), f.binary.clone())).collect();
+    let root = root.to_owned();
+    // Relative to where we run, not to the template's directory where cargo runs.
+    let target_dir = cli.target_dir.as_deref().map(std::path::absolute).transpose().map_err(|e| format!("--target-dir: {e}"))?;
+    let source = binaries::Source { prebuilt: cli.no_build, target_dir };
+    tokio::task::spawn_blocking(move || binaries::prepare_functions(&root, &functions, &source))
         .await
         .map_err(|e| format!("building the functions: {e}"))?
         .map_err(|e| e.to_string())
@@ -245,24 +263,31 @@ async fn seed_sample_stock(runtime: &Runtime) {
     }
 }
 
-/// `stack_name` of `[default.global.parameters]` (or `[default.deploy.parameters]`) in
-/// samconfig.toml beside the template.
-fn stack_name_from_samconfig(root: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(root.join("samconfig.toml")).ok()?;
-    let doc: toml::Table = text.parse().ok()?;
-    let default = doc.get("default")?;
-    ["global", "deploy"].iter().find_map(|section| default.get(section)?.get("parameters")?.get("stack_name")?.as_str().map(str::to_owned))
+/// Checks that `logical_id` is a function of `template` that the local runtime can run.
+fn check_function(template: &Template, logical_id: &str) -> Result<(), String> {
+    let ids = template.function_ids();
+    if !ids.iter().any(|id| id == logical_id) {
+        return Err(format!("no function {logical_id:?} in {}; functions: {}", template.path.display(), ids.join(", ")));
+    }
+    let (_, skipped) = template.runnable_functions().map_err(|e| e.to_string())?;
+    if skipped.iter().any(|id| id == logical_id) {
+        return Err(outbox_local::template::no_binary(logical_id).to_string());
+    }
+    Ok(())
 }
 
 async fn run(cli: Cli) -> Result<ExitCode, String> {
+    if let Some(endpoint) = &cli.endpoint {
+        check_endpoint(endpoint)?;
+    }
     let template_path = find_template(cli.template.as_deref())?;
     let root = template_path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let stack_name = cli.stack_name.clone().or_else(|| stack_name_from_samconfig(&root)).unwrap_or_else(|| "outbox-pattern".into());
+    let stack_name = cli.stack_name.clone().unwrap_or_else(|| default_stack_name(&root));
     let template = Template::load(&template_path).map_err(|e| e.to_string())?;
 
     match &cli.command {
         Command::Demo { orders, json, timeout } => {
-            let local = local(&cli, template, &root, &stack_name, !json).await?;
+            let local = local(&cli, template, &root, &stack_name, !json, None).await?;
             let (stop, stopped) = watch::channel(false);
             let (api, _server) =
                 http_api::serve(&local.runtime, SocketAddr::from(([127, 0, 0, 1], 0)), stopped.clone()).await.map_err(|e| e.to_string())?;
@@ -296,7 +321,13 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(if report.ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         Command::Up { port } => {
-            let local = local(&cli, template, &root, &stack_name, true).await?;
+            let named_by = match &cli.stack_name {
+                Some(_) => "--stack-name".to_owned(),
+                None if root.join("samconfig.toml").is_file() => "samconfig.toml".to_owned(),
+                None => "the template directory's name; --stack-name to choose".to_owned(),
+            };
+            println!("outbox-local up: stack {stack_name:?} ({named_by}) from {}", template_path.display());
+            let local = local(&cli, template, &root, &stack_name, true, None).await?;
             let (stop, stopped) = watch::channel(false);
             let (api, server) = http_api::serve(&local.runtime, SocketAddr::from(([127, 0, 0, 1], *port)), stopped.clone())
                 .await
@@ -307,9 +338,17 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             for route in http_api::routes(&local.runtime) {
                 println!("    {} {} → {}", route.method, route.path, route.function.spec.logical_id);
             }
-            println!("  pipelines:  outbox stream → relay → EventBridge → consumers ({} rule(s))", local.runtime.stack.rules.len());
-            println!("  try:        curl -s -X POST http://{api}/orders -H 'content-type: application/json' \\");
-            println!("                -d '{{\"customer_id\":\"c-1\",\"currency\":\"EUR\",\"lines\":[{{\"sku\":\"SKU-RED-MUG\",\"quantity\":1,\"unit_price\":\"12.50\"}}]}}'");
+            let pipelines = local.runtime.stack.pipelines();
+            if pipelines.is_empty() {
+                println!("  pipelines:  none (no DynamoDB stream or EventBridge rule events)");
+            }
+            for (i, pipeline) in pipelines.iter().enumerate() {
+                println!("  {:<12}{pipeline}", if i == 0 { "pipelines:" } else { "" });
+            }
+            let routes = http_api::routes(&local.runtime);
+            if let Some(hint) = http_api::curl_hint(&api.to_string(), routes.iter().map(|r| (r.method.as_str(), r.path.as_str()))) {
+                println!("  try:        {hint}");
+            }
             println!("  DLQs:       AWS_ENDPOINT_URL={} cargo run -p outbox-local -- dlq list", local.endpoint);
             println!("Ctrl-C stops.");
             seed_sample_stock(&local.runtime).await;
@@ -323,13 +362,14 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Invoke { logical_id, event } => {
+            check_function(&template, logical_id)?;
             let payload = if event.as_os_str() == "-" {
                 std::io::read_to_string(std::io::stdin()).map_err(|e| format!("stdin: {e}"))?
             } else {
                 std::fs::read_to_string(event).map_err(|e| format!("{}: {e}", event.display()))?
             };
             serde_json::from_str::<serde::de::IgnoredAny>(&payload).map_err(|e| format!("{}: not JSON: {e}", event.display()))?;
-            let local = local(&cli, template, &root, &stack_name, false).await?;
+            let local = local(&cli, template, &root, &stack_name, false, Some(logical_id)).await?;
             let function = local.runtime.function(logical_id)?;
             seed_sample_stock(&local.runtime).await;
             let invocation = function.invoke(&payload).await;

@@ -44,9 +44,18 @@ impl Runtime {
     /// A message naming the function whose environment cannot be resolved or whose binary is
     /// missing.
     pub fn new(sdk: SdkConfig, stack: Stack, options: RuntimeOptions, bin_dir: &Path) -> Result<Self, String> {
+        Self::with_functions(sdk, stack, options, bin_dir, None)
+    }
+
+    /// [`Runtime::new`] with only the function `only` when given (`invoke`: the other
+    /// functions' binaries need not exist).
+    ///
+    /// # Errors
+    /// As [`Runtime::new`].
+    pub fn with_functions(sdk: SdkConfig, stack: Stack, options: RuntimeOptions, bin_dir: &Path, only: Option<&str>) -> Result<Self, String> {
         let stats = Arc::new(Stats::default());
         let mut functions = HashMap::new();
-        for spec in &stack.functions {
+        for spec in stack.functions.iter().filter(|f| only.is_none_or(|id| f.logical_id == id)) {
             let program = program_of(spec, bin_dir)?;
             let template_env = stack.environment(spec).map_err(|e| e.to_string())?;
             let r = &stack.resolver;

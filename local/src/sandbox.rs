@@ -157,7 +157,7 @@ impl Sandbox {
             let error = if api.polled() {
                 FunctionError::new("Runtime.ExitError", format!("Error: Runtime exited with error: {status} ({logical_id}, {program})"))
             } else {
-                let last = tail.iter().rev().find(|l| !l.trim().is_empty()).map(|l| format!(": {}", l.trim())).unwrap_or_default();
+                let last = last_words(&tail).map(|l| format!(": {l}")).unwrap_or_default();
                 FunctionError::new(
                     "Runtime.ExitError",
                     format!("{logical_id} failed to initialise: {program} exited with {status} before asking for an event{last}"),
@@ -226,6 +226,24 @@ impl Sandbox {
     fn init_failure(&self, init: FunctionError) -> FunctionError {
         FunctionError::new(init.error_type, format!("{} failed to initialise: {}", self.logical_id, init.error_message))
     }
+}
+
+/// What an instance's last output lines say about why it died: a Rust panic's
+/// `thread '…' panicked at <file>:<line>:<col>:` line joined with the line after it (the panic's
+/// message), else the last line with text that is not a `note:` (e.g. `note: run with
+/// RUST_BACKTRACE=1 …`).
+pub fn last_words(tail: &[String]) -> Option<String> {
+    let said = |l: &&String| !l.trim().is_empty() && !l.trim_start().starts_with("note:");
+    if let Some(at) = tail.iter().rposition(|l| l.contains("panicked at")) {
+        let panic = tail[at].trim();
+        let message = tail[at + 1..].iter().find(said).map(|l| l.trim());
+        return Some(match message {
+            // Before Rust 1.73 the message was on the same line (`panicked at 'msg', file:l:c`).
+            Some(m) if panic.ends_with(':') => format!("{panic} {m}"),
+            _ => panic.to_owned(),
+        });
+    }
+    tail.iter().rev().find(said).map(|l| l.trim().to_owned())
 }
 
 /// Reads `pipe` line by line until it closes: EMF documents to the stats, the rest to the tail
@@ -305,6 +323,33 @@ echo "got the event: $status"
         assert_eq!(error.error_type, "Runtime.ExitError", "{error:?}");
         assert!(error.error_message.starts_with("ScriptFunction failed to initialise"), "{error:?}");
         assert!(error.error_message.contains("EVENT_BUS_NAME is required"), "{error:?}");
+    }
+
+    #[tokio::test]
+    async fn an_init_panic_reports_the_panic_message_not_the_backtrace_note() {
+        let mut l = launch("");
+        let panic = "echo \"thread 'main' panicked at src/main.rs:7:43:\" >&2; echo 'EVENT_BUS_NAME is required: NotPresent' >&2; \
+                     echo 'note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace' >&2; exit 101";
+        l.args = vec!["-c".into(), panic.into()];
+        let sandbox = Sandbox::start(&l).await.expect("the instance starts");
+        let error = sandbox.invoke("{}".into(), Duration::from_secs(10)).await.expect_err("the init panicked");
+        assert!(
+            error
+                .error_message
+                .ends_with("before asking for an event: thread 'main' panicked at src/main.rs:7:43: EVENT_BUS_NAME is required: NotPresent"),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn last_words_skip_notes_and_blank_lines() {
+        let lines = |ls: &[&str]| ls.iter().map(|l| (*l).to_owned()).collect::<Vec<_>>();
+        assert_eq!(last_words(&lines(&["starting", "Error: no table", "", "note: something"])).as_deref(), Some("Error: no table"));
+        assert_eq!(
+            last_words(&lines(&["thread 'main' panicked at 'boom', src/main.rs:1:1", "note: run with RUST_BACKTRACE=1"])).as_deref(),
+            Some("thread 'main' panicked at 'boom', src/main.rs:1:1")
+        );
+        assert_eq!(last_words(&lines(&["", "note: only a note"])), None);
     }
 
     #[tokio::test]

@@ -7,6 +7,7 @@
 //! consumer function the way Lambda's asynchronous invocation would (see [`crate::delivery`]).
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::types::{
@@ -79,8 +80,11 @@ pub struct Stack {
     pub buses: Vec<BusSpec>,
     /// Queues of the template.
     pub queues: Vec<QueueInfo>,
-    /// Functions.
+    /// Functions the local runtime runs (those with `Metadata.BuildProperties.Binary`).
     pub functions: Vec<FunctionSpec>,
+    /// Logical ids of the functions without `Metadata.BuildProperties.Binary` (not Rust
+    /// binaries): not run, their events not wired.
+    pub skipped_functions: Vec<String>,
     /// Rules with their local delivery queues (empty when not provisioned).
     pub rules: Vec<LocalRule>,
 }
@@ -139,11 +143,11 @@ impl Stack {
             queues.push(info);
         }
 
-        let functions = template.functions()?;
-        for f in &functions {
-            let name = format!("{stack_name}-{}", f.logical_id);
-            resolver.set_attr(&f.logical_id, "Arn", format!("arn:aws:lambda:{region}:{account}:function:{name}"));
-            resolver.set_ref(&f.logical_id, name);
+        let (functions, skipped_functions) = template.runnable_functions()?;
+        for id in template.function_ids() {
+            let name = format!("{stack_name}-{id}");
+            resolver.set_attr(&id, "Arn", format!("arn:aws:lambda:{region}:{account}:function:{name}"));
+            resolver.set_ref(&id, name);
         }
 
         let mut rules = Vec::new();
@@ -188,7 +192,7 @@ impl Stack {
                 }
             }
         }
-        Ok(Self { template, resolver, tables, stream_arns, buses, queues, functions, rules })
+        Ok(Self { template, resolver, tables, stream_arns, buses, queues, functions, skipped_functions, rules })
     }
 
     /// The function's `Environment.Variables`, resolved against this stack.
@@ -204,6 +208,20 @@ impl Stack {
                 Ok((k.clone(), self.resolver.resolve_string(v, &at)?))
             })
             .collect()
+    }
+
+    /// One line per pipeline the local runtime plays: each DynamoDB stream event source mapping
+    /// (`stream of <Table> → <Function>`) and each EventBridge rule
+    /// (`rule <name> on bus <bus> → <Function>`).
+    pub fn pipelines(&self) -> Vec<String> {
+        let streams = self.functions.iter().flat_map(|f| {
+            f.events.iter().filter_map(move |e| match e {
+                FunctionEvent::DynamoDb(m) => Some(format!("stream of {} → {}", m.table_logical_id, f.logical_id)),
+                _ => None,
+            })
+        });
+        let rules = self.rules.iter().map(|r| format!("rule {} on bus {} → {}", r.rule_name, r.bus_name, r.function));
+        streams.chain(rules).collect()
     }
 
     /// The function with `logical_id`.
@@ -237,6 +255,35 @@ impl Stack {
     pub fn table(&self, logical_id: &str) -> Option<&TableSpec> {
         self.tables.iter().find(|t| t.logical_id == logical_id)
     }
+}
+
+/// The stack name when none is given: `stack_name` of `[default.global.parameters]` (or
+/// `[default.deploy.parameters]`) in samconfig.toml in `dir` (the template's directory), else
+/// the directory's name sanitised to a CloudFormation stack name (`[A-Za-z0-9-]`, starting with a
+/// letter, at most 128 characters).
+pub fn default_stack_name(dir: &Path) -> String {
+    stack_name_from_samconfig(dir).unwrap_or_else(|| stack_name_of_dir(dir))
+}
+
+fn stack_name_from_samconfig(dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join("samconfig.toml")).ok()?;
+    let doc: toml::Table = text.parse().ok()?;
+    let default = doc.get("default")?;
+    ["global", "deploy"].iter().find_map(|section| default.get(section)?.get("parameters")?.get("stack_name")?.as_str().map(str::to_owned))
+}
+
+fn stack_name_of_dir(dir: &Path) -> String {
+    let raw = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut name = String::new();
+    for c in raw.chars() {
+        let c = if c.is_ascii_alphanumeric() { c } else { '-' };
+        if !(c == '-' && (name.is_empty() || name.ends_with('-'))) {
+            name.push(c);
+        }
+    }
+    let name = name.trim_end_matches('-');
+    let name = if name.starts_with(|c: char| c.is_ascii_alphabetic()) { name.to_owned() } else { format!("stack-{name}") };
+    name.trim_end_matches('-').chars().take(128).collect()
 }
 
 /// Creates `table` unless it exists; enables its TTL; returns its latest stream ARN.
@@ -309,4 +356,58 @@ async fn queue(sqs: &aws_sdk_sqs::Client, spec: &QueueSpec, region: &str, accoun
     };
     let url = url.ok_or_else(|| StackError::Aws { action: format!("queue {}", spec.name), reason: "no QueueUrl in the answer".into() })?;
     Ok(QueueInfo { logical_id: spec.logical_id.clone(), name: spec.name.clone(), arn: format!("arn:aws:sqs:{region}:{account}:{}", spec.name), url })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_stack_name_is_samconfigs_else_the_template_directorys_name() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        assert_eq!(default_stack_name(&repo), "outbox-pattern", "this repository's samconfig.toml names it");
+        assert_eq!(default_stack_name(&repo.join("tests/fixtures/echo-function")), "echo-function");
+        assert_eq!(default_stack_name(Path::new("/srv/my_service.v2")), "my-service-v2");
+        assert_eq!(default_stack_name(Path::new("/srv/2024 orders")), "stack-2024-orders");
+        assert_eq!(default_stack_name(Path::new("/")), "stack");
+    }
+
+    #[test]
+    fn the_pipelines_are_the_templates_stream_mappings_and_rules() {
+        let text = "Resources:\n  T:\n    Type: AWS::DynamoDB::Table\n  Relay:\n    Type: AWS::Serverless::Function\n    Metadata: {BuildProperties: {Binary: relay}}\n    Properties:\n      Events:\n        S: {Type: DynamoDB, Properties: {Stream: !GetAtt T.StreamArn}}\n";
+        let template = Template::parse(Path::new("t.yaml"), text).expect("a template");
+        let functions = template.functions().expect("its functions");
+        let queue = QueueInfo { logical_id: "local:r".into(), name: "q".into(), url: "http://q".into(), arn: "arn:q".into() };
+        let rule = RuleSpec {
+            name: "R".into(),
+            bus: None,
+            pattern: serde_json::json!({}),
+            retry_attempts: 1,
+            max_event_age_secs: 60,
+            dead_letter_arn: None,
+        };
+        let mut stack = Stack {
+            template,
+            resolver: Resolver::new("s", "us-east-1", "1"),
+            tables: Vec::new(),
+            stream_arns: HashMap::new(),
+            buses: Vec::new(),
+            queues: Vec::new(),
+            functions,
+            skipped_functions: Vec::new(),
+            rules: Vec::new(),
+        };
+        assert_eq!(stack.pipelines(), ["stream of T → Relay"]);
+        stack.rules.push(LocalRule {
+            function: "Relay".into(),
+            spec: rule,
+            rule_name: "s-RelayR".into(),
+            bus_name: "b".into(),
+            delivery_queue: queue,
+        });
+        assert_eq!(stack.pipelines(), ["stream of T → Relay", "rule s-RelayR on bus b → Relay"]);
+        stack.functions.clear();
+        stack.rules.clear();
+        assert!(stack.pipelines().is_empty());
+    }
 }

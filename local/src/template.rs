@@ -23,6 +23,18 @@ pub enum TemplateError {
         /// Why.
         reason: String,
     },
+    /// The file is not valid YAML.
+    #[error("{path}:{line}:{column}: not valid YAML: {reason}")]
+    Yaml {
+        /// Template path.
+        path: PathBuf,
+        /// Line of the error, from 1.
+        line: usize,
+        /// Column of the error, from 1.
+        column: usize,
+        /// The parser's message.
+        reason: String,
+    },
     /// A value the runtime needs is missing or of an unsupported form.
     #[error("{at}: {reason}")]
     Unsupported {
@@ -201,7 +213,14 @@ impl Template {
     /// # Errors
     /// [`TemplateError`].
     pub fn parse(path: &Path, text: &str) -> Result<Self, TemplateError> {
-        let doc: Value = serde_yaml_ng::from_str(text).map_err(|e| TemplateError::Read { path: path.to_owned(), reason: e.to_string() })?;
+        let doc: Value = serde_yaml_ng::from_str(text).map_err(|e| match e.location() {
+            Some(at) => {
+                // The message may repeat the location; it is said once, first.
+                let reason = e.to_string().replacen(&format!(" at line {} column {}", at.line(), at.column()), "", 1);
+                TemplateError::Yaml { path: path.to_owned(), line: at.line(), column: at.column(), reason }
+            }
+            None => TemplateError::Read { path: path.to_owned(), reason: e.to_string() },
+        })?;
         let resources = doc
             .get("Resources")
             .and_then(Value::as_mapping)
@@ -305,86 +324,119 @@ impl Template {
             .collect()
     }
 
-    /// Every `AWS::Serverless::Function`, with Globals merged.
-    ///
-    /// # Errors
-    /// [`TemplateError`] naming what cannot be read.
-    pub fn functions(&self) -> Result<Vec<FunctionSpec>, TemplateError> {
+    /// The logical ids of every `AWS::Serverless::Function`, in template order (those without
+    /// a `Binary` included).
+    pub fn function_ids(&self) -> Vec<String> {
+        self.serverless_functions().map(|(id, _)| id).collect()
+    }
+
+    fn serverless_functions(&self) -> impl Iterator<Item = (String, &Value)> {
         self.resources
             .iter()
             .filter(|(_, r)| r.get("Type").and_then(Value::as_str) == Some("AWS::Serverless::Function"))
-            .map(|(id, resource)| {
-                let id = id.as_str().unwrap_or_default().to_owned();
-                let props = resource.get("Properties").and_then(Value::as_mapping).cloned().unwrap_or_default();
-                let get = |key: &str| props.get(key).or_else(|| self.function_globals.get(key));
-                let binary = resource
-                    .get("Metadata")
-                    .and_then(|m| m.get("BuildProperties"))
-                    .and_then(|b| b.get("Binary"))
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| {
-                        unsupported(
-                            format!("{id}.Metadata.BuildProperties.Binary"),
-                            format!("is required: the local runtime runs function {id} as the cargo binary named there (as `sam build` with BuildMethod rust-cargolambda does); functions that are not Rust binaries cannot run locally"),
-                        )
-                    })?
-                    .to_owned();
-                let timeout_secs = get("Timeout").and_then(Value::as_u64).unwrap_or(3);
-                let memory_mb = get("MemorySize").and_then(Value::as_u64).unwrap_or(128);
-                let reserved_concurrency = get("ReservedConcurrentExecutions").and_then(Value::as_u64).map(|n| n.min(u64::from(u32::MAX)) as u32);
-                let logging = |key: &str| {
-                    [props.get("LoggingConfig"), self.function_globals.get("LoggingConfig")]
-                        .into_iter()
-                        .flatten()
-                        .find_map(|c| c.get(key).and_then(Value::as_str))
-                        .map(str::to_owned)
-                };
-                let (log_format, log_level) = (logging("LogFormat"), logging("ApplicationLogLevel"));
-                let mut environment = BTreeMap::new();
-                for source in [self.function_globals.get("Environment"), props.get("Environment")] {
-                    if let Some(vars) = source.and_then(|e| e.get("Variables")).and_then(Value::as_mapping) {
-                        for (k, v) in vars {
-                            if let Some(k) = k.as_str() {
-                                environment.insert(k.to_owned(), v.clone());
-                            }
-                        }
-                    }
-                }
-                let mut events = Vec::new();
-                if let Some(map) = props.get("Events").and_then(Value::as_mapping) {
-                    for (name, event) in map {
-                        let name = name.as_str().unwrap_or_default().to_owned();
-                        if let Some(e) = parse_event(&id, &name, event)? {
-                            events.push(e);
-                        }
-                    }
-                }
-                let mut event_invoke = EventInvokeSpec::default();
-                if let Some(cfg) = get("EventInvokeConfig") {
-                    if let Some(n) = cfg.get("MaximumRetryAttempts").and_then(Value::as_u64) {
-                        event_invoke.max_retry_attempts = n as u32;
-                    }
-                    if let Some(n) = cfg.get("MaximumEventAgeInSeconds").and_then(Value::as_u64) {
-                        event_invoke.max_event_age_secs = n;
-                    }
-                    event_invoke.on_failure =
-                        cfg.get("DestinationConfig").and_then(|d| d.get("OnFailure")).and_then(|o| o.get("Destination")).cloned();
-                }
-                Ok(FunctionSpec {
-                    logical_id: id,
-                    binary,
-                    timeout_secs,
-                    memory_mb,
-                    reserved_concurrency,
-                    log_format,
-                    log_level,
-                    environment,
-                    events,
-                    event_invoke,
-                })
-            })
-            .collect()
+            .map(|(id, r)| (id.as_str().unwrap_or_default().to_owned(), r))
     }
+
+    /// Every `AWS::Serverless::Function`, with Globals merged.
+    ///
+    /// # Errors
+    /// [`TemplateError`] naming what cannot be read, or a function without
+    /// `Metadata.BuildProperties.Binary` (see [`Template::runnable_functions`] to skip those).
+    pub fn functions(&self) -> Result<Vec<FunctionSpec>, TemplateError> {
+        let (functions, skipped) = self.runnable_functions()?;
+        match skipped.first() {
+            Some(id) => Err(no_binary(id)),
+            None => Ok(functions),
+        }
+    }
+
+    /// The functions the local runtime can run (those with `Metadata.BuildProperties.Binary`,
+    /// Globals merged), and the logical ids of the others (e.g. a Python function), which it
+    /// skips.
+    ///
+    /// # Errors
+    /// [`TemplateError`] naming what cannot be read.
+    pub fn runnable_functions(&self) -> Result<(Vec<FunctionSpec>, Vec<String>), TemplateError> {
+        let mut skipped = Vec::new();
+        let mut functions = Vec::new();
+        for (id, resource) in self.serverless_functions() {
+            match self.function(id.clone(), resource)? {
+                Some(f) => functions.push(f),
+                None => skipped.push(id),
+            }
+        }
+        Ok((functions, skipped))
+    }
+
+    fn function(&self, id: String, resource: &Value) -> Result<Option<FunctionSpec>, TemplateError> {
+        let props = resource.get("Properties").and_then(Value::as_mapping).cloned().unwrap_or_default();
+        let get = |key: &str| props.get(key).or_else(|| self.function_globals.get(key));
+        let Some(binary) = resource.get("Metadata").and_then(|m| m.get("BuildProperties")).and_then(|b| b.get("Binary")).and_then(Value::as_str)
+        else {
+            return Ok(None);
+        };
+        let binary = binary.to_owned();
+        let timeout_secs = get("Timeout").and_then(Value::as_u64).unwrap_or(3);
+        let memory_mb = get("MemorySize").and_then(Value::as_u64).unwrap_or(128);
+        let reserved_concurrency = get("ReservedConcurrentExecutions").and_then(Value::as_u64).map(|n| n.min(u64::from(u32::MAX)) as u32);
+        let logging = |key: &str| {
+            [props.get("LoggingConfig"), self.function_globals.get("LoggingConfig")]
+                .into_iter()
+                .flatten()
+                .find_map(|c| c.get(key).and_then(Value::as_str))
+                .map(str::to_owned)
+        };
+        let (log_format, log_level) = (logging("LogFormat"), logging("ApplicationLogLevel"));
+        let mut environment = BTreeMap::new();
+        for source in [self.function_globals.get("Environment"), props.get("Environment")] {
+            if let Some(vars) = source.and_then(|e| e.get("Variables")).and_then(Value::as_mapping) {
+                for (k, v) in vars {
+                    if let Some(k) = k.as_str() {
+                        environment.insert(k.to_owned(), v.clone());
+                    }
+                }
+            }
+        }
+        let mut events = Vec::new();
+        if let Some(map) = props.get("Events").and_then(Value::as_mapping) {
+            for (name, event) in map {
+                let name = name.as_str().unwrap_or_default().to_owned();
+                if let Some(e) = parse_event(&id, &name, event)? {
+                    events.push(e);
+                }
+            }
+        }
+        let mut event_invoke = EventInvokeSpec::default();
+        if let Some(cfg) = get("EventInvokeConfig") {
+            if let Some(n) = cfg.get("MaximumRetryAttempts").and_then(Value::as_u64) {
+                event_invoke.max_retry_attempts = n as u32;
+            }
+            if let Some(n) = cfg.get("MaximumEventAgeInSeconds").and_then(Value::as_u64) {
+                event_invoke.max_event_age_secs = n;
+            }
+            event_invoke.on_failure = cfg.get("DestinationConfig").and_then(|d| d.get("OnFailure")).and_then(|o| o.get("Destination")).cloned();
+        }
+        Ok(Some(FunctionSpec {
+            logical_id: id,
+            binary,
+            timeout_secs,
+            memory_mb,
+            reserved_concurrency,
+            log_format,
+            log_level,
+            environment,
+            events,
+            event_invoke,
+        }))
+    }
+}
+
+/// The error for function `id` without `Metadata.BuildProperties.Binary`.
+pub fn no_binary(id: &str) -> TemplateError {
+    unsupported(
+        format!("{id}.Metadata.BuildProperties.Binary"),
+        format!("is required: the local runtime runs function {id} as the cargo binary named there (as `sam build` with BuildMethod rust-cargolambda does); functions that are not Rust binaries cannot run locally"),
+    )
 }
 
 fn parse_event(function: &str, name: &str, event: &Value) -> Result<Option<FunctionEvent>, TemplateError> {
@@ -691,6 +743,24 @@ Resources:
         let err = Template::parse(Path::new("t.yaml"), text).unwrap().functions().unwrap_err().to_string();
         assert!(err.starts_with("PyFunction.Metadata.BuildProperties.Binary: is required"), "{err}");
         assert!(err.contains("function PyFunction"), "{err}");
+    }
+
+    #[test]
+    fn a_template_that_is_not_yaml_is_an_error_with_the_path_line_and_column() {
+        let text = "Resources:\n  Fn:\n    Type: AWS::Serverless::Function\n   Properties: {}\n";
+        let err = Template::parse(Path::new("/x/template.yaml"), text).unwrap_err().to_string();
+        assert!(err.starts_with("/x/template.yaml:4:"), "{err}");
+        assert!(err.contains("not valid YAML: did not find expected key, while parsing"), "{err}");
+    }
+
+    #[test]
+    fn functions_without_a_binary_are_skipped_and_named() {
+        let text = "Resources:\n  PyFunction:\n    Type: AWS::Serverless::Function\n    Properties: {Runtime: python3.13}\n  RustFunction:\n    Type: AWS::Serverless::Function\n    Metadata: {BuildProperties: {Binary: rust-bin}}\n";
+        let t = Template::parse(Path::new("t.yaml"), text).unwrap();
+        let (functions, skipped) = t.runnable_functions().unwrap();
+        assert_eq!(functions.iter().map(|f| f.logical_id.as_str()).collect::<Vec<_>>(), ["RustFunction"]);
+        assert_eq!(skipped, ["PyFunction"]);
+        assert_eq!(t.function_ids(), ["PyFunction", "RustFunction"]);
     }
 
     #[test]

@@ -20,19 +20,24 @@ fn fixture() -> PathBuf {
 /// `outbox-local --template <fixture> --endpoint <endpoint> invoke EchoFunction -e -` with
 /// `event` on stdin.
 fn invoke(endpoint: &str, event: &str) -> Output {
+    let args = ["--template".into(), fixture().join("template.yaml").into_os_string(), "--endpoint".into(), endpoint.into()];
+    outbox_local(&args, &["invoke", "EchoFunction", "-e", "-"], event, |c| c)
+}
+
+/// `outbox-local <args…> <more…>` with `stdin`, the command adjusted by `adjust`.
+fn outbox_local(args: &[std::ffi::OsString], more: &[&str], stdin: &str, adjust: impl FnOnce(&mut Command) -> &mut Command) -> Output {
     use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_outbox-local"))
-        .arg("--template")
-        .arg(fixture().join("template.yaml"))
-        .args(["--endpoint", endpoint, "invoke", "EchoFunction", "-e", "-"])
-        .env("OUTBOX_TEST_PARENT_ONLY", "must not reach the function")
+    let mut command = Command::new(env!("CARGO_BIN_EXE_outbox-local"));
+    command.args(args).args(more).env("OUTBOX_TEST_PARENT_ONLY", "must not reach the function");
+    let mut child = adjust(&mut command)
         .current_dir(root())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("outbox-local starts");
-    child.stdin.take().expect("stdin").write_all(event.as_bytes()).expect("writing the event");
+    // The CLI may exit before reading stdin (a bad flag): a failed write is then expected.
+    let _ = child.stdin.take().expect("stdin is piped").write_all(stdin.as_bytes());
     child.wait_with_output().expect("outbox-local ends")
 }
 
@@ -53,12 +58,13 @@ async fn invoke_runs_a_function_of_another_template_as_its_real_binary() {
     let event: Value = serde_json::from_str(&event_text).expect("JSON");
     assert_eq!(response["echo"], event, "the event reaches the function verbatim: {response}");
     assert_eq!(response["greeting"], "hello from the template", "the template's environment: {response}");
-    assert_eq!(response["function_name"], "outbox-pattern-EchoFunction", "{response}");
+    // No samconfig.toml beside the fixture's template: the stack is named after its directory.
+    assert_eq!(response["function_name"], "echo-function-EchoFunction", "{response}");
     assert_eq!((response["memory_size"].as_str(), response["version"].as_str()), (Some("192"), Some("$LATEST")), "{response}");
     assert_eq!(response["endpoint"].as_str(), Some(emulator.endpoint.as_str()), "{response}");
     assert_eq!(response["leaked"], Value::Null, "the caller's environment leaked into the function: {response}");
     let arn = response["invoked_function_arn"].as_str().unwrap_or_default();
-    assert!(arn.starts_with("arn:aws:lambda:") && arn.ends_with(":function:outbox-pattern-EchoFunction"), "{response}");
+    assert!(arn.starts_with("arn:aws:lambda:") && arn.ends_with(":function:echo-function-EchoFunction"), "{response}");
     let left = response["deadline_in_ms"].as_u64().unwrap_or(0);
     assert!(left > 0 && left <= 5_000, "the deadline is epoch ms within Timeout (5 s) from now: {response}");
     assert!(response["trace_id"].as_str().is_some_and(|t| t.starts_with("Root=1-")), "{response}");
@@ -70,4 +76,80 @@ async fn invoke_runs_a_function_of_another_template_as_its_real_binary() {
     let crashed = invoke(&emulator.endpoint, r#"{"exit": 3}"#);
     assert!(!crashed.status.success(), "{crashed:?}");
     assert_eq!(json_of(&crashed)["errorType"], "Runtime.ExitError", "{crashed:?}");
+}
+
+/// The directory cargo builds this test's binaries in (`<it>/debug/outbox-local`).
+fn target_dir() -> PathBuf {
+    let exe = Path::new(env!("CARGO_BIN_EXE_outbox-local"));
+    exe.parent().and_then(Path::parent).expect("the binary is in <target>/debug").to_owned()
+}
+
+/// A copy of the fixture's template in a directory outside any Cargo project, with two more
+/// functions: a Python one (no Binary) and one whose Binary cargo does not know.
+fn template_elsewhere() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("outbox-local-copy-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let mut text = std::fs::read_to_string(fixture().join("template.yaml")).expect("the fixture's template");
+    text.push_str(
+        "  PyFunction:\n    Type: AWS::Serverless::Function\n    Properties: {Runtime: python3.13, Handler: app.handler, CodeUri: py/}\n  \
+         BadFunction:\n    Type: AWS::Serverless::Function\n    Metadata: {BuildProperties: {Binary: no-such-binary}}\n    Properties: {CodeUri: .}\n",
+    );
+    std::fs::write(dir.join("template.yaml"), text).expect("writing the template");
+    dir
+}
+
+fn stderr_of(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn invoke_names_an_unknown_function_before_building_anything() {
+    let dir = template_elsewhere();
+    let args = ["--template".into(), dir.join("template.yaml").into_os_string(), "--endpoint".into(), "http://127.0.0.1:9".into()];
+    let unknown = outbox_local(&args, &["invoke", "NoSuchFunction", "-e", "-"], "{}", |c| c);
+    let stderr = stderr_of(&unknown);
+    assert!(!unknown.status.success(), "{unknown:?}");
+    assert!(stderr.contains("no function \"NoSuchFunction\"") && stderr.contains("functions: EchoFunction, PyFunction, BadFunction"), "{stderr}");
+    assert!(!stderr.contains("cargo"), "nothing was built: {stderr}");
+    let python = outbox_local(&args, &["invoke", "PyFunction", "-e", "-"], "{}", |c| c);
+    assert!(stderr_of(&python).contains("PyFunction.Metadata.BuildProperties.Binary: is required"), "{python:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_bad_endpoint_is_an_error_naming_the_flag_before_anything_runs() {
+    let args = ["--template".into(), fixture().join("template.yaml").into_os_string(), "--endpoint".into(), "not-a-url".into()];
+    let output = outbox_local(&args, &["invoke", "EchoFunction", "-e", "-"], "{}", |c| c);
+    let stderr = stderr_of(&output);
+    assert!(!output.status.success(), "{output:?}");
+    assert!(stderr.starts_with("outbox-local: --endpoint (or AWS_ENDPOINT_URL) \"not-a-url\""), "{stderr}");
+    assert!(stderr.len() < 400, "a short message: {stderr}");
+}
+
+#[test]
+fn invoke_runs_prebuilt_binaries_of_a_template_outside_any_cargo_project() {
+    let target = target_dir();
+    let built = Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "-p", "echo-function", "--target-dir"])
+        .arg(&target)
+        .current_dir(root())
+        .status()
+        .expect("cargo runs");
+    assert!(built.success(), "building echo-function: {built}");
+    let dir = template_elsewhere();
+    let args = ["--template".into(), dir.join("template.yaml").into_os_string(), "--endpoint".into(), "http://127.0.0.1:9".into()];
+
+    // The other functions (no Binary; a Binary that does not exist) do not stop EchoFunction.
+    let explicit = outbox_local(&args, &["--no-build", "--target-dir", &target.to_string_lossy(), "invoke", "EchoFunction", "-e", "-"], "{}", |c| c);
+    assert!(explicit.status.success(), "{explicit:?}");
+    assert_eq!(json_of(&explicit)["function_name"], format!("{}-EchoFunction", dir.file_name().unwrap_or_default().to_string_lossy()));
+
+    let from_env = outbox_local(&args, &["--no-build", "invoke", "EchoFunction", "-e", "-"], "{}", |c| c.env("CARGO_TARGET_DIR", &target));
+    assert!(from_env.status.success(), "{from_env:?}");
+
+    let neither = outbox_local(&args, &["--no-build", "invoke", "EchoFunction", "-e", "-"], "{}", |c| c.env_remove("CARGO_TARGET_DIR"));
+    let stderr = stderr_of(&neither);
+    assert!(!neither.status.success(), "{neither:?}");
+    assert!(stderr.contains("pass --target-dir DIR") && stderr.contains("CARGO_TARGET_DIR"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
