@@ -98,9 +98,10 @@ struct Order {
     quantity: u64,
 }
 
-/// Prints progress lines for people (nothing in `--json` mode). The progress line is
-/// redrawn in place on a terminal; elsewhere (CI logs) it is printed when it changes, at most
-/// every 5 seconds.
+/// Prints the report's lines for people on stdout (nothing in `--json` mode, whose stdout is the
+/// one JSON object) and a progress line on stderr in every mode. The progress line is redrawn in
+/// place on a terminal; elsewhere (CI logs, `--json` piped) it is printed when it changes, at
+/// most every 5 seconds.
 struct Say {
     quiet: bool,
     terminal: bool,
@@ -115,9 +116,6 @@ impl Say {
     }
     fn progress(&self, text: impl AsRef<str>) {
         let text = text.as_ref();
-        if self.quiet {
-            return;
-        }
         if self.terminal {
             eprint!("\r\x1b[2K  … {text}");
             let _ = std::io::stderr().flush();
@@ -131,7 +129,7 @@ impl Say {
         }
     }
     fn end_progress(&self) {
-        if !self.quiet && self.terminal {
+        if self.terminal {
             eprint!("\r\x1b[2K");
         }
     }
