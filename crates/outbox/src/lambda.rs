@@ -26,7 +26,7 @@ pub fn lease_until(context: &lambda_runtime::Context, fallback: Duration) -> chr
     if context.deadline == 0 {
         return fallback;
     }
-    i64::try_from(context.deadline).ok().and_then(chrono::DateTime::from_timestamp_millis).unwrap_or(fallback)
+    chrono::DateTime::<chrono::Utc>::from(context.deadline())
 }
 
 #[cfg(test)]
@@ -40,5 +40,8 @@ mod tests {
         assert!(deadline(&context, Duration::from_secs(60)) >= before + Duration::from_secs(59));
         context.deadline = 1_000; // 1970
         assert!(deadline(&context, Duration::from_secs(60)) <= Instant::now());
+        assert_eq!(lease_until(&context, Duration::from_secs(60)).timestamp_millis(), 1_000);
+        context.deadline = 0;
+        assert!(lease_until(&context, Duration::from_secs(60)) > chrono::Utc::now() + chrono::Duration::seconds(59));
     }
 }
