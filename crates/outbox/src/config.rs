@@ -58,6 +58,15 @@ impl Env {
         (self.lookup)(name).filter(|v| !v.trim().is_empty()).ok_or(ConfigError::Missing(name))
     }
 
+    /// The variable parsed as `T` if set (and non-empty), `None` if not.
+    fn parsed<T: std::str::FromStr>(&self, name: &'static str, accept: impl Fn(&T) -> bool, reason: &str) -> Result<Option<T>, ConfigError> {
+        let Some(value) = (self.lookup)(name).filter(|v| !v.trim().is_empty()) else { return Ok(None) };
+        match value.trim().parse::<T>() {
+            Ok(parsed) if accept(&parsed) => Ok(Some(parsed)),
+            _ => Err(ConfigError::Invalid { name, value, reason: reason.into() }),
+        }
+    }
+
     /// An optional variable with a default.
     pub fn optional(&self, name: &str, default: &str) -> String {
         (self.lookup)(name).filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())
@@ -68,13 +77,7 @@ impl Env {
     /// # Errors
     /// [`ConfigError::Invalid`] if set but not a positive integer.
     pub fn seconds(&self, name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
-        match (self.lookup)(name).filter(|v| !v.trim().is_empty()) {
-            None => Ok(default),
-            Some(v) => match v.trim().parse::<u64>() {
-                Ok(s) if s > 0 => Ok(Duration::from_secs(s)),
-                _ => Err(ConfigError::Invalid { name, value: v, reason: "expected a positive number of seconds".into() }),
-            },
-        }
+        Ok(self.parsed(name, |s: &u64| *s > 0, "expected a positive number of seconds")?.map_or(default, Duration::from_secs))
     }
 
     /// A positive byte count (default `default`).
@@ -82,13 +85,7 @@ impl Env {
     /// # Errors
     /// [`ConfigError::Invalid`] if set but not a positive integer.
     pub fn bytes(&self, name: &'static str, default: usize) -> Result<usize, ConfigError> {
-        match (self.lookup)(name).filter(|v| !v.trim().is_empty()) {
-            None => Ok(default),
-            Some(v) => match v.trim().parse::<usize>() {
-                Ok(b) if b > 0 => Ok(b),
-                _ => Err(ConfigError::Invalid { name, value: v, reason: "expected a positive number of bytes".into() }),
-            },
-        }
+        Ok(self.parsed(name, |b: &usize| *b > 0, "expected a positive number of bytes")?.unwrap_or(default))
     }
     /// A positive byte count of at most `max` (default `default`), e.g. a setting bounded by an
     /// AWS limit.
@@ -109,13 +106,7 @@ impl Env {
     /// # Errors
     /// [`ConfigError::Invalid`] if set but not a positive integer.
     pub fn count(&self, name: &'static str, default: u32) -> Result<u32, ConfigError> {
-        match (self.lookup)(name).filter(|v| !v.trim().is_empty()) {
-            None => Ok(default),
-            Some(v) => match v.trim().parse::<u32>() {
-                Ok(n) if n > 0 => Ok(n),
-                _ => Err(ConfigError::Invalid { name, value: v, reason: "expected a positive whole number".into() }),
-            },
-        }
+        Ok(self.parsed(name, |n: &u32| *n > 0, "expected a positive whole number")?.unwrap_or(default))
     }
 
     /// A whole number of milliseconds, 0 allowed (default `default`).
@@ -123,13 +114,7 @@ impl Env {
     /// # Errors
     /// [`ConfigError::Invalid`] if set but not a non-negative integer.
     pub fn millis(&self, name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
-        match (self.lookup)(name).filter(|v| !v.trim().is_empty()) {
-            None => Ok(default),
-            Some(v) => match v.trim().parse::<u64>() {
-                Ok(ms) => Ok(Duration::from_millis(ms)),
-                _ => Err(ConfigError::Invalid { name, value: v, reason: "expected a whole number of milliseconds".into() }),
-            },
-        }
+        Ok(self.parsed(name, |_: &u64| true, "expected a whole number of milliseconds")?.map_or(default, Duration::from_millis))
     }
 }
 
