@@ -12,7 +12,7 @@
 //! one instance, [`sandbox`] runs one instance (with [`emf`] for its metrics), [`function`] pools
 //! a function's instances, [`esm`] plays the stream mapping (with [`filter`]), [`delivery`]
 //! plays rule delivery (both set up through [`glue`]), [`runtime`] ties them together,
-//! [`http_api`] plays API Gateway, [`dlq`] reads dead-letter queues, [`stats`] counts, and
+//! [`http_api`] plays API Gateway, [`dlq`] reads dead-letter queues, [`trace`] follows one event, [`stats`] counts, and
 //! [`demo`] runs the whole thing.
 
 #![warn(missing_docs)]
@@ -35,3 +35,4 @@ pub mod sandbox;
 pub mod stack;
 pub mod stats;
 pub mod template;
+pub mod trace;

@@ -5,6 +5,7 @@
 //! outbox-local up [--port 3000]                # stack + HTTP API + pipelines until Ctrl-C
 //! outbox-local invoke <LogicalId> -e <event>   # one handler, one event; response on stdout
 //! outbox-local dlq list [--json] | dlq show <message-id> | dlq redrive [--dry-run]
+//! outbox-local trace <event-id> [--json]      # where is event X: outbox, consumers, DLQs
 //! outbox-local provision                       # create the stack on --endpoint and exit
 //! ```
 //!
@@ -101,6 +102,15 @@ enum Command {
     },
     /// Create the stack's tables, bus, queues and rules on --endpoint, print them, and exit.
     Provision,
+    /// Where is event X? Its outbox item, each consumer's inbox row, and any dead letter holding
+    /// it, read from the tables and queues (--endpoint for the emulator; AWS otherwise).
+    Trace {
+        /// The event id (the outbox item's `event_id`, the EventBridge event's `detail.id`).
+        event_id: String,
+        /// One JSON object instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -410,22 +420,18 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Trace { event_id, json } => {
+            let (sdk, stack) = existing_stack(&cli, template, &stack_name).await?;
+            let trace = outbox_local::trace::trace(&sdk, &stack, event_id).await?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&trace).map_err(|e| e.to_string())?);
+            } else {
+                print!("{}", trace.render());
+            }
+            Ok(if trace.found() { ExitCode::SUCCESS } else { ExitCode::from(2) })
+        }
         Command::Dlq { command } => {
-            let target = Target { endpoint: cli.endpoint.clone(), region: region_from_env() };
-            let sdk = sdk_config(&target).await;
-            let account = match &cli.endpoint {
-                Some(_) => EMULATOR_ACCOUNT.to_owned(),
-                None => "000000000000".to_owned(),
-            };
-            let stack = Stack::set_up(&sdk, template, &stack_name, &account, Mode::LookUp).await.map_err(|e| {
-                let hint = match &cli.endpoint {
-                    Some(url) => format!("is the emulator at {url} running (e.g. `outbox-local up`) and provisioned as stack {stack_name:?}?"),
-                    None => format!(
-                        "this talks to AWS (no --endpoint / AWS_ENDPOINT_URL): configure credentials and a region, and check that stack {stack_name:?} is deployed (--stack-name)"
-                    ),
-                };
-                format!("{e}\n  hint: {hint}")
-            })?;
+            let (sdk, stack) = existing_stack(&cli, template, &stack_name).await?;
             let sqs = aws_sdk_sqs::Client::new(&sdk);
             let queues: Vec<_> = stack
                 .queues
@@ -453,6 +459,27 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             }
         }
     }
+}
+
+/// The SDK configuration and the names of a stack that already exists: on `--endpoint` (the
+/// emulator), else on AWS with the ordinary configuration.
+async fn existing_stack(cli: &Cli, template: Template, stack_name: &str) -> Result<(SdkConfig, Stack), String> {
+    let target = Target { endpoint: cli.endpoint.clone(), region: region_from_env() };
+    let sdk = sdk_config(&target).await;
+    let account = match &cli.endpoint {
+        Some(_) => EMULATOR_ACCOUNT.to_owned(),
+        None => "000000000000".to_owned(),
+    };
+    let stack = Stack::set_up(&sdk, template, stack_name, &account, Mode::LookUp).await.map_err(|e| {
+        let hint = match &cli.endpoint {
+            Some(url) => format!("is the emulator at {url} running (e.g. `outbox-local up`) and provisioned as stack {stack_name:?}?"),
+            None => format!(
+                "this talks to AWS (no --endpoint / AWS_ENDPOINT_URL): configure credentials and a region, and check that stack {stack_name:?} is deployed (--stack-name)"
+            ),
+        };
+        format!("{e}\n  hint: {hint}")
+    })?;
+    Ok((sdk, stack))
 }
 
 /// `dlq redrive`: exit code 2 when anything was left in a queue.

@@ -1,0 +1,238 @@
+//! "Where is event X?": one event's path through the stack, answered from the data itself —
+//! the outbox item, each consumer's inbox row, and any dead-letter message that holds it.
+//! Works against the emulator and, with ordinary AWS configuration, against a deployed stack.
+//!
+//! What it reads, and what that costs on AWS:
+//! * the outbox: a `Scan` of each table with a stream that feeds a function, filtered on
+//!   `event_id` (outbox items expire by TTL once published, so the table stays small; the scan
+//!   still reads every item: [Scan](https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html));
+//! * each consumer's inbox row: one `GetItem` of `<CONSUMER_NAME>#<event id>` in the table
+//!   its `INBOX_TABLE` names (the key [`outbox::Inbox::key`] writes);
+//! * every dead-letter queue of the template, read without consuming ([`crate::dlq::peek`]).
+//!
+//! Whether the relay published the event is not stored anywhere: it is inferred (a consumer
+//! applied it, or the relay dead-lettered it). When neither holds, the answer says "not known"
+//! and points at the relay's logs (the README's Logs Insights query).
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use serde::Serialize;
+
+use crate::dlq::{self, DlqMessage};
+use crate::stack::Stack;
+use crate::template::{FunctionEvent, FunctionSpec};
+
+/// The outbox item of the event, as stored.
+#[derive(Debug, Clone, Serialize)]
+pub struct OutboxRow {
+    /// Table name.
+    pub table: String,
+    /// `pk`: `<aggregate_type>#<aggregate_id>`.
+    pub pk: String,
+    /// Sequence within the aggregate.
+    pub sequence: Option<u64>,
+    /// Event type.
+    pub event_type: Option<String>,
+    /// When the event happened (RFC 3339).
+    pub occurred_at: Option<String>,
+    /// Correlation id of the request that wrote it.
+    pub correlation_id: Option<String>,
+    /// Event source.
+    pub source: Option<String>,
+}
+
+/// One consumer's view of the event.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConsumerRow {
+    /// The consumer function's logical id.
+    pub function: String,
+    /// Its `CONSUMER_NAME`.
+    pub consumer: String,
+    /// Inbox table name.
+    pub table: String,
+    /// `applied`, `in progress …`, `absent`, or `not subscribed` (none of its rules match the
+    /// outbox item's source and type).
+    pub state: String,
+    /// When it was applied (`processed_at`, as stored).
+    pub at: Option<String>,
+}
+
+/// Everything known about one event.
+#[derive(Debug, Clone, Serialize)]
+pub struct Trace {
+    /// The event id asked about.
+    pub event_id: String,
+    /// The outbox item, if it is still in the table (published items expire by TTL).
+    pub outbox: Option<OutboxRow>,
+    /// `published` (a consumer applied it), `dead-lettered by the relay`, or `not known`.
+    pub relay: String,
+    /// One row per consumer of the template (functions with `INBOX_TABLE`).
+    pub consumers: Vec<ConsumerRow>,
+    /// Dead-letter messages that hold it.
+    pub dead_letters: Vec<DlqMessage>,
+}
+
+impl Trace {
+    /// Whether the event was found anywhere.
+    pub fn found(&self) -> bool {
+        self.outbox.is_some() || !self.dead_letters.is_empty() || self.consumers.iter().any(|c| c.state != "absent" && c.state != "not subscribed")
+    }
+
+    /// The answer in lines a person reads.
+    pub fn render(&self) -> String {
+        let mut out = format!("event {}\n", self.event_id);
+        match &self.outbox {
+            Some(o) => out.push_str(&format!(
+                "  outbox     {} in {} (sequence {}), written {} by correlation id {}\n",
+                o.event_type.as_deref().unwrap_or("?"),
+                o.pk,
+                o.sequence.map(|s| s.to_string()).unwrap_or_else(|| "?".into()),
+                o.occurred_at.as_deref().unwrap_or("?"),
+                o.correlation_id.as_deref().unwrap_or("?"),
+            )),
+            None => out.push_str("  outbox     no item (never written, or expired after publishing)\n"),
+        }
+        out.push_str(&format!("  relay      {}\n", self.relay));
+        for c in &self.consumers {
+            let at = c.at.as_deref().map(|a| format!(" at {a}")).unwrap_or_default();
+            out.push_str(&format!("  consumer   {} ({}): {}{at}\n", c.function, c.consumer, c.state));
+        }
+        for m in &self.dead_letters {
+            out.push_str(&format!("  dead letter {} in {}: {}\n", m.message_id, m.queue, m.reason));
+        }
+        out
+    }
+}
+
+/// Traces `event_id` through `stack`.
+///
+/// # Errors
+/// The failed AWS call, as text naming the table or queue.
+pub async fn trace(sdk: &aws_config::SdkConfig, stack: &Stack, event_id: &str) -> Result<Trace, String> {
+    let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+
+    // The outbox: tables whose stream feeds a function.
+    let mut outbox = None;
+    let streamed = stack.functions.iter().flat_map(|f| &f.events).filter_map(|e| match e {
+        FunctionEvent::DynamoDb(m) => Some(m.table_logical_id.clone()),
+        _ => None,
+    });
+    let mut tables: Vec<String> = streamed.collect();
+    tables.sort();
+    tables.dedup();
+    for logical_id in tables {
+        let Some(table) = stack.table(&logical_id) else { continue };
+        if let Some(item) = find_outbox_item(&dynamodb, &table.name, event_id).await? {
+            let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
+            outbox = Some(OutboxRow {
+                table: table.name.clone(),
+                pk: text("pk").unwrap_or_default(),
+                sequence: item.get("sequence").and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()),
+                event_type: text("event_type"),
+                occurred_at: text("occurred_at"),
+                correlation_id: text("correlation_id"),
+                source: text("source"),
+            });
+            break;
+        }
+    }
+
+    // Each consumer's inbox row.
+    let mut consumers = Vec::new();
+    for f in &stack.functions {
+        let env = stack.environment(f).map_err(|e| e.to_string())?;
+        let Some(table) = env.get("INBOX_TABLE") else { continue };
+        let consumer = env.get("CONSUMER_NAME").cloned().unwrap_or_else(|| f.logical_id.clone());
+        if let Some(o) = &outbox {
+            if !subscribed(f, o) {
+                consumers.push(ConsumerRow {
+                    function: f.logical_id.clone(),
+                    consumer,
+                    table: table.clone(),
+                    state: "not subscribed".into(),
+                    at: None,
+                });
+                continue;
+            }
+        }
+        let key = format!("{consumer}#{event_id}");
+        let row = dynamodb
+            .get_item()
+            .table_name(table)
+            .key("pk", AttributeValue::S(key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| format!("GetItem on {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?
+            .item;
+        let (state, at) = match row {
+            None => ("absent".to_owned(), None),
+            Some(item) => {
+                let text = |k: &str| item.get(k).and_then(|v| v.as_s().or_else(|_| v.as_n()).ok()).cloned();
+                match text("status").as_deref() {
+                    Some("IN_PROGRESS") => (format!("in progress (lease until {} epoch ms)", text("lease_expires_at").unwrap_or_default()), None),
+                    _ => ("applied".to_owned(), text("processed_at")),
+                }
+            }
+        };
+        consumers.push(ConsumerRow { function: f.logical_id.clone(), consumer, table: table.clone(), state, at });
+    }
+
+    // Dead letters.
+    let mut dead_letters = Vec::new();
+    for q in stack.queues.iter().filter(|q| q.logical_id.contains("DeadLetter")) {
+        dead_letters.extend(dlq::peek(&sqs, q).await?.into_iter().filter(|m| m.event_id.as_deref() == Some(event_id) || m.body.contains(event_id)));
+    }
+
+    let relay = if consumers.iter().any(|c| c.state != "absent" && c.state != "not subscribed") {
+        "published (a consumer received it)".to_owned()
+    } else if dead_letters.iter().any(|m| m.shape == "relay-failure") {
+        "dead-lettered by the relay (see the dead letter below)".to_owned()
+    } else if outbox.is_some() && !consumers.iter().any(|c| c.state == "absent") {
+        "not known: no consumer of this stack subscribes to it (see the relay's logs)".to_owned()
+    } else if outbox.is_some() {
+        "not known: no consumer has it yet (stream lag, or the relay is failing: see its logs)".to_owned()
+    } else {
+        "not known".to_owned()
+    };
+    Ok(Trace { event_id: event_id.to_owned(), outbox, relay, consumers, dead_letters })
+}
+
+/// Whether one of `f`'s EventBridge rules matches the event the relay makes of `o` (its
+/// `source` and `detail-type`; patterns on `detail` are not evaluated and count as a match).
+fn subscribed(f: &FunctionSpec, o: &OutboxRow) -> bool {
+    let event = serde_json::json!({"source": o.source, "detail-type": o.event_type});
+    f.events.iter().any(|e| match e {
+        FunctionEvent::EventBridgeRule(rule) => {
+            let mut pattern = rule.pattern.clone();
+            if let Some(p) = pattern.as_object_mut() {
+                p.retain(|k, _| k == "source" || k == "detail-type");
+            }
+            crate::filter::matches(&pattern, &event)
+        }
+        _ => false,
+    })
+}
+
+/// The outbox item whose `event_id` is `event_id`, by a filtered, paginated `Scan`.
+async fn find_outbox_item(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    event_id: &str,
+) -> Result<Option<HashMap<String, AttributeValue>>, String> {
+    let mut pages = dynamodb
+        .scan()
+        .table_name(table)
+        .filter_expression("event_id = :id")
+        .expression_attribute_values(":id", AttributeValue::S(event_id.to_owned()))
+        .into_paginator()
+        .items()
+        .send();
+    match pages.next().await {
+        Some(Ok(item)) => Ok(Some(item)),
+        Some(Err(e)) => Err(format!("Scan on {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e))),
+        None => Ok(None),
+    }
+}
