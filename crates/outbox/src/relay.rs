@@ -44,7 +44,6 @@ use std::time::{Duration, Instant};
 
 use aws_lambda_events::dynamodb::{Event as DynamoDbEvent, EventRecord};
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
-use aws_sdk_eventbridge::error::ProvideErrorMetadata;
 use chrono::Utc;
 use rand::Rng;
 use serde::Serialize;
@@ -616,14 +615,17 @@ impl Relay {
                     .collect()
             }
             Err(err) => {
-                // The whole request failed after the SDK's own retries: every entry is
-                // transient (a configuration error keeps failing and ends in the event source
-                // mapping's on-failure destination, not in our dead-letter queue).
-                let failure = EntryFailure {
-                    code: err.code().unwrap_or("RequestFailed").to_owned(),
-                    message: aws_sdk_eventbridge::error::DisplayErrorContext(&err).to_string(),
-                    retryable: true,
-                };
+                // The whole request failed after the SDK's own retries. Its entries are never
+                // poison: a transient failure ([`crate::aws_error`]) is resent; a permanent one
+                // (access denied, a missing bus) is a configuration error that would otherwise
+                // dead-letter every event, so the records fail instead and the event source
+                // mapping retries them until the configuration is fixed.
+                let aws = crate::aws_error::AwsError::from_sdk("PutEvents", &err);
+                if !aws.is_retryable() {
+                    tracing::error!(error = %aws, "PutEvents failed permanently; failing the records (a configuration error?)");
+                }
+                let failure =
+                    EntryFailure { code: aws.code.clone().unwrap_or_else(|| "RequestFailed".into()), message: aws.to_string(), retryable: true };
                 vec![Err(failure); n]
             }
         }
