@@ -94,6 +94,7 @@ fn relay(fail_every: usize) -> (Relay, Arc<AtomicUsize>) {
     config.base_backoff = Duration::ZERO;
     config.max_backoff = Duration::ZERO;
     config.safety_margin = Duration::ZERO;
+    config.call_budget = Duration::ZERO;
     (Relay::new(events, sqs, config), calls)
 }
 

@@ -118,6 +118,79 @@ impl Env {
     }
 }
 
+/// Time-outs of every AWS SDK client the library and the functions build
+/// ([`crate::lambda::load_sdk_config`]), so that a stalled call fails (retryably,
+/// [`crate::aws_error`]) instead of running the invocation into its Lambda timeout.
+///
+/// | variable | meaning | default |
+/// |---|---|---|
+/// | `SDK_CONNECT_TIMEOUT_MS` | establishing a connection | 3000 |
+/// | `SDK_ATTEMPT_TIMEOUT_MS` | one HTTP attempt, connection to last byte of the answer | 5000 |
+/// | `SDK_OPERATION_TIMEOUT_MS` | one call, all its attempts and backoffs | 15000 |
+///
+/// The defaults are far above DynamoDB's, EventBridge's and SQS's usual latencies (single-digit
+/// to tens of milliseconds) and leave, under the functions' 30 s timeout, room for the consumer's
+/// in-invocation retries and for answering; the relay does not start a `PutEvents` call with
+/// less than `SDK_OPERATION_TIMEOUT_MS` + its safety margin left. Source: "Timeouts" in the AWS
+/// SDK for Rust developer guide, <https://docs.aws.amazon.com/sdk-for-rust/latest/dg/timeouts.html>.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SdkTimeouts {
+    /// Connect time-out.
+    pub connect: Duration,
+    /// Per-attempt time-out.
+    pub attempt: Duration,
+    /// Per-operation time-out (all attempts).
+    pub operation: Duration,
+}
+
+impl Default for SdkTimeouts {
+    fn default() -> Self {
+        Self { connect: Duration::from_millis(3000), attempt: Duration::from_millis(5000), operation: Duration::from_millis(15_000) }
+    }
+}
+
+impl SdkTimeouts {
+    /// Reads the variables of the table above.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for a value that is not a positive number of milliseconds, or an
+    /// attempt time-out longer than the operation time-out.
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let d = Self::default();
+        let positive = |name: &'static str, default: Duration| -> Result<Duration, ConfigError> {
+            let v = env.millis(name, default)?;
+            if v.is_zero() {
+                return Err(ConfigError::Invalid { name, value: "0".into(), reason: "expected a positive number of milliseconds".into() });
+            }
+            Ok(v)
+        };
+        let t = Self {
+            connect: positive("SDK_CONNECT_TIMEOUT_MS", d.connect)?,
+            attempt: positive("SDK_ATTEMPT_TIMEOUT_MS", d.attempt)?,
+            operation: positive("SDK_OPERATION_TIMEOUT_MS", d.operation)?,
+        };
+        if t.attempt > t.operation {
+            return Err(ConfigError::Invalid {
+                name: "SDK_ATTEMPT_TIMEOUT_MS",
+                value: t.attempt.as_millis().to_string(),
+                reason: format!("longer than SDK_OPERATION_TIMEOUT_MS ({} ms)", t.operation.as_millis()),
+            });
+        }
+        Ok(t)
+    }
+
+    /// As the SDK's `TimeoutConfig`.
+    #[cfg(feature = "lambda")]
+    pub fn timeout_config(&self) -> aws_config::timeout::TimeoutConfig {
+        aws_config::timeout::TimeoutConfig::builder()
+            .connect_timeout(self.connect)
+            .operation_attempt_timeout(self.attempt)
+            .operation_timeout(self.operation)
+            .build()
+    }
+}
+
 /// Default retention of outbox items and inbox rows (TTL): 7 days, longer than EventBridge's
 /// 24-hour retry window and the time people need to replay a dead-letter queue.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -151,5 +224,16 @@ mod tests {
         assert!(env(&[("N", "0")]).count("N", 5).is_err());
         assert_eq!(env(&[("M", "0")]).millis("M", Duration::from_secs(2)).unwrap(), Duration::ZERO);
         assert!(env(&[("M", "-1")]).millis("M", Duration::from_secs(2)).is_err());
+    }
+
+    #[test]
+    fn sdk_timeouts_have_documented_defaults_and_are_overridable() {
+        let d = SdkTimeouts::from_env(&env(&[])).unwrap();
+        assert_eq!((d.connect, d.attempt, d.operation), (Duration::from_secs(3), Duration::from_secs(5), Duration::from_secs(15)));
+        let t = SdkTimeouts::from_env(&env(&[("SDK_ATTEMPT_TIMEOUT_MS", "200"), ("SDK_OPERATION_TIMEOUT_MS", "900")])).unwrap();
+        assert_eq!((t.attempt, t.operation), (Duration::from_millis(200), Duration::from_millis(900)));
+        assert!(SdkTimeouts::from_env(&env(&[("SDK_ATTEMPT_TIMEOUT_MS", "0")])).is_err());
+        let err = SdkTimeouts::from_env(&env(&[("SDK_ATTEMPT_TIMEOUT_MS", "20000")])).unwrap_err();
+        assert!(err.to_string().contains("longer than SDK_OPERATION_TIMEOUT_MS"), "{err}");
     }
 }

@@ -50,9 +50,12 @@
 //!   [`HandlerError::Reject`] or [`HandlerError::Malformed`] — is sent to the dead-letter queue
 //!   on the first attempt and answered `{"outcome": "dead_lettered"}` (the asynchronous-invocation
 //!   retries are for what may pass).
-//! * What **may succeed later** — a conflict, throttling, a sequence gap, a
+//! * What **may succeed later** — a conflict, throttling, a 5xx or time-out, a sequence gap, a
 //!   [`HandlerError::Retry`] — fails the invocation, so Lambda retries it and, when retries run
-//!   out, sends it to the function's on-failure destination.
+//!   out, sends it to the function's on-failure destination. Transient failures (conflicts,
+//!   throttling, 5xx, time-outs, a condition without fallback, [`HandlerError::Retry`]) are first
+//!   retried inside the invocation, with backoff and full jitter, bounded by the time left before
+//!   the Lambda deadline ([`RetryPolicy`]); only then does the invocation fail.
 //!
 //! Your unit tests use [`MemoryInbox`](crate::inbox::MemoryInbox) and [`MemoryDeadLetters`]
 //! instead of the AWS ones.
@@ -81,7 +84,7 @@ pub mod handler;
 pub mod tx;
 
 pub use dead_letters::{ConsumerDeadLetterQueue, DeadLetterError, DeadLetterSink, MemoryDeadLetters};
-pub use dispatch::{Consumer, ConsumerBuilder, ConsumerResponse, Handled};
+pub use dispatch::{Consumer, ConsumerBuilder, ConsumerResponse, Handled, RetryPolicy};
 pub use error::{ConsumerError, HandlerError};
 pub use handler::EventHandler;
 pub use tx::{Fallback, Tx};

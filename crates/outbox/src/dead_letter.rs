@@ -96,7 +96,7 @@ pub async fn send(sqs: &aws_sdk_sqs::Client, url: &str, body: String, attributes
             .map_err(|e| e.to_string())?;
         request = request.message_attributes(*name, value);
     }
-    request.send().await.map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+    request.send().await.map_err(|e| crate::aws_error::AwsError::from_sdk("SendMessage", &e).to_string())?;
     Ok(())
 }
 

@@ -47,8 +47,11 @@ use aws_sdk_dynamodb::Client;
 use chrono::{DateTime, SecondsFormat, Utc};
 use sha2::{Digest, Sha256};
 
+use crate::aws_error::AwsError;
 use crate::envelope::EventMetadata;
 use crate::transaction::{all_old, transact_write, TransactionError};
+use aws_sdk_dynamodb::config::http::HttpResponse;
+use aws_sdk_dynamodb::error::SdkError;
 
 pub mod guarded;
 pub mod memory;
@@ -115,13 +118,14 @@ pub enum InboxError {
         /// The event's sequence.
         got: u64,
     },
-    /// A DynamoDB call other than the transaction failed.
-    #[error("inbox {action} failed: {reason}")]
+    /// A DynamoDB call other than the transaction failed (retryable or not as
+    /// [`crate::aws_error`] classifies it; the service's code and message are kept).
+    #[error("inbox {action} failed: {error}")]
     Sdk {
         /// What was being done.
         action: &'static str,
-        /// The SDK error, with context.
-        reason: String,
+        /// The classified AWS error.
+        error: AwsError,
     },
 }
 
@@ -130,7 +134,8 @@ impl InboxError {
     pub fn is_retryable(&self) -> bool {
         match self {
             InboxError::Transaction(e) => e.is_retryable(),
-            InboxError::InProgress { .. } | InboxError::SequenceGap { .. } | InboxError::Sdk { .. } => true,
+            InboxError::Sdk { error, .. } => error.is_retryable(),
+            InboxError::InProgress { .. } | InboxError::SequenceGap { .. } => true,
             InboxError::PayloadMismatch { .. } | InboxError::LeaseLost(_) => false,
         }
     }
@@ -170,8 +175,11 @@ pub fn payload_hash(data: &str) -> String {
 const IN_PROGRESS: &str = "IN_PROGRESS";
 const COMPLETED: &str = "COMPLETED";
 
-fn sdk(action: &'static str) -> impl FnOnce(aws_sdk_dynamodb::Error) -> InboxError {
-    move |e| InboxError::Sdk { action, reason: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string() }
+fn sdk<E>(action: &'static str, operation: &'static str, error: &SdkError<E, HttpResponse>) -> InboxError
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+{
+    InboxError::Sdk { action, error: AwsError::from_sdk(operation, error) }
 }
 
 /// The inbox of one consumer.
@@ -345,10 +353,10 @@ impl Inbox {
             .await;
         let failed = match result {
             Ok(_) => return Ok(Claim::Acquired(Lease { event_id: metadata.id.clone(), token, lease_expires_at: lease_until.timestamp_millis() })),
-            Err(e) => e.into_service_error(),
+            Err(e) => e,
         };
-        let aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(cfe) = failed else {
-            return Err(sdk("claim")(failed.into()));
+        let Some(aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(cfe)) = failed.as_service_error() else {
+            return Err(sdk("claim", "PutItem", &failed));
         };
         let stored = cfe.item().cloned().unwrap_or_default();
         let text = |name: &str| stored.get(name).and_then(|v| v.as_s().ok()).cloned();
@@ -389,11 +397,11 @@ impl Inbox {
         };
         match update.send().await {
             Ok(_) => Ok(()),
-            Err(e) => match e.into_service_error() {
-                aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(_) => {
+            Err(e) => match e.as_service_error() {
+                Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(_)) => {
                     Err(InboxError::LeaseLost(lease.event_id.clone()))
                 }
-                other => Err(sdk("complete")(other.into())),
+                _ => Err(sdk("complete", "UpdateItem", &e)),
             },
         }
     }
@@ -415,9 +423,9 @@ impl Inbox {
             .await;
         match result {
             Ok(_) => Ok(()),
-            Err(e) => match e.into_service_error() {
-                aws_sdk_dynamodb::operation::delete_item::DeleteItemError::ConditionalCheckFailedException(_) => Ok(()),
-                other => Err(sdk("release")(other.into())),
+            Err(e) => match e.as_service_error() {
+                Some(aws_sdk_dynamodb::operation::delete_item::DeleteItemError::ConditionalCheckFailedException(_)) => Ok(()),
+                _ => Err(sdk("release", "DeleteItem", &e)),
             },
         }
     }

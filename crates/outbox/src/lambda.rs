@@ -2,6 +2,20 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::config::{ConfigError, Env, SdkTimeouts};
+
+/// The AWS configuration of a function: `aws_config`'s environment chain (region, credentials,
+/// endpoint overrides such as `AWS_ENDPOINT_URL`) with the time-outs of [`SdkTimeouts`] read from
+/// `env`, so every client built from it (`aws_sdk_dynamodb::Client::new(&sdk)`, …) gives up on a
+/// stalled call. Load it once per cold start.
+///
+/// # Errors
+/// [`ConfigError`] for an invalid time-out variable.
+pub async fn load_sdk_config(env: &Env) -> Result<aws_config::SdkConfig, ConfigError> {
+    let timeouts = SdkTimeouts::from_env(env)?;
+    Ok(aws_config::from_env().timeout_config(timeouts.timeout_config()).load().await)
+}
+
 /// When the invocation must have answered, as an [`Instant`]: the Lambda context's
 /// [`deadline`](lambda_runtime::Context::deadline) (the `Lambda-Runtime-Deadline-Ms` header of
 /// the Runtime API, epoch milliseconds), or `fallback` from now when the context has none
@@ -43,5 +57,36 @@ mod tests {
         assert_eq!(lease_until(&context, Duration::from_secs(60)).timestamp_millis(), 1_000);
         context.deadline = 0;
         assert!(lease_until(&context, Duration::from_secs(60)) > chrono::Utc::now() + chrono::Duration::seconds(59));
+    }
+
+    /// A stalled service (it accepts the connection and never answers) fails the call with a
+    /// retryable time-out after the configured attempt/operation time-outs, instead of hanging
+    /// until the Lambda timeout.
+    #[cfg(feature = "writer")]
+    #[tokio::test]
+    async fn a_stalled_call_times_out_retryably() {
+        use crate::aws_error::{AwsError, AwsErrorKind};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                open.push(socket); // held open, never answered
+            }
+        });
+        let env = Env::from_map([("SDK_ATTEMPT_TIMEOUT_MS", "100"), ("SDK_OPERATION_TIMEOUT_MS", "300")].map(|(k, v)| (k.into(), v.into())).into());
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new("id", "secret", None, None, "test"))
+            .endpoint_url(format!("http://{address}"))
+            .timeout_config(SdkTimeouts::from_env(&env).unwrap().timeout_config())
+            .build();
+        let client = aws_sdk_dynamodb::Client::from_conf(config);
+        let sent = tokio::time::timeout(Duration::from_secs(30), client.get_item().table_name("t").send()).await.expect("the SDK gave up by itself");
+        let error = AwsError::from_sdk("GetItem", &sent.unwrap_err());
+        assert_eq!(error.kind, AwsErrorKind::Timeout, "{error}");
+        assert!(error.is_retryable());
+        held.abort();
     }
 }

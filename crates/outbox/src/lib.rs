@@ -39,6 +39,8 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(any(feature = "writer", feature = "relay"))]
+pub mod aws_error;
 pub mod config;
 #[cfg(feature = "inbox")]
 pub mod consumer;

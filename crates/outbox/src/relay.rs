@@ -44,7 +44,6 @@ use std::time::{Duration, Instant};
 
 use aws_lambda_events::dynamodb::{Event as DynamoDbEvent, EventRecord};
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
-use aws_sdk_eventbridge::error::ProvideErrorMetadata;
 use chrono::Utc;
 use rand::Rng;
 use serde::Serialize;
@@ -79,6 +78,12 @@ pub struct RelayConfig {
     /// Time kept in reserve before the invocation's deadline: no retry starts later than
     /// `deadline − safety_margin` (default 2 s).
     pub safety_margin: Duration,
+    /// Longest one `PutEvents` call can take: the SDK operation time-out
+    /// ([`crate::config::SdkTimeouts`], default 15 s). No call (first attempt of a wave or a
+    /// resend) starts with less than `call_budget + safety_margin` left before the deadline; the
+    /// records not sent then are reported from the earliest one on as `batchItemFailures`, so
+    /// nothing after them is acknowledged and Lambda delivers them again.
+    pub call_budget: Duration,
     /// Attribute names of the outbox table where they differ from the contract's
     /// ([`crate::envelope`]): table name → contract name, e.g. `"EventId"` → `"event_id"`.
     /// Empty (the default) when the table uses the contract's names. See
@@ -163,6 +168,7 @@ impl RelayConfig {
             base_backoff: Duration::from_millis(50),
             max_backoff: Duration::from_secs(2),
             safety_margin: Duration::from_secs(2),
+            call_budget: Duration::from_secs(15),
             attribute_names: HashMap::new(),
         }
     }
@@ -215,8 +221,12 @@ pub struct RelayReport {
     pub dead_lettered: usize,
     /// Records that failed (the earliest is the checkpoint).
     pub failed: usize,
-    /// Events not attempted because an earlier record failed; they are re-delivered.
+    /// Events not attempted because an earlier record failed or the time budget ran out; they
+    /// are re-delivered.
     pub deferred: usize,
+    /// Whether the invocation stopped starting `PutEvents` calls because too little time was
+    /// left ([`RelayConfig::call_budget`]).
+    pub out_of_time: bool,
     /// `PutEvents` calls made.
     pub put_events_calls: usize,
     /// Largest "now − `occurred_at`" among published events, milliseconds.
@@ -388,10 +398,23 @@ impl Relay {
                 }
             }
 
-            for chunk in self.chunks(publish) {
+            let mut chunks = self.chunks(publish).into_iter();
+            while let Some(chunk) = chunks.next() {
                 let chunk: Vec<Work> = chunk.into_iter().filter(|w| w.index < checkpoint).collect();
                 if chunk.is_empty() {
                     continue;
+                }
+                if !self.time_for_a_call(deadline, Duration::ZERO) {
+                    // Out of time: the earliest record not sent (in this chunk, the wave's later
+                    // chunks or a queue) becomes the checkpoint; it and everything after it are
+                    // delivered again.
+                    let unsent = chunk.iter().chain(chunks.by_ref().flatten().collect::<Vec<_>>().iter()).map(|w| w.index).min();
+                    let queued = queues.iter().filter_map(|q| q.front()).map(|w| w.index).min();
+                    let earliest = unsent.into_iter().chain(queued).min().unwrap_or(usize::MAX);
+                    checkpoint = checkpoint.min(earliest);
+                    report.out_of_time = true;
+                    tracing::warn!(checkpoint, "too little time left for another PutEvents call; reporting the rest for re-delivery");
+                    break;
                 }
                 for (work, result) in self.put_with_retries(chunk, deadline, &mut report).await {
                     let Action::Publish { item, .. } = &work.action else { continue };
@@ -447,6 +470,7 @@ impl Relay {
             dead_lettered = report.dead_lettered,
             failed = report.failed,
             deferred = report.deferred,
+            out_of_time = report.out_of_time,
             put_events_calls = report.put_events_calls,
             max_lag_ms = report.max_lag_ms,
             "relay batch done"
@@ -578,7 +602,7 @@ impl Relay {
                 break;
             }
             let backoff = self.backoff(attempt);
-            let out_of_time = Instant::now() + backoff + self.config.safety_margin >= deadline;
+            let out_of_time = !self.time_for_a_call(deadline, backoff);
             if attempt >= self.config.max_attempts || out_of_time {
                 done.extend(retry.into_iter().map(|(w, f)| (w, Err(f))));
                 break;
@@ -616,17 +640,26 @@ impl Relay {
                     .collect()
             }
             Err(err) => {
-                // The whole request failed after the SDK's own retries: every entry is
-                // transient (a configuration error keeps failing and ends in the event source
-                // mapping's on-failure destination, not in our dead-letter queue).
-                let failure = EntryFailure {
-                    code: err.code().unwrap_or("RequestFailed").to_owned(),
-                    message: aws_sdk_eventbridge::error::DisplayErrorContext(&err).to_string(),
-                    retryable: true,
-                };
+                // The whole request failed after the SDK's own retries. Its entries are never
+                // poison: a transient failure ([`crate::aws_error`]) is resent; a permanent one
+                // (access denied, a missing bus) is a configuration error that would otherwise
+                // dead-letter every event, so the records fail instead and the event source
+                // mapping retries them until the configuration is fixed.
+                let aws = crate::aws_error::AwsError::from_sdk("PutEvents", &err);
+                if !aws.is_retryable() {
+                    tracing::error!(error = %aws, "PutEvents failed permanently; failing the records (a configuration error?)");
+                }
+                let failure =
+                    EntryFailure { code: aws.code.clone().unwrap_or_else(|| "RequestFailed".into()), message: aws.to_string(), retryable: true };
                 vec![Err(failure); n]
             }
         }
+    }
+
+    /// Whether a `PutEvents` call starting after `wait` can finish, with its whole
+    /// [`RelayConfig::call_budget`], before `deadline − safety_margin`.
+    fn time_for_a_call(&self, deadline: Instant, wait: Duration) -> bool {
+        Instant::now() + wait + self.config.call_budget + self.config.safety_margin < deadline
     }
 
     fn backoff(&self, attempt: u32) -> Duration {

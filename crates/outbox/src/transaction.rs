@@ -17,6 +17,8 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, CancellationReason, ReturnValuesOnConditionCheckFailure, TransactWriteItem};
 use aws_sdk_dynamodb::Client;
 
+use crate::aws_error::{is_retryable_cancellation, AwsError};
+
 /// Most items one `TransactWriteItems` call accepts (AWS limit, raised from 25 to 100 in 2022).
 pub const MAX_TRANSACTION_ITEMS: usize = 100;
 
@@ -34,14 +36,18 @@ pub enum TransactionError {
         /// The stored item, if returned.
         item: Option<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>,
     },
-    /// Another transaction or write touched the same items (`TransactionConflict`), or the table
-    /// was throttled. Retrying later succeeds; the SDK's standard retry already tried.
-    #[error("transaction conflicted or was throttled ({0}); retry later")]
+    /// A transient failure ([`crate::aws_error`]): another transaction touched the same items
+    /// (`TransactionConflict`), throttling, a 5xx, a time-out or a network failure. Retrying
+    /// later can succeed. The SDK does NOT retry a cancelled transaction (`TransactionConflict`
+    /// is a cancellation reason), so the caller must. The text keeps the service's code and
+    /// message.
+    #[error("transaction conflicted, was throttled or the service failed ({0}); retry later")]
     Retryable(String),
     /// More than [`MAX_TRANSACTION_ITEMS`] items.
     #[error("a transaction holds at most {MAX_TRANSACTION_ITEMS} items, got {0}")]
     TooManyItems(usize),
-    /// Any other failure (validation, permissions, network after retries).
+    /// A failure no retry fixes (validation, permissions, `IdempotentParameterMismatch`), with
+    /// the service's code and message.
     #[error("TransactWriteItems failed: {0}")]
     Sdk(String),
 }
@@ -55,45 +61,72 @@ impl TransactionError {
 
 /// Executes `items` as one `TransactWriteItems` call.
 ///
+/// **Idempotency.** The call carries a fresh `ClientRequestToken` (a UUID v4), one per call of
+/// this function: the SDK's automatic retries of this call resend the same request, token
+/// included, so when an attempt committed but its answer was lost (time-out, connection reset,
+/// 5xx after the commit), DynamoDB answers the retry with success instead of running the
+/// transaction again (whose conditions would now fail). DynamoDB honours a token for 10 minutes;
+/// the same token with different parameters is `IdempotentParameterMismatchException` (not
+/// retryable), which is why a *new* logical attempt (the caller rebuilding its items, e.g. a
+/// consumer's in-invocation retry) gets a new token: its items differ (timestamps, event ids),
+/// and the inbox claim or the caller's conditions already make it safe. Source: the
+/// `TransactWriteItems` API reference, `ClientRequestToken`,
+/// <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>.
+///
 /// # Errors
-/// See [`TransactionError`]; cancellation reasons are mapped by [`classify_cancellation`].
+/// See [`TransactionError`]; cancellation reasons are mapped by [`classify_cancellation`], every
+/// other failure by [`AwsError::from_sdk`] (retryable or not, with the service's code and message).
 pub async fn transact_write(client: &Client, items: Vec<TransactWriteItem>) -> Result<(), TransactionError> {
+    transact_write_with_token(client, items, uuid::Uuid::new_v4().to_string()).await
+}
+
+/// [`transact_write`] with the caller's `ClientRequestToken` (1 to 36 characters), for a caller
+/// that retries one logical attempt itself and wants DynamoDB to recognise it.
+///
+/// # Errors
+/// See [`transact_write`].
+pub async fn transact_write_with_token(client: &Client, items: Vec<TransactWriteItem>, token: String) -> Result<(), TransactionError> {
     if items.len() > MAX_TRANSACTION_ITEMS {
         return Err(TransactionError::TooManyItems(items.len()));
     }
-    match client.transact_write_items().set_transact_items(Some(items)).send().await {
-        Ok(_) => Ok(()),
-        Err(SdkError::ServiceError(err)) => match err.err() {
-            TransactWriteItemsError::TransactionCanceledException(cancelled) => Err(classify_cancellation(cancelled.cancellation_reasons())),
-            TransactWriteItemsError::TransactionInProgressException(e) => Err(TransactionError::Retryable(format!("TransactionInProgress: {e}"))),
-            TransactWriteItemsError::ProvisionedThroughputExceededException(e) => {
-                Err(TransactionError::Retryable(format!("ProvisionedThroughputExceeded: {e}")))
-            }
-            TransactWriteItemsError::RequestLimitExceeded(e) => Err(TransactionError::Retryable(format!("RequestLimitExceeded: {e}"))),
-            TransactWriteItemsError::InternalServerError(e) => Err(TransactionError::Retryable(format!("InternalServerError: {e}"))),
-            other => Err(TransactionError::Sdk(format!("{other}"))),
-        },
-        Err(err @ (SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_))) => {
-            Err(TransactionError::Retryable(format!("{}", aws_sdk_dynamodb::error::DisplayErrorContext(err))))
+    let err = match client.transact_write_items().set_transact_items(Some(items)).client_request_token(token).send().await {
+        Ok(_) => return Ok(()),
+        Err(err) => err,
+    };
+    if let SdkError::ServiceError(service) = &err {
+        if let TransactWriteItemsError::TransactionCanceledException(cancelled) = service.err() {
+            return Err(classify_cancellation(cancelled.cancellation_reasons()));
         }
-        Err(err) => Err(TransactionError::Sdk(format!("{}", aws_sdk_dynamodb::error::DisplayErrorContext(err)))),
+    }
+    let aws = AwsError::from_sdk("TransactWriteItems", &err);
+    if aws.is_retryable() {
+        Err(TransactionError::Retryable(aws.detail))
+    } else {
+        Err(TransactionError::Sdk(aws.detail))
     }
 }
 
 /// Maps `CancellationReasons` to the first cause that matters:
 /// a `ConditionalCheckFailed` reason wins (it is a definite answer about the data); otherwise a
-/// `TransactionConflict`, throttling or capacity reason makes the whole transaction retryable;
-/// anything else (e.g. `ValidationError`) is reported as is.
+/// `TransactionConflict`, throttling or capacity reason makes the whole transaction retryable
+/// ([`crate::aws_error::RETRYABLE_CANCELLATION_CODES`]); anything else (e.g. `ValidationError`) is
+/// reported as is. Each reason is reported as `code` or `code: message`.
 pub fn classify_cancellation(reasons: &[CancellationReason]) -> TransactionError {
     if let Some((index, reason)) = reasons.iter().enumerate().find(|(_, r)| r.code() == Some("ConditionalCheckFailed")) {
         return TransactionError::ConditionFailed { index, item: reason.item().cloned() };
     }
-    let codes: Vec<String> = reasons.iter().filter_map(|r| r.code()).filter(|c| *c != "None").map(str::to_owned).collect();
-    let retryable = ["TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"];
-    if codes.iter().any(|c| retryable.contains(&c.as_str())) {
-        TransactionError::Retryable(codes.join(", "))
+    let relevant = reasons.iter().filter(|r| r.code().is_some_and(|c| c != "None"));
+    let described: Vec<String> = relevant
+        .clone()
+        .map(|r| match (r.code().unwrap_or_default(), r.message()) {
+            (code, Some(message)) => format!("{code}: {message}"),
+            (code, None) => code.to_owned(),
+        })
+        .collect();
+    if relevant.clone().any(|r| r.code().is_some_and(is_retryable_cancellation)) {
+        TransactionError::Retryable(format!("transaction cancelled: {}", described.join(", ")))
     } else {
-        TransactionError::Sdk(format!("transaction cancelled: {}", codes.join(", ")))
+        TransactionError::Sdk(format!("transaction cancelled: {}", described.join(", ")))
     }
 }
 
@@ -147,9 +180,9 @@ pub enum CommitError {
     /// transaction fails the same way until the data changes.
     #[error("transaction cancelled: {0}")]
     ConditionFailed(ConditionFailed),
-    /// `TransactionConflict`, throttling, capacity, an internal error or a network failure,
-    /// after the SDK's own retries: retrying later can succeed.
-    #[error("transaction conflicted or was throttled ({reason}); retry later")]
+    /// `TransactionConflict`, throttling, capacity, a 5xx, a time-out or a network failure
+    /// ([`crate::aws_error`]): retrying later can succeed.
+    #[error("transaction conflicted, was throttled or the service failed ({reason}); retry later")]
     Retryable {
         /// The AWS error codes or SDK error, for logs.
         reason: String,
@@ -161,6 +194,8 @@ pub enum CommitError {
         count: usize,
     },
     /// Anything else (validation, permissions): a bug or a configuration error, not retryable.
+    /// `reason` keeps the service's code and message (e.g. which action on which resource was
+    /// denied).
     #[error("TransactWriteItems failed: {reason}")]
     Other {
         /// The AWS error, for logs.
@@ -282,5 +317,134 @@ mod tests {
         let err = classify_cancellation(&[reason("ValidationError")]);
         assert!(!err.is_retryable());
         assert!(err.to_string().contains("ValidationError"));
+    }
+
+    /// A DynamoDB stand-in at the HTTP level that plays a lost answer: the first attempt of
+    /// `TransactWriteItems` commits but is answered HTTP 500; a later attempt with the token that
+    /// committed is answered success (DynamoDB's idempotent replay), one with any other token (or
+    /// none) is cancelled with `ConditionalCheckFailed` (the item now exists), as DynamoDB would.
+    #[derive(Debug, Default, Clone)]
+    struct LostAnswer {
+        tokens: std::sync::Arc<std::sync::Mutex<Vec<Option<String>>>>,
+    }
+
+    impl aws_sdk_dynamodb::config::Intercept for LostAnswer {
+        fn name(&self) -> &'static str {
+            "LostAnswer"
+        }
+
+        fn read_before_transmit(
+            &self,
+            context: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+            _: &aws_sdk_dynamodb::config::RuntimeComponents,
+            _: &mut aws_sdk_dynamodb::config::ConfigBag,
+        ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+            let body: serde_json::Value = serde_json::from_slice(context.request().body().bytes().unwrap_or_default()).unwrap_or_default();
+            self.tokens.lock().unwrap().push(body["ClientRequestToken"].as_str().map(str::to_owned));
+            Ok(())
+        }
+
+        fn modify_before_deserialization(
+            &self,
+            context: &mut aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorContextMut<'_>,
+            _: &aws_sdk_dynamodb::config::RuntimeComponents,
+            _: &mut aws_sdk_dynamodb::config::ConfigBag,
+        ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+            let tokens = self.tokens.lock().unwrap();
+            let token = tokens.last().cloned().flatten();
+            let (status, body) = if tokens.len() == 1 {
+                (500, r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"answer lost"}"#.to_owned())
+            } else if token.is_some() && token == tokens[0] {
+                (200, "{}".to_owned())
+            } else {
+                (
+                    400,
+                    r#"{"__type":"com.amazonaws.dynamodb.v20120810#TransactionCanceledException","Message":"Transaction cancelled","CancellationReasons":[{"Code":"ConditionalCheckFailed","Message":"The conditional request failed"}]}"#.to_owned(),
+                )
+            };
+            *context.response_mut() =
+                aws_sdk_dynamodb::config::http::HttpResponse::new(status.try_into().unwrap(), aws_smithy_types::body::SdkBody::from(body));
+            Ok(())
+        }
+    }
+
+    fn client_with(interceptor: LostAnswer) -> Client {
+        let retry =
+            aws_sdk_dynamodb::config::retry::RetryConfig::standard().with_max_attempts(3).with_initial_backoff(std::time::Duration::from_millis(1));
+        let config = aws_sdk_dynamodb::Config::builder()
+            .with_test_defaults_v2()
+            .http_client(aws_smithy_mocks::create_mock_http_client())
+            .interceptor(interceptor)
+            .retry_config(retry)
+            .build();
+        Client::from_conf(config)
+    }
+
+    fn put() -> TransactWriteItem {
+        let put = aws_sdk_dynamodb::types::Put::builder()
+            .table_name("orders")
+            .item("pk", AttributeValue::S("Order#o-1".into()))
+            .condition_expression("attribute_not_exists(pk)")
+            .build()
+            .unwrap();
+        TransactWriteItem::builder().put(put).build()
+    }
+
+    #[tokio::test]
+    async fn a_commit_whose_answer_is_lost_succeeds_on_the_sdk_retry_with_the_same_token() {
+        let fake = LostAnswer::default();
+        let client = client_with(fake.clone());
+        transact_write(&client, vec![put()]).await.expect("the retry is DynamoDB's idempotent replay: success, not a failed condition");
+        let tokens = fake.tokens.lock().unwrap().clone();
+        assert_eq!(tokens.len(), 2, "one lost answer, one retry by the SDK");
+        assert!(tokens[0].as_ref().is_some_and(|t| !t.is_empty() && t.len() <= 36), "{tokens:?}");
+        assert_eq!(tokens[0], tokens[1], "the SDK's retry carries the same ClientRequestToken");
+    }
+
+    #[tokio::test]
+    async fn every_logical_call_gets_its_own_token_whatever_the_client_provides() {
+        // `with_test_defaults` installs a fixed idempotency-token provider: left to the SDK, two
+        // different transactions within 10 minutes would share a token, and DynamoDB would answer
+        // the second as a replay of the first without writing it.
+        let fake = LostAnswer::default();
+        let client = client_with(fake.clone());
+        transact_write(&client, vec![put()]).await.unwrap();
+        let err = transact_write(&client, vec![put()]).await.unwrap_err();
+        assert!(matches!(err, TransactionError::ConditionFailed { index: 0, .. }), "a second logical write is a new transaction: {err:?}");
+        let tokens = fake.tokens.lock().unwrap().clone();
+        assert_ne!(tokens[0], tokens[2], "{tokens:?}");
+    }
+
+    #[tokio::test]
+    async fn service_unavailable_and_throttling_are_retryable_access_denied_is_not_and_keeps_its_message() {
+        use aws_smithy_mocks::{mock, mock_client, RuleMode};
+        let answer = |status: u16, code: &'static str, message: &'static str| async move {
+            let body = format!(r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{code}","message":"{message}"}}"#);
+            let rule = mock!(Client::transact_write_items).then_http_response(move || {
+                aws_sdk_dynamodb::config::http::HttpResponse::new(status.try_into().unwrap(), aws_smithy_types::body::SdkBody::from(body.clone()))
+            });
+            let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule], |c| {
+                c.retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+            });
+            transact_write(&client, vec![put()]).await.unwrap_err()
+        };
+        for (status, code) in [(503, "ServiceUnavailable"), (400, "ThrottlingException"), (500, "InternalServerError")] {
+            let err = answer(status, code, "slow down").await;
+            assert!(err.is_retryable(), "{code}: {err}");
+            assert!(err.to_string().contains(&format!("{code}: slow down")), "{err}");
+        }
+        let err = answer(400, "AccessDeniedException", "not authorized to perform: dynamodb:TransactWriteItems on resource: table/orders").await;
+        assert!(!err.is_retryable());
+        assert!(
+            err.to_string().contains("AccessDeniedException: not authorized to perform: dynamodb:TransactWriteItems on resource: table/orders"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn cancellation_reasons_keep_their_messages() {
+        let reason = CancellationReason::builder().code("ValidationError").message("One or more parameter values were invalid").build();
+        let err = classify_cancellation(&[reason]);
+        assert!(err.to_string().contains("ValidationError: One or more parameter values were invalid"), "{err}");
     }
 }

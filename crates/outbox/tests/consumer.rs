@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
 use lambda_runtime::{Context, LambdaEvent};
-use outbox::consumer::{ConsumerResponse, MemoryDeadLetters, RawEvent};
+use outbox::consumer::{ConsumerResponse, MemoryDeadLetters, RawEvent, RetryPolicy};
 use outbox::inbox::memory::Injected;
 use outbox::{ConditionFailed, Consumer, ConsumerError, Event, Fallback, Handled, HandlerError, MemoryInbox, OutboxWriter};
 use serde_json::{json, Value};
@@ -41,7 +41,16 @@ type TestConsumer = Consumer<MemoryInbox, MemoryDeadLetters, Outcome>;
 /// Reserves `quantity` of one SKU: write 0 is the stock check, then `StockReserved`; when the
 /// check fails, the fallback emits `StockRejected` (and answers `duplicate` for anything else).
 fn consumer(inbox: &MemoryInbox, dead_letters: &MemoryDeadLetters) -> TestConsumer {
+    consumer_with(inbox, dead_letters, RetryPolicy::none())
+}
+
+/// [`consumer`] with an in-invocation retry policy (backoffs of at most 1 ms).
+fn consumer_with(inbox: &MemoryInbox, dead_letters: &MemoryDeadLetters, mut retry: RetryPolicy) -> TestConsumer {
+    retry.base_backoff = Duration::from_millis(1);
+    retry.max_backoff = Duration::from_millis(1);
+    retry.margin = Duration::ZERO;
     Consumer::builder(inbox.clone(), dead_letters.clone())
+        .retry(retry)
         .outbox(OutboxWriter::new("outbox", Duration::from_secs(3600)))
         .on::<OrderCreated, _, _>("OrderCreated", |event, tx| async move {
             let order = event.data;
@@ -163,6 +172,39 @@ async fn what_may_pass_later_fails_the_invocation() {
 }
 
 #[tokio::test]
+async fn conflicts_and_throttles_are_retried_within_the_invocation_then_fail_it() {
+    let (inbox, dlq) = (MemoryInbox::new("reserve"), MemoryDeadLetters::new());
+    let consumer = consumer_with(&inbox, &dlq, RetryPolicy::default());
+    // Two conflicts, then the transaction commits: one invocation, applied once, nothing dead-lettered.
+    inbox.fail_next(Injected::Conflict).fail_next(Injected::Conflict);
+    assert_eq!(consumer.handle(created("t-1", 1)).await.expect("retried inside").outcome, Handled::Applied(Outcome::Reserved));
+    assert_eq!(inbox.applied().len(), 1);
+    // As many conflicts as attempts: the invocation fails (Lambda retries it), nothing dead-lettered.
+    for _ in 0..consumer.retry_policy().max_attempts {
+        inbox.fail_next(Injected::Conflict);
+    }
+    let err = consumer.handle(created("t-2", 1)).await.expect_err("attempts exhausted");
+    assert!(err.is_retryable() && err.error_type() == "Retryable", "{err}");
+    assert!(!inbox.contains("t-2") && dlq.messages().is_empty());
+}
+
+#[tokio::test]
+async fn no_retry_starts_past_the_deadline() {
+    let (inbox, dlq) = (MemoryInbox::new("reserve"), MemoryDeadLetters::new());
+    let consumer = consumer_with(&inbox, &dlq, RetryPolicy::default());
+    inbox.fail_next(Injected::Conflict).fail_next(Injected::Conflict);
+    let mut event = created("d-1", 1);
+    event.context.deadline = 1_000; // long past
+    let err = consumer.handle(event).await.expect_err("no time left to retry");
+    assert!(err.is_retryable(), "{err}");
+    assert!(!inbox.contains("d-1") && dlq.messages().is_empty());
+    // The second injected conflict was never consumed: exactly one attempt ran.
+    let once = self::consumer(&inbox, &dlq);
+    assert!(once.handle(created("d-1", 1)).await.is_err_and(|e| e.is_retryable()));
+    assert_eq!(once.handle(created("d-1", 1)).await.unwrap().outcome, Handled::Applied(Outcome::Reserved));
+}
+
+#[tokio::test]
 async fn without_a_dead_letter_queue_what_can_never_succeed_fails_the_invocation() {
     let inbox = MemoryInbox::new("reserve");
     let consumer: Consumer<_, Option<MemoryDeadLetters>, Outcome> =
@@ -192,16 +234,22 @@ async fn a_failed_business_condition_runs_the_fallback_in_a_new_transaction() {
 #[tokio::test]
 async fn a_failed_condition_without_a_fallback_is_retried() {
     let inbox = MemoryInbox::new("reserve");
-    let consumer: TestConsumer = Consumer::builder(inbox.clone(), MemoryDeadLetters::new())
-        .on::<OrderCreated, _, _>("OrderCreated", |_, tx| async move {
-            tx.write(stock_check("SKU-1")).write(stock_check("SKU-2"));
-            Ok(Outcome::Reserved)
-        })
-        .build();
+    let checks = |retry: RetryPolicy| -> TestConsumer {
+        Consumer::builder(inbox.clone(), MemoryDeadLetters::new())
+            .retry(retry)
+            .on::<OrderCreated, _, _>("OrderCreated", |_, tx| async move {
+                tx.write(stock_check("SKU-1")).write(stock_check("SKU-2"));
+                Ok(Outcome::Reserved)
+            })
+            .build()
+    };
     inbox.fail_next(Injected::ConditionFailed { index: 1 });
-    let err = consumer.handle(created("n-1", 1)).await.expect_err("no fallback");
+    let err = checks(RetryPolicy::none()).handle(created("n-1", 1)).await.expect_err("no fallback");
     let ConsumerError::ConditionFailed { failed: ConditionFailed::Write { index: 1, .. }, .. } = &err else { panic!("{err:?}") };
-    assert!(err.is_retryable());
+    assert!(err.is_retryable() && err.is_transient());
+    // With in-invocation retries, the handler runs again (reading the data afresh) and commits.
+    inbox.fail_next(Injected::ConditionFailed { index: 1 });
+    assert_eq!(checks(RetryPolicy::default()).handle(created("n-1", 1)).await.unwrap().outcome, Handled::Applied(Outcome::Reserved));
     // Emitting without an outbox is a bug, reported before anything is written.
     let no_outbox: TestConsumer = Consumer::builder(inbox.clone(), MemoryDeadLetters::new())
         .on::<OrderCreated, _, _>("OrderCreated", |_, tx| async move {

@@ -102,6 +102,7 @@ mod support {
         config.base_backoff = Duration::from_millis(1);
         config.max_backoff = Duration::from_millis(5);
         config.safety_margin = Duration::ZERO;
+        config.call_budget = Duration::ZERO;
         config
     }
 
@@ -555,6 +556,23 @@ async fn throttled_entry_is_not_retried_past_the_deadline() {
     assert_eq!(failures(&outcome), vec![seq(0)]);
     assert_eq!(outcome.report.failed, 1);
     assert!(bus.rule.num_calls() >= 1);
+}
+
+/// 12b. No `PutEvents` call starts without its whole time budget left: the records are
+/// reported for re-delivery from the earliest one, none acknowledged.
+#[tokio::test]
+async fn no_put_events_call_starts_without_its_time_budget() {
+    let bus = Bus::ok();
+    let dlq = Dlq::ok();
+    let mut config = config();
+    config.call_budget = Duration::from_secs(600);
+    let relay = relay(&bus, &dlq, config);
+    let batch = inserts(&[item("a", 1), item("b", 1), item("a", 2)]);
+    let outcome = relay.relay(&batch, Instant::now() + Duration::from_secs(60)).await.expect("the relay answers per record");
+    assert_eq!(failures(&outcome), vec![seq(0)], "everything from the first unsent record is re-delivered");
+    assert_eq!(bus.rule.num_calls(), 0, "a call that could outlive the invocation is not started");
+    assert_eq!((outcome.report.published, outcome.report.deferred), (0, 3));
+    assert!(outcome.report.out_of_time);
 }
 
 /// 13. A whole-request error fails every entry transiently: the earliest record is reported,

@@ -633,6 +633,35 @@ mod tests {
         assert_eq!((r.status, r.header("retry-after")), (503, Some(RETRY_AFTER_SECONDS)));
     }
 
+    /// A router whose `TransactWriteItems` is answered HTTP `status` with error `code` (retries off).
+    fn failing_router(status: u16, code: &'static str, message: &'static str) -> Router {
+        let body = format!(r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{code}","message":"{message}"}}"#);
+        let get = mock!(aws_sdk_dynamodb::Client::get_item).then_output(|| GetItemOutput::builder().build());
+        let transact = mock!(aws_sdk_dynamodb::Client::transact_write_items).then_http_response(move || {
+            aws_sdk_dynamodb::config::http::HttpResponse::new(status.try_into().unwrap(), aws_smithy_types::body::SdkBody::from(body.clone()))
+        });
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&get, &transact], |c| {
+            c.retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+        });
+        router(OrdersApi::new(client, "orders", OutboxWriter::new("outbox", DEFAULT_RETENTION), "example.orders", DEFAULT_TTL))
+    }
+
+    #[tokio::test]
+    async fn service_unavailable_and_throttling_are_503_with_retry_after_and_access_denied_a_500() {
+        for (status, code) in [(503, "ServiceUnavailable"), (400, "ThrottlingException"), (500, "InternalServerError")] {
+            let r = send(&failing_router(status, code, "slow down"), "POST", "/orders", Some(GOOD), Some("k"), &[]).await;
+            assert_eq!(
+                (r.status, r.header("retry-after"), r.header("content-type")),
+                (503, Some(RETRY_AFTER_SECONDS), Some("application/problem+json")),
+                "{code}"
+            );
+            let r = send(&failing_router(status, code, "slow down"), "POST", "/orders", Some(GOOD), None, &[]).await;
+            assert_eq!(r.status, 503, "{code} without an Idempotency-Key");
+        }
+        let r = send(&failing_router(400, "AccessDeniedException", "not authorized"), "POST", "/orders", Some(GOOD), None, &[]).await;
+        assert_eq!((r.status, r.header("retry-after")), (500, None));
+    }
+
     #[tokio::test]
     async fn get_answers_the_stored_order() {
         let table = Table::new(vec![order_item("o-1", STATUS_CANCELLED, 2)], None, None);

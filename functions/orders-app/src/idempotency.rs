@@ -318,7 +318,7 @@ impl IdempotencyStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| ReadError::Sdk { retryable: is_retryable_read(&e), message: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string() })?;
+            .map_err(|e| read_error(&e))?;
         match out.item() {
             None => Ok(None),
             Some(item) => {
@@ -330,26 +330,22 @@ impl IdempotencyStore {
 }
 
 /// Whether a failed read can succeed later: throttling, DynamoDB 5xx, time-outs and dispatch
-/// failures (after the SDK's own retries).
-pub fn is_retryable_read<E, R>(error: &aws_sdk_dynamodb::error::SdkError<E, R>) -> bool
+/// failures (after the SDK's own retries). The library's one classification,
+/// [`outbox::aws_error::AwsError`].
+pub fn is_retryable_read<E>(error: &aws_sdk_dynamodb::error::SdkError<E, aws_sdk_dynamodb::config::http::HttpResponse>) -> bool
 where
-    E: aws_sdk_dynamodb::error::ProvideErrorMetadata,
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
 {
-    use aws_sdk_dynamodb::error::SdkError;
-    match error {
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => true,
-        SdkError::ServiceError(e) => matches!(
-            e.err().code(),
-            Some(
-                "ProvisionedThroughputExceededException"
-                    | "RequestLimitExceeded"
-                    | "ThrottlingException"
-                    | "InternalServerError"
-                    | "ServiceUnavailable"
-            )
-        ),
-        _ => false,
-    }
+    outbox::aws_error::AwsError::from_sdk("GetItem", error).is_retryable()
+}
+
+/// A failed `GetItem` as [`ReadError::Sdk`]: retryable or not, with the service's code and message.
+pub fn read_error<E>(error: &aws_sdk_dynamodb::error::SdkError<E, aws_sdk_dynamodb::config::http::HttpResponse>) -> ReadError
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+{
+    let aws = outbox::aws_error::AwsError::from_sdk("GetItem", error);
+    ReadError::Sdk { retryable: aws.is_retryable(), message: aws.to_string() }
 }
 
 #[cfg(test)]

@@ -9,7 +9,9 @@
 //! emits `InventoryRejected` instead (a business outcome: no retry, no dead-letter queue). A
 //! cancellation releases exactly what was reserved (`InventoryReleased`), and only for a
 //! reservation in status `RESERVED`; an `OrderCancelled` that arrives before its `OrderCreated`
-//! was applied is a sequence gap and is retried. Events no retry can fix go to the dead-letter
+//! was applied is a sequence gap and is retried. The release decision is read, then committed on
+//! the condition that what was read still holds (the reservation's `status`), so an
+//! `OrderCreated` applied in between cannot leave stock reserved forever. Events no retry can fix go to the dead-letter
 //! queue on the first attempt when `DEAD_LETTER_QUEUE_URL` is set.
 //!
 //! Inventory table items: `pk` = `SKU#<sku>` with `available` and `reserved` (N), and
@@ -19,7 +21,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, TransactWriteItem, Update};
 use lambda_runtime::LambdaEvent;
 use serde::Serialize;
 
@@ -98,14 +100,27 @@ impl InventoryConsumer {
         };
         let inbox =
             Inbox::new(client.clone(), env.required("INBOX_TABLE")?, name, env.seconds("INBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?).ordered();
-        let stock = Arc::new(Stock { client, table: env.required("INVENTORY_TABLE")?, source: env.optional("EVENT_SOURCE", "example.inventory") });
         let outbox = OutboxWriter::new(env.required("OUTBOX_TABLE")?, env.seconds("OUTBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?);
+        Ok(Self::new(client, inbox, dead_letters, env.required("INVENTORY_TABLE")?, env.optional("EVENT_SOURCE", "example.inventory"), outbox))
+    }
+
+    /// The consumer over `inventory_table` (read and written with `client`), recording events in
+    /// `inbox`, emitting its own events with `source` to `outbox`, dead-lettering to `dead_letters`.
+    pub fn new(
+        client: aws_sdk_dynamodb::Client,
+        inbox: Inbox,
+        dead_letters: Option<ConsumerDeadLetterQueue>,
+        inventory_table: String,
+        source: String,
+        outbox: OutboxWriter,
+    ) -> Self {
+        let stock = Arc::new(Stock { client, table: inventory_table, source });
         let consumer = Consumer::builder(inbox, dead_letters)
             .outbox(outbox)
             .handler::<OrderCreated, _>("OrderCreated", stock.clone())
             .handler::<OrderCancelledData, _>("OrderCancelled", stock)
             .build();
-        Ok(Self { consumer })
+        Self { consumer }
     }
 
     /// Lambda handler for one EventBridge event (`OrderCreated` or `OrderCancelled`).
@@ -179,7 +194,14 @@ impl EventHandler<OrderCancelledData, Outcome> for Stock {
             .map(|m| m.iter().filter_map(|(sku, q)| Some((sku.clone(), q.as_n().ok()?.parse().ok()?))).collect())
             .unwrap_or_default();
         if reserved.is_empty() {
-            // Rejected (or never reserved): record the event as applied, nothing to give back.
+            // Rejected (or never reserved): record the event as applied, nothing to give back —
+            // on the condition that this is still true when the transaction commits. Without it,
+            // an `OrderCreated` applied between the read and the commit (a released sequence gap,
+            // an unordered deployment) would reserve stock that no cancellation ever gives back.
+            // When the condition fails, the consumer runs this handler again within the
+            // invocation (a condition without fallback is transient), which reads the
+            // reservation afresh and releases it.
+            tx.write(nothing_reserved(&self.table, key));
             return Ok(Outcome::NothingToRelease);
         }
         for (sku, qty) in &reserved {
@@ -217,6 +239,21 @@ fn event_of<T: Serialize>(
     correlation_id: &str,
 ) -> Result<Event, WriteError> {
     Ok(Event::new(event_type, source, (AGGREGATE_TYPE, order_id), sequence, data)?.correlation_id(correlation_id))
+}
+
+/// A condition that the reservation `key` is absent or not `RESERVED`: the read that found
+/// nothing to release still holds when the transaction commits.
+fn nothing_reserved(table: &str, key: AttributeValue) -> TransactWriteItem {
+    let check = ConditionCheck::builder()
+        .table_name(table)
+        .key("pk", key)
+        .condition_expression("attribute_not_exists(pk) OR #status <> :reserved")
+        .expression_attribute_names("#status", "status")
+        .expression_attribute_values(":reserved", AttributeValue::S("RESERVED".into()))
+        .build()
+        // table_name, key and condition_expression, the builder's only required fields, are set.
+        .expect("ConditionCheck has its required fields");
+    TransactWriteItem::builder().condition_check(check).build()
 }
 
 fn give_back(table: &str, sku: &str, quantity: u64) -> TransactWriteItem {
@@ -311,4 +348,140 @@ pub async fn stock(client: &aws_sdk_dynamodb::Client, table: &str, sku: &str) ->
         item.get(name).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0)
     };
     Ok(out.item().map(|item| (num(item, "available"), num(item, "reserved"))))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    use aws_sdk_dynamodb::operation::get_item::{GetItemError, GetItemOutput};
+    use aws_sdk_dynamodb::operation::transact_write_items::{TransactWriteItemsError, TransactWriteItemsOutput};
+    use aws_sdk_dynamodb::types::error::TransactionCanceledException;
+    use aws_sdk_dynamodb::types::CancellationReason;
+    use aws_smithy_mocks::{mock, mock_client, MockResponse, RuleMode};
+    use lambda_runtime::Context;
+    use outbox::consumer::Handled;
+
+    use super::*;
+
+    type Item = HashMap<String, AttributeValue>;
+
+    /// The inventory table's reservation of `o-1` as DynamoDB holds it, and what was committed.
+    #[derive(Debug, Default)]
+    struct Table {
+        reservation: Option<Item>,
+        /// Applies `OrderCreated` (the reservation becomes `RESERVED`) right after the first read.
+        created_after_first_read: bool,
+        /// `TransactWriteItems` calls to answer `ThrottlingException` first.
+        throttles: usize,
+        reads: usize,
+        committed: Vec<Vec<TransactWriteItem>>,
+    }
+
+    fn reserved() -> Item {
+        HashMap::from([
+            ("pk".into(), AttributeValue::S("RESERVATION#o-1".into())),
+            ("status".into(), AttributeValue::S("RESERVED".into())),
+            ("lines".into(), AttributeValue::M(HashMap::from([("A".into(), AttributeValue::N("2".into()))]))),
+        ])
+    }
+
+    fn is_reserved(table: &Table) -> bool {
+        table.reservation.as_ref().and_then(|r| r.get("status")).and_then(|s| s.as_s().ok()).is_some_and(|s| s == "RESERVED")
+    }
+
+    fn consumer(table: &Arc<Mutex<Table>>) -> InventoryConsumer {
+        let state = table.clone();
+        let get = mock!(aws_sdk_dynamodb::Client::get_item).then_compute_response(move |_| {
+            let mut table = state.lock().unwrap();
+            table.reads += 1;
+            let item = table.reservation.clone();
+            if table.created_after_first_read && table.reads == 1 {
+                table.reservation = Some(reserved());
+            }
+            MockResponse::<GetItemOutput, GetItemError>::Output(GetItemOutput::builder().set_item(item).build())
+        });
+        let state = table.clone();
+        let transact = mock!(aws_sdk_dynamodb::Client::transact_write_items).then_compute_response(move |input| {
+            let mut table = state.lock().unwrap();
+            if table.throttles > 0 {
+                table.throttles -= 1;
+                let body = r#"{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"Rate of requests exceeds the allowed throughput."}"#;
+                return MockResponse::Http(aws_sdk_dynamodb::config::http::HttpResponse::new(
+                    400.try_into().unwrap(),
+                    aws_smithy_types::body::SdkBody::from(body),
+                ));
+            }
+            let items = input.transact_items().to_vec();
+            // The "nothing reserved" check and the release's `status = RESERVED` condition, as DynamoDB evaluates them.
+            let failed = items.iter().position(|i| {
+                let check = i.condition_check().is_some_and(|c| c.key().get("pk") == Some(&AttributeValue::S("RESERVATION#o-1".into())));
+                let release = i.update().is_some_and(|u| u.key().get("pk") == Some(&AttributeValue::S("RESERVATION#o-1".into())));
+                (check && is_reserved(&table)) || (release && !is_reserved(&table))
+            });
+            if let Some(index) = failed {
+                let reasons = (0..items.len())
+                    .map(|i| CancellationReason::builder().code(if i == index { "ConditionalCheckFailed" } else { "None" }).build())
+                    .collect();
+                return MockResponse::Error(TransactWriteItemsError::TransactionCanceledException(
+                    TransactionCanceledException::builder().message("cancelled").set_cancellation_reasons(Some(reasons)).build(),
+                ));
+            }
+            if items.iter().any(|i| i.update().is_some_and(|u| u.key().get("pk") == Some(&AttributeValue::S("RESERVATION#o-1".into())))) {
+                table.reservation.as_mut().map(|r| r.insert("status".into(), AttributeValue::S("RELEASED".into())));
+            }
+            table.committed.push(items);
+            MockResponse::Output(TransactWriteItemsOutput::builder().build())
+        });
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&get, &transact], |c| {
+            c.retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+        });
+        let inbox = Inbox::new(client.clone(), "inbox", "reserve-inventory", DEFAULT_RETENTION).ordered();
+        InventoryConsumer::new(client, inbox, None, "inventory".into(), "example.inventory".into(), OutboxWriter::new("outbox", DEFAULT_RETENTION))
+    }
+
+    fn cancelled() -> LambdaEvent<RawEvent> {
+        let event = serde_json::json!({
+            "version": "0", "id": "envelope-1", "detail-type": "OrderCancelled", "source": "example.orders",
+            "time": "2026-11-29T08:00:00Z", "region": "us-east-1", "resources": [],
+            "detail": {
+                "metadata": {"id": "cancel-1", "type": "OrderCancelled", "version": 1, "source": "example.orders",
+                             "time": "2026-11-29T08:00:00.000Z", "subject": "o-1", "aggregate_type": "Order", "sequence": 2, "correlation_id": "c-1"},
+                "data": {"order_id": "o-1"}
+            }
+        });
+        LambdaEvent::new(serde_json::value::to_raw_value(&event).unwrap(), Context::default())
+    }
+
+    #[tokio::test]
+    async fn an_order_created_applied_between_read_and_commit_is_released_not_left_reserved() {
+        let table = Arc::new(Mutex::new(Table { created_after_first_read: true, ..Default::default() }));
+        let response = consumer(&table).handle(cancelled()).await.expect("settled within the invocation");
+        assert_eq!(response.outcome, Handled::Applied(Outcome::Released));
+        let table = table.lock().unwrap();
+        assert_eq!(table.reads, 2, "the handler read the reservation again after its condition failed");
+        assert_eq!(table.committed.len(), 1, "one commit: the release");
+        assert!(!is_reserved(&table), "the stock reserved in between was given back");
+        let gave_back = table.committed[0].iter().filter_map(|i| i.update()).any(|u| u.key().get("pk") == Some(&AttributeValue::S(stock_key("A"))));
+        assert!(gave_back);
+    }
+
+    #[tokio::test]
+    async fn nothing_to_release_is_committed_on_the_condition_it_read() {
+        let table = Arc::new(Mutex::new(Table::default()));
+        let response = consumer(&table).handle(cancelled()).await.unwrap();
+        assert_eq!(response.outcome, Handled::Applied(Outcome::NothingToRelease));
+        let table = table.lock().unwrap();
+        let check = table.committed[0].iter().find_map(|i| i.condition_check()).expect("the read's condition is in the transaction");
+        assert_eq!(check.condition_expression(), "attribute_not_exists(pk) OR #status <> :reserved");
+    }
+
+    #[tokio::test]
+    async fn a_throttled_transaction_is_retried_in_the_invocation_not_dead_lettered() {
+        let table = Arc::new(Mutex::new(Table { reservation: Some(reserved()), throttles: 2, ..Default::default() }));
+        let response = consumer(&table).handle(cancelled()).await.expect("throttling is transient");
+        assert_eq!(response.outcome, Handled::Applied(Outcome::Released));
+        assert_eq!(table.lock().unwrap().committed.len(), 1);
+    }
 }

@@ -54,8 +54,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::http::Problem;
 use crate::idempotency::{
-    is_retryable_read, IdempotencyRecord, IdempotencyStore, IdempotentRequest, ReadError, Replay, StoredResponse, DEFAULT_TTL,
-    HEADER as IDEMPOTENCY_HEADER,
+    read_error, IdempotencyRecord, IdempotencyStore, IdempotentRequest, ReadError, Replay, StoredResponse, DEFAULT_TTL, HEADER as IDEMPOTENCY_HEADER,
 };
 use outbox::config::{ConfigError, Env, DEFAULT_RETENTION};
 use outbox::transaction::{transact_write, TransactionError};
@@ -504,10 +503,7 @@ impl OrdersApi {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| OrderError::Read {
-                retryable: is_retryable_read(&e),
-                message: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
-            })?;
+            .map_err(|e| OrderError::from(read_error(&e)))?;
         match out.item {
             None => Ok(None),
             Some(item) => serde_dynamo::from_item(item)

@@ -9,7 +9,9 @@ use outbox::Env;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
-    let sdk = aws_config::load_from_env().await;
-    let consumer = InventoryConsumer::from_env(&sdk, &Env::process())?;
+    let env = Env::process();
+    // The SDK clients' time-outs (SDK_*_TIMEOUT_MS) are read here, once per cold start.
+    let sdk = outbox::lambda::load_sdk_config(&env).await?;
+    let consumer = InventoryConsumer::from_env(&sdk, &env)?;
     run(service_fn(|event: LambdaEvent<RawEvent>| consumer.handle(event))).await
 }

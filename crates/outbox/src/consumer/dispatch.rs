@@ -7,6 +7,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 use serde::{Serialize, Serializer};
@@ -58,6 +59,56 @@ pub struct ConsumerResponse<O> {
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// How a consumer retries a transient failure INSIDE the invocation, before failing it.
+///
+/// A transient failure ([`ConsumerError::is_transient`]: a `TransactionConflict`, throttling, a
+/// 5xx or time-out of the inbox transaction, a condition that failed without a fallback, a
+/// [`HandlerError::Retry`]) runs the whole delivery again — handler included, so it reads the
+/// data afresh — after a backoff with full jitter, while attempts remain and the invocation's
+/// deadline is more than `margin` away. Then the invocation fails, and Lambda's own retries
+/// (asynchronous invocation: 2, minutes apart) and its on-failure destination take over. The SDK
+/// does not retry a cancelled transaction (`TransactionCanceledException`, which carries the
+/// `TransactionConflict` reason), so without this a hot item's conflicts would spend Lambda's
+/// few retries. Source: DynamoDB "Transaction conflict handling",
+/// <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html#transaction-conflict-handling>.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetryPolicy {
+    /// Most attempts of one delivery within one invocation, the first included (default 5; 1
+    /// turns in-invocation retries off).
+    pub max_attempts: u32,
+    /// First backoff step (default 50 ms): attempt n waits a random time in
+    /// `[0, min(max_backoff, base_backoff × 2^n)]`.
+    pub base_backoff: Duration,
+    /// Longest single backoff (default 1 s).
+    pub max_backoff: Duration,
+    /// Time kept before the deadline (default 1 s): no retry starts later than
+    /// `deadline − margin`, leaving time to answer or dead-letter.
+    pub margin: Duration,
+    /// Time budget when the invocation has no deadline ([`Consumer::handle_payload`], tests):
+    /// default 10 s.
+    pub fallback_budget: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 5,
+            base_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(1),
+            margin: Duration::from_secs(1),
+            fallback_budget: Duration::from_secs(10),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retry within the invocation: the first transient failure fails it.
+    pub fn none() -> Self {
+        Self { max_attempts: 1, ..Self::default() }
+    }
+}
+
 /// A decoded event and what its handler answered.
 struct Called<O> {
     metadata: EventMetadata,
@@ -98,6 +149,7 @@ struct Inner<S, D, O> {
     dead_letters: D,
     writer: Option<Arc<OutboxWriter>>,
     routes: BTreeMap<String, Box<dyn Route<O>>>,
+    retry: RetryPolicy,
 }
 
 /// A consumer: an inbox store `S`, a dead-letter sink `D` and one handler per event type, all
@@ -129,6 +181,7 @@ pub struct ConsumerBuilder<S, D, O> {
     dead_letters: D,
     writer: Option<Arc<OutboxWriter>>,
     routes: BTreeMap<String, Box<dyn Route<O>>>,
+    retry: RetryPolicy,
 }
 
 impl<S, D, O> std::fmt::Debug for ConsumerBuilder<S, D, O> {
@@ -148,7 +201,7 @@ where
     /// (a [`ConsumerDeadLetterQueue`](super::ConsumerDeadLetterQueue), an `Option` of one — `None`
     /// fails such invocations instead — or a [`MemoryDeadLetters`](super::MemoryDeadLetters)).
     pub fn builder(store: S, dead_letters: D) -> ConsumerBuilder<S, D, O> {
-        ConsumerBuilder { store, dead_letters, writer: None, routes: BTreeMap::new() }
+        ConsumerBuilder { store, dead_letters, writer: None, routes: BTreeMap::new(), retry: RetryPolicy::default() }
     }
 
     /// The inbox store.
@@ -161,23 +214,53 @@ where
         &self.inner.dead_letters
     }
 
-    /// Handles one invocation: `payload` is the EventBridge event as Lambda delivered it.
+    /// The in-invocation retry policy.
+    pub fn retry_policy(&self) -> &RetryPolicy {
+        &self.inner.retry
+    }
+
+    /// Handles one invocation: `payload` is the EventBridge event as Lambda delivered it. Without
+    /// a deadline, the policy's `fallback_budget` bounds the retries ([`Consumer::handle_payload_until`]).
+    ///
+    /// # Errors
+    /// See [`Consumer::handle_payload_until`].
+    pub async fn handle_payload(&self, payload: &RawValue) -> Result<ConsumerResponse<O>, ConsumerError> {
+        self.handle_payload_until(payload, Instant::now() + self.inner.retry.fallback_budget).await
+    }
+
+    /// Handles one invocation that must have answered by `deadline`: transient failures are
+    /// retried within the invocation ([`RetryPolicy`]); what still fails fails the invocation;
+    /// what can never succeed is dead-lettered at once.
     ///
     /// # Errors
     /// A retryable [`ConsumerError`] (Lambda retries it, then sends it to the on-failure
     /// destination), or a non-retryable one when the dead-letter sink refused it.
-    pub async fn handle_payload(&self, payload: &RawValue) -> Result<ConsumerResponse<O>, ConsumerError> {
-        let error = match self.process(payload).await {
-            Ok((metadata, outcome)) => {
-                let kind = match &outcome {
-                    Handled::Applied(_) => "applied",
-                    Handled::Duplicate => "duplicate",
-                    Handled::DeadLettered => "dead_lettered",
-                };
-                tracing::info!(event_id = %metadata.id, event_type = %metadata.event_type, subject = %metadata.subject, correlation_id = %metadata.correlation_id, outcome = kind, "event handled");
-                return Ok(ConsumerResponse { outcome, event_id: metadata.id });
+    pub async fn handle_payload_until(&self, payload: &RawValue, deadline: Instant) -> Result<ConsumerResponse<O>, ConsumerError> {
+        let policy = &self.inner.retry;
+        let mut attempt = 1u32;
+        let error = loop {
+            let error = match self.process(payload).await {
+                Ok((metadata, outcome)) => {
+                    let kind = match &outcome {
+                        Handled::Applied(_) => "applied",
+                        Handled::Duplicate => "duplicate",
+                        Handled::DeadLettered => "dead_lettered",
+                    };
+                    tracing::info!(event_id = %metadata.id, event_type = %metadata.event_type, subject = %metadata.subject, correlation_id = %metadata.correlation_id, outcome = kind, attempt, "event handled");
+                    return Ok(ConsumerResponse { outcome, event_id: metadata.id });
+                }
+                Err(e) => e,
+            };
+            if !error.is_transient() || attempt >= policy.max_attempts {
+                break error;
             }
-            Err(e) => e,
+            let wait = crate::aws_error::full_jitter(policy.base_backoff, policy.max_backoff, attempt);
+            if Instant::now() + wait + policy.margin >= deadline {
+                break error;
+            }
+            tracing::warn!(error_type = error.error_type(), error = %error, attempt, wait_ms = wait.as_millis() as u64, "transient failure; retrying within the invocation");
+            tokio::time::sleep(wait).await;
+            attempt += 1;
         };
         let event_id = event_id_of(payload).unwrap_or_default();
         if error.is_retryable() {
@@ -204,7 +287,8 @@ where
     /// See [`Consumer::handle_payload`].
     #[cfg(feature = "lambda")]
     pub async fn handle(&self, event: lambda_runtime::LambdaEvent<super::RawEvent>) -> Result<ConsumerResponse<O>, ConsumerError> {
-        self.handle_payload(&event.payload).await
+        let deadline = crate::lambda::deadline(&event.context, self.inner.retry.fallback_budget);
+        self.handle_payload_until(&event.payload, deadline).await
     }
 
     async fn process(&self, payload: &RawValue) -> Result<(EventMetadata, Handled<O>), ConsumerError> {
@@ -286,8 +370,22 @@ where
         self
     }
 
+    /// How transient failures are retried within the invocation (default [`RetryPolicy::default`]).
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
     /// The consumer.
     pub fn build(self) -> Consumer<S, D, O> {
-        Consumer { inner: Arc::new(Inner { store: self.store, dead_letters: self.dead_letters, writer: self.writer, routes: self.routes }) }
+        Consumer {
+            inner: Arc::new(Inner {
+                store: self.store,
+                dead_letters: self.dead_letters,
+                writer: self.writer,
+                routes: self.routes,
+                retry: self.retry,
+            }),
+        }
     }
 }

@@ -104,6 +104,19 @@ impl ConsumerError {
         }
     }
 
+    /// Whether a retry within the same invocation is worthwhile ([`RetryPolicy`](super::RetryPolicy)):
+    /// a transient AWS failure of the inbox transaction (conflict, throttling, 5xx, time-out), a
+    /// condition that failed without a fallback (the data changed; the handler reads it again) or
+    /// a [`HandlerError::Retry`]. A sequence gap or a live lease is not: it waits for another
+    /// delivery, which Lambda's retries (minutes apart) give time for.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ConsumerError::Inbox(e @ (InboxError::Transaction(_) | InboxError::Sdk { .. })) => e.is_retryable(),
+            ConsumerError::ConditionFailed { .. } | ConsumerError::Handler(HandlerError::Retry(_)) => true,
+            _ => false,
+        }
+    }
+
     /// Whether a later attempt can succeed (then the invocation fails and Lambda retries it;
     /// otherwise the event is dead-lettered at once).
     pub fn is_retryable(&self) -> bool {

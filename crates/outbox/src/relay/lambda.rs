@@ -22,6 +22,7 @@
 //! | `PUT_EVENTS_MAX_REQUEST_BYTES` | most bytes in one `PutEvents` request, at most 1048576 (the API's limit; 262144 where the old limit holds) | 1048576 |
 //! | `RELAY_MAX_ATTEMPTS` | `PutEvents` attempts per entry within one invocation | 5 |
 //! | `RELAY_SAFETY_MARGIN_MS` | time kept before the deadline, milliseconds | 2000 |
+//! | `SDK_CONNECT_TIMEOUT_MS`, `SDK_ATTEMPT_TIMEOUT_MS`, `SDK_OPERATION_TIMEOUT_MS` | the SDK clients' time-outs ([`crate::config::SdkTimeouts`]); no `PutEvents` call starts with less than the operation time-out + the safety margin left | 3000, 5000, 15000 |
 //! | `OUTBOX_ATTRIBUTE_NAMES` | the table's names for contract attributes that it names differently: `contract=table` pairs, comma-separated, e.g. `event_id=EventId,payload=Body` | the contract's names |
 //! | `METRICS_NAMESPACE` | CloudWatch namespace of the EMF metrics (feature `metrics`) | `OutboxRelay` |
 //! | `AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL` | Lambda's logging controls | Lambda's |
@@ -59,6 +60,7 @@ impl RelayFunction {
         config.max_request_bytes = env.bytes_at_most("PUT_EVENTS_MAX_REQUEST_BYTES", DEFAULT_MAX_PUT_EVENTS_BYTES, DEFAULT_MAX_PUT_EVENTS_BYTES)?;
         config.max_attempts = env.count("RELAY_MAX_ATTEMPTS", config.max_attempts)?;
         config.safety_margin = env.millis("RELAY_SAFETY_MARGIN_MS", config.safety_margin)?;
+        config.call_budget = crate::config::SdkTimeouts::from_env(env)?.operation;
         let names = env.optional("OUTBOX_ATTRIBUTE_NAMES", "");
         config.rename_attributes(&names).map_err(|e| ConfigError::Invalid {
             name: "OUTBOX_ATTRIBUTE_NAMES",
@@ -103,8 +105,7 @@ impl RelayFunction {
 pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let env = Env::process();
-    let sdk = aws_config::load_from_env().await;
-    let relay = match RelayFunction::from_env(&sdk, &env) {
+    let relay = match crate::lambda::load_sdk_config(&env).await.and_then(|sdk| RelayFunction::from_env(&sdk, &env)) {
         Ok(relay) => relay,
         Err(e) => {
             // Logged and returned as text: Lambda's init error (and the log) then read
