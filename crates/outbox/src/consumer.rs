@@ -81,6 +81,7 @@ pub mod dead_letters;
 pub mod dispatch;
 pub mod error;
 pub mod handler;
+pub mod metrics;
 pub mod tx;
 
 pub use dead_letters::{ConsumerDeadLetterQueue, DeadLetterError, DeadLetterSink, MemoryDeadLetters};

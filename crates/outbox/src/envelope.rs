@@ -81,6 +81,13 @@ pub struct OutboxItem {
     pub expires_at: i64,
 }
 
+/// Whether a DynamoDB item (as put) is an outbox item: it has the contract's `event_id`,
+/// `occurred_at` and `payload` attributes (an inbox row has `event_id` but neither of the others).
+#[cfg(feature = "writer")]
+pub fn is_outbox_item(item: &std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>) -> bool {
+    ["event_id", "occurred_at", "payload"].iter().all(|k| item.contains_key(*k))
+}
+
 /// Why an outbox item cannot become an event. Such an item is a poison record: retrying never
 /// helps, so the relay dead-letters it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

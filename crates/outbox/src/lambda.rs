@@ -16,6 +16,59 @@ pub async fn load_sdk_config(env: &Env) -> Result<aws_config::SdkConfig, ConfigE
     Ok(aws_config::from_env().timeout_config(timeouts.timeout_config()).load().await)
 }
 
+/// The Embedded Metric Format recorder of a function (feature `metrics`): installed as the
+/// `metrics` facade's global recorder, CloudWatch namespace `METRICS_NAMESPACE` (default
+/// `default_namespace`), one dimension `function` = `AWS_LAMBDA_FUNCTION_NAME`, a `ColdStart`
+/// count and the request id as a property. Lambda turns the EMF JSON the function prints into
+/// CloudWatch metrics without an API call
+/// (<https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html>).
+/// Serve the handler with [`run`] (or `metrics_cloudwatch_embedded::lambda::service::run_http`
+/// for `lambda_http`), which flushes the figures after every invocation.
+///
+/// # Errors
+/// When a global recorder is already installed.
+#[cfg(feature = "metrics")]
+pub fn emf_metrics(env: &Env, default_namespace: &str) -> Result<&'static metrics_cloudwatch_embedded::Collector, lambda_runtime::Error> {
+    let function_name = env.optional("AWS_LAMBDA_FUNCTION_NAME", "local");
+    metrics_cloudwatch_embedded::Builder::new()
+        .cloudwatch_namespace(env.optional("METRICS_NAMESPACE", default_namespace))
+        .with_dimension("function", function_name)
+        .lambda_cold_start_metric("ColdStart")
+        .with_lambda_request_id("RequestId")
+        .init()
+}
+
+/// Runs `handler` until the runtime stops, like [`lambda_runtime::run`]; with feature `metrics`
+/// first installs [`emf_metrics`] and flushes the figures after every invocation.
+///
+/// # Errors
+/// [`emf_metrics`]'s, then `lambda_runtime`'s.
+pub async fn run<A, F, R, B, S, D, E>(env: &Env, default_namespace: &str, handler: F) -> Result<(), lambda_runtime::Error>
+where
+    F: lambda_runtime::Service<lambda_runtime::LambdaEvent<A>, Response = R>,
+    F::Future: std::future::Future<Output = Result<R, F::Error>>,
+    F::Error: Into<lambda_runtime::Diagnostic> + std::fmt::Debug,
+    A: for<'de> serde::Deserialize<'de>,
+    R: lambda_runtime::IntoFunctionResponse<B, S>,
+    B: serde::Serialize,
+    S: futures_core::Stream<Item = Result<D, E>> + Unpin + Send + 'static,
+    D: Into<bytes::Bytes> + Send,
+    E: Into<lambda_runtime::Error> + Send + std::fmt::Debug,
+{
+    #[cfg(feature = "metrics")]
+    {
+        let metrics = emf_metrics(env, default_namespace)?;
+        // Boxed: the runtime's future is deep enough to exceed the compiler's layout depth limit
+        // inside a caller's `main`.
+        Box::pin(metrics_cloudwatch_embedded::lambda::service::run(metrics, handler)).await
+    }
+    #[cfg(not(feature = "metrics"))]
+    {
+        let _ = (env, default_namespace);
+        Box::pin(lambda_runtime::run(handler)).await
+    }
+}
+
 /// When the invocation must have answered, as an [`Instant`]: the Lambda context's
 /// [`deadline`](lambda_runtime::Context::deadline) (the `Lambda-Runtime-Deadline-Ms` header of
 /// the Runtime API, epoch milliseconds), or `fallback` from now when the context has none

@@ -89,6 +89,14 @@ pub async fn transact_write_with_token(client: &Client, items: Vec<TransactWrite
     if items.len() > MAX_TRANSACTION_ITEMS {
         return Err(TransactionError::TooManyItems(items.len()));
     }
+    let events = items.iter().filter(|i| i.put().is_some_and(|p| crate::envelope::is_outbox_item(p.item()))).count();
+    let started = std::time::Instant::now();
+    let result = send(client, items, token).await;
+    record_metrics(&result, events, started.elapsed());
+    result
+}
+
+async fn send(client: &Client, items: Vec<TransactWriteItem>, token: String) -> Result<(), TransactionError> {
     let err = match client.transact_write_items().set_transact_items(Some(items)).client_request_token(token).send().await {
         Ok(_) => return Ok(()),
         Err(err) => err,
@@ -104,6 +112,37 @@ pub async fn transact_write_with_token(client: &Client, items: Vec<TransactWrite
     } else {
         Err(TransactionError::Sdk(aws.detail))
     }
+}
+
+/// The transaction's figures through the `metrics` facade (feature `metrics`; the function's
+/// EMF recorder, [`crate::lambda::emf_metrics`], sends them to CloudWatch): counters
+/// `TransactionsCommitted`, `EventsWritten` (outbox items committed), `TransactionsCancelled`
+/// (dimension `function` only, for alarms) and `TransactionsCancelledByCause` (dimension
+/// `cause`: `ConditionFailed`, `Retryable`, `TooManyItems`, `Error`), and the histogram
+/// `TransactionMilliseconds` (the call, SDK retries included).
+fn record_metrics(result: &Result<(), TransactionError>, events: usize, took: std::time::Duration) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::histogram!("TransactionMilliseconds").record(took.as_secs_f64() * 1000.0);
+        match result {
+            Ok(()) => {
+                metrics::counter!("TransactionsCommitted").increment(1);
+                metrics::counter!("EventsWritten").increment(events as u64);
+            }
+            Err(e) => {
+                let cause = match e {
+                    TransactionError::ConditionFailed { .. } => "ConditionFailed",
+                    TransactionError::Retryable(_) => "Retryable",
+                    TransactionError::TooManyItems(_) => "TooManyItems",
+                    TransactionError::Sdk(_) => "Error",
+                };
+                metrics::counter!("TransactionsCancelled").increment(1);
+                metrics::counter!("TransactionsCancelledByCause", "cause" => cause).increment(1);
+            }
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (result, events, took);
 }
 
 /// Maps `CancellationReasons` to the first cause that matters:

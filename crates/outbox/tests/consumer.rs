@@ -260,3 +260,47 @@ async fn a_failed_condition_without_a_fallback_is_retried() {
     assert_eq!(no_outbox.handle(created("n-2", 1)).await.unwrap().outcome, Handled::DeadLettered);
     assert_eq!(no_outbox.dead_letters().messages()[0].error_type, "WriteError");
 }
+
+/// Every consumer's figures come from the library: applied (with commit → effect latency),
+/// duplicates absorbed, dead-lettered (alarmed metric without extra dimensions, and by reason),
+/// and invocations failed.
+#[cfg(feature = "metrics")]
+#[tokio::test]
+async fn the_consumer_counts_its_outcomes_as_metrics() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    // Thread-local: the current-thread test runtime polls everything on this thread.
+    let _guard = metrics::set_default_local_recorder(&recorder);
+
+    let (inbox, dlq) = (MemoryInbox::new("reserve"), MemoryDeadLetters::new());
+    let consumer = consumer(&inbox, &dlq);
+    consumer.handle(created("e-1", 2)).await.expect("applied");
+    consumer.handle(created("e-1", 2)).await.expect("duplicate");
+    consumer.handle(created("e-2", 0)).await.expect("dead-lettered (rejected by the handler)");
+    consumer.handle(created("e-3", 5000)).await.expect_err("the handler asks for a retry: the invocation fails");
+
+    let values: std::collections::HashMap<String, DebugValue> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let labels: Vec<String> = key.key().labels().map(|l| format!("{}={}", l.key(), l.value())).collect();
+            (format!("{}{:?}", key.key().name(), labels), value)
+        })
+        .collect();
+    let counter = |name: &str| match values.get(name) {
+        Some(DebugValue::Counter(n)) => *n,
+        other => panic!("{name}: {other:?} in {:?}", values.keys().collect::<Vec<_>>()),
+    };
+    assert_eq!(counter("EventsApplied[]"), 1);
+    assert_eq!(counter("DuplicatesAbsorbed[]"), 1);
+    assert_eq!(counter("EventsDeadLettered[]"), 1);
+    assert_eq!(counter("DeadLetteredByReason[\"reason=Rejected\"]"), 1);
+    assert_eq!(counter("EventsFailed[]"), 1);
+    assert!(
+        matches!(values.get("CommitToEffectMilliseconds[]"), Some(DebugValue::Histogram(h)) if h.len() == 1),
+        "one latency per applied event: {:?}",
+        values.keys().collect::<Vec<_>>()
+    );
+}

@@ -147,3 +147,44 @@ fn events_serialise_their_payload_and_take_the_builders_settings() {
     assert_eq!(put.condition_expression(), Some("attribute_not_exists(pk)"));
     assert_eq!(put.item().get("event_id").and_then(|v| v.as_s().ok()), Some(&item.event_id));
 }
+
+/// Every producer's transaction figures come from the library: committed, events written (the
+/// outbox puts only), cancelled (alarmable, and by cause), and the call's latency.
+#[cfg(feature = "metrics")]
+#[tokio::test]
+async fn the_transaction_counts_events_written_and_cancellations_as_metrics() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _guard = metrics::set_default_local_recorder(&recorder);
+
+    let ok = mock!(aws_sdk_dynamodb::Client::transact_write_items).then_output(|| TransactWriteItemsOutput::builder().build());
+    let writer = OutboxWriter::new("outbox", Duration::from_secs(3600));
+    let mut tx = writer.transaction();
+    tx.write(check("orders"));
+    tx.emit(event(1)).expect("publishable");
+    tx.emit(event(2)).expect("publishable");
+    tx.execute(&client(&ok)).await.expect("committed");
+    execute_cancelled(&["None", "ConditionalCheckFailed", "None"]).await;
+    execute_cancelled(&["None", "None", "TransactionConflict"]).await;
+
+    let values: std::collections::HashMap<String, DebugValue> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let labels: Vec<String> = key.key().labels().map(|l| format!("{}={}", l.key(), l.value())).collect();
+            (format!("{}{:?}", key.key().name(), labels), value)
+        })
+        .collect();
+    let counter = |name: &str| match values.get(name) {
+        Some(DebugValue::Counter(n)) => *n,
+        other => panic!("{name}: {other:?} in {:?}", values.keys().collect::<Vec<_>>()),
+    };
+    assert_eq!(counter("TransactionsCommitted[]"), 1);
+    assert_eq!(counter("EventsWritten[]"), 2, "two outbox puts; the condition check is not an event");
+    assert_eq!(counter("TransactionsCancelled[]"), 2);
+    assert_eq!(counter("TransactionsCancelledByCause[\"cause=ConditionFailed\"]"), 1);
+    assert_eq!(counter("TransactionsCancelledByCause[\"cause=Retryable\"]"), 1);
+    assert!(matches!(values.get("TransactionMilliseconds[]"), Some(DebugValue::Histogram(h)) if h.len() == 3));
+}

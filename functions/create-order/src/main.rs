@@ -2,7 +2,7 @@
 //! `POST /orders/{id}/cancel`) as an axum router served by `lambda_http` (see
 //! `orders_app::http`). Each write is one DynamoDB transaction with its outbox item.
 
-use lambda_http::{run, tracing, Error};
+use lambda_http::{tracing, Error};
 use orders_app::{http::router, orders::OrdersApi};
 use outbox::Env;
 
@@ -13,5 +13,8 @@ async fn main() -> Result<(), Error> {
     // The SDK clients' time-outs (SDK_*_TIMEOUT_MS) are read here, once per cold start.
     let sdk = outbox::lambda::load_sdk_config(&env).await?;
     let api = OrdersApi::from_env(&sdk, &env)?;
-    run(router(api)).await
+    // EMF metrics (namespace METRICS_NAMESPACE, default OutboxProducer): the library's
+    // transaction figures (EventsWritten, TransactionsCancelled, ...), flushed per request.
+    let metrics = outbox::lambda::emf_metrics(&env, "OutboxProducer")?;
+    metrics_cloudwatch_embedded::lambda::service::run_http(metrics, router(api)).await
 }

@@ -1,9 +1,9 @@
 //! `ReserveInventoryFunction`: on the EventBridge rule for `OrderCreated`; reserves stock
 //! exactly once per event through the inbox (see `orders_app::inventory`).
 
-use lambda_runtime::{run, service_fn, tracing, Error, LambdaEvent};
+use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
 use orders_app::inventory::InventoryConsumer;
-use outbox::consumer::RawEvent;
+use outbox::consumer::{metrics, RawEvent};
 use outbox::Env;
 
 #[tokio::main]
@@ -13,5 +13,6 @@ async fn main() -> Result<(), Error> {
     // The SDK clients' time-outs (SDK_*_TIMEOUT_MS) are read here, once per cold start.
     let sdk = outbox::lambda::load_sdk_config(&env).await?;
     let consumer = InventoryConsumer::from_env(&sdk, &env)?;
-    run(service_fn(|event: LambdaEvent<RawEvent>| consumer.handle(event))).await
+    // EMF metrics (namespace METRICS_NAMESPACE, default OutboxConsumer), flushed per invocation.
+    outbox::lambda::run(&env, metrics::DEFAULT_NAMESPACE, service_fn(|event: LambdaEvent<RawEvent>| consumer.handle(event))).await
 }

@@ -15,6 +15,7 @@ use serde_json::value::RawValue;
 
 use super::dead_letters::event_id_of;
 use super::handler::FnHandler;
+use super::metrics;
 use super::{
     decode_envelope, decode_event, ConsumerError, DeadLetterSink, DeliveredEvent, EventHandler, Fallback, HandlerError, MalformedEvent,
     RawEventBridgeEvent, Tx,
@@ -242,9 +243,18 @@ where
             let error = match self.process(payload).await {
                 Ok((metadata, outcome)) => {
                     let kind = match &outcome {
-                        Handled::Applied(_) => "applied",
-                        Handled::Duplicate => "duplicate",
-                        Handled::DeadLettered => "dead_lettered",
+                        Handled::Applied(_) => {
+                            metrics::applied(&metadata.time);
+                            "applied"
+                        }
+                        Handled::Duplicate => {
+                            metrics::duplicate();
+                            "duplicate"
+                        }
+                        Handled::DeadLettered => {
+                            metrics::dead_lettered("Rejected");
+                            "dead_lettered"
+                        }
                     };
                     tracing::info!(event_id = %metadata.id, event_type = %metadata.event_type, subject = %metadata.subject, correlation_id = %metadata.correlation_id, outcome = kind, attempt, "event handled");
                     return Ok(ConsumerResponse { outcome, event_id: metadata.id });
@@ -259,12 +269,14 @@ where
                 break error;
             }
             tracing::warn!(error_type = error.error_type(), error = %error, attempt, wait_ms = wait.as_millis() as u64, "transient failure; retrying within the invocation");
+            metrics::retried();
             tokio::time::sleep(wait).await;
             attempt += 1;
         };
         let event_id = event_id_of(payload).unwrap_or_default();
         if error.is_retryable() {
             tracing::error!(event_id = %event_id, error_type = error.error_type(), error = %error, "event failed; Lambda retries it");
+            metrics::failed(error.error_type() == "SequenceGap");
             return Err(error);
         }
         tracing::error!(event_id = %event_id, error_type = error.error_type(), error = %error, "event can never be processed; dead-lettering it now");
@@ -272,9 +284,13 @@ where
         // Boxed for the same reason as the store's `apply` in `commit`.
         let sent: BoxFuture<'_, _> = Box::pin(self.inner.dead_letters.send(payload, error.error_type(), &reason));
         match sent.await {
-            Ok(()) => Ok(ConsumerResponse { outcome: Handled::DeadLettered, event_id }),
+            Ok(()) => {
+                metrics::dead_lettered(error.error_type());
+                Ok(ConsumerResponse { outcome: Handled::DeadLettered, event_id })
+            }
             Err(send_error) => {
                 tracing::error!(error = %send_error, "could not dead-letter the event; failing the invocation instead");
+                metrics::failed(false);
                 Err(error)
             }
         }

@@ -115,21 +115,5 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
         }
     };
     let handler = lambda_runtime::service_fn(|event: LambdaEvent<DynamoDbEvent>| relay.handle(event));
-    #[cfg(feature = "metrics")]
-    {
-        let function_name = env.optional("AWS_LAMBDA_FUNCTION_NAME", "outbox-relay");
-        let metrics = metrics_cloudwatch_embedded::Builder::new()
-            .cloudwatch_namespace(env.optional("METRICS_NAMESPACE", DEFAULT_METRICS_NAMESPACE))
-            .with_dimension("function", function_name)
-            .lambda_cold_start_metric("ColdStart")
-            .with_lambda_request_id("RequestId")
-            .init()?;
-        // Boxed: the runtime's future is deep enough to exceed the compiler's layout depth limit
-        // inside a caller's `main`.
-        Box::pin(metrics_cloudwatch_embedded::lambda::service::run(metrics, handler)).await
-    }
-    #[cfg(not(feature = "metrics"))]
-    {
-        Box::pin(lambda_runtime::run(handler)).await
-    }
+    crate::lambda::run(&env, DEFAULT_METRICS_NAMESPACE, handler).await
 }

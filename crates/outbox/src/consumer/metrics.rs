@@ -1,0 +1,74 @@
+//! The consumer's figures, through the [`metrics`](https://docs.rs/metrics) facade: with the
+//! EMF recorder the Lambda entry points install ([`crate::lambda::run`]), CloudWatch metrics in
+//! namespace `METRICS_NAMESPACE` (default [`DEFAULT_NAMESPACE`]) with dimension `function`.
+//! Without a recorder, and without feature `metrics`, they cost nothing.
+//!
+//! | metric | unit | when |
+//! |---|---|---|
+//! | `EventsApplied` | count | the event took effect (its writes committed with the inbox claim) |
+//! | `DuplicatesAbsorbed` | count | the inbox already held the event: nothing written |
+//! | `EventsDeadLettered` | count | sent to the dead-letter queue (never succeeds) |
+//! | `DeadLetteredByReason` (dimension `reason`: the error type, e.g. `MalformedEvent`) | count | the same, by cause |
+//! | `EventsRetried` | count | a transient failure retried inside the invocation |
+//! | `EventsFailed` | count | the invocation failed (Lambda retries it) |
+//! | `SequenceGaps` | count | an ordered event arrived before its predecessor (it waits) |
+//! | `CommitToEffectMilliseconds` | milliseconds | from the event's `time` (the producer's commit) to the consumer's commit, for applied events |
+//!
+//! The alarmed metrics (`EventsDeadLettered`, `CommitToEffectMilliseconds`) carry only the
+//! `function` dimension, so a CloudWatch alarm on `(namespace, metric, function)` sees them;
+//! CloudWatch matches an alarm's dimensions exactly
+//! (<https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch_concepts.html#Dimension>).
+
+/// Default CloudWatch namespace of a consumer's metrics.
+pub const DEFAULT_NAMESPACE: &str = "OutboxConsumer";
+
+/// An event took effect; `time` is its `metadata.time` (RFC 3339).
+pub(crate) fn applied(time: &str) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::counter!("EventsApplied").increment(1);
+        if let Ok(at) = chrono::DateTime::parse_from_rfc3339(time) {
+            let ms = (chrono::Utc::now() - at.with_timezone(&chrono::Utc)).num_milliseconds().max(0);
+            metrics::histogram!("CommitToEffectMilliseconds").record(ms as f64);
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = time;
+}
+
+/// The inbox absorbed a duplicate.
+pub(crate) fn duplicate() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("DuplicatesAbsorbed").increment(1);
+}
+
+/// An event was dead-lettered because of `reason` (an error type).
+pub(crate) fn dead_lettered(reason: &'static str) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::counter!("EventsDeadLettered").increment(1);
+        metrics::counter!("DeadLetteredByReason", "reason" => reason).increment(1);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = reason;
+}
+
+/// A transient failure is retried inside the invocation.
+pub(crate) fn retried() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("EventsRetried").increment(1);
+}
+
+/// The invocation fails; `sequence_gap` when the cause is an ordered event waiting on its
+/// predecessor.
+pub(crate) fn failed(sequence_gap: bool) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::counter!("EventsFailed").increment(1);
+        if sequence_gap {
+            metrics::counter!("SequenceGaps").increment(1);
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = sequence_gap;
+}
