@@ -106,6 +106,9 @@ impl Stack {
     pub async fn set_up(sdk: &SdkConfig, template: Template, stack_name: &str, account: &str, mode: Mode) -> Result<Self, StackError> {
         let region = sdk.region().map(|r| r.to_string()).unwrap_or_else(|| "us-east-1".into());
         let mut resolver = Resolver::new(stack_name, &region, account);
+        for (parameter, default) in template.parameter_defaults() {
+            resolver.set_ref(&parameter, default);
+        }
         let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
         let events = aws_sdk_eventbridge::Client::new(sdk);
         let sqs = aws_sdk_sqs::Client::new(sdk);

@@ -56,6 +56,7 @@ pub struct Template {
     pub path: PathBuf,
     resources: Mapping,
     function_globals: Mapping,
+    parameters: Mapping,
 }
 
 /// A DynamoDB table.
@@ -227,7 +228,8 @@ impl Template {
             .cloned()
             .ok_or_else(|| unsupported("Resources", "the template has no Resources mapping"))?;
         let function_globals = doc.get("Globals").and_then(|g| g.get("Function")).and_then(Value::as_mapping).cloned().unwrap_or_default();
-        Ok(Self { path: path.to_owned(), resources, function_globals })
+        let parameters = doc.get("Parameters").and_then(Value::as_mapping).cloned().unwrap_or_default();
+        Ok(Self { path: path.to_owned(), resources, function_globals, parameters })
     }
 
     /// `(logical id, Properties)` of every resource of `kind`, in template order.
@@ -315,13 +317,18 @@ impl Template {
                 let mut attributes = BTreeMap::new();
                 for key in ["MessageRetentionPeriod", "VisibilityTimeout", "ReceiveMessageWaitTimeSeconds", "DelaySeconds"] {
                     if let Some(v) = p.get(key) {
-                        attributes
-                            .insert(key.to_owned(), scalar(v).ok_or_else(|| unsupported(format!("{id}.Properties.{key}"), "must be a number"))?);
+                        attributes.insert(key.to_owned(), r.resolve_string(v, &format!("{id}.Properties.{key}"))?);
                     }
                 }
                 Ok(QueueSpec { logical_id: id, name, attributes })
             })
             .collect()
+    }
+
+    /// Each template parameter with its `Default` (what `!Ref <parameter>` gives in a stack
+    /// deployed without overrides), in template order; parameters without a default are left out.
+    pub fn parameter_defaults(&self) -> Vec<(String, String)> {
+        self.parameters.iter().filter_map(|(name, p)| Some((name.as_str()?.to_owned(), scalar(p.get("Default")?)?))).collect()
     }
 
     /// The logical ids of every `AWS::Serverless::Function`, in template order (those without
@@ -769,5 +776,37 @@ Resources:
         assert_eq!(err.to_string(), "X.Env.Y: Ref Nope: not a resource the local runtime provisions");
         let err = resolver().resolve_string(&serde_yaml_ng::from_str("!Join [a, [b]]").unwrap(), "X").unwrap_err();
         assert!(err.to_string().contains("expected a string, Ref, GetAtt or Sub"));
+    }
+
+    /// The retention rule holds in the project's own template: one parameter sets both
+    /// dead-letter queues' retention and every inbox consumer's, and each consumer's resolved
+    /// environment passes the check it runs at start.
+    #[test]
+    fn the_template_states_the_retention_rule_once_and_keeps_it() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../template.yaml");
+        let template = Template::load(&path).unwrap();
+        let defaults = template.parameter_defaults();
+        let (_, retention) = defaults.iter().find(|(name, _)| name == "DeadLetterRetentionSeconds").expect("the parameter exists");
+        let mut r = Resolver::new("stack", "us-east-1", "123456789012");
+        for (name, value) in &defaults {
+            r.set_ref(name, value.clone());
+        }
+        let by_ref = |v: &Value| intrinsic(v, "Ref").and_then(Value::as_str) == Some("DeadLetterRetentionSeconds");
+        let queues = template.resources_of("AWS::SQS::Queue");
+        assert!(!queues.is_empty());
+        for (id, properties) in &queues {
+            let period = properties.get("MessageRetentionPeriod").unwrap_or_else(|| panic!("{id} states its retention"));
+            assert!(by_ref(period), "{id}.MessageRetentionPeriod must be !Ref DeadLetterRetentionSeconds");
+        }
+        let consumers: Vec<FunctionSpec> = template.functions().unwrap().into_iter().filter(|f| f.environment.contains_key("INBOX_TABLE")).collect();
+        assert!(!consumers.is_empty());
+        for function in consumers {
+            let stated = function.environment.get("DEAD_LETTER_RETENTION_SECONDS").unwrap_or_else(|| panic!("{} gets the rule", function.logical_id));
+            assert!(by_ref(stated), "{}: DEAD_LETTER_RETENTION_SECONDS must be !Ref DeadLetterRetentionSeconds", function.logical_id);
+            let env: std::collections::HashMap<String, String> =
+                function.environment.iter().filter_map(|(k, v)| Some((k.clone(), r.resolve_string(v, k).ok()?))).collect();
+            let inbox = outbox::config::inbox_retention(&outbox::Env::from_map(env)).unwrap_or_else(|e| panic!("{}: {e}", function.logical_id));
+            assert!(inbox.as_secs() > retention.parse::<u64>().unwrap(), "{}: the inbox outlives the dead-letter queues", function.logical_id);
+        }
     }
 }

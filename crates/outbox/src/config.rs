@@ -191,9 +191,52 @@ impl SdkTimeouts {
     }
 }
 
-/// Default retention of outbox items and inbox rows (TTL): 7 days, longer than EventBridge's
-/// 24-hour retry window and the time people need to replay a dead-letter queue.
+/// Default retention of outbox items (TTL): 7 days, longer than EventBridge's 24-hour retry
+/// window and the stream's 24-hour retention. Inbox rows follow [`inbox_retention`] instead.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Default retention of the dead-letter queues (`MessageRetentionPeriod`): 14 days, SQS's maximum.
+/// The template states it once, as parameter `DeadLetterRetentionSeconds`, for the queues and
+/// (as `DEAD_LETTER_RETENTION_SECONDS`) for the consumers.
+pub const DEFAULT_DEAD_LETTER_RETENTION: Duration = Duration::from_secs(14 * 24 * 3600);
+
+/// Default time between an event leaving a dead-letter queue's retention window and the last
+/// moment it can still arrive at a consumer (`REDRIVE_MARGIN_SECONDS`): 2 days, covering
+/// EventBridge's retries (24 h), Lambda's asynchronous event age (up to 6 h) and an operator's
+/// redrive running late.
+pub const DEFAULT_REDRIVE_MARGIN: Duration = Duration::from_secs(2 * 24 * 3600);
+
+/// The retention rule: an inbox row lives at least as long as anything can redeliver its event,
+/// i.e. the dead-letter queues' retention plus the redrive margin. Otherwise a message redriven
+/// after the row expired is applied again by any consumer without a natural key.
+///
+/// Reads `DEAD_LETTER_RETENTION_SECONDS` (default [`DEFAULT_DEAD_LETTER_RETENTION`]),
+/// `REDRIVE_MARGIN_SECONDS` (default [`DEFAULT_REDRIVE_MARGIN`]) and `INBOX_RETENTION_SECONDS`
+/// (default: the minimum the rule allows, 16 days with the defaults).
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming `INBOX_RETENTION_SECONDS` when it is shorter than the rule
+/// allows (checked at function start, so a misconfigured consumer never runs).
+pub fn inbox_retention(env: &Env) -> Result<Duration, ConfigError> {
+    let dead_letters = env.seconds("DEAD_LETTER_RETENTION_SECONDS", DEFAULT_DEAD_LETTER_RETENTION)?;
+    let margin = env.seconds("REDRIVE_MARGIN_SECONDS", DEFAULT_REDRIVE_MARGIN)?;
+    let minimum = dead_letters + margin;
+    let retention = env.seconds("INBOX_RETENTION_SECONDS", minimum)?;
+    if retention < minimum {
+        return Err(ConfigError::Invalid {
+            name: "INBOX_RETENTION_SECONDS",
+            value: retention.as_secs().to_string(),
+            reason: format!(
+                "inbox rows must outlive every redelivery: at least DEAD_LETTER_RETENTION_SECONDS ({}) + REDRIVE_MARGIN_SECONDS ({}) = {} seconds, \
+                 or a message redriven after its row expired is applied twice",
+                dead_letters.as_secs(),
+                margin.as_secs(),
+                minimum.as_secs()
+            ),
+        });
+    }
+    Ok(retention)
+}
 
 #[cfg(test)]
 mod tests {
@@ -224,6 +267,18 @@ mod tests {
         assert!(env(&[("N", "0")]).count("N", 5).is_err());
         assert_eq!(env(&[("M", "0")]).millis("M", Duration::from_secs(2)).unwrap(), Duration::ZERO);
         assert!(env(&[("M", "-1")]).millis("M", Duration::from_secs(2)).is_err());
+    }
+
+    #[test]
+    fn the_inbox_outlives_every_redelivery() {
+        let fourteen_days = 14 * 24 * 3600;
+        assert_eq!(inbox_retention(&env(&[])).unwrap(), Duration::from_secs(fourteen_days + 2 * 24 * 3600));
+        let err = inbox_retention(&env(&[("INBOX_RETENTION_SECONDS", "604800")])).unwrap_err();
+        assert!(err.to_string().contains("INBOX_RETENTION_SECONDS") && err.to_string().contains("applied twice"), "{err}");
+        let short_queues = [("DEAD_LETTER_RETENTION_SECONDS", "86400"), ("REDRIVE_MARGIN_SECONDS", "3600")];
+        assert_eq!(inbox_retention(&env(&short_queues)).unwrap(), Duration::from_secs(90_000));
+        let longer = [("DEAD_LETTER_RETENTION_SECONDS", "86400"), ("INBOX_RETENTION_SECONDS", "604800")];
+        assert_eq!(inbox_retention(&env(&longer)).unwrap(), Duration::from_secs(604_800));
     }
 
     #[test]

@@ -35,8 +35,10 @@
 //! out the event lands in the dead-letter queue with the reason `sequence gap`). The first event
 //! of an aggregate must have sequence 1.
 //!
-//! Rows carry `expires_at` (epoch seconds, the table's TTL attribute), set to now + retention
-//! (default 7 days: longer than EventBridge's 24-hour retry window and a DLQ replay).
+//! Rows carry `expires_at` (epoch seconds, the table's TTL attribute), set to now + retention.
+//! The retention must outlive every redelivery of the event — the dead-letter queues' retention
+//! plus a redrive margin ([`crate::config::inbox_retention`], 16 days by default), or a message
+//! redriven after its row expired is applied twice.
 //! Source for the transaction semantics: the `TransactWriteItems` API reference,
 //! <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>.
 

@@ -79,10 +79,10 @@ pub struct RelayConfig {
     /// `deadline − safety_margin` (default 2 s).
     pub safety_margin: Duration,
     /// Longest one `PutEvents` call can take: the SDK operation time-out
-    /// ([`crate::config::SdkTimeouts`], default 15 s). No call (first attempt of a wave or a
-    /// resend) starts with less than `call_budget + safety_margin` left before the deadline; the
-    /// records not sent then are reported from the earliest one on as `batchItemFailures`, so
-    /// nothing after them is acknowledged and Lambda delivers them again.
+    /// ([`crate::config::SdkTimeouts`], default 15 s). After the invocation's first call, no
+    /// call (a new wave's or a resend) starts with less than `call_budget + safety_margin` left
+    /// before the deadline; the records not sent then are reported from the earliest one on as
+    /// `batchItemFailures`, so nothing after them is acknowledged and Lambda delivers them again.
     pub call_budget: Duration,
     /// Attribute names of the outbox table where they differ from the contract's
     /// ([`crate::envelope`]): table name → contract name, e.g. `"EventId"` → `"event_id"`.
@@ -404,7 +404,9 @@ impl Relay {
                 if chunk.is_empty() {
                     continue;
                 }
-                if !self.time_for_a_call(deadline, Duration::ZERO) {
+                // The first call always starts (so a function timeout shorter than the budget still
+                // makes progress); later ones only with their whole budget left.
+                if report.put_events_calls > 0 && !self.time_for_a_call(deadline, Duration::ZERO) {
                     // Out of time: the earliest record not sent (in this chunk, the wave's later
                     // chunks or a queue) becomes the checkpoint; it and everything after it are
                     // delivered again.

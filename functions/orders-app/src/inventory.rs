@@ -26,7 +26,7 @@ use lambda_runtime::LambdaEvent;
 use serde::Serialize;
 
 use crate::orders::{OrderCreated, OrderLine};
-use outbox::config::{ConfigError, Env, DEFAULT_RETENTION};
+use outbox::config::{inbox_retention, ConfigError, Env, DEFAULT_RETENTION};
 use outbox::consumer::{ConsumerResponse, MalformedEvent, RawEvent};
 use outbox::{ConditionFailed, Consumer, ConsumerDeadLetterQueue, ConsumerError, DeliveredEvent, Event, EventHandler, Fallback, HandlerError};
 use outbox::{Inbox, OutboxWriter, Tx, WriteError};
@@ -85,9 +85,10 @@ pub struct InventoryConsumer {
 
 impl InventoryConsumer {
     /// Reads `INBOX_TABLE`, `INVENTORY_TABLE`, `OUTBOX_TABLE`, `CONSUMER_NAME` (default
-    /// `reserve-inventory`), `EVENT_SOURCE` (default `example.inventory`),
-    /// `INBOX_RETENTION_SECONDS` and `OUTBOX_RETENTION_SECONDS` (default 7 days each), and
-    /// `DEAD_LETTER_QUEUE_URL` (optional: where events no retry can fix go at once).
+    /// `reserve-inventory`), `EVENT_SOURCE` (default `example.inventory`), the inbox retention by
+    /// the retention rule ([`outbox::config::inbox_retention`]: `DEAD_LETTER_RETENTION_SECONDS`,
+    /// `REDRIVE_MARGIN_SECONDS`, `INBOX_RETENTION_SECONDS`), `OUTBOX_RETENTION_SECONDS` (default
+    /// 7 days), and `DEAD_LETTER_QUEUE_URL` (optional: where events no retry can fix go at once).
     ///
     /// # Errors
     /// [`ConfigError`] naming the variable.
@@ -98,8 +99,7 @@ impl InventoryConsumer {
             url if url.is_empty() => None,
             url => Some(ConsumerDeadLetterQueue::new(aws_sdk_sqs::Client::new(sdk), url, name.clone())),
         };
-        let inbox =
-            Inbox::new(client.clone(), env.required("INBOX_TABLE")?, name, env.seconds("INBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?).ordered();
+        let inbox = Inbox::new(client.clone(), env.required("INBOX_TABLE")?, name, inbox_retention(env)?).ordered();
         let outbox = OutboxWriter::new(env.required("OUTBOX_TABLE")?, env.seconds("OUTBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?);
         Ok(Self::new(client, inbox, dead_letters, env.required("INVENTORY_TABLE")?, env.optional("EVENT_SOURCE", "example.inventory"), outbox))
     }
