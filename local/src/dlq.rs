@@ -30,6 +30,11 @@ pub struct DlqMessage {
     pub event_id: Option<String>,
     /// Why it failed, in one line.
     pub reason: String,
+    /// The failure cause to group by ([`DeadLetter::cause`]; a rule target's dead letter takes
+    /// its `ERROR_CODE` attribute).
+    pub cause: String,
+    /// Whether no redrive can fix it ([`DeadLetter::is_permanent`]).
+    pub permanent: bool,
     /// Message attributes (e.g. EventBridge's `ERROR_CODE`, the relay's `error_code`).
     pub attributes: BTreeMap<String, String>,
     /// The body, as stored.
@@ -98,9 +103,16 @@ pub async fn peek(sqs: &aws_sdk_sqs::Client, queue: &QueueInfo) -> Result<Vec<Dl
     for m in &received {
         unhide(sqs, queue, m).await;
     }
+    let mut list = describe(queue, &received);
+    list.sort_by(|a, b| a.sent_at.cmp(&b.sent_at));
+    Ok(list)
+}
+
+/// The received messages of `queue` as [`DlqMessage`]s, in the same order.
+fn describe(queue: &QueueInfo, received: &[aws_sdk_sqs::types::Message]) -> Vec<DlqMessage> {
     let now = chrono::Utc::now();
-    let mut list: Vec<DlqMessage> = received
-        .into_iter()
+    received
+        .iter()
         .map(|m| {
             let body = m.body().unwrap_or_default().to_owned();
             let parsed = DeadLetter::parse(&body);
@@ -116,8 +128,10 @@ pub async fn peek(sqs: &aws_sdk_sqs::Client, queue: &QueueInfo) -> Result<Vec<Dl
                 }
             }
             let mut reason = parsed.reason();
+            let mut cause = parsed.cause();
             if let (DeadLetter::EventBridgeEvent { .. }, Some(code)) = (&parsed, attributes.get("ERROR_CODE")) {
                 reason = format!("{code}: {}", attributes.get("ERROR_MESSAGE").map(String::as_str).unwrap_or(""));
+                cause = code.clone();
             }
             DlqMessage {
                 queue: queue.name.clone(),
@@ -128,13 +142,13 @@ pub async fn peek(sqs: &aws_sdk_sqs::Client, queue: &QueueInfo) -> Result<Vec<Dl
                 shape: parsed.shape().to_owned(),
                 event_id: parsed.event_id(),
                 reason,
+                cause,
+                permanent: parsed.is_permanent(),
                 attributes,
                 body,
             }
         })
-        .collect();
-    list.sort_by(|a, b| a.sent_at.cmp(&b.sent_at));
-    Ok(list)
+        .collect()
 }
 
 /// Waits until `queue` holds at least `count` messages, or `timeout` passes; returns the depth.
@@ -169,11 +183,178 @@ pub fn format_listing(messages: &[DlqMessage]) -> String {
     out
 }
 
+/// The messages of one queue that share a failure cause.
+#[derive(Debug, Clone, Serialize)]
+pub struct CauseGroup {
+    /// Queue name.
+    pub queue: String,
+    /// The cause ([`DlqMessage::cause`]).
+    pub cause: String,
+    /// Whether no redrive can fix it.
+    pub permanent: bool,
+    /// Number of messages.
+    pub count: usize,
+    /// When the oldest was sent (RFC 3339 UTC).
+    pub oldest: Option<String>,
+    /// When the newest was sent (RFC 3339 UTC).
+    pub newest: Option<String>,
+    /// One of them: its message id.
+    pub example_id: String,
+    /// One of them: its reason.
+    pub example_reason: String,
+}
+
+/// `messages` grouped by (queue, cause), largest group first.
+pub fn group_by_cause(messages: &[DlqMessage]) -> Vec<CauseGroup> {
+    let mut groups: BTreeMap<(String, String), CauseGroup> = BTreeMap::new();
+    for m in messages {
+        let g = groups.entry((m.queue.clone(), m.cause.clone())).or_insert_with(|| CauseGroup {
+            queue: m.queue.clone(),
+            cause: m.cause.clone(),
+            permanent: m.permanent,
+            count: 0,
+            oldest: m.sent_at.clone(),
+            newest: m.sent_at.clone(),
+            example_id: m.message_id.clone(),
+            example_reason: m.reason.clone(),
+        });
+        g.count += 1;
+        if m.sent_at < g.oldest {
+            g.oldest = m.sent_at.clone();
+        }
+        if m.sent_at > g.newest {
+            g.newest = m.sent_at.clone();
+        }
+    }
+    let mut list: Vec<CauseGroup> = groups.into_values().collect();
+    list.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.queue.cmp(&b.queue)).then_with(|| a.cause.cmp(&b.cause)));
+    list
+}
+
+/// The groups for people: one block per cause.
+pub fn format_groups(groups: &[CauseGroup]) -> String {
+    let mut out = String::new();
+    for g in groups {
+        out.push_str(&format!(
+            "  {queue}  {cause}{permanent}: {count} message(s), oldest {oldest}, newest {newest}\n      e.g. {id}: {reason}\n",
+            queue = g.queue,
+            cause = g.cause,
+            permanent = if g.permanent { " (permanent: redrive only with --force)" } else { "" },
+            count = g.count,
+            oldest = g.oldest.as_deref().unwrap_or("?"),
+            newest = g.newest.as_deref().unwrap_or("?"),
+            id = g.example_id,
+            reason = g.example_reason,
+        ));
+    }
+    out
+}
+
+/// Which messages a `dlq` verb acts on: all of the given conditions hold (none given: all).
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// Only these SQS message ids (or event ids).
+    pub ids: Vec<String>,
+    /// Only this cause ([`DlqMessage::cause`], exact).
+    pub cause: Option<String>,
+    /// Only messages older than this.
+    pub older_than: Option<Duration>,
+}
+
+impl Selection {
+    /// Whether `m` is selected.
+    pub fn matches(&self, m: &DlqMessage) -> bool {
+        let id = self.ids.is_empty() || self.ids.iter().any(|i| *i == m.message_id || m.event_id.as_deref() == Some(i.as_str()));
+        let cause = self.cause.as_ref().is_none_or(|c| *c == m.cause);
+        let age = self.older_than.is_none_or(|d| m.age_secs.is_some_and(|a| a >= d.as_secs() as i64));
+        id && cause && age
+    }
+
+    /// Whether anything narrows the selection.
+    pub fn is_filtered(&self) -> bool {
+        !self.ids.is_empty() || self.cause.is_some() || self.older_than.is_some()
+    }
+}
+
+/// Parses `--older-than` values: a number with unit `s`, `m`, `h` or `d` (e.g. `90m`, `7d`).
+///
+/// # Errors
+/// A message naming the expected form.
+pub fn parse_age(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let n: u64 = number.parse().map_err(|_| format!("{text:?}: expected a number and a unit, e.g. 30m, 12h, 7d"))?;
+    let secs = match unit {
+        "s" | "" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86_400,
+        _ => return Err(format!("{text:?}: unit must be s, m, h or d")),
+    };
+    Ok(Duration::from_secs(secs))
+}
+
+/// What `purge`/`archive` did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PurgeReport {
+    /// Message ids deleted (after being written to the archive, when there is one).
+    pub deleted: Vec<String>,
+    /// Messages selected but not deleted, with why.
+    pub left: Vec<(String, String)>,
+}
+
+/// Deletes the messages of `queue` that `selection` picks; with `archive`, first appends each
+/// as one JSON line (the [`DlqMessage`], body included) to that file and deletes only what was
+/// written and flushed. Messages not selected are made visible again at once.
+///
+/// # Errors
+/// An SQS error or the archive file's I/O error, as text; messages not yet handled stay in the queue.
+pub async fn purge(
+    sqs: &aws_sdk_sqs::Client,
+    queue: &QueueInfo,
+    selection: &Selection,
+    mut archive: Option<&mut std::fs::File>,
+) -> Result<PurgeReport, String> {
+    use std::io::Write;
+    let mut report = PurgeReport::default();
+    let received = receive_all(sqs, queue, 120).await?;
+    let listed = describe(queue, &received);
+    for (m, message) in received.iter().zip(listed) {
+        if !selection.matches(&message) {
+            unhide(sqs, queue, m).await;
+            continue;
+        }
+        if let Some(file) = archive.as_deref_mut() {
+            let line = serde_json::to_string(&message).map_err(|e| e.to_string())?;
+            writeln!(file, "{line}").and_then(|_| file.flush()).map_err(|e| format!("archive: {e}"))?;
+        }
+        match sqs.delete_message().queue_url(&queue.url).receipt_handle(m.receipt_handle().unwrap_or_default()).send().await {
+            Ok(_) => report.deleted.push(message.message_id),
+            Err(e) => report.left.push((message.message_id, aws_sdk_sqs::error::DisplayErrorContext(e).to_string())),
+        }
+    }
+    Ok(report)
+}
+
+/// How to redrive.
+#[derive(Debug, Clone, Copy)]
+pub struct RedriveOptions<'a> {
+    /// The bus to re-publish to.
+    pub bus: &'a str,
+    /// Say what would be redriven; send and delete nothing.
+    pub dry_run: bool,
+    /// Which messages.
+    pub selection: &'a Selection,
+    /// Redrive permanent causes too.
+    pub force: bool,
+}
+
 /// What a redrive did.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RedriveReport {
     /// Messages whose event the bus accepted again (deleted from the queue, unless a dry run).
     pub redriven: Vec<String>,
+    /// Per cause: (redriven, left).
+    pub by_cause: BTreeMap<String, (usize, usize)>,
     /// Messages left in the queue, with why.
     pub left: Vec<(String, String)>,
     /// Nothing was sent or deleted.
@@ -254,17 +435,29 @@ pub async fn redrive(
     sqs: &aws_sdk_sqs::Client,
     events: &aws_sdk_eventbridge::Client,
     queue: &QueueInfo,
-    bus: &str,
-    dry_run: bool,
+    options: &RedriveOptions<'_>,
     progress: impl Fn(usize, usize),
 ) -> Result<RedriveReport, String> {
+    let RedriveOptions { bus, dry_run, selection, force } = *options;
     let mut report = RedriveReport { dry_run, ..Default::default() };
     let received = receive_all(sqs, queue, 120).await?;
-    let total = received.len();
-    for (i, m) in received.iter().enumerate() {
+    let described = describe(queue, &received);
+    let mut chosen = Vec::new();
+    for (m, d) in received.iter().zip(described) {
+        if selection.matches(&d) {
+            chosen.push((m, d));
+        } else {
+            unhide(sqs, queue, m).await;
+        }
+    }
+    let total = chosen.len();
+    for (i, (m, d)) in chosen.into_iter().enumerate() {
         let id = m.message_id().unwrap_or_default().to_owned();
         let handle = m.receipt_handle().unwrap_or_default().to_owned();
         let outcome = match redrive_entry(m.body().unwrap_or_default(), bus) {
+            _ if d.permanent && !force => {
+                Err(format!("{}: a permanent cause, redriving would only dead-letter it again; fix the cause, then --force", d.cause))
+            }
             Err(why) => Err(why),
             Ok(_) if dry_run => Ok(false),
             Ok(entry) => match events.put_events().entries(entry).send().await {
@@ -273,6 +466,11 @@ pub async fn redrive(
                 Err(e) => Err(format!("PutEvents failed: {}", aws_sdk_eventbridge::error::DisplayErrorContext(e))),
             },
         };
+        let tally = report.by_cause.entry(d.cause.clone()).or_default();
+        match &outcome {
+            Ok(_) => tally.0 += 1,
+            Err(_) => tally.1 += 1,
+        }
         match outcome {
             Ok(true) => {
                 sqs.delete_message()

@@ -4,7 +4,8 @@
 //! outbox-local demo [--orders N] [--json]      # the whole pipeline on the sample inputs
 //! outbox-local up [--port 3000]                # stack + HTTP API + pipelines until Ctrl-C
 //! outbox-local invoke <LogicalId> -e <event>   # one handler, one event; response on stdout
-//! outbox-local dlq list [--json] | dlq show <message-id> | dlq redrive [--dry-run]
+//! outbox-local dlq list [--json] | show <id> | redrive [--dry-run] [--force] | purge | archive <file>
+//!                  [--id ID]… [--cause CAUSE] [--older-than 7d]   # select messages
 //! outbox-local trace <event-id> [--json]      # where is event X: outbox, consumers, DLQs
 //! outbox-local provision                       # create the stack on --endpoint and exit
 //! ```
@@ -115,14 +116,16 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum DlqCommand {
-    /// List the messages of the dead-letter queues (left in the queues).
+    /// List the messages of the dead-letter queues, grouped by failure cause (left in the queues).
     List {
-        /// One JSON array instead of lines.
+        /// One JSON object (`groups`, `messages`) instead of lines.
         #[arg(long)]
         json: bool,
         /// Only this queue (logical id, e.g. ConsumerDeadLetterQueue).
         #[arg(long)]
         queue: Option<String>,
+        #[command(flatten)]
+        select: SelectArgs,
     },
     /// Show one message: the event and why it failed.
     Show {
@@ -140,7 +143,51 @@ enum DlqCommand {
         /// Say what would be redriven; send and delete nothing.
         #[arg(long)]
         dry_run: bool,
+        #[command(flatten)]
+        select: SelectArgs,
+        /// Redrive messages whose cause is permanent (malformed, payload conflict, rejected) too:
+        /// only after fixing what made them fail.
+        #[arg(long)]
+        force: bool,
     },
+    /// Delete the selected messages (all of them without a filter).
+    Purge {
+        /// Only this queue (logical id).
+        #[arg(long)]
+        queue: Option<String>,
+        #[command(flatten)]
+        select: SelectArgs,
+    },
+    /// Append the selected messages to FILE (JSON lines, bodies included), then delete them.
+    Archive {
+        /// The file to append to.
+        file: PathBuf,
+        /// Only this queue (logical id).
+        #[arg(long)]
+        queue: Option<String>,
+        #[command(flatten)]
+        select: SelectArgs,
+    },
+}
+
+/// Which dead-letter messages a `dlq` verb acts on (all conditions hold).
+#[derive(Debug, clap::Args)]
+struct SelectArgs {
+    /// Only these messages: SQS message id or event id (repeatable).
+    #[arg(long = "id")]
+    ids: Vec<String>,
+    /// Only this failure cause, as `dlq list` groups them (e.g. MalformedEvent, SequenceGap).
+    #[arg(long, alias = "reason")]
+    cause: Option<String>,
+    /// Only messages older than this: a number and s, m, h or d (e.g. 30m, 7d).
+    #[arg(long, value_parser = outbox_local::dlq::parse_age)]
+    older_than: Option<Duration>,
+}
+
+impl SelectArgs {
+    fn selection(&self) -> dlq::Selection {
+        dlq::Selection { ids: self.ids.clone(), cause: self.cause.clone(), older_than: self.older_than }
+    }
 }
 
 #[tokio::main]
@@ -438,7 +485,10 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 .iter()
                 .filter(|q| q.logical_id.contains("DeadLetter"))
                 .filter(|q| match command {
-                    DlqCommand::List { queue: Some(name), .. } | DlqCommand::Redrive { queue: Some(name), .. } => &q.logical_id == name,
+                    DlqCommand::List { queue: Some(name), .. }
+                    | DlqCommand::Redrive { queue: Some(name), .. }
+                    | DlqCommand::Purge { queue: Some(name), .. }
+                    | DlqCommand::Archive { queue: Some(name), .. } => &q.logical_id == name,
                     _ => true,
                 })
                 .cloned()
@@ -447,14 +497,16 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 return Err("no dead-letter queue matches (queues are the template's *DeadLetter* queues)".into());
             }
             match command {
-                DlqCommand::Redrive { bus, dry_run, .. } => {
+                DlqCommand::Redrive { bus, dry_run, select, force, .. } => {
                     let bus = match bus {
                         Some(b) => b.clone(),
                         None => stack.buses.first().map(|b| b.name.clone()).ok_or("the template has no event bus; pass --bus")?,
                     };
-                    dlq_redrive(&sqs, &aws_sdk_eventbridge::Client::new(&sdk), &queues, &bus, *dry_run).await
+                    dlq_redrive(&sqs, &aws_sdk_eventbridge::Client::new(&sdk), &queues, &bus, *dry_run, &select.selection(), *force).await
                 }
-                DlqCommand::List { json, .. } => dlq_list(&sqs, &queues, *json).await,
+                DlqCommand::List { json, select, .. } => dlq_list(&sqs, &queues, *json, &select.selection()).await,
+                DlqCommand::Purge { select, .. } => dlq_purge(&sqs, &queues, &select.selection(), None).await,
+                DlqCommand::Archive { file, select, .. } => dlq_purge(&sqs, &queues, &select.selection(), Some(file)).await,
                 DlqCommand::Show { message_id } => dlq_show(&sqs, &queues, message_id).await,
             }
         }
@@ -489,17 +541,23 @@ async fn dlq_redrive(
     queues: &[QueueInfo],
     bus: &str,
     dry_run: bool,
+    selection: &dlq::Selection,
+    force: bool,
 ) -> Result<ExitCode, String> {
     let mut left = 0;
     for q in queues {
         let verb = if dry_run { "checking" } else { "redriving" };
-        let report = dlq::redrive(sqs, events, q, bus, dry_run, |done, total| {
+        let options = dlq::RedriveOptions { bus, dry_run, selection, force };
+        let report = dlq::redrive(sqs, events, q, &options, |done, total| {
             eprint!("\r  {verb} {}: {done}/{total}", q.name);
         })
         .await?;
         eprintln!();
         let verb = if dry_run { "would re-publish" } else { "re-published and deleted" };
         println!("{} ({}): {verb} {} message(s) to bus {bus}; {} left", q.logical_id, q.name, report.redriven.len(), report.left.len());
+        for (cause, (done, kept)) in &report.by_cause {
+            println!("  cause {cause}: {done} {}, {kept} left", if dry_run { "would be redriven" } else { "redriven" });
+        }
         for (id, why) in &report.left {
             println!("  left {id}: {why}");
         }
@@ -517,19 +575,48 @@ async fn dlq_messages(sqs: &aws_sdk_sqs::Client, queues: &[QueueInfo]) -> Result
     Ok(all)
 }
 
-/// `dlq list [--json]`.
-async fn dlq_list(sqs: &aws_sdk_sqs::Client, queues: &[QueueInfo], json: bool) -> Result<ExitCode, String> {
-    let all = dlq_messages(sqs, queues).await?;
+/// `dlq list [--json]`: per queue the count, then the groups by cause, then every message.
+async fn dlq_list(sqs: &aws_sdk_sqs::Client, queues: &[QueueInfo], json: bool, selection: &dlq::Selection) -> Result<ExitCode, String> {
+    let all: Vec<_> = dlq_messages(sqs, queues).await?.into_iter().filter(|m| selection.matches(m)).collect();
+    let groups = dlq::group_by_cause(&all);
     if json {
-        println!("{}", serde_json::to_string_pretty(&all).map_err(|e| e.to_string())?);
+        let shown = serde_json::json!({"groups": groups, "messages": all});
+        println!("{}", serde_json::to_string_pretty(&shown).map_err(|e| e.to_string())?);
     } else {
         for q in queues {
             let n = all.iter().filter(|m| m.queue == q.name).count();
             println!("{} ({}): {n} message(s)", q.logical_id, q.name);
         }
+        if !groups.is_empty() {
+            println!("by cause:");
+            print!("{}", dlq::format_groups(&groups));
+            println!("messages:");
+        }
         print!("{}", dlq::format_listing(&all));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `dlq purge` / `dlq archive <file>`: exit code 2 when a selected message could not be deleted.
+async fn dlq_purge(sqs: &aws_sdk_sqs::Client, queues: &[QueueInfo], selection: &dlq::Selection, archive: Option<&Path>) -> Result<ExitCode, String> {
+    let mut file = match archive {
+        Some(path) => Some(std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| format!("{}: {e}", path.display()))?),
+        None => None,
+    };
+    let mut left = 0;
+    for q in queues {
+        let report = dlq::purge(sqs, q, selection, file.as_mut()).await?;
+        let verb = match archive {
+            Some(path) => format!("archived to {} and deleted", path.display()),
+            None => "deleted".to_owned(),
+        };
+        println!("{} ({}): {verb} {} message(s); {} left", q.logical_id, q.name, report.deleted.len(), report.left.len());
+        for (id, why) in &report.left {
+            println!("  left {id}: {why}");
+        }
+        left += report.left.len();
+    }
+    Ok(if left == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) })
 }
 
 /// `dlq show <message-id>`.

@@ -224,7 +224,35 @@ impl DeadLetter {
             DeadLetter::Unknown(_) => None,
         }
     }
+
+    /// The failure cause, one word to group messages by: the relay's `error_code`, the
+    /// consumer's `error_type`, `<condition>` or `<condition>:<errorType>` for an invocation
+    /// record, `eventbridge-delivery` for a rule target's dead letter (its `ERROR_CODE` attribute
+    /// says more), `unknown` otherwise.
+    pub fn cause(&self) -> String {
+        match self {
+            DeadLetter::RelayFailure(r) => r.error_code.clone(),
+            DeadLetter::ConsumerFailure(r) => r.error_type.clone(),
+            DeadLetter::InvocationRecord { condition, error, .. } => match error.as_deref().and_then(|e| e.split(':').next()) {
+                Some(kind) if !kind.is_empty() => format!("{condition}:{kind}"),
+                _ => condition.clone(),
+            },
+            DeadLetter::EventBridgeEvent { .. } => "eventbridge-delivery".into(),
+            DeadLetter::Unknown(_) => "unknown".into(),
+        }
+    }
+
+    /// Whether a redrive can never make it succeed: the event itself is wrong (malformed, too
+    /// large, its id reused with another payload, rejected by the business logic, or rejected by
+    /// `PutEvents` as malformed). Redriving such a message only dead-letters it again; tools
+    /// refuse it unless forced.
+    pub fn is_permanent(&self) -> bool {
+        PERMANENT_CAUSES.contains(&self.cause().as_str())
+    }
 }
+
+/// Causes no redrive fixes ([`DeadLetter::is_permanent`]).
+pub const PERMANENT_CAUSES: &[&str] = &["MalformedEvent", "PayloadMismatch", "Rejected", "MalformedOutboxItem", "EventTooLarge", "MalformedDetail"];
 
 #[cfg(test)]
 mod tests {
