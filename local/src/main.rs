@@ -81,6 +81,11 @@ enum Command {
         /// Longest wait for each stage, seconds.
         #[arg(long, default_value_t = 120)]
         timeout: u64,
+        /// Keep the stack (emulator, HTTP API, pipelines) running after the report, until
+        /// Ctrl-C, to inspect its tables and dead letters (`dlq list`, `trace`) with the
+        /// printed endpoint.
+        #[arg(long)]
+        keep: bool,
     },
     /// Provision the stack, serve the HTTP API and run the pipelines until Ctrl-C.
     Up {
@@ -343,7 +348,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
     let template = Template::load(&template_path).map_err(|e| e.to_string())?;
 
     match &cli.command {
-        Command::Demo { orders, json, timeout } => {
+        Command::Demo { orders, json, timeout, keep } => {
             let local = local(&cli, template, &root, &stack_name, !json, None).await?;
             let (stop, stopped) = watch::channel(false);
             let (api, _server) =
@@ -366,6 +371,14 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             }
             let options = DemoOptions { orders: *orders, json: *json, events_dir: root.join("events"), timeout: Duration::from_secs(*timeout) };
             let result = demo::run(local.runtime.clone(), api, &options).await;
+            if *keep {
+                eprintln!("\nthe stack is kept running on {} (emulator), HTTP API on http://{api}; Ctrl-C stops", local.endpoint);
+                eprintln!("  dead letters: AWS_ENDPOINT_URL={} cargo run -p outbox-local -- dlq list", local.endpoint);
+                eprintln!("  one event:    AWS_ENDPOINT_URL={} cargo run -p outbox-local -- trace <event-id>", local.endpoint);
+                if let Err(e) = wait_for_stop_signal().await {
+                    eprintln!("warning: {e}");
+                }
+            }
             let _ = stop.send(true);
             for t in tasks {
                 let _ = tokio::time::timeout(Duration::from_secs(3), t).await;
