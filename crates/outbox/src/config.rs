@@ -119,7 +119,7 @@ impl Env {
 }
 
 /// Time-outs of every AWS SDK client the library and the functions build
-/// ([`crate::lambda::load_sdk_config`]), so that a stalled call fails (retryably,
+/// (`outbox::lambda::load_sdk_config`, feature `lambda`), so that a stalled call fails (retryably,
 /// [`crate::aws_error`]) instead of running the invocation into its Lambda timeout.
 ///
 /// | variable | meaning | default |
@@ -180,10 +180,11 @@ impl SdkTimeouts {
         Ok(t)
     }
 
-    /// As the SDK's `TimeoutConfig`.
-    #[cfg(feature = "lambda")]
-    pub fn timeout_config(&self) -> aws_config::timeout::TimeoutConfig {
-        aws_config::timeout::TimeoutConfig::builder()
+    /// As the SDK's `TimeoutConfig`, for `aws_config::from_env().timeout_config(…)` (what
+    /// [`load_sdk_config`](crate::lambda::load_sdk_config) does with feature `lambda`).
+    #[cfg(any(feature = "writer", feature = "relay", feature = "lambda"))]
+    pub fn timeout_config(&self) -> aws_smithy_types::timeout::TimeoutConfig {
+        aws_smithy_types::timeout::TimeoutConfig::builder()
             .connect_timeout(self.connect)
             .operation_attempt_timeout(self.attempt)
             .operation_timeout(self.operation)

@@ -54,7 +54,8 @@ impl Service {
 async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let env = Env::process();
-    let sdk = aws_config::load_from_env().await;
+    // The documented SDK time-outs (SDK_*_TIMEOUT_MS), so a stalled call fails instead of hanging.
+    let sdk = aws_config::from_env().timeout_config(outbox::config::SdkTimeouts::from_env(&env)?.timeout_config()).load().await;
     let service = Service {
         dynamodb: aws_sdk_dynamodb::Client::new(&sdk),
         customers_table: env.required("CUSTOMERS_TABLE")?,
