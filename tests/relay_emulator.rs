@@ -72,6 +72,7 @@ async fn only_inserted_outbox_items_are_published_verbatim() {
             payload: format!(r#"{{"big":{BIG},"name":"{NAME}","i":{i}}}"#),
             correlation_id: "relay-emulator-test".into(),
             trace_header: None,
+            previous: Default::default(),
         })
         .expect("the event is publishable");
     }

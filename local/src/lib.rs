@@ -12,7 +12,7 @@
 //! one instance, [`sandbox`] runs one instance (with [`emf`] for its metrics), [`function`] pools
 //! a function's instances, [`esm`] plays the stream mapping (with [`filter`] and [`lanes`]), [`delivery`]
 //! plays rule delivery (both set up through [`glue`]), [`runtime`] ties them together,
-//! [`http_api`] plays API Gateway, [`dlq`] reads dead-letter queues, [`stats`] counts, and
+//! [`http_api`] plays API Gateway, [`dlq`] reads dead-letter queues, [`ordering`] releases a consumer's sequence gap, [`stats`] counts, and
 //! [`demo`] runs the whole thing.
 
 #![warn(missing_docs)]
@@ -30,6 +30,7 @@ pub mod function;
 pub mod glue;
 pub mod http_api;
 pub mod lanes;
+pub mod ordering;
 pub mod runtime;
 pub mod runtime_api;
 pub mod sandbox;

@@ -101,6 +101,32 @@ enum Command {
     },
     /// Create the stack's tables, bus, queues and rules on --endpoint, print them, and exit.
     Provision,
+    /// Per-aggregate ordering of ordered consumers.
+    Ordering {
+        #[command(subcommand)]
+        command: OrderingCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum OrderingCommand {
+    /// Release an aggregate whose consumer waits for a sequence that will never come: its last
+    /// sequence moves up to --through, and the waiting event applies on its next retry or
+    /// `dlq redrive`. The consumer's gap log line prints this command ready to run.
+    Release {
+        /// The consumer name (e.g. reserve-inventory, the CONSUMER_NAME of the function).
+        #[arg(long)]
+        consumer: String,
+        /// The aggregate, <aggregate_type>#<aggregate_id>, e.g. Order#o-1001.
+        #[arg(long)]
+        aggregate: String,
+        /// The sequence to treat as applied: the one the gap "waits for".
+        #[arg(long)]
+        through: u64,
+        /// Physical name of the inbox table (default: the template's InboxTable in the stack).
+        #[arg(long)]
+        table: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -408,6 +434,25 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             if cli.endpoint.is_none() {
                 eprintln!("note: the emulator this command started stops now; pass --endpoint to provision a running one");
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Ordering { command: OrderingCommand::Release { consumer, aggregate, through, table } } => {
+            let target = Target { endpoint: cli.endpoint.clone(), region: region_from_env() };
+            let sdk = sdk_config(&target).await;
+            let table = match table {
+                Some(t) => t.clone(),
+                None => {
+                    let account = if cli.endpoint.is_some() { EMULATOR_ACCOUNT } else { "000000000000" };
+                    let stack =
+                        Stack::set_up(&sdk, template, &stack_name, account, Mode::LookUp).await.map_err(|e| format!("{e}\n  hint: pass --table"))?;
+                    stack.table("InboxTable").map(|t| t.name.clone()).ok_or("the template has no InboxTable; pass --table")?
+                }
+            };
+            let released = outbox_local::ordering::release(&aws_sdk_dynamodb::Client::new(&sdk), &table, consumer, aggregate, *through).await?;
+            println!(
+                "{consumer}: {aggregate} last sequence {} -> {} in {table}; the waiting event applies on its next retry (or `dlq redrive`)",
+                released.before, released.after
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Dlq { command } => {

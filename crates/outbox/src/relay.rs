@@ -104,7 +104,7 @@ pub struct RelayConfig {
 
 /// Names of the outbox item contract's attributes ([`crate::envelope`]), which
 /// [`RelayConfig::rename_attributes`] accepts.
-pub const CONTRACT_ATTRIBUTES: [&str; 14] = [
+pub const CONTRACT_ATTRIBUTES: [&str; 15] = [
     "pk",
     "sk",
     "event_id",
@@ -119,6 +119,7 @@ pub const CONTRACT_ATTRIBUTES: [&str; 14] = [
     "correlation_id",
     "trace_header",
     "expires_at",
+    "previous",
 ];
 
 /// A renaming of outbox attributes that cannot be used.

@@ -41,6 +41,7 @@ mod support {
             correlation_id: "corr-1".into(),
             trace_header: None,
             expires_at: 1_900_000_000,
+            previous: Default::default(),
         }
     }
 

@@ -180,6 +180,9 @@ where
             Err(e) => e,
         };
         let event_id = event_id_of(payload).unwrap_or_default();
+        if let ConsumerError::Inbox(gap @ crate::inbox::InboxError::SequenceGap { .. }) = &error {
+            crate::inbox::report_gap(self.inner.store.consumer(), gap);
+        }
         if error.is_retryable() {
             tracing::error!(event_id = %event_id, error_type = error.error_type(), error = %error, "event failed; Lambda retries it");
             return Err(error);
