@@ -5,11 +5,12 @@
 //! outbox-local up [--port 3000]                # stack + HTTP API + pipelines until Ctrl-C
 //! outbox-local invoke <LogicalId> -e <event>   # one handler, one event; response on stdout
 //! outbox-local dlq list [--json] | dlq show <message-id> | dlq redrive [--dry-run]
+//! outbox-local ordering release --consumer C --aggregate Order#o-1 --through N   # unblock a sequence gap
 //! outbox-local provision                       # create the stack on --endpoint and exit
 //! ```
 //!
 //! Without `--endpoint` (or `AWS_ENDPOINT_URL`), `up`, `demo`, `invoke` and `provision` start
-//! their own moto server on a free loopback port; `dlq` uses the ordinary AWS configuration.
+//! their own moto server on a free loopback port; `dlq` and `ordering` use the ordinary AWS configuration.
 //! `up`, `demo` and `invoke` first build the template's function binaries with one
 //! `cargo build --bin …` beside the template (`invoke X`: only X's; `--no-build` when they are
 //! prebuilt, with `--target-dir` or `CARGO_TARGET_DIR` where no Cargo project is beside the
