@@ -89,6 +89,7 @@ fn inventory_detail(event_type: &str, payload: String, sequence: u64) -> Value {
         payload,
         correlation_id: "corr-1".into(),
         trace_header: None,
+        previous: Default::default(),
     })
 }
 

@@ -22,6 +22,7 @@ fn metadata(id: &str, aggregate: &str, sequence: u64) -> EventMetadata {
         aggregate_type: "Order".into(),
         sequence,
         correlation_id: "c".into(),
+        previous: Default::default(),
     }
 }
 
@@ -126,8 +127,10 @@ async fn ordering_applies_in_sequence_absorbs_old_events_and_rejects_gaps() {
     local.shutdown().await;
 }
 
+/// Claim rows expire after the retention; ordering rows never do (see
+/// `ordering_rows_outlive_the_inbox_retention`).
 #[tokio::test]
-async fn every_inbox_row_carries_a_ttl() {
+async fn every_claim_row_carries_a_ttl_and_ordering_rows_none() {
     let local = Local::start().await;
     let tx = inbox(&local, "tx").ordered();
     tx.apply(&metadata("ttl-1", "o-7", 1), "h", vec![]).await.unwrap();
@@ -137,9 +140,79 @@ async fn every_inbox_row_carries_a_ttl() {
     assert_eq!(rows.len(), 3, "claim + ordering row + guarded claim");
     let now = Utc::now().timestamp();
     for row in rows {
-        let expires: i64 =
-            row.get("expires_at").and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no expires_at in {row:?}"));
-        assert!(expires > now + 3000 && expires <= now + 3601, "{expires} vs now {now}");
+        let ordering = common::s(&row, "pk").contains("#aggregate#");
+        let expires: Option<i64> = row.get("expires_at").and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok());
+        match (ordering, expires) {
+            (true, None) => {}
+            (false, Some(expires)) => assert!(expires > now + 3000 && expires <= now + 3601, "{expires} vs now {now}"),
+            _ => panic!("claim rows need expires_at, ordering rows must have none: {row:?}"),
+        }
     }
+    local.shutdown().await;
+}
+
+/// Ordering rows never expire: the row carries no `expires_at`, so after DynamoDB's TTL process
+/// deleted everything it could (emulated: every item with `expires_at` deleted, as if the
+/// retention had long passed; moto never deletes), the aggregate's next event still applies.
+/// A row written by an older version with `expires_at` loses it on the next event.
+#[tokio::test]
+async fn ordering_rows_outlive_the_inbox_retention() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let local = Local::start().await;
+    let table = local.table("InboxTable");
+    let inbox = Inbox::new(local.dynamodb.clone(), &table, "slow-aggregate", Duration::from_secs(1)).ordered();
+    assert_eq!(inbox.apply(&metadata("r1", "o-7", 1), "h", vec![]).await.unwrap(), InboxOutcome::Applied);
+    let row = local.query_pk(&table, "slow-aggregate#aggregate#Order#o-7").await;
+    assert_eq!(row.len(), 1);
+    assert_eq!(row[0].get("last_sequence"), Some(&AttributeValue::N("1".into())));
+    assert!(!row[0].contains_key("expires_at"), "the ordering row must carry no TTL: {:?}", row[0]);
+
+    // A row from before this rule, with a TTL in the past.
+    local
+        .dynamodb
+        .put_item()
+        .table_name(&table)
+        .item("pk", AttributeValue::S("slow-aggregate#aggregate#Order#o-8".into()))
+        .item("last_sequence", AttributeValue::N("4".into()))
+        .item("expires_at", AttributeValue::N("1".into()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(inbox.apply(&metadata("q5", "o-8", 5), "h", vec![]).await.unwrap(), InboxOutcome::Applied);
+    assert!(!local.query_pk(&table, "slow-aggregate#aggregate#Order#o-8").await[0].contains_key("expires_at"));
+
+    // Everything DynamoDB's TTL may delete, deleted.
+    for item in local.scan(&table).await {
+        if item.contains_key("expires_at") {
+            local.dynamodb.delete_item().table_name(&table).key("pk", item["pk"].clone()).send().await.unwrap();
+        }
+    }
+    assert_eq!(inbox.apply(&metadata("r2", "o-7", 2), "h", vec![]).await.unwrap(), InboxOutcome::Applied, "months later: no gap");
+    assert_eq!(inbox.apply(&metadata("q6", "o-8", 6), "h", vec![]).await.unwrap(), InboxOutcome::Applied);
+    local.shutdown().await;
+}
+
+/// A sequence that will never come (dead-lettered at the relay): the waiting event fails with a
+/// `SequenceGap` naming what it waits for; `outbox-local ordering release` (its function,
+/// against the emulator) moves the aggregate past it, and the event applies.
+#[tokio::test]
+async fn a_permanently_missing_sequence_is_released_by_the_ordering_release_command() {
+    let local = Local::start().await;
+    let table = local.table("InboxTable");
+    let inbox = inbox(&local, "reserve-inventory").ordered();
+    assert_eq!(inbox.apply(&metadata("m1", "o-9", 1), "h", vec![]).await.unwrap(), InboxOutcome::Applied);
+    let err = inbox.apply(&metadata("m3", "o-9", 3), "h", vec![]).await.unwrap_err();
+    assert!(matches!(err, InboxError::SequenceGap { expected: 2, got: 3, last_applied: 1, .. }), "{err}");
+
+    let bad = outbox_local::ordering::release(&local.dynamodb, &table, "reserve-inventory", "o-9", 2).await.unwrap_err();
+    assert!(bad.contains("<aggregate_type>#<aggregate_id>"), "{bad}");
+    let released = outbox_local::ordering::release(&local.dynamodb, &table, "reserve-inventory", "Order#o-9", 2).await.unwrap();
+    assert_eq!(released, outbox_local::ordering::Released { before: 1, after: 2 });
+    assert_eq!(inbox.apply(&metadata("m3", "o-9", 3), "h", vec![]).await.unwrap(), InboxOutcome::Applied);
+    // Released twice, or below the current sequence: nothing moves back.
+    let again = outbox_local::ordering::release(&local.dynamodb, &table, "reserve-inventory", "Order#o-9", 2).await.unwrap();
+    assert_eq!(again, outbox_local::ordering::Released { before: 3, after: 3 });
+    // The late sequence 2, if it ever comes, is absorbed.
+    assert_eq!(inbox.apply(&metadata("m2", "o-9", 2), "h", vec![]).await.unwrap(), InboxOutcome::Duplicate);
     local.shutdown().await;
 }

@@ -72,6 +72,7 @@ async fn only_inserted_outbox_items_are_published_verbatim() {
             payload: format!(r#"{{"big":{BIG},"name":"{NAME}","i":{i}}}"#),
             correlation_id: "relay-emulator-test".into(),
             trace_header: None,
+            previous: Default::default(),
         })
         .expect("the event is publishable");
     }
@@ -169,5 +170,52 @@ async fn only_inserted_outbox_items_are_published_verbatim() {
         assert_eq!(serde_json::from_str::<String>(data["name"].get()).expect("name is a string"), NAME, "{body}");
     }
 
+    local.shutdown().await;
+}
+
+/// Per-aggregate order under the template's `ParallelizationFactor` (1; the local stream mapping
+/// plays the factor as Lambda documents it, see `outbox_local::lanes`): 20 events of one
+/// aggregate, each its own outbox item, are published in sequence order, in full calls
+/// (20 events = 2 `PutEvents` calls, not 20).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_aggregates_events_are_published_in_order_in_full_calls() {
+    let mut local = Local::start().await;
+    let outbox_table = local.table("OutboxTable");
+    let bus = local.env_of(RELAY).remove("EVENT_BUS_NAME").expect("the relay has EVENT_BUS_NAME");
+    let source = format!("test.order.{}", common::short_id());
+    let spy_url = spy(&local, &bus, &source).await;
+    let writer = OutboxWriter::new(&outbox_table, Duration::from_secs(3600));
+    for sequence in 1..=20u64 {
+        let mut tx = writer.transaction();
+        tx.emit(Event::new("ThingChanged", source.as_str(), ("Thing", "hot-1"), sequence, &json!({ "n": sequence })).expect("an event"))
+            .expect("publishable");
+        tx.execute(&local.dynamodb).await.expect("the outbox transaction commits");
+    }
+    local.spawn_pipelines();
+
+    let mut sequences: Vec<u64> = Vec::new();
+    let deadline = Deadline::new("20 events in the spy queue");
+    while sequences.len() < 20 {
+        let out =
+            local.sqs.receive_message().queue_url(&spy_url).max_number_of_messages(10).wait_time_seconds(1).send().await.expect("ReceiveMessage spy");
+        for m in out.messages.unwrap_or_default() {
+            let event: serde_json::Value = serde_json::from_str(m.body().unwrap_or_default()).expect("JSON");
+            sequences.push(event.pointer("/detail/metadata/sequence").and_then(|v| v.as_u64()).expect("a sequence"));
+        }
+        if sequences.len() < 20 {
+            deadline.tick(|| format!("{sequences:?}")).await;
+        }
+    }
+    assert_eq!(sequences, (1..=20).collect::<Vec<_>>(), "published in sequence order");
+    // The relay's EMF line is read after its invocation ends, possibly after the spy saw the events.
+    let deadline = Deadline::new("the relay's metrics");
+    let counts = loop {
+        let c = local.runtime.stats.snapshot();
+        if c.metric(RELAY, "EventsPublished") as usize >= 20 {
+            break c;
+        }
+        deadline.tick(|| format!("{c:?}")).await;
+    };
+    assert_eq!(counts.metric(RELAY, "PutEventsCalls") as usize, 2, "20 events of one aggregate = 2 full calls: {counts:?}");
     local.shutdown().await;
 }

@@ -5,6 +5,9 @@
 //! * `ReportBatchItemFailures`: records before the earliest reported `itemIdentifier` are
 //!   acknowledged; the batch is retried from it. An empty, `null` or unknown identifier fails
 //!   the whole batch.
+//! * `ParallelizationFactor`: a shard's batch runs as up to that many concurrent invocations,
+//!   the records of one item key (partition and sort key) in one of them, in order
+//!   ([`crate::lanes`]); each acknowledges its own records.
 //! * A function error fails the whole batch; with `BisectBatchOnFunctionError` the retried batch
 //!   is halved.
 //! * After `MaximumRetryAttempts` retries the failed records are skipped and a record of the
@@ -125,28 +128,27 @@ impl StreamMapping {
             }
             let n = batch_limit.min(buffer.len());
             let records: Vec<&Value> = buffer.iter().take(n).map(|b| &b.record).collect();
-            let payload = json!({ "Records": records }).to_string();
-            let invocation = self.function.invoke(&payload).await;
-            let acknowledged = match &invocation.result {
-                Ok(response) => {
-                    let sequence_numbers: Vec<&str> =
-                        buffer.iter().take(n).map(|b| b.record.pointer("/dynamodb/SequenceNumber").and_then(Value::as_str).unwrap_or("")).collect();
-                    acknowledged(response, &sequence_numbers, self.spec.report_batch_item_failures)
+            let lanes = crate::lanes::split(&records, self.spec.parallelization_factor);
+            let (acked, result) = self.invoke_lanes(&records, lanes).await;
+            if let Err(diagnostic) = &result {
+                tracing::warn!(function = %self.function.spec.logical_id, error_type = %diagnostic.error_type, error = %diagnostic.error_message, "stream batch failed");
+                if self.spec.bisect_on_error && n > 1 {
+                    batch_limit = n.div_ceil(2);
                 }
-                Err(diagnostic) => {
-                    tracing::warn!(function = %self.function.spec.logical_id, error_type = %diagnostic.error_type, error = %diagnostic.error_message, "stream batch failed");
-                    if self.spec.bisect_on_error && n > 1 {
-                        batch_limit = n.div_ceil(2);
-                    }
-                    0
-                }
-            };
+            }
+            let acknowledged = acked.iter().filter(|a| **a).count();
             let failed = acknowledged < n;
             self.stats.update(|c| {
                 c.relay_invocations += 1;
                 c.relay_failed_invocations += usize::from(failed);
             });
-            buffer.drain(..acknowledged);
+            // Acknowledged records leave the buffer; the others stay in front, in shard order.
+            let mut position = 0;
+            buffer.retain(|_| {
+                let keep = position >= n || !acked[position];
+                position += 1;
+                keep
+            });
             if !failed {
                 attempts = 0;
                 batch_limit = self.spec.batch_size.max(1);
@@ -156,13 +158,58 @@ impl StreamMapping {
             if self.spec.max_retry_attempts >= 0 && attempts > self.spec.max_retry_attempts {
                 let remaining = (n - acknowledged).min(buffer.len());
                 let skipped: Vec<Buffered> = buffer.drain(..remaining).collect();
-                self.send_to_destination(&skipped, attempts, &invocation.result).await;
+                self.send_to_destination(&skipped, attempts, &result).await;
                 attempts = 0;
                 batch_limit = self.spec.batch_size.max(1);
                 continue;
             }
             let _ = tokio::time::timeout(self.options.stream_retry_delay, shutdown.changed()).await;
         }
+    }
+
+    /// Invokes the function with `records` (one shard's batch), one concurrent invocation per
+    /// lane of [`crate::lanes::split`] (`ParallelizationFactor`). Answers which records were
+    /// acknowledged (per lane, the records before its earliest reported failure, see
+    /// [`acknowledged`]) and the result to report: the first lane's that did not acknowledge
+    /// all its records, else the last lane's.
+    async fn invoke_lanes(&self, records: &[&Value], lanes: Vec<Vec<usize>>) -> (Vec<bool>, Result<Value, FunctionError>) {
+        let mut running = tokio::task::JoinSet::new();
+        for (lane_number, lane) in lanes.into_iter().enumerate() {
+            let payload = json!({ "Records": lane.iter().map(|&p| records[p]).collect::<Vec<_>>() }).to_string();
+            let function = self.function.clone();
+            running.spawn(async move { (lane_number, lane, function.invoke(&payload).await.result) });
+        }
+        let mut outcomes = Vec::new();
+        let mut panicked = None;
+        while let Some(joined) = running.join_next().await {
+            match joined {
+                Ok(outcome) => outcomes.push(outcome),
+                Err(e) => panicked = Some(FunctionError::new("Runtime.Panic", format!("the invocation task failed: {e}"))),
+            }
+        }
+        outcomes.sort_by_key(|(lane_number, _, _)| *lane_number);
+        let mut acked = vec![false; records.len()];
+        let mut reported: Option<Result<Value, FunctionError>> = panicked.map(Err);
+        let mut last = Ok(Value::Null);
+        for (_, lane, result) in outcomes {
+            let done = match &result {
+                Ok(response) => {
+                    let sequence_numbers: Vec<&str> =
+                        lane.iter().map(|&p| records[p].pointer("/dynamodb/SequenceNumber").and_then(Value::as_str).unwrap_or("")).collect();
+                    acknowledged(response, &sequence_numbers, self.spec.report_batch_item_failures)
+                }
+                Err(_) => 0,
+            };
+            for &p in &lane[..done] {
+                acked[p] = true;
+            }
+            if done < lane.len() && reported.is_none() {
+                reported = Some(result);
+            } else {
+                last = result;
+            }
+        }
+        (acked, reported.unwrap_or(last))
     }
 
     /// Reads new records of every shard into `buffer`. `positions` holds the last sequence

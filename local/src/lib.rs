@@ -10,9 +10,10 @@
 //! [`emulator`] starts moto, [`aws`] builds the SDK configuration, [`stack`] provisions,
 //! [`binaries`] builds the functions' binaries, [`runtime_api`] serves the Lambda Runtime API to
 //! one instance, [`sandbox`] runs one instance (with [`emf`] for its metrics), [`function`] pools
-//! a function's instances, [`esm`] plays the stream mapping (with [`filter`]), [`delivery`]
+//! a function's instances, [`esm`] plays the stream mapping (with [`filter`] and [`lanes`]), [`delivery`]
 //! plays rule delivery (both set up through [`glue`]), [`runtime`] ties them together,
-//! [`http_api`] plays API Gateway, [`dlq`] reads dead-letter queues, [`trace`] follows one event, [`stats`] counts, and
+//! [`http_api`] plays API Gateway, [`dlq`] reads dead-letter queues, [`trace`] follows one event,
+//! [`ordering`] releases a consumer's sequence gap, [`stats`] counts, and
 //! [`demo`] runs the whole thing.
 
 #![warn(missing_docs)]
@@ -29,6 +30,8 @@ pub mod filter;
 pub mod function;
 pub mod glue;
 pub mod http_api;
+pub mod lanes;
+pub mod ordering;
 pub mod runtime;
 pub mod runtime_api;
 pub mod sandbox;

@@ -7,11 +7,12 @@
 //! outbox-local dlq list [--json] | show <id> | redrive [--dry-run] [--force] | purge | archive <file>
 //!                  [--id ID]… [--cause CAUSE] [--older-than 7d]   # select messages
 //! outbox-local trace <event-id> [--json]      # where is event X: outbox, consumers, DLQs
+//! outbox-local ordering release --consumer C --aggregate Order#o-1 --through N   # unblock a sequence gap
 //! outbox-local provision                       # create the stack on --endpoint and exit
 //! ```
 //!
 //! Without `--endpoint` (or `AWS_ENDPOINT_URL`), `up`, `demo`, `invoke` and `provision` start
-//! their own moto server on a free loopback port; `dlq` uses the ordinary AWS configuration.
+//! their own moto server on a free loopback port; `dlq` and `ordering` use the ordinary AWS configuration.
 //! `up`, `demo` and `invoke` first build the template's function binaries with one
 //! `cargo build --bin …` beside the template (`invoke X`: only X's; `--no-build` when they are
 //! prebuilt, with `--target-dir` or `CARGO_TARGET_DIR` where no Cargo project is beside the
@@ -116,6 +117,32 @@ enum Command {
         /// One JSON object instead of lines.
         #[arg(long)]
         json: bool,
+    },
+    /// Per-aggregate ordering of ordered consumers.
+    Ordering {
+        #[command(subcommand)]
+        command: OrderingCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum OrderingCommand {
+    /// Release an aggregate whose consumer waits for a sequence that will never come: its last
+    /// sequence moves up to --through, and the waiting event applies on its next retry or
+    /// `dlq redrive`. The consumer's gap log line prints this command ready to run.
+    Release {
+        /// The consumer name (e.g. reserve-inventory, the CONSUMER_NAME of the function).
+        #[arg(long)]
+        consumer: String,
+        /// The aggregate, <aggregate_type>#<aggregate_id>, e.g. Order#o-1001.
+        #[arg(long)]
+        aggregate: String,
+        /// The sequence to treat as applied: the one the gap "waits for".
+        #[arg(long)]
+        through: u64,
+        /// Physical name of the inbox table (default: the template's InboxTable in the stack).
+        #[arg(long)]
+        table: Option<String>,
     },
 }
 
@@ -489,6 +516,25 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 print!("{}", trace.render());
             }
             Ok(if trace.found() { ExitCode::SUCCESS } else { ExitCode::from(2) })
+        }
+        Command::Ordering { command: OrderingCommand::Release { consumer, aggregate, through, table } } => {
+            let target = Target { endpoint: cli.endpoint.clone(), region: region_from_env() };
+            let sdk = sdk_config(&target).await;
+            let table = match table {
+                Some(t) => t.clone(),
+                None => {
+                    let account = if cli.endpoint.is_some() { EMULATOR_ACCOUNT } else { "000000000000" };
+                    let stack =
+                        Stack::set_up(&sdk, template, &stack_name, account, Mode::LookUp).await.map_err(|e| format!("{e}\n  hint: pass --table"))?;
+                    stack.table("InboxTable").map(|t| t.name.clone()).ok_or("the template has no InboxTable; pass --table")?
+                }
+            };
+            let released = outbox_local::ordering::release(&aws_sdk_dynamodb::Client::new(&sdk), &table, consumer, aggregate, *through).await?;
+            println!(
+                "{consumer}: {aggregate} last sequence {} -> {} in {table}; the waiting event applies on its next retry (or `dlq redrive`)",
+                released.before, released.after
+            );
+            Ok(ExitCode::SUCCESS)
         }
         Command::Dlq { command } => {
             let (sdk, stack) = existing_stack(&cli, template, &stack_name).await?;

@@ -166,6 +166,8 @@ pub struct StreamMappingSpec {
     pub table_logical_id: String,
     /// `BatchSize` (default 100).
     pub batch_size: usize,
+    /// `ParallelizationFactor` (1 to 10, default 1): concurrent batches per shard.
+    pub parallelization_factor: usize,
     /// `MaximumRetryAttempts` (default -1: until the record expires).
     pub max_retry_attempts: i64,
     /// `BisectBatchOnFunctionError`.
@@ -483,6 +485,7 @@ fn parse_event(function: &str, name: &str, event: &Value) -> Result<Option<Funct
                 name: name.to_owned(),
                 table_logical_id,
                 batch_size: props.get("BatchSize").and_then(Value::as_u64).unwrap_or(100) as usize,
+                parallelization_factor: props.get("ParallelizationFactor").and_then(Value::as_u64).unwrap_or(1).clamp(1, 10) as usize,
                 max_retry_attempts: props.get("MaximumRetryAttempts").and_then(Value::as_i64).unwrap_or(-1),
                 bisect_on_error: props.get("BisectBatchOnFunctionError").and_then(Value::as_bool).unwrap_or(false),
                 report_batch_item_failures: props

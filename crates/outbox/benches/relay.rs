@@ -44,6 +44,7 @@ fn item(i: usize, payload_bytes: usize) -> OutboxItem {
         correlation_id: "bench".into(),
         trace_header: None,
         expires_at: 1_900_000_000,
+        previous: Default::default(),
     }
 }
 

@@ -17,6 +17,7 @@
 //! | `payload` | S | the event data as JSON *text*, so DynamoDB never rounds a number |
 //! | `correlation_id` | S | carried into the event metadata |
 //! | `trace_header` | S, optional | X-Ray trace header; becomes the entry's `TraceHeader` |
+//! | `previous` | M, optional | event type → sequence of the aggregate's latest earlier event of that type, e.g. `{"OrderCreated": 1}`; lets an ordered consumer that handles some of the types wait only for those (see [`crate::inbox`]) |
 //! | `expires_at` | N | epoch seconds, the table's TTL attribute |
 //!
 //! An item without `event_id` is not an outbox item (other item types may share the table); an
@@ -29,6 +30,8 @@
 //! every `PutEvents` entry a new envelope `id`, so consumers dedupe on `detail.metadata.id`.
 //! The payload is embedded as the producer wrote it (a [`RawValue`]): numbers are never parsed
 //! into `f64`, unicode is never re-escaped, and `detail.data` is never a JSON string.
+
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
@@ -79,6 +82,10 @@ pub struct OutboxItem {
     pub trace_header: Option<String>,
     /// TTL: epoch seconds after which DynamoDB may delete the item.
     pub expires_at: i64,
+    /// Event type → sequence of the aggregate's latest event of that type before this one
+    /// (attribute `previous`, a map of numbers; absent when empty). See [`EventMetadata::previous`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub previous: BTreeMap<String, u64>,
 }
 
 /// Whether a DynamoDB item (as put) is an outbox item: it has the contract's `event_id`,
@@ -162,6 +169,7 @@ impl OutboxItem {
             aggregate_type: self.aggregate_type.clone(),
             sequence: self.sequence,
             correlation_id: self.correlation_id.clone(),
+            previous: self.previous.clone(),
         };
         // Serialising a struct of strings, integers and a RawValue cannot fail.
         let detail = serde_json::to_string(&EventDetail { metadata, data }).map_err(|e| EnvelopeError::Payload(e.to_string()))?;
@@ -198,6 +206,12 @@ pub struct EventMetadata {
     pub sequence: u64,
     /// Correlation id of the request that caused the event.
     pub correlation_id: String,
+    /// Event type → sequence of the aggregate's latest event of that type before this one, e.g.
+    /// `{"OrderCreated": 1}` on an `OrderCancelled` with sequence 3 whose sequence 2 was an
+    /// `OrderShipped`: `{"OrderCreated": 1, "OrderShipped": 2}`. Absent (empty) when the
+    /// producer does not track it; an ordered consumer then waits for every sequence.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub previous: BTreeMap<String, u64>,
 }
 
 /// The bus event's `detail`: `{"metadata": …, "data": …}`.
@@ -270,6 +284,7 @@ mod tests {
             correlation_id: "c-1".into(),
             trace_header: None,
             expires_at: 1_900_000_000,
+            previous: Default::default(),
         }
     }
 

@@ -28,20 +28,41 @@
 //! and effect only delays the retry. Completing and releasing are conditioned on the lease
 //! token, so an invocation whose lease was taken over cannot overwrite the new owner.
 //!
-//! **Ordering** (opt-in, [`Inbox::ordered`]): the transaction also moves a per-aggregate row
-//! (`<consumer>#aggregate#<type>#<id>`, attribute `last_sequence`) from `sequence − 1` to
-//! `sequence`. An event at or below `last_sequence` is a duplicate; one that skips ahead is
-//! [`InboxError::SequenceGap`] (retryable: its predecessor may still arrive; when retries run
-//! out the event lands in the dead-letter queue with the reason `sequence gap`). The first event
-//! of an aggregate must have sequence 1.
+//! **Ordering** (opt-in, [`Inbox::ordered`] or [`Inbox::ordered_by_types`]): the transaction
+//! also moves a per-aggregate row (`<consumer>#aggregate#<type>#<id>`, attribute
+//! `last_sequence`: the sequence of the last event of the aggregate this consumer applied or an
+//! operator released) to the event's `sequence`, on the condition that it stands at the event's
+//! *required predecessor* ([`required_predecessor`]):
 //!
-//! Rows carry `expires_at` (epoch seconds, the table's TTL attribute), set to now + retention.
+//! * [`Inbox::ordered`]: `sequence − 1` — every event of the aggregate must reach the consumer;
+//! * [`Inbox::ordered_by_types`] (the event types the consumer handles): the latest earlier
+//!   event of one of *those* types, from `detail.metadata.previous` (written by the producer,
+//!   [`crate::Event::previous`]); events of types the consumer never receives are not waited
+//!   for. An event without `previous` falls back to `sequence − 1`.
+//!
+//! The condition is `last_sequence` in `[required, sequence − 1]` (absent counts as 0). An
+//! event at or below `last_sequence` is a duplicate; one whose predecessor is missing is
+//! [`InboxError::SequenceGap`] (retryable: the predecessor may still arrive, in any order
+//! EventBridge delivers them). **A sequence that never comes** (dead-lettered at the relay,
+//! lost to an expired retry) is reported, not waited for silently: every gap is logged (with
+//! the release command to run) and counted (metric `SequenceGaps`, namespace `OutboxConsumer`);
+//! when Lambda's retries run out the event lands in the dead-letter queue with the reason
+//! `SequenceGap … waits for sequence N`. An operator releases the aggregate with
+//! [`Inbox::release_through`] (`outbox-local ordering release`), after which the waiting event
+//! applies on its next retry or `dlq redrive`.
+//!
+//! Ordering rows **never expire**: they carry no `expires_at` (an old row that had one loses it
+//! on the next event), because an aggregate can emit its next event months later and a deleted
+//! row would turn it into a permanent gap. One small row per (consumer, aggregate).
+//!
+//! Claim rows carry `expires_at` (epoch seconds, the table's TTL attribute), set to now + retention.
 //! The retention must outlive every redelivery of the event — the dead-letter queues' retention
 //! plus a redrive margin ([`crate::config::inbox_retention`], 16 days by default), or a message
 //! redriven after its row expired is applied twice.
 //! Source for the transaction semantics: the `TransactWriteItems` API reference,
 //! <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
@@ -110,15 +131,17 @@ pub enum InboxError {
     /// invocation must not report its result.
     #[error("the lease on event {0} was taken over by another invocation")]
     LeaseLost(String),
-    /// Ordering: the event skips ahead of the aggregate's last applied sequence.
-    #[error("sequence gap on {aggregate}: expected sequence {expected}, got {got}")]
+    /// Ordering: the event's required predecessor has not been applied (or released) yet.
+    #[error("sequence gap on {aggregate}: sequence {got} waits for sequence {expected} (last applied {last_applied})")]
     SequenceGap {
         /// `<aggregate_type>#<aggregate_id>`.
         aggregate: String,
-        /// The next sequence the consumer can apply.
+        /// The sequence that must be applied or released first ([`required_predecessor`]).
         expected: u64,
         /// The event's sequence.
         got: u64,
+        /// The aggregate's `last_sequence` (0: none yet).
+        last_applied: u64,
     },
     /// A DynamoDB call other than the transaction failed (retryable or not as
     /// [`crate::aws_error`] classifies it; the service's code and message are kept).
@@ -168,6 +191,36 @@ pub struct Lease {
     pub lease_expires_at: i64,
 }
 
+/// The sequence an ordered consumer must have applied (or released) last before it may apply
+/// the event of `metadata`: with `types` (the event types the consumer handles) and a
+/// `detail.metadata.previous` from the producer, the highest `previous[t]` over those types (0
+/// when none: the first event of those types); otherwise `sequence − 1`.
+pub fn required_predecessor(metadata: &EventMetadata, types: Option<&BTreeSet<String>>) -> u64 {
+    match types {
+        Some(types) if !metadata.previous.is_empty() => types.iter().filter_map(|t| metadata.previous.get(t)).max().copied().unwrap_or(0),
+        _ => metadata.sequence.saturating_sub(1),
+    }
+}
+
+/// Reports a sequence gap: a log line naming the release command and the metric `SequenceGaps`
+/// (namespace `OutboxConsumer`, dimension `function`; [`crate::consumer::metrics`]).
+pub(crate) fn report_gap(consumer: &str, error: &InboxError) {
+    let InboxError::SequenceGap { aggregate, expected, got, last_applied } = error else { return };
+    tracing::warn!(
+        consumer,
+        aggregate = %aggregate,
+        waits_for = expected,
+        sequence = got,
+        last_applied,
+        release = %format!("outbox-local ordering release --consumer {consumer} --aggregate {aggregate} --through {expected}"),
+        "sequence gap: the event waits for its predecessor; if that never comes, release it"
+    );
+    // Through the metrics facade: the function's EMF recorder (`outbox::lambda::run`) turns it
+    // into the CloudWatch metric, dimension `function`.
+    #[cfg(feature = "metrics")]
+    metrics::counter!("SequenceGaps").increment(1);
+}
+
 /// SHA-256 (hex, 64 characters) of `data`, the event's `detail.data` as delivered (JSON text,
 /// byte for byte): stored with the claim to detect an event id reused for a different payload.
 pub fn payload_hash(data: &str) -> String {
@@ -192,17 +245,27 @@ pub struct Inbox {
     consumer: String,
     retention: Duration,
     ordered: bool,
+    types: Option<BTreeSet<String>>,
 }
 
 impl Inbox {
     /// The inbox of `consumer` in `table`; rows expire `retention` after they are written.
     pub fn new(client: Client, table: impl Into<String>, consumer: impl Into<String>, retention: Duration) -> Self {
-        Self { client, table: table.into(), consumer: consumer.into(), retention, ordered: false }
+        Self { client, table: table.into(), consumer: consumer.into(), retention, ordered: false, types: None }
     }
 
-    /// Enables per-aggregate ordering (see the module docs).
+    /// Enables per-aggregate ordering over every sequence (see the module docs).
     pub fn ordered(mut self) -> Self {
         self.ordered = true;
+        self
+    }
+
+    /// Enables per-aggregate ordering for a consumer that handles the event `types` (e.g. its
+    /// rule's `detail-type` list): an event waits only for the latest earlier event of those
+    /// types, as the producer recorded it in `detail.metadata.previous` (see the module docs).
+    pub fn ordered_by_types<I: IntoIterator<Item = T>, T: Into<String>>(mut self, types: I) -> Self {
+        self.ordered = true;
+        self.types = Some(types.into_iter().map(Into::into).collect());
         self
     }
 
@@ -211,17 +274,19 @@ impl Inbox {
         format!("{}#aggregate#{}#{}", self.consumer, metadata.aggregate_type, metadata.subject)
     }
 
-    /// The update that moves the aggregate's `last_sequence` from `sequence − 1` to `sequence`.
+    /// The update that moves the aggregate's `last_sequence` from its required predecessor (or
+    /// anything up to `sequence − 1`) to `sequence`. No `expires_at`: the row never expires.
     fn advance_sequence(&self, metadata: &EventMetadata, now: DateTime<Utc>) -> TransactWriteItem {
+        let required = required_predecessor(metadata, self.types.as_ref());
         let update = Update::builder()
             .table_name(&self.table)
             .key("pk", AttributeValue::S(self.aggregate_key(metadata)))
-            .update_expression("SET last_sequence = :seq, expires_at = :expires")
-            .condition_expression("(attribute_not_exists(pk) AND :seq = :one) OR last_sequence = :previous")
+            .update_expression("SET last_sequence = :seq, updated_at = :now REMOVE expires_at")
+            .condition_expression("(attribute_not_exists(pk) AND :required = :zero) OR (last_sequence >= :required AND last_sequence < :seq)")
             .expression_attribute_values(":seq", AttributeValue::N(metadata.sequence.to_string()))
-            .expression_attribute_values(":previous", AttributeValue::N(metadata.sequence.saturating_sub(1).to_string()))
-            .expression_attribute_values(":one", AttributeValue::N("1".into()))
-            .expression_attribute_values(":expires", AttributeValue::N((now.timestamp() + self.retention.as_secs() as i64).to_string()))
+            .expression_attribute_values(":required", AttributeValue::N(required.to_string()))
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+            .expression_attribute_values(":now", AttributeValue::S(now.to_rfc3339_opts(SecondsFormat::Millis, true)))
             .return_values_on_condition_check_failure(all_old())
             .build()
             // table_name, key and update_expression are set above, the only required fields.
@@ -308,8 +373,9 @@ impl Inbox {
                 } else {
                     Err(InboxError::SequenceGap {
                         aggregate: format!("{}#{}", metadata.aggregate_type, metadata.subject),
-                        expected: last + 1,
+                        expected: required_predecessor(metadata, self.types.as_ref()),
                         got: metadata.sequence,
+                        last_applied: last,
                     })
                 }
             }
@@ -317,6 +383,42 @@ impl Inbox {
                 Ok(InboxOutcome::BusinessConditionFailed { index: index - business_offset, item })
             }
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Ordering, operator action: moves the `last_sequence` of aggregate `aggregate`
+    /// (`<aggregate_type>#<aggregate_id>`) up to `through`, as if every event up to `through`
+    /// had been applied, so an event waiting for a sequence that will never come (dead-lettered
+    /// at the relay, skipped on purpose) applies on its next retry or redrive. Never moves it
+    /// down; records `released_through` and `released_at` on the row. Returns the
+    /// `last_sequence` before (0: no row).
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] if DynamoDB fails.
+    pub async fn release_through(&self, aggregate: &str, through: u64) -> Result<u64, InboxError> {
+        let n = |v: u64| AttributeValue::N(v.to_string());
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(format!("{}#aggregate#{aggregate}", self.consumer)))
+            .update_expression("SET last_sequence = :through, released_through = :through, released_at = :now REMOVE expires_at")
+            .condition_expression("attribute_not_exists(pk) OR last_sequence < :through")
+            .expression_attribute_values(":through", n(through))
+            .expression_attribute_values(":now", AttributeValue::S(Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
+            .return_values_on_condition_check_failure(aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        let last = |item: Option<&std::collections::HashMap<String, AttributeValue>>| {
+            item.and_then(|i| i.get("last_sequence")).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0)
+        };
+        match result {
+            Ok(out) => Ok(last(out.attributes())),
+            Err(e) => match e.as_service_error() {
+                Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(cfe)) => Ok(last(cfe.item())),
+                _ => Err(sdk("release_through", "UpdateItem", &e)),
+            },
         }
     }
 

@@ -1,18 +1,22 @@
 //! The relay: DynamoDB Streams records of the outbox table → EventBridge `PutEvents`.
 //!
-//! Delivery is at-least-once; nothing committed is ever acknowledged unpublished, and events of
-//! one aggregate are published in sequence order. What happens to each record:
+//! Delivery is at-least-once; nothing committed is ever acknowledged unpublished, and the events
+//! of one aggregate are submitted in sequence order. What happens to each record:
 //!
 //! 1. **Classify.** Only `INSERT` records of outbox items (items with `event_id`) are events.
 //!    `MODIFY`, `REMOVE` (TTL deletions carry `userIdentity` = `Service` /
 //!    `dynamodb.amazonaws.com`; replicated ones do not — both are skipped) and other item types
 //!    are skipped and counted. An outbox item that breaks the contract, or whose event is larger
 //!    than one `PutEvents` request may be, is a *poison record*.
-//! 2. **Publish in waves.** A wave takes the first unfinished record of every aggregate, so two
-//!    events of one aggregate are never in flight together: if record 3 of aggregate X fails,
-//!    record 5 of X is not published in this invocation. A wave is cut into `PutEvents` calls of
-//!    at most [`MAX_ENTRIES_PER_CALL`] entries and at most `max_request_bytes` (counted as
-//!    [`BusEvent::entry_size`] does).
+//! 2. **Publish in full calls, in batch order.** The batch's events are cut, in batch order,
+//!    into `PutEvents` calls of at most [`MAX_ENTRIES_PER_CALL`] entries and at most
+//!    `max_request_bytes` (counted as [`BusEvent::entry_size`] does), whatever the mix of
+//!    aggregates: 100 records of one aggregate take 10 calls. Calls are made one after the
+//!    other; a call is settled (retries included) before the next one is sent. An aggregate's
+//!    records are in sequence order within its shard (the stream keeps each item's order, and the
+//!    event source mapping runs one batch per shard at a time with `ParallelizationFactor` 1),
+//!    so its events are submitted in sequence order: within one call by position, across calls
+//!    by time.
 //! 3. **Partial failures.** `PutEvents` answers HTTP 200 even when entries fail:
 //!    `FailedEntryCount` > 0 and, *by position*, an `ErrorCode` on each failed response entry.
 //!    Failed entries with a transient code (`ThrottlingException`, `InternalFailure`, any code
@@ -30,11 +34,23 @@
 //!    <https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-batchfailurereporting.html>).
 //!
 //! **The checkpoint rule.** Every record after the earliest failure will be delivered again, so
-//! the relay stops publishing records that lie after the earliest failure known so far (they
-//! would only be duplicated). Records of *other* aggregates that were published before the
-//! failure was known are published again on re-delivery: duplicates, which consumers absorb in
-//! their inbox. Loss is impossible (nothing at or after the checkpoint is acknowledged) and so
-//! is reordering within an aggregate (waves).
+//! the relay sends nothing that lies after the earliest failure known so far (it would only be
+//! duplicated): for an aggregate, nothing after its first failed event is sent in a later call
+//! of the invocation. Loss is impossible: nothing at or after the checkpoint is acknowledged.
+//! Entries that were in the *same* call as the failed one and were accepted (other aggregates'
+//! events, or later events of the same aggregate) count as published but lie after the
+//! checkpoint, so they are published again on re-delivery: duplicates, absorbed by the
+//! consumers' inbox.
+//!
+//! **What order buys.** "The `PutEvents` operation attempts to process all entries in the
+//! natural order of the request"
+//! (<https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-putevents.html>), but a standard
+//! event bus promises no order when it delivers to targets: rules deliver in parallel, and a
+//! retried delivery comes after later events. A transiently failed entry that is resent alone
+//! also lands after the later entries of its call that were accepted. Publish order is
+//! therefore not delivery order: consumers that need an aggregate's events in sequence order
+//! use the ordered inbox ([`crate::consumer`]), which applies them by `detail.metadata.sequence`
+//! whatever order they arrive in.
 
 #[cfg(feature = "lambda")]
 pub mod lambda;
@@ -93,7 +109,7 @@ pub struct RelayConfig {
 
 /// Names of the outbox item contract's attributes ([`crate::envelope`]), which
 /// [`RelayConfig::rename_attributes`] accepts.
-pub const CONTRACT_ATTRIBUTES: [&str; 14] = [
+pub const CONTRACT_ATTRIBUTES: [&str; 15] = [
     "pk",
     "sk",
     "event_id",
@@ -108,6 +124,7 @@ pub const CONTRACT_ATTRIBUTES: [&str; 14] = [
     "correlation_id",
     "trace_header",
     "expires_at",
+    "previous",
 ];
 
 /// A renaming of outbox attributes that cannot be used.
@@ -334,7 +351,7 @@ enum Action {
 
 enum Classified {
     Skip(SkipReason),
-    Work { aggregate: String, action: Action },
+    Work(Action),
 }
 
 /// Publishes outbox records to EventBridge (see the module docs).
@@ -364,93 +381,53 @@ impl Relay {
         let records = &batch.records;
         let mut report = RelayReport { records: records.len(), ..Default::default() };
 
-        // Per-aggregate queues, in order of first appearance; each queue in batch order.
-        let mut queues: Vec<std::collections::VecDeque<Work>> = Vec::new();
-        let mut queue_of: HashMap<String, usize> = HashMap::new();
+        let mut works: Vec<Work> = Vec::new();
         for (index, record) in records.iter().enumerate() {
             match self.classify(record) {
                 Classified::Skip(reason) => *report.skipped.entry(reason).or_default() += 1,
-                Classified::Work { aggregate, action } => {
-                    let q = *queue_of.entry(aggregate).or_insert_with(|| {
-                        queues.push(Default::default());
-                        queues.len() - 1
-                    });
-                    queues[q].push_back(Work { index, action });
-                }
+                Classified::Work(action) => works.push(Work { index, action }),
             }
         }
 
         // Earliest failed record so far: nothing at or after it is attempted any more.
         let mut checkpoint = usize::MAX;
-        loop {
-            let mut wave: Vec<Work> =
-                queues.iter_mut().filter(|q| q.front().is_some_and(|w| w.index < checkpoint)).filter_map(|q| q.pop_front()).collect();
-            if wave.is_empty() {
+        // Poison records first, in batch order: a failed dead-letter write keeps the records
+        // after it from being published only to be published again on re-delivery.
+        let (publish, poison): (Vec<Work>, Vec<Work>) = works.into_iter().partition(|w| matches!(w.action, Action::Publish { .. }));
+        for work in poison {
+            if work.index >= checkpoint {
                 break;
             }
-            wave.sort_by_key(|w| w.index);
-            let (publish, dead_letter): (Vec<Work>, Vec<Work>) = wave.into_iter().partition(|w| matches!(w.action, Action::Publish { .. }));
-
-            for work in dead_letter {
-                if let Action::DeadLetter { event_id, error_code, reason } = &work.action {
-                    self.dead_letter_or_fail(&records[work.index], work.index, event_id.clone(), error_code, reason, &mut report, &mut checkpoint)
-                        .await;
-                }
-            }
-
-            let mut chunks = self.chunks(publish).into_iter();
-            while let Some(chunk) = chunks.next() {
-                let chunk: Vec<Work> = chunk.into_iter().filter(|w| w.index < checkpoint).collect();
-                if chunk.is_empty() {
-                    continue;
-                }
-                // The first call always starts (so a function timeout shorter than the budget still
-                // makes progress); later ones only with their whole budget left.
-                if report.put_events_calls > 0 && !self.time_for_a_call(deadline, Duration::ZERO) {
-                    // Out of time: the earliest record not sent (in this chunk, the wave's later
-                    // chunks or a queue) becomes the checkpoint; it and everything after it are
-                    // delivered again.
-                    let unsent = chunk.iter().chain(chunks.by_ref().flatten().collect::<Vec<_>>().iter()).map(|w| w.index).min();
-                    let queued = queues.iter().filter_map(|q| q.front()).map(|w| w.index).min();
-                    let earliest = unsent.into_iter().chain(queued).min().unwrap_or(usize::MAX);
-                    checkpoint = checkpoint.min(earliest);
-                    report.out_of_time = true;
-                    tracing::warn!(checkpoint, "too little time left for another PutEvents call; reporting the rest for re-delivery");
-                    break;
-                }
-                for (work, result) in self.put_with_retries(chunk, deadline, &mut report).await {
-                    let Action::Publish { item, .. } = &work.action else { continue };
-                    match result {
-                        Ok(()) => {
-                            report.published += 1;
-                            report.published_event_ids.push(item.event_id.clone());
-                            if let Ok(t) = chrono::DateTime::parse_from_rfc3339(&item.occurred_at) {
-                                let lag = (Utc::now() - t.with_timezone(&Utc)).num_milliseconds();
-                                report.max_lag_ms = report.max_lag_ms.max(lag);
-                            }
-                        }
-                        Err(failure) if !failure.is_retryable() => {
-                            let reason = format!("PutEvents rejected the entry: {}", failure.message);
-                            self.dead_letter_or_fail(
-                                &records[work.index],
-                                work.index,
-                                Some(item.event_id.clone()),
-                                &failure.code,
-                                &reason,
-                                &mut report,
-                                &mut checkpoint,
-                            )
-                            .await;
-                        }
-                        Err(_) => {
-                            report.failed += 1;
-                            checkpoint = checkpoint.min(work.index);
-                        }
-                    }
-                }
+            if let Action::DeadLetter { event_id, error_code, reason } = &work.action {
+                self.dead_letter_or_fail(&records[work.index], work.index, event_id.clone(), error_code, reason, &mut report, &mut checkpoint).await;
             }
         }
-        // Left in a queue, or dropped from a chunk because they lay after the checkpoint.
+        // Then full calls in batch order (an aggregate's records are in sequence order in its
+        // shard), each settled before the next: once the checkpoint is set, every record still
+        // to come lies after it.
+        let mut chunk: Vec<Work> = Vec::new();
+        let mut chunk_bytes = 0;
+        for work in publish {
+            if work.index >= checkpoint {
+                break;
+            }
+            let size = match &work.action {
+                Action::Publish { event, .. } => event.entry_size(),
+                Action::DeadLetter { .. } => 0,
+            };
+            if chunk.len() >= MAX_ENTRIES_PER_CALL || chunk_bytes + size > self.config.max_request_bytes {
+                self.publish(records, std::mem::take(&mut chunk), deadline, &mut report, &mut checkpoint).await;
+                chunk_bytes = 0;
+                if work.index >= checkpoint {
+                    break;
+                }
+            }
+            chunk_bytes += size;
+            chunk.push(work);
+        }
+        self.publish(records, chunk, deadline, &mut report, &mut checkpoint).await;
+
+        // Not attempted because they lay after the checkpoint.
         report.deferred = report.records - report.skipped_total() - report.published - report.dead_lettered - report.failed;
 
         let mut response = DynamoDbEventResponse::default();
@@ -504,28 +481,20 @@ impl Relay {
                 .into();
             &renamed
         };
-        let aggregate = match image.get("pk") {
-            Some(serde_dynamo::AttributeValue::S(pk)) => pk.clone(),
-            _ => String::new(),
-        };
         if image.is_empty() {
-            return Classified::Work {
-                aggregate,
-                action: Action::DeadLetter {
-                    event_id: None,
-                    error_code: "MalformedOutboxItem".into(),
-                    reason: "INSERT record has no NewImage: the outbox table's stream must use StreamViewType NEW_IMAGE".into(),
-                },
-            };
+            return Classified::Work(Action::DeadLetter {
+                event_id: None,
+                error_code: "MalformedOutboxItem".into(),
+                reason: "INSERT record has no NewImage: the outbox table's stream must use StreamViewType NEW_IMAGE".into(),
+            });
         }
         let event_id = match image.get("event_id") {
             None => return Classified::Skip(SkipReason::NotOutboxItem),
             Some(serde_dynamo::AttributeValue::S(id)) => Some(id.clone()),
             Some(_) => None,
         };
-        let poison = |error_code: &str, reason: String| Classified::Work {
-            aggregate: aggregate.clone(),
-            action: Action::DeadLetter { event_id: event_id.clone(), error_code: error_code.into(), reason },
+        let poison = |error_code: &str, reason: String| {
+            Classified::Work(Action::DeadLetter { event_id: event_id.clone(), error_code: error_code.into(), reason })
         };
         let item = match OutboxItem::from_item(image.clone()) {
             Ok(item) => item,
@@ -542,28 +511,49 @@ impl Relay {
                 format!("event is {size} bytes as a PutEvents entry; the limit is {} bytes", self.config.max_request_bytes),
             );
         }
-        Classified::Work { aggregate: item.pk.clone(), action: Action::Publish { item: Box::new(item), event } }
+        Classified::Work(Action::Publish { item: Box::new(item), event })
     }
 
-    /// Cuts `works` (in batch order) into `PutEvents`-sized chunks.
-    fn chunks(&self, works: Vec<Work>) -> Vec<Vec<Work>> {
-        let mut chunks: Vec<Vec<Work>> = Vec::new();
-        let mut bytes = 0;
-        for work in works {
-            let size = match &work.action {
-                Action::Publish { event, .. } => event.entry_size(),
-                Action::DeadLetter { .. } => 0,
-            };
-            let full = chunks.last().is_none_or(|c| c.len() >= MAX_ENTRIES_PER_CALL || bytes + size > self.config.max_request_bytes);
-            if full {
-                chunks.push(Vec::new());
-                bytes = 0;
-            }
-            bytes += size;
-            // A chunk was pushed above when there was none.
-            chunks.last_mut().expect("a chunk exists").push(work);
+    /// Settles one `PutEvents` call's worth of records: publishes `chunk` (entries in batch
+    /// order, so an aggregate's events are in sequence order within the call) with retries.
+    /// Failures move `checkpoint` back to the earliest failed record; chunk entries after it
+    /// that EventBridge accepted count as published but are not acknowledged (re-delivered).
+    async fn publish(&self, records: &[EventRecord], chunk: Vec<Work>, deadline: Instant, report: &mut RelayReport, checkpoint: &mut usize) {
+        // The first call always starts (so a function timeout shorter than the budget still
+        // makes progress); later ones only with their whole budget left.
+        if !chunk.is_empty() && report.put_events_calls > 0 && !self.time_for_a_call(deadline, Duration::ZERO) {
+            // Out of time: the chunk's first record becomes the checkpoint; it and everything
+            // after it are delivered again.
+            let earliest = chunk.iter().map(|w| w.index).min().unwrap_or(usize::MAX);
+            *checkpoint = (*checkpoint).min(earliest);
+            report.out_of_time = true;
+            tracing::warn!(checkpoint = *checkpoint, "too little time left for another PutEvents call; reporting the rest for re-delivery");
+            return;
         }
-        chunks
+        if !chunk.is_empty() {
+            for (work, result) in self.put_with_retries(chunk, deadline, report).await {
+                let Action::Publish { item, .. } = &work.action else { continue };
+                match result {
+                    Ok(()) => {
+                        report.published += 1;
+                        report.published_event_ids.push(item.event_id.clone());
+                        if let Ok(t) = chrono::DateTime::parse_from_rfc3339(&item.occurred_at) {
+                            let lag = (Utc::now() - t.with_timezone(&Utc)).num_milliseconds();
+                            report.max_lag_ms = report.max_lag_ms.max(lag);
+                        }
+                    }
+                    Err(failure) if !failure.is_retryable() => {
+                        let reason = format!("PutEvents rejected the entry: {}", failure.message);
+                        let event_id = Some(item.event_id.clone());
+                        self.dead_letter_or_fail(&records[work.index], work.index, event_id, &failure.code, &reason, report, checkpoint).await;
+                    }
+                    Err(_) => {
+                        report.failed += 1;
+                        *checkpoint = (*checkpoint).min(work.index);
+                    }
+                }
+            }
+        }
     }
 
     /// Sends `works` with `PutEvents`, resending transiently failed entries alone with backoff

@@ -94,6 +94,9 @@ pub struct Event {
     /// X-Ray trace header of the producing invocation, if any (the relay's `PutEvents` entry's
     /// `TraceHeader`).
     pub trace_header: Option<String>,
+    /// Event type → sequence of the aggregate's latest earlier event of that type (empty by
+    /// default; see [`Event::previous`]).
+    pub previous: std::collections::BTreeMap<String, u64>,
 }
 
 impl Event {
@@ -132,7 +135,19 @@ impl Event {
             payload,
             correlation_id: uuid::Uuid::now_v7().to_string(),
             trace_header: current_trace_header(),
+            previous: Default::default(),
         })
+    }
+
+    /// Records that the aggregate's latest event of `event_type` before this one has
+    /// `sequence` (call once per earlier event type; the outbox item's `previous`,
+    /// `detail.metadata.previous` on the bus). An ordered consumer that handles only some of the
+    /// aggregate's event types waits only for the latest earlier event of *those* types, so it
+    /// is never blocked by a type it does not receive. Without it a consumer waits for every
+    /// sequence.
+    pub fn previous(mut self, event_type: impl Into<String>, sequence: u64) -> Self {
+        self.previous.insert(event_type.into(), sequence);
+        self
     }
 
     /// Sets the schema version of the payload (default 1).
@@ -245,6 +260,7 @@ impl OutboxWriter {
             correlation_id: event.correlation_id,
             trace_header: event.trace_header,
             expires_at: now.timestamp() + self.retention.as_secs() as i64,
+            previous: event.previous,
         };
         let bus_event = item.to_bus_event()?;
         let bytes = bus_event.entry_size();
@@ -399,6 +415,7 @@ mod tests {
             payload: payload.into(),
             correlation_id: "c".into(),
             trace_header: None,
+            previous: Default::default(),
         }
     }
 

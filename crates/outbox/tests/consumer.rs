@@ -304,3 +304,102 @@ async fn the_consumer_counts_its_outcomes_as_metrics() {
         values.keys().collect::<Vec<_>>()
     );
 }
+
+// ----- Ordered consumers -----
+
+/// An ordered consumer that handles `types` (its handlers write nothing: the inbox's
+/// committed transactions are the record of what was applied).
+fn ordered_consumer(inbox: &MemoryInbox, types: &[&'static str]) -> Consumer<MemoryInbox, MemoryDeadLetters, u64> {
+    let mut builder = Consumer::builder(inbox.clone(), MemoryDeadLetters::new());
+    for &t in types {
+        builder = builder.on::<Value, _, _>(t, |event, _tx| async move { Ok::<_, HandlerError>(event.metadata.sequence) });
+    }
+    builder.build()
+}
+
+/// Event ids of the committed transactions, in commit order.
+fn applied(inbox: &MemoryInbox) -> Vec<String> {
+    inbox.applied().into_iter().map(|a| a.event_id).collect()
+}
+
+/// Event `sequence` of order `o-1`, of `detail_type`, with the producer's `previous` map.
+fn sequenced(detail_type: &str, sequence: u64, previous: Value) -> LambdaEvent<RawEvent> {
+    let event = json!({
+        "version": "0", "id": format!("envelope-{}", uuid::Uuid::new_v4()), "detail-type": detail_type, "source": "example.orders",
+        "time": "2026-11-29T08:00:00Z", "region": "us-east-1", "resources": [],
+        "detail": {
+            "metadata": {"id": format!("evt-{sequence}"), "type": detail_type, "version": 1, "source": "example.orders",
+                         "time": "2026-11-29T08:00:00.000Z", "subject": "o-1", "aggregate_type": "Order", "sequence": sequence,
+                         "correlation_id": "corr-1", "previous": previous},
+            "data": {"order_id": "o-1"}
+        }
+    });
+    let raw = serde_json::value::RawValue::from_string(event.to_string()).expect("JSON");
+    LambdaEvent::new(raw, Context::default())
+}
+
+/// Deliveries in EventBridge's order 3, 1, 2 (every type handled): 3 waits (a retryable
+/// `SequenceGap`, reported), then 1, 2 and the retried 3 apply — in order 1, 2, 3.
+#[tokio::test]
+async fn events_delivered_3_1_2_are_applied_1_2_3() {
+    let inbox = MemoryInbox::new("ordered").ordered_by_types(["OrderCreated", "OrderUpdated"]);
+    let consumer = ordered_consumer(&inbox, &["OrderCreated", "OrderUpdated"]);
+    let one = || sequenced("OrderCreated", 1, json!({}));
+    let two = || sequenced("OrderUpdated", 2, json!({"OrderCreated": 1}));
+    let three = || sequenced("OrderUpdated", 3, json!({"OrderCreated": 1, "OrderUpdated": 2}));
+
+    let err = consumer.handle(three()).await.unwrap_err();
+    assert_eq!(err.error_type(), "SequenceGap");
+    assert!(err.is_retryable(), "a gap waits: Lambda retries it");
+    assert!(err.to_string().contains("sequence 3 waits for sequence 2"), "{err}");
+    consumer.handle(one()).await.expect("1 applies");
+    consumer.handle(two()).await.expect("2 applies");
+    consumer.handle(three()).await.expect("the retried 3 applies");
+    assert!(matches!(consumer.handle(two()).await.unwrap().outcome, Handled::Duplicate), "a late copy of 2 is a duplicate");
+    assert_eq!(applied(&inbox), ["evt-1", "evt-2", "evt-3"], "committed in sequence order");
+    assert_eq!(inbox.last_sequence("Order#o-1"), Some(3));
+}
+
+/// A consumer of 2 of the aggregate's 3 event types: `OrderShipped` (sequence 2) never reaches
+/// it, and `OrderCancelled` (3) does not wait for it; but a cancellation delivered before its
+/// creation still waits for the creation.
+#[tokio::test]
+async fn a_consumer_of_2_of_3_types_applies_in_order_without_waiting_for_the_third() {
+    let types = ["OrderCreated", "OrderCancelled"];
+    let inbox = MemoryInbox::new("two-of-three").ordered_by_types(types);
+    let consumer = ordered_consumer(&inbox, &types);
+    let cancelled = || sequenced("OrderCancelled", 3, json!({"OrderCreated": 1, "OrderShipped": 2}));
+
+    let err = consumer.handle(cancelled()).await.unwrap_err();
+    assert!(err.to_string().contains("waits for sequence 1"), "the cancellation waits for the creation only: {err}");
+    consumer.handle(sequenced("OrderCreated", 1, json!({}))).await.expect("1 applies");
+    consumer.handle(cancelled()).await.expect("3 applies without 2, a type this consumer never receives");
+    assert_eq!(applied(&inbox), ["evt-1", "evt-3"]);
+
+    // The same deliveries to a consumer ordered over every sequence (the old rule) would wait
+    // for 2 forever.
+    let dense = MemoryInbox::new("dense").ordered();
+    let dense_consumer = ordered_consumer(&dense, &types);
+    dense_consumer.handle(sequenced("OrderCreated", 1, json!({}))).await.expect("1 applies");
+    assert!(dense_consumer.handle(cancelled()).await.unwrap_err().to_string().contains("waits for sequence 2"));
+}
+
+/// A sequence that never comes: the waiting event is reported on every attempt and, after the
+/// operator's release through the missing sequence, applies; nothing before it is re-applied.
+#[tokio::test]
+async fn a_permanently_missing_sequence_is_released_by_the_operator() {
+    let inbox = MemoryInbox::new("ordered").ordered();
+    let consumer = ordered_consumer(&inbox, &["OrderCreated", "OrderUpdated"]);
+    consumer.handle(sequenced("OrderCreated", 1, json!({}))).await.expect("1 applies");
+    // Sequence 2 was dead-lettered at the relay: it never comes.
+    let three = || sequenced("OrderUpdated", 3, json!({}));
+    for _ in 0..3 {
+        let err = consumer.handle(three()).await.unwrap_err();
+        assert!(err.is_retryable() && err.to_string().contains("waits for sequence 2 (last applied 1)"), "{err}");
+    }
+    assert_eq!(inbox.release_through("Order#o-1", 2), 1);
+    consumer.handle(three()).await.expect("3 applies once 2 is released");
+    assert_eq!(applied(&inbox), ["evt-1", "evt-3"]);
+    assert_eq!(inbox.release_through("Order#o-1", 2), 3, "a release never moves the sequence back");
+    assert_eq!(inbox.last_sequence("Order#o-1"), Some(3));
+}

@@ -41,6 +41,7 @@ mod support {
             correlation_id: "corr-1".into(),
             trace_header: None,
             expires_at: 1_900_000_000,
+            previous: Default::default(),
         }
     }
 
@@ -452,41 +453,74 @@ async fn non_events_are_skipped_and_counted_by_reason() {
     assert!(failures(&outcome).is_empty());
 }
 
-/// 8. After an aggregate's event fails, its later events are not sent; other aggregates' events
-/// of the same wave are.
+/// 8. After an aggregate's event fails, its later events are not sent in a later call: the
+/// failed entry is resent alone, the rest of the batch waits for re-delivery.
 #[tokio::test]
-async fn later_events_of_a_failed_aggregate_are_never_sent() {
+async fn later_events_of_a_failed_aggregate_are_never_sent_after_the_failure() {
     let bus = Bus::new(|e| (subject(e) == "x" && sequence(e) == 1).then_some("InternalFailure"));
     let dlq = Dlq::ok();
-    let relay = relay(&bus, &dlq, config());
-    let batch = inserts(&[item("x", 1), item("y", 1), item("x", 2), item("z", 1), item("x", 3)]);
+    let mut config = config();
+    config.max_request_bytes = 3 * item("x", 1).to_bus_event().unwrap().entry_size(); // 3 entries per call
+    let relay = relay(&bus, &dlq, config);
+    let batch = inserts(&[item("x", 1), item("y", 1), item("z", 1), item("x", 2), item("x", 3)]);
     let outcome = run(&relay, &batch).await;
 
     assert_eq!(failures(&outcome), vec![seq(0)]);
-    assert_eq!(bus.times_sent("x", 2), 0);
-    assert_eq!(bus.times_sent("x", 3), 0);
     let first: Vec<(String, u64)> = bus.calls()[0].iter().map(|e| (subject(e), sequence(e))).collect();
     assert_eq!(first, [("x".into(), 1), ("y".into(), 1), ("z".into(), 1)]);
+    // Every later call is the failed entry alone: x2 and x3 were never sent.
+    assert!(bus.calls()[1..].iter().all(|c| c.len() == 1 && subject(&c[0]) == "x" && sequence(&c[0]) == 1));
+    assert_eq!(bus.times_sent("x", 2), 0);
+    assert_eq!(bus.times_sent("x", 3), 0);
     assert_eq!(outcome.report.published_event_ids, ["evt-y-1", "evt-z-1"]);
     assert_eq!(outcome.report.failed, 1);
     assert_eq!(outcome.report.deferred, 2);
     assert_eq!(dlq.rule.num_calls(), 0);
 }
 
-/// 9. Two events of one aggregate go out one after the other, in sequence order.
+/// 9. Events of one aggregate share a call, in sequence order: 100 records of one aggregate
+/// take 10 full calls, not 100.
 #[tokio::test]
-async fn events_of_one_aggregate_are_sent_in_sequence_order_across_waves() {
+async fn a_hot_aggregate_fills_whole_calls_in_sequence_order() {
     let bus = Bus::ok();
     let dlq = Dlq::ok();
     let relay = relay(&bus, &dlq, config());
-    let outcome = run(&relay, &inserts(&[item("x", 1), item("x", 2)])).await;
+    let items: Vec<_> = (1..=100).map(|s| item("x", s)).collect();
+    let outcome = run(&relay, &inserts(&items)).await;
 
-    let calls = bus.calls();
-    assert_eq!(bus.entry_counts(), [1, 1]);
-    assert!(calls[0][0].detail().unwrap().contains(r#""sequence":1,"#), "{:?}", calls[0][0].detail());
-    assert!(calls[1][0].detail().unwrap().contains(r#""sequence":2,"#), "{:?}", calls[1][0].detail());
-    assert_eq!(outcome.report.published_event_ids, ["evt-x-1", "evt-x-2"]);
+    assert_eq!(bus.entry_counts(), [10; 10]);
+    assert_eq!(outcome.report.put_events_calls, 10);
+    let expected: Vec<(String, u64)> = (1..=100).map(|s| ("x".into(), s)).collect();
+    assert_eq!(bus.sent(), expected, "sent once each, in sequence order, within and across calls");
+    assert_eq!(outcome.report.published, 100);
     assert!(failures(&outcome).is_empty());
+}
+
+/// 9b. An entry failing in the middle of a hot aggregate's calls: the failed entry is resent
+/// alone until the attempts run out, no later call is made, and `batchItemFailures` names the
+/// earliest failure, so nothing at or after it is acknowledged.
+#[tokio::test]
+async fn an_entry_failing_in_the_middle_acknowledges_nothing_after_it() {
+    let bus = Bus::new(|e| (sequence(e) == 35).then_some("InternalFailure"));
+    let dlq = Dlq::ok();
+    let relay = relay(&bus, &dlq, config());
+    let items: Vec<_> = (1..=100).map(|s| item("x", s)).collect();
+    let outcome = run(&relay, &inserts(&items)).await;
+
+    // Record 35 is at position 34.
+    assert_eq!(failures(&outcome), vec![seq(34)]);
+    let calls = bus.calls();
+    let max_attempts = relay.config().max_attempts as usize;
+    assert_eq!(calls.len(), 4 + max_attempts - 1, "calls 1..=4, then record 35 alone");
+    assert!(calls[4..].iter().all(|c| c.len() == 1 && sequence(&c[0]) == 35));
+    // Sent: 1..=40 once each (36..=40 shared the failed call), nothing from 41 on.
+    for s in 1..=40 {
+        assert_eq!(bus.times_sent("x", s), if s == 35 { max_attempts } else { 1 }, "sequence {s}");
+    }
+    assert!((41..=100).all(|s| bus.times_sent("x", s) == 0));
+    assert_eq!(outcome.report.failed, 1);
+    assert_eq!(outcome.report.published, 39);
+    assert_eq!(outcome.report.deferred, 60);
 }
 
 /// 10. The entry carries the payload verbatim, `Time` = `occurred_at` and the trace header.
@@ -595,10 +629,10 @@ async fn whole_request_error_reports_the_earliest_record_and_dead_letters_nothin
 }
 
 /// 14. The checkpoint rule: once a failure is known, records after it are not published (they
-/// would only be duplicated on re-delivery), even records of other aggregates in the same wave.
+/// would only be duplicated on re-delivery), even records of other aggregates.
 #[tokio::test]
 async fn records_after_a_known_failure_are_not_published() {
-    // One wave of 12 aggregates = calls of 10 and 2; the first record fails in the first call.
+    // 12 aggregates = calls of 10 and 2; the first record fails in the first call.
     let bus = Bus::new(|e| (subject(e) == "o-0").then_some("InternalFailure"));
     let dlq = Dlq::ok();
     let relay = relay(&bus, &dlq, config());
@@ -655,4 +689,38 @@ fn a_bad_attribute_renaming_names_the_entry() {
     let err = config.rename_attributes("event_id=Id,event_id=Id2").unwrap_err();
     assert!(err.to_string().contains("\"event_id\" appears twice"), "{err}");
     assert!(config.attribute_names.is_empty(), "nothing is kept from a rejected renaming");
+}
+
+/// The batching benchmark: `PutEvents` calls per event for three mixes of aggregates in a
+/// batch of 100 records (the relay's `BatchSize`), nothing failing. Prints the figures:
+///
+/// ```text
+/// cargo test -p outbox --test relay calls_per_event -- --nocapture
+/// ```
+#[tokio::test]
+async fn calls_per_event_by_aggregate_mix() {
+    let mixes: [(&str, Vec<_>); 3] = [
+        ("100 distinct aggregates x 1 event", (0..100).map(|i| item(&format!("o-{i}"), 1)).collect()),
+        // Interleaved the way a busy table's stream interleaves them: 1 of each, then 2 of each, ...
+        ("10 aggregates x 10 events", (1..=10).flat_map(|s| (0..10).map(move |i| item(&format!("o-{i}"), s))).collect()),
+        ("1 aggregate x 100 events", (1..=100).map(|s| item("o-hot", s)).collect()),
+    ];
+    for (name, items) in mixes {
+        let bus = Bus::ok();
+        let dlq = Dlq::ok();
+        let relay = relay(&bus, &dlq, config());
+        let outcome = run(&relay, &inserts(&items)).await;
+        let per_event = outcome.report.put_events_calls as f64 / items.len() as f64;
+        println!("{name:<36} events {:>3}  PutEvents calls {:>3}  calls/event {per_event:.2}", items.len(), outcome.report.put_events_calls);
+
+        assert!(failures(&outcome).is_empty(), "{name}");
+        assert_eq!(outcome.report.published, items.len(), "{name}");
+        assert!(per_event <= 0.1, "{name}: {per_event} calls per event");
+        // Each aggregate's events went out in sequence order.
+        let mut last: HashMap<String, u64> = HashMap::new();
+        for (aggregate, sequence) in bus.sent() {
+            let previous = last.insert(aggregate.clone(), sequence).unwrap_or(0);
+            assert_eq!(sequence, previous + 1, "{name}: {aggregate} out of order");
+        }
+    }
 }

@@ -602,6 +602,8 @@ mod tests {
         assert_eq!(values[":reason"], AttributeValue::S("late".into()));
         let outbox = outbox_item(&items[1]);
         assert_eq!((outbox.event_type.as_str(), outbox.sequence, outbox.pk.as_str()), ("OrderCancelled", 2, "Order#o-1"));
+        // Ordered consumers of OrderCreated + OrderCancelled wait for the creation only.
+        assert_eq!(outbox.previous, [("OrderCreated".to_owned(), 1)].into());
         assert_eq!((outbox.event_id.as_str(), outbox.correlation_id.as_str()), (answer["event_id"].as_str().unwrap(), "c-9"));
         let payload: OrderCancelled = serde_json::from_str(&outbox.payload).unwrap();
         assert_eq!((payload.reason.as_deref(), payload.lines[0].quantity), (Some("late"), 2));

@@ -31,6 +31,11 @@ use outbox::consumer::{ConsumerResponse, MalformedEvent, RawEvent};
 use outbox::{ConditionFailed, Consumer, ConsumerDeadLetterQueue, ConsumerError, DeliveredEvent, Event, EventHandler, Fallback, HandlerError};
 use outbox::{Inbox, OutboxWriter, Tx, WriteError};
 
+/// The event types this consumer handles (its rule's `detail-type` list): per order it waits
+/// only for the latest earlier event of these types (`detail.metadata.previous`), never for
+/// other types the order emits.
+pub const HANDLED_TYPES: [&str; 2] = ["OrderCreated", "OrderCancelled"];
+
 /// Aggregate type of reservations in the outbox.
 pub const AGGREGATE_TYPE: &str = "Reservation";
 
@@ -99,7 +104,7 @@ impl InventoryConsumer {
             url if url.is_empty() => None,
             url => Some(ConsumerDeadLetterQueue::new(aws_sdk_sqs::Client::new(sdk), url, name.clone())),
         };
-        let inbox = Inbox::new(client.clone(), env.required("INBOX_TABLE")?, name, inbox_retention(env)?).ordered();
+        let inbox = Inbox::new(client.clone(), env.required("INBOX_TABLE")?, name, inbox_retention(env)?).ordered_by_types(HANDLED_TYPES);
         let outbox = OutboxWriter::new(env.required("OUTBOX_TABLE")?, env.seconds("OUTBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?);
         Ok(Self::new(client, inbox, dead_letters, env.required("INVENTORY_TABLE")?, env.optional("EVENT_SOURCE", "example.inventory"), outbox))
     }
@@ -117,8 +122,8 @@ impl InventoryConsumer {
         let stock = Arc::new(Stock { client, table: inventory_table, source });
         let consumer = Consumer::builder(inbox, dead_letters)
             .outbox(outbox)
-            .handler::<OrderCreated, _>("OrderCreated", stock.clone())
-            .handler::<OrderCancelledData, _>("OrderCancelled", stock)
+            .handler::<OrderCreated, _>(HANDLED_TYPES[0], stock.clone())
+            .handler::<OrderCancelledData, _>(HANDLED_TYPES[1], stock)
             .build();
         Self { consumer }
     }

@@ -573,9 +573,12 @@ pub fn order_created_event(data: &OrderCreated, source: &str, correlation_id: &s
 }
 
 /// The outbox event of a cancellation: `OrderCancelled` version [`EVENT_VERSION`], aggregate
-/// `Order#<order_id>`, `sequence` = the order's new version.
+/// `Order#<order_id>`, `sequence` = the order's new version, `previous` = `{"OrderCreated": 1}`:
+/// an order emits `OrderCreated` (sequence 1) and, from status `CREATED` only, one
+/// `OrderCancelled`, so that is the whole history before it (an ordered consumer of these two
+/// types waits for nothing else).
 pub fn order_cancelled_event(data: &OrderCancelled, sequence: u64, source: &str, correlation_id: &str, trace_header: Option<String>) -> Event {
-    order_event("OrderCancelled", &data.order_id, sequence, to_json(data), source, correlation_id, trace_header)
+    order_event("OrderCancelled", &data.order_id, sequence, to_json(data), source, correlation_id, trace_header).previous("OrderCreated", 1)
 }
 
 fn order_event(
@@ -597,6 +600,7 @@ fn order_event(
         payload,
         correlation_id: correlation_id.to_owned(),
         trace_header,
+        previous: Default::default(),
     }
 }
 

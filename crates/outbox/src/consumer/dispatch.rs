@@ -274,9 +274,12 @@ where
             attempt += 1;
         };
         let event_id = event_id_of(payload).unwrap_or_default();
+        if let ConsumerError::Inbox(gap @ crate::inbox::InboxError::SequenceGap { .. }) = &error {
+            crate::inbox::report_gap(self.inner.store.consumer(), gap);
+        }
         if error.is_retryable() {
             tracing::error!(event_id = %event_id, error_type = error.error_type(), error = %error, "event failed; Lambda retries it");
-            metrics::failed(error.error_type() == "SequenceGap");
+            metrics::failed();
             return Err(error);
         }
         tracing::error!(event_id = %event_id, error_type = error.error_type(), error = %error, "event can never be processed; dead-lettering it now");
@@ -290,7 +293,7 @@ where
             }
             Err(send_error) => {
                 tracing::error!(error = %send_error, "could not dead-letter the event; failing the invocation instead");
-                metrics::failed(false);
+                metrics::failed();
                 Err(error)
             }
         }

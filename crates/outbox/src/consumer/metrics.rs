@@ -11,7 +11,7 @@
 //! | `DeadLetteredByReason` (dimension `reason`: the error type, e.g. `MalformedEvent`) | count | the same, by cause |
 //! | `EventsRetried` | count | a transient failure retried inside the invocation |
 //! | `EventsFailed` | count | the invocation failed (Lambda retries it) |
-//! | `SequenceGaps` | count | an ordered event arrived before its predecessor (it waits) |
+//! | `SequenceGaps` | count | an ordered event arrived before its predecessor (it waits; counted by the inbox, [`crate::inbox`]) |
 //! | `CommitToEffectMilliseconds` | milliseconds | from the event's `time` (the producer's commit) to the consumer's commit, for applied events |
 //!
 //! The alarmed metrics (`EventsDeadLettered`, `CommitToEffectMilliseconds`) carry only the
@@ -59,16 +59,8 @@ pub(crate) fn retried() {
     metrics::counter!("EventsRetried").increment(1);
 }
 
-/// The invocation fails; `sequence_gap` when the cause is an ordered event waiting on its
-/// predecessor.
-pub(crate) fn failed(sequence_gap: bool) {
+/// The invocation fails (Lambda retries it).
+pub(crate) fn failed() {
     #[cfg(feature = "metrics")]
-    {
-        metrics::counter!("EventsFailed").increment(1);
-        if sequence_gap {
-            metrics::counter!("SequenceGaps").increment(1);
-        }
-    }
-    #[cfg(not(feature = "metrics"))]
-    let _ = sequence_gap;
+    metrics::counter!("EventsFailed").increment(1);
 }

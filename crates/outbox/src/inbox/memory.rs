@@ -18,7 +18,7 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -83,19 +83,45 @@ struct State {
 pub struct MemoryInbox {
     consumer: String,
     ordered: bool,
+    types: Option<BTreeSet<String>>,
     state: Arc<Mutex<State>>,
 }
 
 impl MemoryInbox {
     /// An empty inbox of `consumer`.
     pub fn new(consumer: impl Into<String>) -> Self {
-        Self { consumer: consumer.into(), ordered: false, state: Arc::default() }
+        Self { consumer: consumer.into(), ordered: false, types: None, state: Arc::default() }
     }
 
     /// Enables per-aggregate ordering, as [`Inbox::ordered`](super::Inbox::ordered).
     pub fn ordered(mut self) -> Self {
         self.ordered = true;
         self
+    }
+
+    /// Per-aggregate ordering for the event `types` the consumer handles, as
+    /// [`Inbox::ordered_by_types`](super::Inbox::ordered_by_types).
+    pub fn ordered_by_types<I: IntoIterator<Item = T>, T: Into<String>>(mut self, types: I) -> Self {
+        self.ordered = true;
+        self.types = Some(types.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Operator release, as [`Inbox::release_through`](super::Inbox::release_through): moves the
+    /// aggregate's (`<aggregate_type>#<aggregate_id>`) last sequence up to `through`; returns
+    /// the one before.
+    pub fn release_through(&self, aggregate: &str, through: u64) -> u64 {
+        let mut state = self.lock();
+        let last = state.last_sequence.get(aggregate).copied().unwrap_or(0);
+        if last < through {
+            state.last_sequence.insert(aggregate.to_owned(), through);
+        }
+        last
+    }
+
+    /// The aggregate's (`<aggregate_type>#<aggregate_id>`) last applied or released sequence.
+    pub fn last_sequence(&self, aggregate: &str) -> Option<u64> {
+        self.lock().last_sequence.get(aggregate).copied()
     }
 
     /// Makes the next `apply` answer `answer` instead of committing (answers are used in order).
@@ -134,8 +160,9 @@ impl MemoryInbox {
             if metadata.sequence <= last {
                 return Ok(InboxOutcome::Duplicate);
             }
-            if metadata.sequence != last + 1 {
-                return Err(InboxError::SequenceGap { aggregate, expected: last + 1, got: metadata.sequence });
+            let required = super::required_predecessor(metadata, self.types.as_ref());
+            if last < required {
+                return Err(InboxError::SequenceGap { aggregate, expected: required, got: metadata.sequence, last_applied: last });
             }
         }
         match state.injected.pop_front() {
@@ -242,6 +269,7 @@ mod tests {
             aggregate_type: "Order".into(),
             sequence,
             correlation_id: "c".into(),
+            previous: Default::default(),
         }
     }
 
