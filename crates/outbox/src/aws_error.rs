@@ -51,8 +51,14 @@ pub const RETRYABLE_CODES: [&str; 19] = [
 /// `CancellationReasons[].Code` values of a cancelled `TransactWriteItems` after which the same
 /// transaction can commit later. `ConditionalCheckFailed`, `ValidationError` and
 /// `ItemCollectionSizeLimitExceeded` cannot.
-pub const RETRYABLE_CANCELLATION_CODES: [&str; 5] =
-    ["TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded", "InternalServerError"];
+pub const RETRYABLE_CANCELLATION_CODES: [&str; 6] = [
+    "TransactionConflict",
+    "TransactionInProgress",
+    "ThrottlingError",
+    "ProvisionedThroughputExceeded",
+    "RequestLimitExceeded",
+    "InternalServerError",
+];
 
 /// Whether an error code (with or without its `namespace#` prefix) is retryable.
 pub fn is_retryable_code(code: &str) -> bool {
