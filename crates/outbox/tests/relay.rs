@@ -601,12 +601,13 @@ async fn no_put_events_call_starts_without_its_time_budget() {
     let mut config = config();
     config.call_budget = Duration::from_secs(600);
     let relay = relay(&bus, &dlq, config);
-    // Wave 1: a#1 and b#1 in one call (the first call always starts); wave 2: a#2, out of time.
-    let batch = inserts(&[item("a", 1), item("b", 1), item("a", 2), item("c", 1)]);
+    // Call 1: the first ten records (the first call always starts); call 2: the last two, out of time.
+    let items: Vec<_> = (1..=12u64).map(|n| item(if n % 2 == 0 { "a" } else { "b" }, n.div_ceil(2))).collect();
+    let batch = inserts(&items);
     let outcome = relay.relay(&batch, Instant::now() + Duration::from_secs(60)).await.expect("the relay answers per record");
     assert_eq!(bus.rule.num_calls(), 1, "a call that could outlive the invocation is not started");
-    assert_eq!(failures(&outcome), vec![seq(2)], "everything from the first unsent record is re-delivered");
-    assert_eq!((outcome.report.published, outcome.report.deferred), (3, 1));
+    assert_eq!(failures(&outcome), vec![seq(10)], "everything from the first unsent record is re-delivered");
+    assert_eq!((outcome.report.published, outcome.report.deferred), (10, 2));
     assert!(outcome.report.out_of_time);
 }
 
