@@ -178,13 +178,14 @@ async fn a_malformed_event_is_dead_lettered_on_the_first_attempt() {
     });
     put_event(&local, &bus, "OrderCreated", &detail).await;
 
-    let settled = |c: &outbox_local::stats::Counts| c.outcomes.contains_key(&poison_id) || c.consumer_dead_lettered > 0;
+    let settled = |c: &outbox_local::stats::Counts| c.recent.iter().any(|d| d.event_id == poison_id) || c.consumer_dead_lettered > 0;
     let counts = settle(&local, "the delivery of the malformed event", settled).await;
     // No retry can fix it: one invocation, which dead-letters it itself and succeeds.
     assert_eq!(counts.consumer_invocations, 1, "{counts:?}");
     assert_eq!(counts.consumer_errors, 0, "{counts:?}");
     assert_eq!(counts.consumer_dead_lettered, 0, "the asynchronous-invocation retries were used: {counts:?}");
-    assert_eq!(counts.outcomes[&poison_id].iter().map(|(o, _)| o.as_str()).collect::<Vec<_>>(), ["dead_lettered"], "{counts:?}");
+    let outcomes: Vec<&str> = counts.recent.iter().filter(|d| d.event_id == poison_id).map(|d| d.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["dead_lettered"], "{counts:?}");
     let message = dead_letter_of(&local, &poison_id).await;
 
     assert_eq!(message.shape, "consumer-failure", "{message:?}");
@@ -218,12 +219,12 @@ async fn an_event_failing_every_attempt_is_dead_lettered_after_the_configured_re
     });
     put_event(&local, &bus, "OrderCancelled", &detail).await;
 
-    let settled = |c: &outbox_local::stats::Counts| c.outcomes.contains_key(&gap_id) || c.consumer_dead_lettered > 0;
+    let settled = |c: &outbox_local::stats::Counts| c.recent.iter().any(|d| d.event_id == gap_id) || c.consumer_dead_lettered > 0;
     let counts = settle(&local, "the delivery of the sequence-gap event", settled).await;
     assert_eq!(counts.consumer_invocations, attempts, "invocations (1 + EventInvokeConfig.MaximumRetryAttempts): {counts:?}");
     assert_eq!(counts.consumer_errors, attempts, "{counts:?}");
     assert_eq!(counts.consumer_dead_lettered, 1, "{counts:?}");
-    assert!(counts.outcomes.is_empty(), "the event had an outcome: {counts:?}");
+    assert!(counts.recent.is_empty() && counts.outcomes.is_empty(), "the event had an outcome: {counts:?}");
 
     let message = dead_letter_of(&local, &gap_id).await;
     assert_eq!(message.shape, "invocation-record", "{message:?}");

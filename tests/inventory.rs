@@ -131,7 +131,7 @@ async fn a_sequence_gap_is_retried_then_dead_lettered_and_a_redrive_after_the_fi
     // The fix: the order's OrderCreated is applied.
     put("OrderCreated", created("e-g1", "o-g", "SKU-A", 4)).await;
     let wait = Deadline::new("the order reserved");
-    while !local.runtime.stats.snapshot().outcomes.contains_key("e-g1") {
+    while !local.runtime.stats.snapshot().recent.iter().any(|d| d.event_id == "e-g1") {
         wait.tick(|| "not yet".into()).await;
     }
     // Redrive: applied once, the queue is empty, a second redrive is a no-op.
@@ -146,8 +146,8 @@ async fn a_sequence_gap_is_retried_then_dead_lettered_and_a_redrive_after_the_fi
     .unwrap();
     assert_eq!((report.redriven.len(), report.left.len()), (1, 0), "{report:?}");
     let wait = Deadline::new("the redriven cancellation applied");
-    while !local.runtime.stats.snapshot().outcomes.get("e-g2").is_some_and(|o| o.iter().any(|(x, _)| x == "released")) {
-        wait.tick(|| format!("{:?}", local.runtime.stats.snapshot().outcomes.get("e-g2"))).await;
+    while !local.runtime.stats.snapshot().recent.iter().any(|d| d.event_id == "e-g2" && d.outcome == "released") {
+        wait.tick(|| format!("{:?}", local.runtime.stats.snapshot().recent)).await;
     }
     assert_eq!(dlq::depth(&local.sqs, &queue).await.unwrap(), 0);
     assert_eq!(inventory::stock(&local.dynamodb, &table, "SKU-A").await.unwrap(), Some((10, 0)));
