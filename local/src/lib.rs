@@ -13,7 +13,8 @@
 //! a function's instances, [`esm`] plays the stream mapping (with [`filter`]), [`delivery`]
 //! plays rule delivery (both set up through [`glue`]), [`runtime`] ties them together,
 //! [`http_api`] plays API Gateway, [`dlq`] reads dead-letter queues, [`stats`] counts, and
-//! [`demo`] runs the whole thing.
+//! [`demo`] runs the whole thing; [`faults`] injects AWS's failures between the functions and
+//! the emulator.
 
 #![warn(missing_docs)]
 
@@ -25,6 +26,7 @@ pub mod dlq;
 pub mod emf;
 pub mod emulator;
 pub mod esm;
+pub mod faults;
 pub mod filter;
 pub mod function;
 pub mod glue;
