@@ -31,6 +31,7 @@ pub mod filter;
 pub mod function;
 pub mod glue;
 pub mod http_api;
+pub mod proof;
 pub mod runtime;
 pub mod runtime_api;
 pub mod sandbox;
