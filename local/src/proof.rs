@@ -4,7 +4,8 @@
 //!    own) records what was published;
 //! 2. `--orders N` orders through the HTTP API (each with an `Idempotency-Key`, retried on 5xx,
 //!    408, 429 and transport errors as a careful client does), then a cancellation of every
-//!    `--cancel-every`-th order the API answered for;
+//!    `--cancel-every`-th order the API answered for (once the orders went quiet when the plan
+//!    says `cancel_after_quiet = true`);
 //! 3. waits until quiet: no function made an AWS call for `--quiet` seconds;
 //! 4. reads the dead-letter queues (each message's reason) and asks `dlq redrive --dry-run`
 //!    what it would do; when the plan says `redrive = true`, redrives them once, as an operator
@@ -219,14 +220,26 @@ async fn stream_events(runtime: &Runtime, arn: &str) -> Result<Vec<(String, Stri
         description.stream_description().map(|d| d.shards().iter().filter_map(|s| s.shard_id().map(str::to_owned)).collect()).unwrap_or_default();
     let mut events = Vec::new();
     for shard in shards {
-        let out = streams.get_shard_iterator().stream_arn(arn).shard_id(&shard).shard_iterator_type(ShardIteratorType::TrimHorizon).send().await;
-        let mut iterator = out.map_err(|e| sdk_error("GetShardIterator", e))?.shard_iterator;
-        while let Some(it) = iterator {
-            let page = streams.get_records().shard_iterator(it).limit(1000).send().await.map_err(|e| sdk_error("GetRecords", e))?;
-            if page.records().is_empty() {
-                break;
-            }
+        // A fresh iterator after the last sequence number read for every page, as the stream
+        // mapping does (moto's NextShardIterator may repeat the last record).
+        let mut last: Option<String> = None;
+        loop {
+            let request = streams.get_shard_iterator().stream_arn(arn).shard_id(&shard);
+            let request = match &last {
+                Some(seq) => request.shard_iterator_type(ShardIteratorType::AfterSequenceNumber).sequence_number(seq),
+                None => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
+            };
+            let Some(iterator) = request.send().await.map_err(|e| sdk_error("GetShardIterator", e))?.shard_iterator else { break };
+            let page = streams.get_records().shard_iterator(iterator).limit(1000).send().await.map_err(|e| sdk_error("GetRecords", e))?;
+            let mut progressed = false;
             for r in page.records() {
+                let Some(seq) = r.dynamodb().and_then(|d| d.sequence_number()) else { continue };
+                let newer = last.as_deref().is_none_or(|l| seq.len() > l.len() || (seq.len() == l.len() && seq > l));
+                if !newer {
+                    continue;
+                }
+                last = Some(seq.to_owned());
+                progressed = true;
                 if r.event_name().map(|n| n.as_str()) != Some("INSERT") {
                     continue;
                 }
@@ -236,7 +249,9 @@ async fn stream_events(runtime: &Runtime, arn: &str) -> Result<Vec<(String, Stri
                     events.push((id, s("event_type").unwrap_or_default()));
                 }
             }
-            iterator = page.next_shard_iterator;
+            if !progressed {
+                break;
+            }
         }
     }
     Ok(events)
@@ -362,6 +377,10 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
         say.progress(format!("POST /orders {done}/{}: {} answered, {failed} failed; {} AWS calls", options.orders, answered.len(), injector.calls()));
     }
     answered.sort();
+    if injector.plan().cancel_after_quiet {
+        say.end_progress();
+        wait_quiet(&injector, options, &say, "orders sent, cancellations held back").await;
+    }
     let to_cancel: Vec<String> =
         if options.cancel_every == 0 { Vec::new() } else { answered.iter().step_by(options.cancel_every).map(|(_, id)| id.clone()).collect() };
     for (n, id) in to_cancel.iter().enumerate() {

@@ -100,7 +100,8 @@ struct Instance {
 enum Decision {
     Forward,
     Fail(ErrorCode),
-    FailEntries(usize, String, f64),
+    /// `PutEvents` entry faults that apply: `(fault index, code, rate)`, rolled per entry.
+    FailEntries(Vec<(usize, String, f64)>),
     LoseAnswer,
     Crash,
 }
@@ -192,13 +193,15 @@ impl Injector {
     /// The decision for call number `nth` (1-based, of this instance) of `function` to `op`,
     /// after any latency faults have been waited.
     async fn decide(&self, op: &str, function: &str, nth: u64) -> Decision {
+        let mut entry_faults = Vec::new();
         for (i, fault) in self.plan.faults.iter().enumerate() {
             if !self.applies(fault, op, function, i) {
                 continue;
             }
             if fault.kind == FaultKind::PutEventsEntries {
-                // Decided per entry once the body is read.
-                return Decision::FailEntries(i, fault.code.clone().unwrap_or_default(), fault.rate);
+                // Decided per entry once the body is read, if no other fault decides the call.
+                entry_faults.push((i, fault.code.clone().unwrap_or_default(), fault.rate));
+                continue;
             }
             if fault.kind == FaultKind::Crash && nth < fault.after_calls.unwrap_or(1) {
                 continue;
@@ -219,7 +222,11 @@ impl Injector {
                 FaultKind::PutEventsEntries => {}
             }
         }
-        Decision::Forward
+        if entry_faults.is_empty() {
+            Decision::Forward
+        } else {
+            Decision::FailEntries(entry_faults)
+        }
     }
 
     fn applies(&self, fault: &Fault, op: &str, function: &str, i: usize) -> bool {
@@ -400,32 +407,37 @@ async fn handle(State(instance): State<Arc<Instance>>, request: Request) -> Resp
             (instance.kill)();
             error_answer(&op, ErrorCode::InternalServerError, b"")
         }
-        Decision::FailEntries(index, code, rate) => {
-            put_events_in_part(injector, &parts, body, index, &code, rate).await.unwrap_or_else(upstream_failed)
-        }
+        Decision::FailEntries(faults) => put_events_in_part(injector, &parts, body, &faults).await.unwrap_or_else(upstream_failed),
     }
 }
 
-/// `PutEvents` with a share `rate` of its entries failed with `code`: the others are forwarded,
-/// and the answer lists every entry in request order, as EventBridge does.
+/// `PutEvents` with some entries failed: each entry is failed by the first of `faults`
+/// (`(index, code, rate)`) whose roll hits it; the others are forwarded, and the answer lists
+/// every entry in request order, as EventBridge does.
 async fn put_events_in_part(
     injector: &Injector,
     parts: &axum::http::request::Parts,
     body: Vec<u8>,
-    index: usize,
-    code: &str,
-    rate: f64,
+    faults: &[(usize, String, f64)],
 ) -> Result<Response, String> {
     let mut request: Value = serde_json::from_slice(&body).map_err(|e| format!("PutEvents body: {e}"))?;
     let entries = request["Entries"].as_array().cloned().unwrap_or_default();
-    let failed: Vec<bool> = entries.iter().map(|_| injector.roll(rate)).collect();
-    let n_failed = failed.iter().filter(|f| **f).count();
+    let failed: Vec<Option<&str>> = entries
+        .iter()
+        .map(|_| {
+            let (index, code, _) = faults.iter().find(|(i, _, rate)| {
+                injector.plan.faults[*i].limit.is_none_or(|l| injector.fired[*i].load(Ordering::SeqCst) < l) && injector.roll(*rate)
+            })?;
+            injector.fired[*index].fetch_add(1, Ordering::SeqCst);
+            Some(code.as_str())
+        })
+        .collect();
+    let n_failed = failed.iter().filter(|f| f.is_some()).count();
     if n_failed == 0 {
         let (status, headers, body) = injector.forward(parts, body).await?;
         return Ok(answer(status, headers, body));
     }
-    injector.fired[index].fetch_add(n_failed as u64, Ordering::SeqCst);
-    let kept: Vec<Value> = entries.iter().zip(&failed).filter(|(_, f)| !**f).map(|(e, _)| e.clone()).collect();
+    let kept: Vec<Value> = entries.iter().zip(&failed).filter(|(_, f)| f.is_none()).map(|(e, _)| e.clone()).collect();
     let mut upstream_entries = Vec::new().into_iter();
     let mut upstream_failed = 0;
     if !kept.is_empty() {
@@ -438,10 +450,13 @@ async fn put_events_in_part(
         upstream_failed = answer["FailedEntryCount"].as_u64().unwrap_or(0);
         upstream_entries = answer["Entries"].as_array().cloned().unwrap_or_default().into_iter();
     }
-    let message = if code == "ThrottlingException" { "Rate exceeded" } else { "Internal service error" };
+    let message = |code: &str| if code == "ThrottlingException" { "Rate exceeded" } else { "Internal service error" };
     let merged: Vec<Value> = failed
         .iter()
-        .map(|f| if *f { json!({"ErrorCode": code, "ErrorMessage": message}) } else { upstream_entries.next().unwrap_or_else(|| json!({})) })
+        .map(|f| match f {
+            Some(code) => json!({"ErrorCode": code, "ErrorMessage": message(code)}),
+            None => upstream_entries.next().unwrap_or_else(|| json!({})),
+        })
         .collect();
     let body = json!({"FailedEntryCount": upstream_failed + n_failed as u64, "Entries": merged});
     let mut response = json_answer(200, "", &body);
