@@ -1,7 +1,7 @@
 """The moto server (pinned in requirements/emulator.txt) with AWS's transaction semantics and
 bounded memory.
 
-Three changes to moto, each installed by a function below and each written so that it could be
+Four changes to moto, each installed by a function below and each written so that it could be
 offered upstream as it stands:
 
 1. `install_transaction_undo_log`: a cancelled TransactWriteItems is undone key by key.
@@ -28,6 +28,13 @@ offered upstream as it stands:
    created stays in memory. The lists are replaced by registries holding weak references: the
    dashboard (and S3's reset, the only other reader) still see every object that is alive,
    and the rest is freed.
+
+4. `install_ttl_deletion_marking`: moto never deletes expired items (DynamoDB's TTL process
+   does). The local runtime's fault injection (local/src/faults/ttl.rs) deletes them itself
+   with DeleteItem and the header `X-Outbox-Local-Ttl-Delete: 1`; the `REMOVE` stream record of
+   such a deletion carries `userIdentity` {"type": "Service", "principalId":
+   "dynamodb.amazonaws.com"}, as AWS marks TTL deletions
+   (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/time-to-live-ttl-streams.html).
 
 Usage: python scripts/moto_server.py -H 127.0.0.1 -p PORT
 """
@@ -220,6 +227,23 @@ def install_weak_instance_tracking():
     BaseModel.__new__ = __new__
 
 
+_TTL_DELETE = threading.local()
+
+
+def install_ttl_deletion_marking():
+    from moto.dynamodb.models.table import StreamRecord
+
+    original = StreamRecord.__init__
+
+    def __init__(self, table, stream_type, event_name, old, new, seq):
+        original(self, table, stream_type, event_name, old, new, seq)
+        if event_name == "REMOVE" and getattr(_TTL_DELETE, "active", False):
+            # The DynamoDB Streams API's shape (Lambda's event spells it type/principalId).
+            self.record["userIdentity"] = {"Type": "Service", "PrincipalId": "dynamodb.amazonaws.com"}
+
+    StreamRecord.__init__ = __init__
+
+
 class SerialiseDynamoDB:
     """WSGI middleware: one DynamoDB / DynamoDB Streams request at a time."""
 
@@ -230,8 +254,12 @@ class SerialiseDynamoDB:
         target = environ.get("HTTP_X_AMZ_TARGET", "")
         if target.startswith("DynamoDB_") or target.startswith("DynamoDBStreams_"):
             with _DYNAMODB_LOCK:
-                # Materialise the body inside the lock: moto computes it lazily.
-                return list(self.app(environ, start_response))
+                _TTL_DELETE.active = environ.get("HTTP_X_OUTBOX_LOCAL_TTL_DELETE") == "1"
+                try:
+                    # Materialise the body inside the lock: moto computes it lazily.
+                    return list(self.app(environ, start_response))
+                finally:
+                    _TTL_DELETE.active = False
         return self.app(environ, start_response)
 
 
@@ -245,6 +273,7 @@ def main():
     os.environ.setdefault("MOTO_PORT", str(args.port))
     install_weak_instance_tracking()
     install_transaction_undo_log()
+    install_ttl_deletion_marking()
     app = DomainDispatcherApplication(create_backend_app)
     run_simple(
         args.host,

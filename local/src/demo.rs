@@ -16,7 +16,7 @@
 //!    quantities of the reserved, uncancelled orders, nothing lost — and lists the dead-letter
 //!    queue.
 
-mod stock;
+pub(crate) mod stock;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
@@ -102,19 +102,19 @@ struct Order {
 /// one JSON object) and a progress line on stderr in every mode. The progress line is redrawn in
 /// place on a terminal; elsewhere (CI logs, `--json` piped) it is printed when it changes, at
 /// most every 5 seconds.
-struct Say {
-    quiet: bool,
-    terminal: bool,
-    last: std::sync::Mutex<(String, Option<Instant>)>,
+pub(crate) struct Say {
+    pub(crate) quiet: bool,
+    pub(crate) terminal: bool,
+    pub(crate) last: std::sync::Mutex<(String, Option<Instant>)>,
 }
 
 impl Say {
-    fn line(&self, text: impl AsRef<str>) {
+    pub(crate) fn line(&self, text: impl AsRef<str>) {
         if !self.quiet {
             println!("{}", text.as_ref());
         }
     }
-    fn progress(&self, text: impl AsRef<str>) {
+    pub(crate) fn progress(&self, text: impl AsRef<str>) {
         let text = text.as_ref();
         if self.terminal {
             eprint!("\r\x1b[2K  … {text}");
@@ -128,7 +128,7 @@ impl Say {
             *last = (text.to_owned(), Some(Instant::now()));
         }
     }
-    fn end_progress(&self) {
+    pub(crate) fn end_progress(&self) {
         if self.terminal {
             eprint!("\r\x1b[2K");
         }

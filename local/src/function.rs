@@ -109,8 +109,16 @@ impl LocalFunction {
     /// starts until the first invocation.
     pub fn new(spec: FunctionSpec, arn: String, program: PathBuf, env: Vec<(String, String)>, stats: Arc<Stats>, options: &RuntimeOptions) -> Self {
         let cap = spec.reserved_concurrency.map(|n| n as usize).unwrap_or(options.max_instances).max(1);
-        let launch =
-            Launch { logical_id: spec.logical_id.clone(), arn: arn.clone(), program, args: Vec::new(), env, verbose: options.verbose, stats };
+        let launch = Launch {
+            logical_id: spec.logical_id.clone(),
+            arn: arn.clone(),
+            program,
+            args: Vec::new(),
+            env,
+            verbose: options.verbose,
+            stats,
+            faults: options.faults.clone(),
+        };
         Self {
             spec,
             arn,

@@ -25,6 +25,8 @@ pub struct RuntimeOptions {
     pub max_instances: usize,
     /// Print the functions' log lines on stderr, prefixed with their logical id.
     pub verbose: bool,
+    /// Fault injection between the functions and the emulator ([`crate::faults`]); none by default.
+    pub faults: Option<Arc<crate::faults::Injector>>,
 }
 
 impl Default for RuntimeOptions {
@@ -35,6 +37,7 @@ impl Default for RuntimeOptions {
             async_retry_delay: Duration::from_millis(200),
             max_instances: 4,
             verbose: false,
+            faults: None,
         }
     }
 }

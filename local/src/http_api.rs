@@ -5,6 +5,12 @@
 //! Unmatched routes answer 404 and function errors 500 `{"message":"Internal Server Error"}`,
 //! as API Gateway does. Source:
 //! <https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-integrations-lambda.html>.
+//!
+//! A client that sends less body than its `Content-Length` gets `408 {"message":"Request
+//! Timeout"}` after [`Limits::body_timeout`] (never held open); a client that half-closes its
+//! connection after the request still gets the answer (HTTP/1 half-close is served), and an
+//! invocation runs to its end even when the client goes away — the effect may be committed, as
+//! behind API Gateway.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -24,6 +30,20 @@ use crate::template::FunctionEvent;
 
 /// Largest request body accepted, bytes (API Gateway's payload limit is 10 MB).
 pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
+
+/// Timeouts of the local HTTP API.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Longest wait for a request's headers and for its whole body; then `408` (headers: the
+    /// connection is closed). Default 30 s (API Gateway's integration timeout).
+    pub body_timeout: std::time::Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { body_timeout: std::time::Duration::from_secs(30) }
+    }
+}
 
 /// One route: method and path template (`/orders/{id}`, `/{proxy+}`).
 #[derive(Debug, Clone)]
@@ -74,6 +94,7 @@ pub fn match_route(route_method: &str, route_path: &str, method: &str, path: &st
 struct Api {
     routes: Vec<Route>,
     account: String,
+    limits: Limits,
 }
 
 /// The routes of every `HttpApi` event of the runtime's functions.
@@ -99,22 +120,51 @@ pub fn routes(runtime: &Runtime) -> Vec<Route> {
 pub async fn serve(
     runtime: &Runtime,
     addr: SocketAddr,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let api = Arc::new(Api { routes: routes(runtime), account: runtime.stack.resolver.account.clone() });
+    serve_with(runtime, addr, shutdown, Limits::default()).await
+}
+
+/// [`serve`] with other [`Limits`].
+///
+/// # Errors
+/// When `addr` cannot be bound.
+pub async fn serve_with(
+    runtime: &Runtime,
+    addr: SocketAddr,
+    mut shutdown: watch::Receiver<bool>,
+    limits: Limits,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let api = Arc::new(Api { routes: routes(runtime), account: runtime.stack.resolver.account.clone(), limits });
     let app = axum::Router::new().fallback(handle).with_state(api);
+    let service = hyper_util::service::TowerToHyperService::new(app);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let task = tokio::spawn(async move {
-        let stop = async move {
-            while !*shutdown.borrow() {
-                if shutdown.changed().await.is_err() {
-                    break;
+        loop {
+            let (stream, _) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "HTTP API: accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                changed = shutdown.changed() => {
+                    if changed.is_err() || *shutdown.borrow() {
+                        return;
+                    }
+                    continue;
                 }
-            }
-        };
-        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
-            tracing::error!(error = %e, "HTTP API stopped");
+            };
+            let service = service.clone();
+            tokio::spawn(async move {
+                let mut http1 = hyper::server::conn::http1::Builder::new();
+                // A client may shut down its writing side and wait for the answer.
+                http1.half_close(true).timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(limits.body_timeout);
+                let _ = http1.serve_connection(hyper_util::rt::TokioIo::new(stream), service).await;
+            });
         }
     });
     Ok((bound, task))
@@ -156,9 +206,12 @@ async fn handle(State(api): State<Arc<Api>>, request: Request) -> Response {
     let Some((route, params)) = api.routes.iter().find_map(|r| r.matches(&method, &path).map(|p| (r, p))) else {
         return plain(StatusCode::NOT_FOUND, "Not Found");
     };
-    let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-        Ok(b) => b,
-        Err(_) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "Request Entity Too Large"),
+    let bytes = match tokio::time::timeout(api.limits.body_timeout, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) if is_too_large(&e) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "Request Entity Too Large"),
+        // The client closed the connection before sending its whole body: no one to answer.
+        Ok(Err(_)) => return plain(StatusCode::BAD_REQUEST, "Bad Request"),
+        Err(_) => return plain(StatusCode::REQUEST_TIMEOUT, "Request Timeout"),
     };
     let mut headers = serde_json::Map::new();
     let mut cookies = Vec::new();
@@ -223,7 +276,10 @@ async fn handle(State(api): State<Arc<Api>>, request: Request) -> Response {
     if !params.is_empty() {
         event["pathParameters"] = json!(params);
     }
-    let invocation = route.function.invoke(&event.to_string()).await;
+    // Its own task: the invocation runs to its end even if the client goes away meanwhile.
+    let function = route.function.clone();
+    let invocation = tokio::spawn(async move { function.invoke(&event.to_string()).await }).await;
+    let Ok(invocation) = invocation else { return plain(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error") };
     match invocation.result {
         Ok(response) => into_http(&response),
         Err(diagnostic) => {
@@ -231,6 +287,18 @@ async fn handle(State(api): State<Arc<Api>>, request: Request) -> Response {
             plain(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error")
         }
     }
+}
+
+/// Whether reading a body failed on [`MAX_BODY_BYTES`].
+fn is_too_large(error: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// A function's payload-2.0 response as HTTP.

@@ -14,7 +14,8 @@
 //! plays rule delivery (both set up through [`glue`]), [`runtime`] ties them together,
 //! [`http_api`] plays API Gateway, [`dlq`] reads dead-letter queues, [`trace`] follows one event,
 //! [`ordering`] releases a consumer's sequence gap, [`stats`] counts, and
-//! [`demo`] runs the whole thing.
+//! [`demo`] runs the whole thing; [`faults`] injects AWS's failures between the functions and
+//! the emulator, and [`proof`] checks the invariants under them.
 
 #![warn(missing_docs)]
 
@@ -26,12 +27,14 @@ pub mod dlq;
 pub mod emf;
 pub mod emulator;
 pub mod esm;
+pub mod faults;
 pub mod filter;
 pub mod function;
 pub mod glue;
 pub mod http_api;
 pub mod lanes;
 pub mod ordering;
+pub mod proof;
 pub mod runtime;
 pub mod runtime_api;
 pub mod sandbox;

@@ -9,6 +9,7 @@
 //! outbox-local trace <event-id> [--json]      # where is event X: outbox, consumers, DLQs
 //! outbox-local ordering release --consumer C --aggregate Order#o-1 --through N   # unblock a sequence gap
 //! outbox-local provision                       # create the stack on --endpoint and exit
+//! outbox-local proof [--orders N] [--plan P]    # the pipeline under a fault plan, invariants checked
 //! ```
 //!
 //! Without `--endpoint` (or `AWS_ENDPOINT_URL`), `up`, `demo`, `invoke` and `provision` start
@@ -31,6 +32,8 @@ use outbox_local::aws::{check_endpoint, region_from_env, sdk_config, Target, EMU
 use outbox_local::binaries;
 use outbox_local::demo::{self, DemoOptions};
 use outbox_local::emulator::Emulator;
+use outbox_local::faults::{FaultPlan, Injector};
+use outbox_local::proof::{self, ProofOptions};
 use outbox_local::runtime::{Runtime, RuntimeOptions};
 use outbox_local::stack::{default_stack_name, Mode, QueueInfo, Stack};
 use outbox_local::template::Template;
@@ -122,6 +125,36 @@ enum Command {
     Ordering {
         #[command(subcommand)]
         command: OrderingCommand,
+    },
+    /// Run orders and cancellations through the HTTP API under a fault plan, redrive the
+    /// dead-letter queues once if the plan says so, and check the invariants from the tables
+    /// and queues; exits 1 when one is broken.
+    Proof {
+        /// Orders sent.
+        #[arg(long, default_value_t = 200)]
+        orders: usize,
+        /// Cancel every n-th order the API answered for (0: none).
+        #[arg(long, default_value_t = 4)]
+        cancel_every: usize,
+        /// The fault plan: `default` (every fault kind), `ci` (what the test command runs),
+        /// `none`, or a TOML file (see local/faults/default.toml).
+        #[arg(long, default_value = "default")]
+        plan: String,
+        /// Seed of the plan's random decisions (overrides the plan's `seed`).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Requests in flight at once.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Seconds without an AWS call from any function that count as quiet.
+        #[arg(long, default_value_t = 8)]
+        quiet: u64,
+        /// Longest wait for the pipeline to go quiet, seconds (each time).
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+        /// Print only one JSON object with the figures.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -254,6 +287,19 @@ struct Local {
 /// and ready to run — only function `only`'s when given (`invoke`); otherwise functions without
 /// a `Binary` are skipped with a warning.
 async fn local(cli: &Cli, template: Template, root: &Path, stack_name: &str, announce: bool, only: Option<&str>) -> Result<Local, String> {
+    Ok(local_with_faults(cli, template, root, stack_name, announce, only, None).await?.0)
+}
+
+/// [`local`] with `faults` injected between the functions and the emulator.
+async fn local_with_faults(
+    cli: &Cli,
+    template: Template,
+    root: &Path,
+    stack_name: &str,
+    announce: bool,
+    only: Option<&str>,
+    faults: Option<FaultPlan>,
+) -> Result<(Local, Option<Arc<Injector>>), String> {
     let (emulator, endpoint, sdk, stack) = provisioned(cli, template, stack_name, announce).await?;
     if only.is_none() {
         for id in &stack.skipped_functions {
@@ -261,9 +307,11 @@ async fn local(cli: &Cli, template: Template, root: &Path, stack_name: &str, ann
         }
     }
     let bin_dir = build_functions(cli, &stack, root, only).await?;
-    let options = RuntimeOptions { verbose: cli.verbose, max_instances: cli.max_instances.max(1), ..RuntimeOptions::default() };
+    let injector = faults.map(|plan| Injector::new(plan, &endpoint));
+    let options =
+        RuntimeOptions { verbose: cli.verbose, max_instances: cli.max_instances.max(1), faults: injector.clone(), ..RuntimeOptions::default() };
     let runtime = Runtime::with_functions(sdk, stack, options, &bin_dir, only)?;
-    Ok(Local { runtime: Arc::new(runtime), _emulator: emulator, endpoint })
+    Ok((Local { runtime: Arc::new(runtime), _emulator: emulator, endpoint }, injector))
 }
 
 /// The emulator (ours unless `--endpoint`), its endpoint, and the stack provisioned on it.
@@ -414,6 +462,66 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             let report = result?;
             if *json {
                 println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+            }
+            Ok(if report.ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+        Command::Proof { orders, cancel_every, plan, seed, concurrency, quiet, timeout, json } => {
+            let mut plan = match plan.as_str() {
+                "default" => FaultPlan::parse(include_str!("../faults/default.toml")).map_err(|e| format!("the default plan: {e}"))?,
+                "ci" => FaultPlan::parse(include_str!("../faults/ci.toml")).map_err(|e| format!("the ci plan: {e}"))?,
+                "none" => FaultPlan::default(),
+                path => FaultPlan::load(Path::new(path)).map_err(|e| e.to_string())?,
+            };
+            if let Some(seed) = seed {
+                plan.seed = *seed;
+            }
+            let (local, injector) = local_with_faults(&cli, template, &root, &stack_name, !json, None, Some(plan)).await?;
+            let injector = injector.ok_or("no fault injector")?;
+            let (stop, stopped) = watch::channel(false);
+            let (api, _server) =
+                http_api::serve(&local.runtime, SocketAddr::from(([127, 0, 0, 1], 0)), stopped.clone()).await.map_err(|e| e.to_string())?;
+            let mut tasks = local.runtime.spawn_pipelines(stopped.clone())?;
+            let ttl: Vec<_> = injector
+                .plan()
+                .ttl
+                .iter()
+                .map(|t| {
+                    local
+                        .runtime
+                        .stack
+                        .table(&t.table)
+                        .cloned()
+                        .map(|spec| (t.clone(), spec))
+                        .ok_or(format!("the plan's TTL table {} is not in the template", t.table))
+                })
+                .collect::<Result<_, _>>()?;
+            tasks.extend(outbox_local::faults::ttl::spawn_sweeps(aws_sdk_dynamodb::Client::new(&local.runtime.sdk), ttl, injector.clone(), stopped));
+            if !json {
+                eprintln!(
+                    "outbox proof: stack {stack_name:?} on {} (emulator), HTTP API on http://{api}, {} faults in the plan",
+                    local.endpoint,
+                    injector.plan().faults.len()
+                );
+            }
+            let options = ProofOptions {
+                orders: *orders,
+                cancel_every: *cancel_every,
+                concurrency: *concurrency,
+                json: *json,
+                timeout: Duration::from_secs(*timeout),
+                quiet: Duration::from_secs(*quiet),
+            };
+            let result = proof::run(local.runtime.clone(), api, injector, &options).await;
+            let _ = stop.send(true);
+            for t in tasks {
+                let _ = tokio::time::timeout(Duration::from_secs(3), t).await;
+            }
+            local.runtime.stop_functions();
+            let report = result?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+            } else {
+                print!("{}", proof::format_report(&report));
             }
             Ok(if report.ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }

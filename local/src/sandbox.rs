@@ -56,6 +56,9 @@ pub struct Launch {
     pub verbose: bool,
     /// Where EMF metrics go.
     pub stats: Arc<Stats>,
+    /// Fault injection: the instance's AWS calls go through its own proxy of this injector
+    /// (its `AWS_ENDPOINT_URL`), which may kill it ([`crate::faults`]).
+    pub faults: Option<Arc<crate::faults::Injector>>,
 }
 
 struct Watch {
@@ -76,6 +79,7 @@ pub struct Sandbox {
     api: Arc<RuntimeApi>,
     watch: Arc<Watch>,
     kill: watch::Sender<bool>,
+    _faults: Option<crate::faults::Attached>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -99,11 +103,30 @@ impl Sandbox {
     /// program cannot be started.
     pub async fn start(launch: &Launch) -> Result<Self, String> {
         let api = Arc::new(RuntimeApi::bind(&launch.arn).await.map_err(|e| format!("{}: no port for the Runtime API: {e}", launch.logical_id))?);
+        let (kill, mut killed) = watch::channel(false);
+        let faults = match &launch.faults {
+            Some(injector) => {
+                // A crash: the process is killed as if it died (not `killing`: the invocation fails
+                // with Runtime.ExitError).
+                let crash = kill.clone();
+                let proxy = injector
+                    .attach(
+                        &launch.logical_id,
+                        Box::new(move || {
+                            let _ = crash.send(true);
+                        }),
+                    )
+                    .await;
+                Some(proxy.map_err(|e| format!("{}: no port for the fault proxy: {e}", launch.logical_id))?)
+            }
+            None => None,
+        };
         let mut command = Command::new(&launch.program);
         command
             .args(&launch.args)
             .env_clear()
             .envs(launch.env.iter().map(|(k, v)| (k, v)))
+            .envs(faults.as_ref().map(|f| ("AWS_ENDPOINT_URL", f.endpoint.clone())))
             .env("AWS_LAMBDA_RUNTIME_API", api.addr.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -132,7 +155,6 @@ impl Sandbox {
         if let Some(err) = child.stderr.take() {
             readers.push(tokio::spawn(read_lines(err, launch.clone(), watch.clone())));
         }
-        let (kill, mut killed) = watch::channel(false);
         let (logical_id, program) = (launch.logical_id.clone(), launch.program.display().to_string());
         let (api_of_watcher, watch_of_watcher) = (api.clone(), watch.clone());
         tokio::spawn(async move {
@@ -170,7 +192,7 @@ impl Sandbox {
                 eprintln!("[{logical_id}] instance exited with {status}; its last output:\n{shown}");
             }
         });
-        Ok(Self { logical_id: launch.logical_id.clone(), api, watch, kill })
+        Ok(Self { logical_id: launch.logical_id.clone(), api, watch, kill, _faults: faults })
     }
 
     /// Whether the instance can take another invocation (its process runs, its init did not fail).
@@ -296,6 +318,7 @@ echo "got the event: $status"
             env: vec![("PATH".into(), std::env::var("PATH").unwrap_or_default())],
             verbose: false,
             stats: Arc::new(Stats::default()),
+            faults: None,
         }
     }
 

@@ -1,0 +1,627 @@
+//! `proof`: the pipeline under a fault plan, judged from the tables and queues.
+//!
+//! 1. stock for the sample SKUs; an archive rule on the bus (every event, to a queue of its
+//!    own) records what was published;
+//! 2. `--orders N` orders through the HTTP API (each with an `Idempotency-Key`, retried on 5xx,
+//!    408, 429 and transport errors as a careful client does), then a cancellation of every
+//!    `--cancel-every`-th order the API answered for (once the orders went quiet when the plan
+//!    says `cancel_after_quiet = true`);
+//! 3. waits until quiet: no function made an AWS call for `--quiet` seconds;
+//! 4. reads the dead-letter queues (each message's reason) and asks `dlq redrive --dry-run`
+//!    what it would do; when the plan says `redrive = true`, redrives them once, as an operator
+//!    would, and waits until quiet again;
+//! 5. checks the invariants from the tables, the outbox stream and the queues — never from its
+//!    own counters — and prints the faults injected and each invariant, held or broken.
+//!
+//! The invariants:
+//! * **exactly once**: every order of the orders table has one reservation in the inventory
+//!   table, in the state its order's status implies; per SKU, `reserved` equals the units of
+//!   the reservations in state `RESERVED`, and `available + reserved` equals the stock seeded
+//!   (an effect applied twice or lost breaks the sums); every order the API answered 201 for is
+//!   in the table;
+//! * **no effect without an order**: no reservation without its order;
+//! * **published at least once**: every event the outbox stream carried (`INSERT` records)
+//!   reached the bus (the archive queue);
+//! * **dead letters explained**: every dead-lettered message has a reason, and the redrive
+//!   would re-publish it or says why not;
+//! * **nothing missing**: every event the consumer subscribes to that the stream carried has a
+//!   row in the consumer's inbox (claimed with its effect, or `COMPLETED`);
+//! * **quiet**: the pipeline went quiet within `--timeout`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::demo::{stock, Say, SAMPLE_SKUS};
+use crate::dlq;
+use crate::faults::{Injected, Injector};
+use crate::runtime::Runtime;
+use crate::stack::QueueInfo;
+
+/// Units of stock seeded per SKU.
+pub const STOCK: u64 = 1_000_000;
+
+/// Proof settings.
+#[derive(Debug, Clone)]
+pub struct ProofOptions {
+    /// Orders sent.
+    pub orders: usize,
+    /// Cancel every n-th order the API answered for (0: none).
+    pub cancel_every: usize,
+    /// Requests in flight at once.
+    pub concurrency: usize,
+    /// Print only the JSON report.
+    pub json: bool,
+    /// Longest wait for the pipeline to go quiet (each time).
+    pub timeout: Duration,
+    /// How long without an AWS call from any function counts as quiet.
+    pub quiet: Duration,
+}
+
+/// One invariant, held or broken.
+#[derive(Debug, Clone, Serialize)]
+pub struct Invariant {
+    /// Its name.
+    pub name: &'static str,
+    /// Whether it held.
+    pub held: bool,
+    /// What was found (figures; the first offenders when broken).
+    pub detail: String,
+}
+
+/// The proof's figures (`proof --json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ProofReport {
+    /// Orders sent to the API.
+    pub orders_sent: usize,
+    /// Orders the API answered 2xx for.
+    pub orders_answered: usize,
+    /// Orders in the orders table.
+    pub orders_committed: usize,
+    /// Cancellations sent.
+    pub cancellations_sent: usize,
+    /// Orders with status `CANCELLED` in the table.
+    pub orders_cancelled: usize,
+    /// Requests that never got a 2xx answer after the client's retries.
+    pub requests_failed: usize,
+    /// AWS calls the functions made.
+    pub aws_calls: u64,
+    /// Faults injected, per fault of the plan.
+    pub faults: Vec<Injected>,
+    /// Faults injected, per kind.
+    pub faults_by_kind: BTreeMap<String, u64>,
+    /// Messages in the dead-letter queues before the redrive.
+    pub dead_lettered: usize,
+    /// Messages redriven.
+    pub redriven: usize,
+    /// Messages left in the dead-letter queues at the end.
+    pub dead_letters_left: usize,
+    /// Events the outbox stream carried.
+    pub stream_events: usize,
+    /// Distinct events that reached the bus.
+    pub published_events: usize,
+    /// Seconds from the first order to the verdict.
+    pub wall_secs: f64,
+    /// Peak resident memory of this process (`VmHWM`), MB.
+    pub peak_rss_mb: Option<f64>,
+    /// The invariants.
+    pub invariants: Vec<Invariant>,
+    /// Whether every invariant held.
+    pub ok: bool,
+}
+
+/// The tables and queues the proof reads.
+struct Names {
+    orders: String,
+    inventory: String,
+    inbox: String,
+    outbox_stream: String,
+    bus: String,
+    dead_letter_queues: Vec<QueueInfo>,
+    consumer_types: Vec<String>,
+}
+
+fn names(runtime: &Runtime) -> Result<Names, String> {
+    let env_of = |logical: &str| -> Result<HashMap<String, String>, String> {
+        let f = runtime.function(logical)?;
+        runtime.stack.environment(&f.spec).map_err(|e| e.to_string())
+    };
+    let consumer = env_of("ReserveInventoryFunction")?;
+    let producer = env_of("CreateOrderFunction")?;
+    let get = |env: &HashMap<String, String>, k: &str| env.get(k).cloned().ok_or_else(|| format!("no {k} in the function's environment"));
+    let rule = runtime.stack.rules.first().ok_or("the template has no EventBridge rule for a consumer")?;
+    let consumer_types = runtime
+        .stack
+        .rules
+        .iter()
+        .filter(|r| r.function == "ReserveInventoryFunction")
+        .flat_map(|r| r.spec.pattern["detail-type"].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect();
+    Ok(Names {
+        orders: get(&producer, "ORDERS_TABLE")?,
+        inventory: get(&consumer, "INVENTORY_TABLE")?,
+        inbox: get(&consumer, "INBOX_TABLE")?,
+        outbox_stream: runtime.stack.stream_arns.get("OutboxTable").cloned().ok_or("the template's OutboxTable has no stream")?,
+        bus: rule.bus_name.clone(),
+        dead_letter_queues: runtime.stack.queues.iter().filter(|q| q.logical_id.contains("DeadLetter")).cloned().collect(),
+        consumer_types,
+    })
+}
+
+fn sdk_error(action: &str, e: impl std::error::Error + 'static) -> String {
+    format!("{action}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e))
+}
+
+/// A queue with every event of `bus` (a rule matching all), so what was published can be read
+/// back.
+async fn archive(runtime: &Runtime, bus: &str) -> Result<String, String> {
+    let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
+    let events = aws_sdk_eventbridge::Client::new(&runtime.sdk);
+    let name = format!("{}-proof-archive", runtime.stack.resolver.stack_name);
+    let url = sqs.create_queue().queue_name(&name).send().await.map_err(|e| sdk_error("CreateQueue", e))?.queue_url.unwrap_or_default();
+    let r = &runtime.stack.resolver;
+    let arn = format!("arn:aws:sqs:{}:{}:{name}", r.region, r.account);
+    events
+        .put_rule()
+        .name(&name)
+        .event_bus_name(bus)
+        .event_pattern(json!({"source": [{"prefix": ""}]}).to_string())
+        .send()
+        .await
+        .map_err(|e| sdk_error("PutRule", e))?;
+    let target = aws_sdk_eventbridge::types::Target::builder().id("proof-archive").arn(arn).build().map_err(|e| e.to_string())?;
+    events.put_targets().rule(&name).event_bus_name(bus).targets(target).send().await.map_err(|e| sdk_error("PutTargets", e))?;
+    Ok(url)
+}
+
+/// Reads (and deletes) everything in the archive queue; returns the events' `detail.metadata.id`.
+async fn drain_archive(sqs: &aws_sdk_sqs::Client, url: &str, into: &mut HashSet<String>) -> Result<(), String> {
+    let mut empty = 0;
+    while empty < 2 {
+        let out = sqs.receive_message().queue_url(url).max_number_of_messages(10).wait_time_seconds(1).send().await;
+        let messages = out.map_err(|e| sdk_error("ReceiveMessage", e))?.messages.unwrap_or_default();
+        if messages.is_empty() {
+            empty += 1;
+            continue;
+        }
+        empty = 0;
+        let mut batch = sqs.delete_message_batch().queue_url(url);
+        for (i, m) in messages.iter().enumerate() {
+            if let Some(id) = m
+                .body()
+                .and_then(|b| serde_json::from_str::<Value>(b).ok())
+                .and_then(|v| v.pointer("/detail/metadata/id")?.as_str().map(str::to_owned))
+            {
+                into.insert(id);
+            }
+            if let Some(handle) = m.receipt_handle() {
+                let entry = aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(handle).build();
+                batch = batch.entries(entry.map_err(|e| e.to_string())?);
+            }
+        }
+        batch.send().await.map_err(|e| sdk_error("DeleteMessageBatch", e))?;
+    }
+    Ok(())
+}
+
+/// `(event_id, event_type)` of every `INSERT` the stream `arn` carried (every shard, from its
+/// trim horizon).
+async fn stream_events(runtime: &Runtime, arn: &str) -> Result<Vec<(String, String)>, String> {
+    use aws_sdk_dynamodbstreams::types::{AttributeValue as V, ShardIteratorType};
+    let streams = aws_sdk_dynamodbstreams::Client::new(&runtime.sdk);
+    let description = streams.describe_stream().stream_arn(arn).send().await.map_err(|e| sdk_error("DescribeStream", e))?;
+    let shards: Vec<String> =
+        description.stream_description().map(|d| d.shards().iter().filter_map(|s| s.shard_id().map(str::to_owned)).collect()).unwrap_or_default();
+    let mut events = Vec::new();
+    for shard in shards {
+        // A fresh iterator after the last sequence number read for every page, as the stream
+        // mapping does (moto's NextShardIterator may repeat the last record).
+        let mut last: Option<String> = None;
+        loop {
+            let request = streams.get_shard_iterator().stream_arn(arn).shard_id(&shard);
+            let request = match &last {
+                Some(seq) => request.shard_iterator_type(ShardIteratorType::AfterSequenceNumber).sequence_number(seq),
+                None => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
+            };
+            let Some(iterator) = request.send().await.map_err(|e| sdk_error("GetShardIterator", e))?.shard_iterator else { break };
+            let page = streams.get_records().shard_iterator(iterator).limit(1000).send().await.map_err(|e| sdk_error("GetRecords", e))?;
+            let mut progressed = false;
+            for r in page.records() {
+                let Some(seq) = r.dynamodb().and_then(|d| d.sequence_number()) else { continue };
+                let newer = last.as_deref().is_none_or(|l| seq.len() > l.len() || (seq.len() == l.len() && seq > l));
+                if !newer {
+                    continue;
+                }
+                last = Some(seq.to_owned());
+                progressed = true;
+                if r.event_name().map(|n| n.as_str()) != Some("INSERT") {
+                    continue;
+                }
+                let image = r.dynamodb().and_then(|d| d.new_image());
+                let s = |k: &str| image.and_then(|i| i.get(k)).and_then(|v| if let V::S(s) = v { Some(s.clone()) } else { None });
+                if let Some(id) = s("event_id") {
+                    events.push((id, s("event_type").unwrap_or_default()));
+                }
+            }
+            if !progressed {
+                break;
+            }
+        }
+    }
+    Ok(events)
+}
+
+async fn scan(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Result<Vec<HashMap<String, AttributeValue>>, String> {
+    let mut items = Vec::new();
+    let mut pages = dynamodb.scan().table_name(table).consistent_read(true).into_paginator().items().send();
+    while let Some(item) = pages.next().await {
+        items.push(item.map_err(|e| sdk_error(&format!("Scan {table}"), e))?);
+    }
+    Ok(items)
+}
+
+fn text(item: &HashMap<String, AttributeValue>, name: &str) -> String {
+    item.get(name).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default()
+}
+
+fn number(v: &AttributeValue) -> u64 {
+    v.as_n().ok().and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+/// Sends `request` (rebuilt per attempt) until a final answer: 2xx or 4xx other than 408/429;
+/// `None` when every attempt failed.
+async fn send_retrying(attempt: impl Fn() -> reqwest::RequestBuilder) -> Option<(u16, String)> {
+    for n in 1..=8u64 {
+        match attempt().send().await {
+            Ok(r) => {
+                let status = r.status().as_u16();
+                let body = r.text().await.unwrap_or_default();
+                if !(status >= 500 || status == 408 || status == 429) {
+                    return Some((status, body));
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "proof: request failed"),
+        }
+        tokio::time::sleep(Duration::from_millis(100 * n * n)).await;
+    }
+    None
+}
+
+/// Waits until no function made an AWS call for `options.quiet`; `false` after `options.timeout`.
+async fn wait_quiet(injector: &Injector, options: &ProofOptions, say: &Say, stage: &str) -> bool {
+    let started = Instant::now();
+    let (mut last, mut since) = (injector.calls(), Instant::now());
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let calls = injector.calls();
+        if calls != last {
+            (last, since) = (calls, Instant::now());
+        } else if since.elapsed() >= options.quiet {
+            say.end_progress();
+            return true;
+        }
+        if started.elapsed() > options.timeout {
+            say.end_progress();
+            return false;
+        }
+        let injected: u64 = injector.injected().iter().map(|i| i.count).sum();
+        say.progress(format!(
+            "{stage}: waiting until quiet ({calls} AWS calls, {injected} faults injected, {:.0} s)",
+            started.elapsed().as_secs_f64()
+        ));
+    }
+}
+
+/// Runs the proof against a runtime whose pipelines and HTTP API (at `api`) run with
+/// `injector` between the functions and the emulator.
+///
+/// # Errors
+/// A message when the stack cannot be read or set up (not when an invariant breaks: that is in
+/// the report).
+pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>, options: &ProofOptions) -> Result<ProofReport, String> {
+    use std::io::IsTerminal;
+    let say = Say { quiet: options.json, terminal: std::io::stderr().is_terminal(), last: Default::default() };
+    let names = names(&runtime)?;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
+    let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
+    let events = aws_sdk_eventbridge::Client::new(&runtime.sdk);
+    for sku in SAMPLE_SKUS {
+        stock::put(&dynamodb, &names.inventory, sku, STOCK).await?;
+    }
+    let archive_url = archive(&runtime, &names.bus).await?;
+    let started = Instant::now();
+    injector.arm();
+
+    // Orders, then cancellations, through the HTTP API.
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(90)).build().map_err(|e| e.to_string())?;
+    let permits = Arc::new(tokio::sync::Semaphore::new(options.concurrency.max(1)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..options.orders {
+        let (client, permits) = (client.clone(), permits.clone());
+        let body = json!({"customer_id": format!("proof-{i}"), "currency": "EUR", "lines": [
+            {"sku": SAMPLE_SKUS[i % SAMPLE_SKUS.len()], "quantity": 1 + i % 3, "unit_price": "10.00"},
+            {"sku": SAMPLE_SKUS[(i / 2 + 1) % SAMPLE_SKUS.len()], "quantity": 1, "unit_price": "2.50"}]})
+        .to_string();
+        let url = format!("http://{api}/orders");
+        tasks.spawn(async move {
+            let _permit = permits.acquire().await;
+            let key = format!("proof-order-{i}");
+            let answer =
+                send_retrying(|| client.post(&url).header("content-type", "application/json").header("idempotency-key", &key).body(body.clone()))
+                    .await;
+            (i, answer)
+        });
+    }
+    let mut answered = Vec::new();
+    let mut failed = 0;
+    let mut done = 0;
+    while let Some(joined) = tasks.join_next().await {
+        done += 1;
+        match joined {
+            Ok((i, Some((status, body)))) if (200..300).contains(&status) => {
+                let id = serde_json::from_str::<Value>(&body).ok().and_then(|v| v["order_id"].as_str().map(str::to_owned)).unwrap_or_default();
+                answered.push((i, id));
+            }
+            Ok((i, answer)) => {
+                failed += 1;
+                tracing::warn!(order = i, answer = ?answer, "proof: the order was not accepted");
+            }
+            Err(e) => return Err(format!("an order task failed: {e}")),
+        }
+        say.progress(format!("POST /orders {done}/{}: {} answered, {failed} failed; {} AWS calls", options.orders, answered.len(), injector.calls()));
+    }
+    answered.sort();
+    if injector.plan().cancel_after_quiet {
+        say.end_progress();
+        wait_quiet(&injector, options, &say, "orders sent, cancellations held back").await;
+    }
+    let to_cancel: Vec<String> =
+        if options.cancel_every == 0 { Vec::new() } else { answered.iter().step_by(options.cancel_every).map(|(_, id)| id.clone()).collect() };
+    for (n, id) in to_cancel.iter().enumerate() {
+        let (client, permits) = (client.clone(), permits.clone());
+        let url = format!("http://{api}/orders/{id}/cancel");
+        tasks.spawn(async move {
+            let _permit = permits.acquire().await;
+            let answer = send_retrying(|| client.post(&url).header("content-type", "application/json").body(r#"{"reason":"proof"}"#)).await;
+            (n, answer)
+        });
+    }
+    let mut done = 0;
+    while let Some(joined) = tasks.join_next().await {
+        done += 1;
+        // A 409 after a lost answer is a cancellation that committed: the tables judge.
+        if let Ok((_, None)) = joined {
+            failed += 1;
+        }
+        say.progress(format!("POST /orders/{{id}}/cancel {done}/{}", to_cancel.len()));
+    }
+    say.end_progress();
+    let quiet = wait_quiet(&injector, options, &say, "orders sent").await;
+
+    // Dead letters: their reasons, what a redrive would do, and the redrive when the plan says so.
+    let mut dead = Vec::new();
+    let mut unexplained = Vec::new();
+    let mut redriven = 0;
+    for q in &names.dead_letter_queues {
+        let messages = dlq::peek(&sqs, q).await?;
+        let all = dlq::Selection::default();
+        let options = dlq::RedriveOptions { bus: &names.bus, dry_run: true, selection: &all, force: false };
+        let dry = dlq::redrive(&sqs, &events, q, &options, |_, _| {}).await?;
+        for m in &messages {
+            let explained = !m.reason.trim().is_empty()
+                && (dry.redriven.contains(&m.message_id) || dry.left.iter().any(|(id, why)| id == &m.message_id && !why.trim().is_empty()));
+            if !explained {
+                unexplained.push(format!("{} in {}", m.message_id, q.logical_id));
+            }
+        }
+        dead.extend(messages);
+    }
+    let mut quiet_after_redrive = true;
+    if injector.plan().redrive && !dead.is_empty() {
+        for q in &names.dead_letter_queues {
+            // As an operator would: what can pass is redriven; permanent causes stay, with why.
+            let all = dlq::Selection::default();
+            let options = dlq::RedriveOptions { bus: &names.bus, dry_run: false, selection: &all, force: false };
+            let report = dlq::redrive(&sqs, &events, q, &options, |d, t| say.progress(format!("redriving {}: {d}/{t}", q.logical_id))).await?;
+            redriven += report.redriven.len();
+        }
+        say.end_progress();
+        quiet_after_redrive = wait_quiet(&injector, options, &say, "redriven").await;
+    }
+    let mut left = 0;
+    for q in &names.dead_letter_queues {
+        left += dlq::peek(&sqs, q).await?.len();
+    }
+
+    // The verdict, from the tables, the stream and the queues.
+    say.progress("reading the tables, the stream and the archive");
+    let mut published = HashSet::new();
+    drain_archive(&sqs, &archive_url, &mut published).await?;
+    let carried = stream_events(&runtime, &names.outbox_stream).await?;
+    let orders = scan(&dynamodb, &names.orders).await?;
+    let inventory = scan(&dynamodb, &names.inventory).await?;
+    let inbox = scan(&dynamodb, &names.inbox).await?;
+    say.end_progress();
+
+    let orders: HashMap<String, String> =
+        orders.iter().filter(|i| text(i, "pk").starts_with("ORDER#")).map(|i| (text(i, "order_id"), text(i, "status"))).collect();
+    let mut reservations: HashMap<String, (String, BTreeMap<String, u64>)> = HashMap::new();
+    let mut skus: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for item in &inventory {
+        let pk = text(item, "pk");
+        if let Some(order_id) = pk.strip_prefix("RESERVATION#") {
+            let lines =
+                item.get("lines").and_then(|v| v.as_m().ok()).map(|m| m.iter().map(|(k, v)| (k.clone(), number(v))).collect()).unwrap_or_default();
+            reservations.insert(order_id.to_owned(), (text(item, "status"), lines));
+        } else if let Some(sku) = pk.strip_prefix("SKU#") {
+            let n = |k: &str| item.get(k).map(number).unwrap_or(0);
+            skus.insert(sku.to_owned(), (n("available"), n("reserved")));
+        }
+    }
+    let first = |v: &[String]| v.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+    let mut invariants = Vec::new();
+
+    // Exactly once.
+    let mut wrong = Vec::new();
+    for (order_id, status) in &orders {
+        let state = reservations.get(order_id).map(|(s, _)| s.as_str());
+        let fine = match (status.as_str(), state) {
+            ("CANCELLED", Some("RELEASED" | "REJECTED")) => true,
+            ("CANCELLED", _) => false,
+            (_, Some("RESERVED" | "REJECTED")) => true,
+            _ => false,
+        };
+        if !fine {
+            wrong.push(format!("{order_id} ({status}, reservation {})", state.unwrap_or("missing")));
+        }
+    }
+    let mut expected: BTreeMap<String, u64> = BTreeMap::new();
+    for (status, lines) in reservations.values() {
+        if status == "RESERVED" {
+            for (sku, q) in lines {
+                *expected.entry(sku.clone()).or_insert(0) += q;
+            }
+        }
+    }
+    let mut sums = Vec::new();
+    for (sku, (available, reserved)) in &skus {
+        let want = expected.get(sku).copied().unwrap_or(0);
+        if *reserved != want || available + reserved != STOCK {
+            sums.push(format!(
+                "{sku}: reserved {reserved} (reservations say {want}), available + reserved {} (seeded {STOCK})",
+                available + reserved
+            ));
+        }
+    }
+    let answered_missing: Vec<String> = answered.iter().filter(|(_, id)| !orders.contains_key(id)).map(|(_, id)| id.clone()).collect();
+    invariants.push(Invariant {
+        name: "every committed order took effect exactly once",
+        held: wrong.is_empty() && sums.is_empty() && answered_missing.is_empty(),
+        detail: format!(
+            "{} orders in the table, {} reservations; {} orders without the right effect [{}]; {} SKU sums off [{}]; {} answered 201 but not in the table [{}]",
+            orders.len(),
+            reservations.len(),
+            wrong.len(),
+            first(&wrong),
+            sums.len(),
+            first(&sums),
+            answered_missing.len(),
+            first(&answered_missing)
+        ),
+    });
+    let orphans: Vec<String> = reservations.keys().filter(|id| !orders.contains_key(*id)).cloned().collect();
+    invariants.push(Invariant {
+        name: "no effect without a committed order",
+        held: orphans.is_empty(),
+        detail: format!("{} reservations without an order [{}]", orphans.len(), first(&orphans)),
+    });
+    let carried_ids: HashSet<&str> = carried.iter().map(|(id, _)| id.as_str()).collect();
+    let unpublished: Vec<String> = carried_ids.iter().filter(|id| !published.contains(**id)).map(|id| (*id).to_owned()).collect();
+    invariants.push(Invariant {
+        name: "every event the stream carried was published at least once",
+        held: unpublished.is_empty(),
+        detail: format!(
+            "{} events carried, {} reached the bus; {} never published [{}]",
+            carried_ids.len(),
+            published.len(),
+            unpublished.len(),
+            first(&unpublished)
+        ),
+    });
+    invariants.push(Invariant {
+        name: "every dead letter has a reason and is redrivable or says why not",
+        held: unexplained.is_empty(),
+        detail: format!("{} dead-lettered, {} unexplained [{}]", dead.len(), unexplained.len(), first(&unexplained)),
+    });
+    // A row per event: claimed in the effect's own transaction (no status), or COMPLETED.
+    let completed: HashSet<String> = inbox
+        .iter()
+        .filter(|i| !text(i, "event_id").is_empty() && matches!(text(i, "status").as_str(), "" | "COMPLETED"))
+        .map(|i| text(i, "event_id"))
+        .collect();
+    let missing: Vec<String> = carried
+        .iter()
+        .filter(|(id, kind)| names.consumer_types.contains(kind) && !completed.contains(id))
+        .map(|(id, kind)| format!("{kind} {id}"))
+        .collect();
+    let subscribed = carried.iter().filter(|(_, kind)| names.consumer_types.contains(kind)).count();
+    invariants.push(Invariant {
+        name: if injector.plan().redrive { "nothing missing after the redrive" } else { "nothing missing (no redrive in the plan)" },
+        held: missing.is_empty(),
+        detail: format!("{subscribed} events for the consumer, {} not applied [{}]; {left} dead letters left", missing.len(), first(&missing)),
+    });
+    invariants.push(Invariant {
+        name: "the pipeline went quiet",
+        held: quiet && quiet_after_redrive,
+        detail: format!("no AWS call for {} s within {} s", options.quiet.as_secs(), options.timeout.as_secs()),
+    });
+
+    let ok = invariants.iter().all(|i| i.held);
+    Ok(ProofReport {
+        orders_sent: options.orders,
+        orders_answered: answered.len(),
+        orders_committed: orders.len(),
+        cancellations_sent: to_cancel.len(),
+        orders_cancelled: orders.values().filter(|s| *s == "CANCELLED").count(),
+        requests_failed: failed,
+        aws_calls: injector.calls(),
+        faults: injector.injected(),
+        faults_by_kind: injector.injected_by_kind(),
+        dead_lettered: dead.len(),
+        redriven,
+        dead_letters_left: left,
+        stream_events: carried_ids.len(),
+        published_events: published.len(),
+        wall_secs: started.elapsed().as_secs_f64(),
+        peak_rss_mb: peak_rss_mb(),
+        invariants,
+        ok,
+    })
+}
+
+/// `VmHWM` of this process, MB (Linux).
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: f64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+/// The report for people: the faults injected, then each invariant.
+pub fn format_report(report: &ProofReport) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "orders: {} sent, {} answered, {} committed, {} cancelled ({} cancellations sent), {} requests failed after retries; {} AWS calls by the functions; {:.0} s\n",
+        report.orders_sent,
+        report.orders_answered,
+        report.orders_committed,
+        report.orders_cancelled,
+        report.cancellations_sent,
+        report.requests_failed,
+        report.aws_calls,
+        report.wall_secs
+    ));
+    out.push_str(&format!(
+        "dead letters: {} before the redrive, {} redriven, {} left; stream carried {} events, {} reached the bus\n\n",
+        report.dead_lettered, report.redriven, report.dead_letters_left, report.stream_events, report.published_events
+    ));
+    out.push_str(&format!("{:<72} {:>7}\n", "fault injected", "count"));
+    for f in &report.faults {
+        out.push_str(&format!("{:<72} {:>7}\n", f.fault, f.count));
+    }
+    out.push_str(&format!("\n{:<72} {:>7}\n", "by kind", "count"));
+    for (kind, n) in &report.faults_by_kind {
+        out.push_str(&format!("{kind:<72} {n:>7}\n"));
+    }
+    out.push('\n');
+    for i in &report.invariants {
+        out.push_str(&format!("{:<7} {}\n        {}\n", if i.held { "HELD" } else { "BROKEN" }, i.name, i.detail));
+    }
+    out.push_str(if report.ok { "\nresult: every invariant held\n" } else { "\nresult: an invariant is BROKEN\n" });
+    out
+}
