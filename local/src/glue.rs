@@ -25,6 +25,10 @@ pub struct RuntimeOptions {
     pub max_instances: usize,
     /// Print the functions' log lines on stderr, prefixed with their logical id.
     pub verbose: bool,
+    /// Where the runtime keeps state across restarts (the stream mappings' checkpoints,
+    /// [`crate::checkpoint`]); `None`: nothing is kept, every start reads the streams from
+    /// `TRIM_HORIZON`.
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for RuntimeOptions {
@@ -35,6 +39,7 @@ impl Default for RuntimeOptions {
             async_retry_delay: Duration::from_millis(200),
             max_instances: 4,
             verbose: false,
+            state_dir: None,
         }
     }
 }

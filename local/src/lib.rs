@@ -10,7 +10,8 @@
 //! [`emulator`] starts moto, [`aws`] builds the SDK configuration, [`stack`] provisions,
 //! [`binaries`] builds the functions' binaries, [`runtime_api`] serves the Lambda Runtime API to
 //! one instance, [`sandbox`] runs one instance (with [`emf`] for its metrics), [`function`] pools
-//! a function's instances, [`esm`] plays the stream mapping (with [`filter`]), [`delivery`]
+//! a function's instances, [`esm`] plays the stream mapping (with [`filter`], and its
+//! [`checkpoint`] kept across restarts), [`delivery`]
 //! plays rule delivery (both set up through [`glue`]), [`runtime`] ties them together,
 //! [`http_api`] plays API Gateway, [`dlq`] reads dead-letter queues, [`stats`] counts, and
 //! [`demo`] runs the whole thing.
@@ -19,6 +20,7 @@
 
 pub mod aws;
 pub mod binaries;
+pub mod checkpoint;
 pub mod delivery;
 pub mod demo;
 pub mod dlq;

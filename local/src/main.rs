@@ -172,7 +172,10 @@ async fn local(cli: &Cli, template: Template, root: &Path, stack_name: &str, ann
         }
     }
     let bin_dir = build_functions(cli, &stack, root, only).await?;
-    let options = RuntimeOptions { verbose: cli.verbose, max_instances: cli.max_instances.max(1), ..RuntimeOptions::default() };
+    // The stream mappings' checkpoints survive a restart of the runtime (on the same emulator:
+    // a new emulator's streams have new ARNs, and their checkpoints start afresh).
+    let state_dir = Some(root.join(".local").join(stack_name));
+    let options = RuntimeOptions { verbose: cli.verbose, max_instances: cli.max_instances.max(1), state_dir, ..RuntimeOptions::default() };
     let runtime = Runtime::with_functions(sdk, stack, options, &bin_dir, only)?;
     Ok(Local { runtime: Arc::new(runtime), _emulator: emulator, endpoint })
 }
