@@ -135,7 +135,7 @@ async fn a_sequence_gap_is_retried_then_dead_lettered_and_a_redrive_after_the_fi
         wait.tick(|| "not yet".into()).await;
     }
     // Redrive: applied once, the queue is empty, a second redrive is a no-op.
-    let report = dlq::redrive(&local.sqs, &local.events, &queue, &bus, false, |_, _| {}).await.unwrap();
+    let report = dlq::redrive(&local.sqs, &local.events, &queue, &bus, None, false, |_, _| {}).await.unwrap();
     assert_eq!((report.redriven.len(), report.left.len()), (1, 0), "{report:?}");
     let wait = Deadline::new("the redriven cancellation applied");
     while !local.runtime.stats.snapshot().outcomes.get("e-g2").is_some_and(|o| o.iter().any(|(x, _)| x == "released")) {
@@ -143,7 +143,7 @@ async fn a_sequence_gap_is_retried_then_dead_lettered_and_a_redrive_after_the_fi
     }
     assert_eq!(dlq::depth(&local.sqs, &queue).await.unwrap(), 0);
     assert_eq!(inventory::stock(&local.dynamodb, &table, "SKU-A").await.unwrap(), Some((10, 0)));
-    let again = dlq::redrive(&local.sqs, &local.events, &queue, &bus, false, |_, _| {}).await.unwrap();
+    let again = dlq::redrive(&local.sqs, &local.events, &queue, &bus, None, false, |_, _| {}).await.unwrap();
     assert_eq!((again.redriven.len(), again.left.len()), (0, 0));
     local.shutdown().await;
 }

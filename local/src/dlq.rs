@@ -225,7 +225,7 @@ pub fn redrive_entry(body: &str, bus: &str) -> Result<aws_sdk_eventbridge::types
         }
         (Some(kind), _, Some(event), _, _) if kind == outbox::dead_letter::CONSUMER_FAILURE_KIND => event.get().to_owned(),
         (_, _, _, Some(_), _) => {
-            return Err("a stream batch record names a sequence-number range, not the records: re-read it from the stream (24 h retention)".into())
+            return Err("a stream batch record names a sequence-number range, not the records: replay it through the relay (failed_batch)".into())
         }
         (_, Some(payload), _, _, _) => payload.get().to_owned(),
         (_, _, _, _, Some(_)) => body.to_owned(),
@@ -244,9 +244,12 @@ pub fn redrive_entry(body: &str, bus: &str) -> Result<aws_sdk_eventbridge::types
 }
 
 /// Re-publishes every redrivable message of `queue` to `bus` and deletes it once the bus
-/// accepted it; everything else stays in the queue. `progress(done, total)` is called after
-/// each message. Running it twice is safe: the second run finds only what was left, and a
-/// re-published event that had taken effect is absorbed by the consumer's inbox.
+/// accepted it; everything else stays in the queue. A stream mapping's pointer-only record
+/// (`DDBStreamBatchInfo`) is replayed through the relay by `replayer` (its records read back
+/// from the outbox table, [`crate::failed_batch`]) and deleted when nothing of it still fails;
+/// without a replayer it stays. `progress(done, total)` is called after each message. Running it
+/// twice is safe: the second run finds only what was left, and a re-published event that had
+/// taken effect is absorbed by the consumer's inbox.
 ///
 /// # Errors
 /// An SQS error as text (messages not yet handled stay in the queue).
@@ -255,6 +258,7 @@ pub async fn redrive(
     events: &aws_sdk_eventbridge::Client,
     queue: &QueueInfo,
     bus: &str,
+    replayer: Option<&crate::failed_batch::Replayer>,
     dry_run: bool,
     progress: impl Fn(usize, usize),
 ) -> Result<RedriveReport, String> {
@@ -264,13 +268,25 @@ pub async fn redrive(
     for (i, m) in received.iter().enumerate() {
         let id = m.message_id().unwrap_or_default().to_owned();
         let handle = m.receipt_handle().unwrap_or_default().to_owned();
-        let outcome = match redrive_entry(m.body().unwrap_or_default(), bus) {
-            Err(why) => Err(why),
-            Ok(_) if dry_run => Ok(false),
-            Ok(entry) => match events.put_events().entries(entry).send().await {
-                Ok(out) if out.failed_entry_count() == 0 => Ok(true),
-                Ok(out) => Err(format!("the bus rejected it: {}", out.entries().first().and_then(|e| e.error_message()).unwrap_or("unknown error"))),
-                Err(e) => Err(format!("PutEvents failed: {}", aws_sdk_eventbridge::error::DisplayErrorContext(e))),
+        let body = m.body().unwrap_or_default();
+        let batch = crate::failed_batch::parse(body).ok();
+        let outcome = match (redrive_entry(body, bus), batch, replayer) {
+            (_, Some(_), _) if dry_run => Ok(false),
+            (_, Some(batch), Some(replayer)) => match replayer.replay(&batch).await {
+                Ok(r) if r.failed == 0 => Ok(true),
+                Ok(r) => Err(format!("{} of {} record(s) still fail (is the bus reachable?)", r.failed, r.records)),
+                Err(why) => Err(why),
+            },
+            (entry, _, _) => match entry {
+                Err(why) => Err(why),
+                Ok(_) if dry_run => Ok(false),
+                Ok(entry) => match events.put_events().entries(entry).send().await {
+                    Ok(out) if out.failed_entry_count() == 0 => Ok(true),
+                    Ok(out) => {
+                        Err(format!("the bus rejected it: {}", out.entries().first().and_then(|e| e.error_message()).unwrap_or("unknown error")))
+                    }
+                    Err(e) => Err(format!("PutEvents failed: {}", aws_sdk_eventbridge::error::DisplayErrorContext(e))),
+                },
             },
         };
         match outcome {
@@ -319,7 +335,7 @@ mod tests {
         assert!(redrive_entry("nope", "b").unwrap_err().contains("not JSON"));
         assert!(redrive_entry(r#"{"a":1}"#, "b").unwrap_err().contains("unknown shape"));
         let batch = r#"{"requestContext":{"condition":"RetryAttemptsExhausted"},"DDBStreamBatchInfo":{"shardId":"s"}}"#;
-        assert!(redrive_entry(batch, "b").unwrap_err().contains("re-read it from the stream"));
+        assert!(redrive_entry(batch, "b").unwrap_err().contains("replay it through the relay"));
         let string_detail = r#"{"detail-type":"OrderCreated","source":"s","detail":"{\"a\":1}"}"#;
         assert!(redrive_entry(string_detail, "b").unwrap_err().contains("not a JSON object"));
     }

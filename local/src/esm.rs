@@ -328,7 +328,13 @@ impl StreamMapping {
     async fn send_to_destination(&self, skipped: &[Buffered], attempts: i64, condition: &str, last: Option<&Result<Value, FunctionError>>) {
         let (Some(first), Some(last_record)) = (skipped.first(), skipped.last()) else { return };
         let seq = |b: &Buffered| b.record.pointer("/dynamodb/SequenceNumber").cloned().unwrap_or(Value::Null);
-        let arrival = |b: &Buffered| b.record.pointer("/dynamodb/ApproximateCreationDateTime").cloned().unwrap_or(Value::Null);
+        // RFC 3339, as Lambda writes the arrival times.
+        let arrival = |b: &Buffered| {
+            let secs = b.record.pointer("/dynamodb/ApproximateCreationDateTime").and_then(Value::as_i64);
+            secs.and_then(|s| chrono::DateTime::from_timestamp(s, 0))
+                .map(|t| json!(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)))
+                .unwrap_or(Value::Null)
+        };
         let mut body = json!({
             "version": "1.0",
             "timestamp": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),

@@ -13,7 +13,8 @@
 //! a function's instances, [`esm`] plays the stream mapping (with [`filter`], and its
 //! [`checkpoint`] kept across restarts), [`delivery`]
 //! plays rule delivery (both set up through [`glue`]), [`runtime`] ties them together,
-//! [`http_api`] plays API Gateway, [`dlq`] reads dead-letter queues, [`stats`] counts, and
+//! [`http_api`] plays API Gateway, [`dlq`] reads dead-letter queues
+//! (and [`failed_batch`] replays the stream batches a mapping gave up on), [`stats`] counts, and
 //! [`demo`] runs the whole thing.
 
 #![warn(missing_docs)]
@@ -27,6 +28,7 @@ pub mod dlq;
 pub mod emf;
 pub mod emulator;
 pub mod esm;
+pub mod failed_batch;
 pub mod filter;
 pub mod function;
 pub mod glue;

@@ -29,9 +29,9 @@ use outbox_local::binaries;
 use outbox_local::demo::{self, DemoOptions};
 use outbox_local::emulator::Emulator;
 use outbox_local::runtime::{Runtime, RuntimeOptions};
-use outbox_local::stack::{default_stack_name, Mode, QueueInfo, Stack};
-use outbox_local::template::Template;
-use outbox_local::{dlq, http_api};
+use outbox_local::stack::{default_stack_name, Destination, Mode, QueueInfo, Stack};
+use outbox_local::template::{FunctionEvent, Template};
+use outbox_local::{dlq, failed_batch, http_api};
 use tokio::sync::watch;
 
 #[derive(Debug, Parser)]
@@ -119,11 +119,17 @@ enum DlqCommand {
         /// The SQS message id (from `dlq list`).
         message_id: String,
     },
-    /// Re-publish the dead-lettered events to the bus; delete what the bus accepted.
+    /// Re-publish the dead-lettered events to the bus; delete what the bus accepted. Stream
+    /// batches the relay's mapping gave up on (its S3 on-failure bucket, and pointer-only
+    /// records in a queue) are replayed through the relay.
     Redrive {
-        /// Only this queue (logical id, e.g. ConsumerDeadLetterQueue).
+        /// Only this queue (logical id, e.g. ConsumerDeadLetterQueue); the bucket is skipped.
         #[arg(long)]
         queue: Option<String>,
+        /// The S3 on-failure bucket of the relay's mapping (default: the template's, named as
+        /// its BucketName resolves; give it when the account id differs, e.g. on AWS).
+        #[arg(long)]
+        bucket: Option<String>,
         /// The bus to re-publish to (default: the template's first AWS::Events::EventBus).
         #[arg(long)]
         bus: Option<String>,
@@ -444,12 +450,20 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 return Err("no dead-letter queue matches (queues are the template's *DeadLetter* queues)".into());
             }
             match command {
-                DlqCommand::Redrive { bus, dry_run, .. } => {
+                DlqCommand::Redrive { bus, dry_run, bucket, queue } => {
                     let bus = match bus {
                         Some(b) => b.clone(),
                         None => stack.buses.first().map(|b| b.name.clone()).ok_or("the template has no event bus; pass --bus")?,
                     };
-                    dlq_redrive(&sqs, &aws_sdk_eventbridge::Client::new(&sdk), &queues, &bus, *dry_run).await
+                    let (replayer, mut buckets) = stream_mappings(&stack, &sdk)?;
+                    if let Some(b) = bucket {
+                        buckets = vec![b.clone()];
+                    }
+                    if queue.is_some() {
+                        buckets.clear();
+                    }
+                    let failed_batches = FailedBatches { s3: aws_sdk_s3::Client::new(&sdk), replayer, buckets };
+                    dlq_redrive(&sqs, &aws_sdk_eventbridge::Client::new(&sdk), &queues, &bus, &failed_batches, *dry_run).await
                 }
                 DlqCommand::List { json, .. } => dlq_list(&sqs, &queues, *json).await,
                 DlqCommand::Show { message_id } => dlq_show(&sqs, &queues, message_id).await,
@@ -458,18 +472,63 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
     }
 }
 
-/// `dlq redrive`: exit code 2 when anything was left in a queue.
+/// The relay of the stack's stream mapping(s), to replay failed batches with, and their S3
+/// on-failure buckets.
+fn stream_mappings(stack: &Stack, sdk: &SdkConfig) -> Result<(Option<failed_batch::Replayer>, Vec<String>), String> {
+    let mut replayer = None;
+    let mut buckets = Vec::new();
+    for function in &stack.functions {
+        for event in &function.events {
+            let FunctionEvent::DynamoDb(mapping) = event else { continue };
+            if replayer.is_none() {
+                let env = stack.environment(function).map_err(|e| e.to_string())?;
+                replayer = Some(failed_batch::Replayer::new(sdk, env).map_err(|e| format!("{}: {e}", function.logical_id))?);
+            }
+            let Some(on_failure) = &mapping.on_failure else { continue };
+            if let Ok(Destination::S3 { bucket }) = stack.destination(on_failure, &function.logical_id) {
+                buckets.push(bucket);
+            }
+        }
+    }
+    Ok((replayer, buckets))
+}
+
+/// What `dlq redrive` replays besides the queues' messages.
+struct FailedBatches {
+    s3: aws_sdk_s3::Client,
+    replayer: Option<failed_batch::Replayer>,
+    buckets: Vec<String>,
+}
+
+/// `dlq redrive`: exit code 2 when anything was left in a queue or bucket.
 async fn dlq_redrive(
     sqs: &aws_sdk_sqs::Client,
     events: &aws_sdk_eventbridge::Client,
     queues: &[QueueInfo],
     bus: &str,
+    failed_batches: &FailedBatches,
     dry_run: bool,
 ) -> Result<ExitCode, String> {
     let mut left = 0;
+    let verb = if dry_run { "checking" } else { "redriving" };
+    if let Some(replayer) = &failed_batches.replayer {
+        for bucket in &failed_batches.buckets {
+            let report = failed_batch::redrive_bucket(&failed_batches.s3, replayer, bucket, dry_run, |done, total| {
+                eprint!("\r  {verb} s3://{bucket}: {done}/{total}");
+            })
+            .await?;
+            eprintln!();
+            let published: usize = report.replayed.iter().map(|(_, n)| n).sum();
+            let what = if dry_run { "would replay" } else { "replayed through the relay and deleted" };
+            println!("s3://{bucket}: {what} {} failed batch(es) ({published} record(s)); {} left", report.replayed.len(), report.left.len());
+            for (key, why) in &report.left {
+                println!("  left {key}: {why}");
+            }
+            left += report.left.len();
+        }
+    }
     for q in queues {
-        let verb = if dry_run { "checking" } else { "redriving" };
-        let report = dlq::redrive(sqs, events, q, bus, dry_run, |done, total| {
+        let report = dlq::redrive(sqs, events, q, bus, failed_batches.replayer.as_ref(), dry_run, |done, total| {
             eprint!("\r  {verb} {}: {done}/{total}", q.name);
         })
         .await?;
