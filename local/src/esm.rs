@@ -148,7 +148,7 @@ impl StreamMapping {
                 let _ = tokio::time::timeout(self.options.stream_poll_interval, shutdown.changed()).await;
                 continue;
             }
-            let expired = self.expired(&buffer);
+            let expired = expired(&buffer, self.spec.max_record_age_secs, chrono::Utc::now().timestamp());
             if expired > 0 {
                 let skipped: Vec<Buffered> = buffer.drain(..expired).collect();
                 mark_done(&skipped, &mut done);
@@ -203,19 +203,6 @@ impl StreamMapping {
         if done != saved {
             self.save_checkpoint(&done);
         }
-    }
-
-    /// How many records at the front of `buffer` are older than `MaximumRecordAgeInSeconds`.
-    fn expired(&self, buffer: &VecDeque<Buffered>) -> usize {
-        let Ok(max_age) = u64::try_from(self.spec.max_record_age_secs) else { return 0 };
-        let now = chrono::Utc::now().timestamp();
-        buffer
-            .iter()
-            .take_while(|b| {
-                let created = b.record.pointer("/dynamodb/ApproximateCreationDateTime").and_then(Value::as_i64);
-                created.is_some_and(|t| u64::try_from(now - t).is_ok_and(|age| age > max_age))
-            })
-            .count()
     }
 
     fn load_checkpoint(&self) -> BTreeMap<String, String> {
@@ -401,6 +388,20 @@ pub fn s3_key(mapping: &str, shard: &str, at: chrono::DateTime<chrono::Utc>) -> 
     format!("aws/lambda/{mapping}/{shard}/{}/{}-{}", at.format("%Y/%m/%d"), at.format("%Y-%m-%dT%H.%M.%S"), uuid::Uuid::new_v4())
 }
 
+/// How many records at the front of `buffer` are older than `max_age_secs`
+/// (`MaximumRecordAgeInSeconds`; negative: no limit) at `now` (epoch seconds), by their
+/// `ApproximateCreationDateTime`.
+fn expired(buffer: &VecDeque<Buffered>, max_age_secs: i64, now: i64) -> usize {
+    let Ok(max_age) = u64::try_from(max_age_secs) else { return 0 };
+    buffer
+        .iter()
+        .take_while(|b| {
+            let created = b.record.pointer("/dynamodb/ApproximateCreationDateTime").and_then(Value::as_i64);
+            created.is_some_and(|t| u64::try_from(now - t).is_ok_and(|age| age > max_age))
+        })
+        .count()
+}
+
 /// Marks `records` (in stream order) as done: each shard's checkpoint moves to its last one.
 fn mark_done(records: &[Buffered], done: &mut BTreeMap<String, String>) {
     for b in records {
@@ -442,6 +443,50 @@ mod tests {
         assert_eq!(acknowledged(&json!({"batchItemFailures": [{"itemIdentifier": ""}]}), &SEQ, true), 0);
         assert_eq!(acknowledged(&json!({"batchItemFailures": [{"itemIdentifier": "999"}]}), &SEQ, true), 0);
         assert_eq!(acknowledged(&json!({"batchItemFailures": "oops"}), &SEQ, true), 0);
+    }
+
+    fn buffered(shard: &str, seq: &str, created: i64) -> Buffered {
+        Buffered { shard_id: shard.into(), record: json!({"dynamodb": {"SequenceNumber": seq, "ApproximateCreationDateTime": created}}) }
+    }
+
+    #[test]
+    fn records_older_than_the_maximum_age_are_expired_from_the_front() {
+        let buffer: VecDeque<Buffered> = [buffered("a", "1", 100), buffered("a", "2", 105), buffered("a", "3", 110)].into();
+        assert_eq!(expired(&buffer, 4, 110), 2, "aged 10 and 5 s are older than 4 s; the one of 0 s is not");
+        assert_eq!(expired(&buffer, 10, 110), 0, "exactly the maximum age is not older");
+        assert_eq!(expired(&buffer, -1, 1_000_000), 0, "-1: no limit");
+        assert_eq!(expired(&buffer, 0, 110), 2);
+    }
+
+    #[test]
+    fn the_checkpoint_moves_past_what_is_done_and_never_past_a_buffered_record() {
+        let mut done = BTreeMap::new();
+        let mut buffer: VecDeque<Buffered> = [buffered("a", "1", 0), buffered("a", "2", 0), buffered("b", "7", 0)].into();
+        // Read up to 5 on shard a (3..5 filtered out) and 9 on shard b (8, 9 filtered out).
+        let positions: HashMap<String, Option<String>> = [("a".to_owned(), Some("5".to_owned())), ("b".to_owned(), Some("9".to_owned()))].into();
+        advance_checkpoint(&positions, &buffer, &mut done);
+        assert!(done.is_empty(), "both shards still have records to deliver: {done:?}");
+        let acknowledged: Vec<Buffered> = buffer.drain(..1).collect();
+        mark_done(&acknowledged, &mut done);
+        advance_checkpoint(&positions, &buffer, &mut done);
+        assert_eq!(done.get("a").map(String::as_str), Some("1"), "record 2 is still to deliver");
+        assert!(!done.contains_key("b"));
+        let rest: Vec<Buffered> = buffer.drain(..).collect();
+        mark_done(&rest, &mut done);
+        advance_checkpoint(&positions, &buffer, &mut done);
+        assert_eq!(
+            done,
+            [("a".to_owned(), "5".to_owned()), ("b".to_owned(), "9".to_owned())].into(),
+            "filtered records after the last delivered one are done too"
+        );
+    }
+
+    #[test]
+    fn s3_records_follow_lambdas_key_layout() {
+        let at = chrono::DateTime::from_timestamp(1_764_565_200, 0).expect("a valid time");
+        let key = s3_key("Relay-Stream", "shardId-1", at);
+        assert!(key.starts_with("aws/lambda/Relay-Stream/shardId-1/2025/12/01/2025-12-01T05.00.00-"), "{key}");
+        assert_eq!(key.len(), "aws/lambda/Relay-Stream/shardId-1/2025/12/01/2025-12-01T05.00.00-".len() + 36, "ends with a UUID: {key}");
     }
 
     #[test]
