@@ -196,6 +196,13 @@ async fn a_broker_outage_longer_than_every_retry_loses_nothing_after_dlq_redrive
     drain_spy(&local, &spy_url, &mut seen).await;
     assert!(seen.is_empty(), "nothing reached the bus during the outage: {seen:?}");
 
+    // `dlq list` shows them, with the records.
+    let listed = failed_batch::peek_bucket(&s3, &bucket).await.expect("the bucket is listed");
+    assert!(
+        !listed.is_empty() && listed.iter().all(|m| m.shape == "stream-batch-records" && m.reason.starts_with("RecordAgeExceeded: ")),
+        "{listed:?}"
+    );
+
     // The operator's step: `dlq redrive` replays the bucket's batches through the relay.
     let replayer = Replayer::new(&local.runtime.sdk, local.env_of(RELAY)).expect("the relay's configuration");
     let report = failed_batch::redrive_bucket(&s3, &replayer, &bucket, false, |_, _| {}).await.expect("the redrive runs");

@@ -293,6 +293,56 @@ impl Replayer {
     }
 }
 
+/// Every failed-batch object of `bucket` (under `aws/lambda/`), as `dlq list` shows messages:
+/// `queue` is `s3://<bucket>`, `message_id` the object key, `shape` `stream-batch-records`
+/// (with the records) or `stream-batch` (a pointer), `reason` the condition and the range.
+///
+/// # Errors
+/// An S3 error as text.
+pub async fn peek_bucket(s3: &aws_sdk_s3::Client, bucket: &str) -> Result<Vec<crate::dlq::DlqMessage>, String> {
+    let s3_err = |e: &dyn std::fmt::Display| format!("s3://{bucket}: {e}");
+    let mut list = Vec::new();
+    let mut pages = s3.list_objects_v2().bucket(bucket).prefix("aws/lambda/").into_paginator().send();
+    let now = Utc::now();
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|e| s3_err(&aws_sdk_s3::error::DisplayErrorContext(e)))?;
+        for object in page.contents() {
+            let Some(key) = object.key() else { continue };
+            let got = s3.get_object().bucket(bucket).key(key).send().await.map_err(|e| s3_err(&aws_sdk_s3::error::DisplayErrorContext(e)))?;
+            let bytes = got.body.collect().await.map_err(|e| s3_err(&e))?.into_bytes();
+            let body = String::from_utf8_lossy(&bytes).into_owned();
+            let (shape, reason) = match parse(&body) {
+                Ok(b) => (
+                    if b.payload.is_some() { "stream-batch-records" } else { "stream-batch" },
+                    format!(
+                        "{}: {} record(s) of {} from {} to {}",
+                        b.condition,
+                        b.payload.as_ref().map_or(b.info.batch_size, |p| p.records.len()),
+                        b.info.shard_id,
+                        b.info.start_sequence_number,
+                        b.info.end_sequence_number
+                    ),
+                ),
+                Err(why) => ("unknown", why),
+            };
+            let modified = object.last_modified().and_then(|t| DateTime::from_timestamp(t.secs(), 0));
+            list.push(crate::dlq::DlqMessage {
+                queue: format!("s3://{bucket}"),
+                message_id: key.to_owned(),
+                sent_at: modified.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+                age_secs: modified.map(|t| (now - t).num_seconds()),
+                receive_count: None,
+                shape: shape.into(),
+                event_id: None,
+                reason,
+                attributes: Default::default(),
+                body,
+            });
+        }
+    }
+    Ok(list)
+}
+
 /// What [`redrive_bucket`] did.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct BucketReport {

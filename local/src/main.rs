@@ -411,6 +411,9 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             for q in &s.queues {
                 println!("  queue {:<16} {}", q.logical_id, q.url);
             }
+            for b in &s.buckets {
+                println!("  bucket {:<15} s3://{}", b.logical_id, b.name);
+            }
             for r in &s.rules {
                 println!("  rule  {} on {} → {} (local delivery queue {})", r.rule_name, r.bus_name, r.function, r.delivery_queue.name);
             }
@@ -465,8 +468,13 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                     let failed_batches = FailedBatches { s3: aws_sdk_s3::Client::new(&sdk), replayer, buckets };
                     dlq_redrive(&sqs, &aws_sdk_eventbridge::Client::new(&sdk), &queues, &bus, &failed_batches, *dry_run).await
                 }
-                DlqCommand::List { json, .. } => dlq_list(&sqs, &queues, *json).await,
-                DlqCommand::Show { message_id } => dlq_show(&sqs, &queues, message_id).await,
+                DlqCommand::List { json, queue } => {
+                    let buckets = if queue.is_some() { Vec::new() } else { s3_destinations(&stack) };
+                    dlq_list(&sqs, &queues, &aws_sdk_s3::Client::new(&sdk), &buckets, *json).await
+                }
+                DlqCommand::Show { message_id } => {
+                    dlq_show(&sqs, &queues, &aws_sdk_s3::Client::new(&sdk), &s3_destinations(&stack), message_id).await
+                }
             }
         }
     }
@@ -476,21 +484,28 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
 /// on-failure buckets.
 fn stream_mappings(stack: &Stack, sdk: &SdkConfig) -> Result<(Option<failed_batch::Replayer>, Vec<String>), String> {
     let mut replayer = None;
+    for function in &stack.functions {
+        if replayer.is_none() && function.events.iter().any(|e| matches!(e, FunctionEvent::DynamoDb(_))) {
+            let env = stack.environment(function).map_err(|e| e.to_string())?;
+            replayer = Some(failed_batch::Replayer::new(sdk, env).map_err(|e| format!("{}: {e}", function.logical_id))?);
+        }
+    }
+    Ok((replayer, s3_destinations(stack)))
+}
+
+/// The S3 on-failure buckets of the stack's stream mappings.
+fn s3_destinations(stack: &Stack) -> Vec<String> {
     let mut buckets = Vec::new();
     for function in &stack.functions {
         for event in &function.events {
             let FunctionEvent::DynamoDb(mapping) = event else { continue };
-            if replayer.is_none() {
-                let env = stack.environment(function).map_err(|e| e.to_string())?;
-                replayer = Some(failed_batch::Replayer::new(sdk, env).map_err(|e| format!("{}: {e}", function.logical_id))?);
-            }
             let Some(on_failure) = &mapping.on_failure else { continue };
             if let Ok(Destination::S3 { bucket }) = stack.destination(on_failure, &function.logical_id) {
                 buckets.push(bucket);
             }
         }
     }
-    Ok((replayer, buckets))
+    buckets
 }
 
 /// What `dlq redrive` replays besides the queues' messages.
@@ -543,18 +558,32 @@ async fn dlq_redrive(
     Ok(if left == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) })
 }
 
-/// Every message of `queues`, left in place.
-async fn dlq_messages(sqs: &aws_sdk_sqs::Client, queues: &[QueueInfo]) -> Result<Vec<dlq::DlqMessage>, String> {
+/// Every message of `queues` and failed-batch object of `buckets`, left in place.
+async fn dlq_messages(
+    sqs: &aws_sdk_sqs::Client,
+    queues: &[QueueInfo],
+    s3: &aws_sdk_s3::Client,
+    buckets: &[String],
+) -> Result<Vec<dlq::DlqMessage>, String> {
     let mut all = Vec::new();
     for q in queues {
         all.extend(dlq::peek(sqs, q).await?);
+    }
+    for b in buckets {
+        all.extend(failed_batch::peek_bucket(s3, b).await?);
     }
     Ok(all)
 }
 
 /// `dlq list [--json]`.
-async fn dlq_list(sqs: &aws_sdk_sqs::Client, queues: &[QueueInfo], json: bool) -> Result<ExitCode, String> {
-    let all = dlq_messages(sqs, queues).await?;
+async fn dlq_list(
+    sqs: &aws_sdk_sqs::Client,
+    queues: &[QueueInfo],
+    s3: &aws_sdk_s3::Client,
+    buckets: &[String],
+    json: bool,
+) -> Result<ExitCode, String> {
+    let all = dlq_messages(sqs, queues, s3, buckets).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&all).map_err(|e| e.to_string())?);
     } else {
@@ -562,14 +591,24 @@ async fn dlq_list(sqs: &aws_sdk_sqs::Client, queues: &[QueueInfo], json: bool) -
             let n = all.iter().filter(|m| m.queue == q.name).count();
             println!("{} ({}): {n} message(s)", q.logical_id, q.name);
         }
+        for b in buckets {
+            let n = all.iter().filter(|m| m.queue == format!("s3://{b}")).count();
+            println!("s3://{b}: {n} failed stream batch(es)");
+        }
         print!("{}", dlq::format_listing(&all));
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// `dlq show <message-id>`.
-async fn dlq_show(sqs: &aws_sdk_sqs::Client, queues: &[QueueInfo], message_id: &str) -> Result<ExitCode, String> {
-    let all = dlq_messages(sqs, queues).await?;
+/// `dlq show <message-id>` (or the key of a failed-batch object).
+async fn dlq_show(
+    sqs: &aws_sdk_sqs::Client,
+    queues: &[QueueInfo],
+    s3: &aws_sdk_s3::Client,
+    buckets: &[String],
+    message_id: &str,
+) -> Result<ExitCode, String> {
+    let all = dlq_messages(sqs, queues, s3, buckets).await?;
     let names = || queues.iter().map(|q| q.name.as_str()).collect::<Vec<_>>().join(", ");
     let m = all.iter().find(|m| m.message_id == message_id).ok_or_else(|| format!("no message {message_id} in {}", names()))?;
     let body: serde_json::Value = serde_json::from_str(&m.body).unwrap_or(serde_json::Value::String(m.body.clone()));
