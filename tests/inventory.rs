@@ -139,7 +139,7 @@ async fn a_sequence_gap_is_retried_then_dead_lettered_and_a_redrive_after_the_fi
         &local.sqs,
         &local.events,
         &queue,
-        &dlq::RedriveOptions { bus: &bus, dry_run: false, selection: &dlq::Selection::default(), force: false },
+        &dlq::RedriveOptions { bus: &bus, replayer: None, dry_run: false, selection: &dlq::Selection::default(), force: false },
         |_, _| {},
     )
     .await
@@ -155,7 +155,7 @@ async fn a_sequence_gap_is_retried_then_dead_lettered_and_a_redrive_after_the_fi
         &local.sqs,
         &local.events,
         &queue,
-        &dlq::RedriveOptions { bus: &bus, dry_run: false, selection: &dlq::Selection::default(), force: false },
+        &dlq::RedriveOptions { bus: &bus, replayer: None, dry_run: false, selection: &dlq::Selection::default(), force: false },
         |_, _| {},
     )
     .await

@@ -340,6 +340,9 @@ pub async fn purge(
 pub struct RedriveOptions<'a> {
     /// The bus to re-publish to.
     pub bus: &'a str,
+    /// Replays failed stream batches (S3 on-failure records, pointer-only records) through the
+    /// relay; `None` leaves them in the queue/bucket.
+    pub replayer: Option<&'a crate::failed_batch::Replayer>,
     /// Say what would be redriven; send and delete nothing.
     pub dry_run: bool,
     /// Which messages.
@@ -406,7 +409,7 @@ pub fn redrive_entry(body: &str, bus: &str) -> Result<aws_sdk_eventbridge::types
         }
         (Some(kind), _, Some(event), _, _) if kind == outbox::dead_letter::CONSUMER_FAILURE_KIND => event.get().to_owned(),
         (_, _, _, Some(_), _) => {
-            return Err("a stream batch record names a sequence-number range, not the records: re-read it from the stream (24 h retention)".into())
+            return Err("a stream batch record names a sequence-number range, not the records: replay it through the relay (failed_batch)".into())
         }
         (_, Some(payload), _, _, _) => payload.get().to_owned(),
         (_, _, _, _, Some(_)) => body.to_owned(),
@@ -425,9 +428,12 @@ pub fn redrive_entry(body: &str, bus: &str) -> Result<aws_sdk_eventbridge::types
 }
 
 /// Re-publishes every redrivable message of `queue` to `bus` and deletes it once the bus
-/// accepted it; everything else stays in the queue. `progress(done, total)` is called after
-/// each message. Running it twice is safe: the second run finds only what was left, and a
-/// re-published event that had taken effect is absorbed by the consumer's inbox.
+/// accepted it; everything else stays in the queue. A stream mapping's pointer-only record
+/// (`DDBStreamBatchInfo`) is replayed through the relay by `replayer` (its records read back
+/// from the outbox table, [`crate::failed_batch`]) and deleted when nothing of it still fails;
+/// without a replayer it stays. `progress(done, total)` is called after each message. Running it
+/// twice is safe: the second run finds only what was left, and a re-published event that had
+/// taken effect is absorbed by the consumer's inbox.
 ///
 /// # Errors
 /// An SQS error as text (messages not yet handled stay in the queue).
@@ -438,7 +444,7 @@ pub async fn redrive(
     options: &RedriveOptions<'_>,
     progress: impl Fn(usize, usize),
 ) -> Result<RedriveReport, String> {
-    let RedriveOptions { bus, dry_run, selection, force } = *options;
+    let RedriveOptions { bus, replayer, dry_run, selection, force } = *options;
     let mut report = RedriveReport { dry_run, ..Default::default() };
     let received = receive_all(sqs, queue, 120).await?;
     let described = describe(queue, &received);
@@ -454,16 +460,28 @@ pub async fn redrive(
     for (i, (m, d)) in chosen.into_iter().enumerate() {
         let id = m.message_id().unwrap_or_default().to_owned();
         let handle = m.receipt_handle().unwrap_or_default().to_owned();
-        let outcome = match redrive_entry(m.body().unwrap_or_default(), bus) {
+        let body = m.body().unwrap_or_default();
+        let batch = crate::failed_batch::parse(body).ok();
+        let outcome = match (redrive_entry(body, bus), batch, replayer) {
             _ if d.permanent && !force => {
                 Err(format!("{}: a permanent cause, redriving would only dead-letter it again; fix the cause, then --force", d.cause))
             }
-            Err(why) => Err(why),
-            Ok(_) if dry_run => Ok(false),
-            Ok(entry) => match events.put_events().entries(entry).send().await {
-                Ok(out) if out.failed_entry_count() == 0 => Ok(true),
-                Ok(out) => Err(format!("the bus rejected it: {}", out.entries().first().and_then(|e| e.error_message()).unwrap_or("unknown error"))),
-                Err(e) => Err(format!("PutEvents failed: {}", aws_sdk_eventbridge::error::DisplayErrorContext(e))),
+            (_, Some(_), _) if dry_run => Ok(false),
+            (_, Some(batch), Some(replayer)) => match replayer.replay(&batch).await {
+                Ok(r) if r.failed == 0 => Ok(true),
+                Ok(r) => Err(format!("{} of {} record(s) still fail (is the bus reachable?)", r.failed, r.records)),
+                Err(why) => Err(why),
+            },
+            (entry, _, _) => match entry {
+                Err(why) => Err(why),
+                Ok(_) if dry_run => Ok(false),
+                Ok(entry) => match events.put_events().entries(entry).send().await {
+                    Ok(out) if out.failed_entry_count() == 0 => Ok(true),
+                    Ok(out) => {
+                        Err(format!("the bus rejected it: {}", out.entries().first().and_then(|e| e.error_message()).unwrap_or("unknown error")))
+                    }
+                    Err(e) => Err(format!("PutEvents failed: {}", aws_sdk_eventbridge::error::DisplayErrorContext(e))),
+                },
             },
         };
         let tally = report.by_cause.entry(d.cause.clone()).or_default();
@@ -517,7 +535,7 @@ mod tests {
         assert!(redrive_entry("nope", "b").unwrap_err().contains("not JSON"));
         assert!(redrive_entry(r#"{"a":1}"#, "b").unwrap_err().contains("unknown shape"));
         let batch = r#"{"requestContext":{"condition":"RetryAttemptsExhausted"},"DDBStreamBatchInfo":{"shardId":"s"}}"#;
-        assert!(redrive_entry(batch, "b").unwrap_err().contains("re-read it from the stream"));
+        assert!(redrive_entry(batch, "b").unwrap_err().contains("replay it through the relay"));
         let string_detail = r#"{"detail-type":"OrderCreated","source":"s","detail":"{\"a\":1}"}"#;
         assert!(redrive_entry(string_detail, "b").unwrap_err().contains("not a JSON object"));
     }

@@ -27,6 +27,10 @@ pub struct RuntimeOptions {
     pub verbose: bool,
     /// Fault injection between the functions and the emulator ([`crate::faults`]); none by default.
     pub faults: Option<Arc<crate::faults::Injector>>,
+    /// Where the runtime keeps state across restarts (the stream mappings' checkpoints,
+    /// [`crate::checkpoint`]); `None`: nothing is kept, every start reads the streams from
+    /// `TRIM_HORIZON`.
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for RuntimeOptions {
@@ -38,6 +42,7 @@ impl Default for RuntimeOptions {
             max_instances: 4,
             verbose: false,
             faults: None,
+            state_dir: None,
         }
     }
 }

@@ -10,9 +10,11 @@
 //! [`emulator`] starts moto, [`aws`] builds the SDK configuration, [`stack`] provisions,
 //! [`binaries`] builds the functions' binaries, [`runtime_api`] serves the Lambda Runtime API to
 //! one instance, [`sandbox`] runs one instance (with [`emf`] for its metrics), [`function`] pools
-//! a function's instances, [`esm`] plays the stream mapping (with [`filter`] and [`lanes`]), [`delivery`]
+//! a function's instances, [`esm`] plays the stream mapping (with [`filter`] and [`lanes`], and its
+//! [`checkpoint`] kept across restarts), [`delivery`]
 //! plays rule delivery (both set up through [`glue`]), [`runtime`] ties them together,
-//! [`http_api`] plays API Gateway, [`dlq`] reads dead-letter queues, [`trace`] follows one event,
+//! [`http_api`] plays API Gateway, [`dlq`] reads dead-letter queues
+//! (and [`failed_batch`] replays the stream batches a mapping gave up on), [`trace`] follows one event,
 //! [`ordering`] releases a consumer's sequence gap, [`stats`] counts, and
 //! [`demo`] runs the whole thing; [`faults`] injects AWS's failures between the functions and
 //! the emulator, and [`proof`] checks the invariants under them.
@@ -21,12 +23,14 @@
 
 pub mod aws;
 pub mod binaries;
+pub mod checkpoint;
 pub mod delivery;
 pub mod demo;
 pub mod dlq;
 pub mod emf;
 pub mod emulator;
 pub mod esm;
+pub mod failed_batch;
 pub mod faults;
 pub mod filter;
 pub mod function;

@@ -35,9 +35,9 @@ use outbox_local::emulator::Emulator;
 use outbox_local::faults::{FaultPlan, Injector};
 use outbox_local::proof::{self, ProofOptions};
 use outbox_local::runtime::{Runtime, RuntimeOptions};
-use outbox_local::stack::{default_stack_name, Mode, QueueInfo, Stack};
-use outbox_local::template::Template;
-use outbox_local::{dlq, http_api};
+use outbox_local::stack::{default_stack_name, Destination, Mode, QueueInfo, Stack};
+use outbox_local::template::{FunctionEvent, Template};
+use outbox_local::{dlq, failed_batch, http_api};
 use tokio::sync::watch;
 
 #[derive(Debug, Parser)]
@@ -197,11 +197,17 @@ enum DlqCommand {
         /// The SQS message id (from `dlq list`).
         message_id: String,
     },
-    /// Re-publish the dead-lettered events to the bus; delete what the bus accepted.
+    /// Re-publish the dead-lettered events to the bus; delete what the bus accepted. Stream
+    /// batches the relay's mapping gave up on (its S3 on-failure bucket, and pointer-only
+    /// records in a queue) are replayed through the relay.
     Redrive {
-        /// Only this queue (logical id, e.g. ConsumerDeadLetterQueue).
+        /// Only this queue (logical id, e.g. ConsumerDeadLetterQueue); the bucket is skipped.
         #[arg(long)]
         queue: Option<String>,
+        /// The S3 on-failure bucket of the relay's mapping (default: the template's, named as
+        /// its BucketName resolves; give it when the account id differs, e.g. on AWS).
+        #[arg(long)]
+        bucket: Option<String>,
         /// The bus to re-publish to (default: the template's first AWS::Events::EventBus).
         #[arg(long)]
         bus: Option<String>,
@@ -308,8 +314,16 @@ async fn local_with_faults(
     }
     let bin_dir = build_functions(cli, &stack, root, only).await?;
     let injector = faults.map(|plan| Injector::new(plan, &endpoint));
-    let options =
-        RuntimeOptions { verbose: cli.verbose, max_instances: cli.max_instances.max(1), faults: injector.clone(), ..RuntimeOptions::default() };
+    // The stream mappings' checkpoints survive a restart of the runtime (on the same emulator:
+    // a new emulator's streams have new ARNs, and their checkpoints start afresh).
+    let state_dir = Some(root.join(".local").join(stack_name));
+    let options = RuntimeOptions {
+        verbose: cli.verbose,
+        max_instances: cli.max_instances.max(1),
+        faults: injector.clone(),
+        state_dir,
+        ..RuntimeOptions::default()
+    };
     let runtime = Runtime::with_functions(sdk, stack, options, &bin_dir, only)?;
     Ok((Local { runtime: Arc::new(runtime), _emulator: emulator, endpoint }, injector))
 }
@@ -607,6 +621,9 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             for q in &s.queues {
                 println!("  queue {:<16} {}", q.logical_id, q.url);
             }
+            for b in &s.buckets {
+                println!("  bucket {:<15} s3://{}", b.logical_id, b.name);
+            }
             for r in &s.rules {
                 println!("  rule  {} on {} → {} (local delivery queue {})", r.rule_name, r.bus_name, r.function, r.delivery_queue.name);
             }
@@ -664,17 +681,38 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 return Err("no dead-letter queue matches (queues are the template's *DeadLetter* queues)".into());
             }
             match command {
-                DlqCommand::Redrive { bus, dry_run, select, force, .. } => {
+                DlqCommand::Redrive { bus, dry_run, select, force, bucket, queue } => {
                     let bus = match bus {
                         Some(b) => b.clone(),
                         None => stack.buses.first().map(|b| b.name.clone()).ok_or("the template has no event bus; pass --bus")?,
                     };
-                    dlq_redrive(&sqs, &aws_sdk_eventbridge::Client::new(&sdk), &queues, &bus, *dry_run, &select.selection(), *force).await
+                    let (replayer, mut buckets) = stream_mappings(&stack, &sdk)?;
+                    if let Some(b) = bucket {
+                        buckets = vec![b.clone()];
+                    }
+                    if queue.is_some() {
+                        buckets.clear();
+                    }
+                    let failed_batches = FailedBatches { s3: aws_sdk_s3::Client::new(&sdk), replayer, buckets };
+                    let selection = select.selection();
+                    let options = dlq::RedriveOptions {
+                        bus: &bus,
+                        replayer: failed_batches.replayer.as_ref(),
+                        dry_run: *dry_run,
+                        selection: &selection,
+                        force: *force,
+                    };
+                    dlq_redrive(&sqs, &aws_sdk_eventbridge::Client::new(&sdk), &queues, &failed_batches, &options).await
                 }
-                DlqCommand::List { json, select, .. } => dlq_list(&sqs, &queues, *json, &select.selection()).await,
+                DlqCommand::List { json, queue, select } => {
+                    let buckets = if queue.is_some() { Vec::new() } else { s3_destinations(&stack) };
+                    dlq_list(&sqs, &queues, &aws_sdk_s3::Client::new(&sdk), &buckets, *json, &select.selection()).await
+                }
                 DlqCommand::Purge { select, .. } => dlq_purge(&sqs, &queues, &select.selection(), None).await,
                 DlqCommand::Archive { file, select, .. } => dlq_purge(&sqs, &queues, &select.selection(), Some(file)).await,
-                DlqCommand::Show { message_id } => dlq_show(&sqs, &queues, message_id).await,
+                DlqCommand::Show { message_id } => {
+                    dlq_show(&sqs, &queues, &aws_sdk_s3::Client::new(&sdk), &s3_destinations(&stack), message_id).await
+                }
             }
         }
     }
@@ -701,21 +739,70 @@ async fn existing_stack(cli: &Cli, template: Template, stack_name: &str) -> Resu
     Ok((sdk, stack))
 }
 
-/// `dlq redrive`: exit code 2 when anything was left in a queue.
+/// The relay of the stack's stream mapping(s), to replay failed batches with, and their S3
+/// on-failure buckets.
+fn stream_mappings(stack: &Stack, sdk: &SdkConfig) -> Result<(Option<failed_batch::Replayer>, Vec<String>), String> {
+    let mut replayer = None;
+    for function in &stack.functions {
+        if replayer.is_none() && function.events.iter().any(|e| matches!(e, FunctionEvent::DynamoDb(_))) {
+            let env = stack.environment(function).map_err(|e| e.to_string())?;
+            replayer = Some(failed_batch::Replayer::new(sdk, env).map_err(|e| format!("{}: {e}", function.logical_id))?);
+        }
+    }
+    Ok((replayer, s3_destinations(stack)))
+}
+
+/// The S3 on-failure buckets of the stack's stream mappings.
+fn s3_destinations(stack: &Stack) -> Vec<String> {
+    let mut buckets = Vec::new();
+    for function in &stack.functions {
+        for event in &function.events {
+            let FunctionEvent::DynamoDb(mapping) = event else { continue };
+            let Some(on_failure) = &mapping.on_failure else { continue };
+            if let Ok(Destination::S3 { bucket }) = stack.destination(on_failure, &function.logical_id) {
+                buckets.push(bucket);
+            }
+        }
+    }
+    buckets
+}
+
+/// What `dlq redrive` replays besides the queues' messages.
+struct FailedBatches {
+    s3: aws_sdk_s3::Client,
+    replayer: Option<failed_batch::Replayer>,
+    buckets: Vec<String>,
+}
+
+/// `dlq redrive`: exit code 2 when anything was left in a queue or bucket.
 async fn dlq_redrive(
     sqs: &aws_sdk_sqs::Client,
     events: &aws_sdk_eventbridge::Client,
     queues: &[QueueInfo],
-    bus: &str,
-    dry_run: bool,
-    selection: &dlq::Selection,
-    force: bool,
+    failed_batches: &FailedBatches,
+    options: &dlq::RedriveOptions<'_>,
 ) -> Result<ExitCode, String> {
+    let (bus, dry_run) = (options.bus, options.dry_run);
     let mut left = 0;
+    let verb = if dry_run { "checking" } else { "redriving" };
+    if let Some(replayer) = &failed_batches.replayer {
+        for bucket in &failed_batches.buckets {
+            let report = failed_batch::redrive_bucket(&failed_batches.s3, replayer, bucket, dry_run, |done, total| {
+                eprint!("\r  {verb} s3://{bucket}: {done}/{total}");
+            })
+            .await?;
+            eprintln!();
+            let published: usize = report.replayed.iter().map(|(_, n)| n).sum();
+            let what = if dry_run { "would replay" } else { "replayed through the relay and deleted" };
+            println!("s3://{bucket}: {what} {} failed batch(es) ({published} record(s)); {} left", report.replayed.len(), report.left.len());
+            for (key, why) in &report.left {
+                println!("  left {key}: {why}");
+            }
+            left += report.left.len();
+        }
+    }
     for q in queues {
-        let verb = if dry_run { "checking" } else { "redriving" };
-        let options = dlq::RedriveOptions { bus, dry_run, selection, force };
-        let report = dlq::redrive(sqs, events, q, &options, |done, total| {
+        let report = dlq::redrive(sqs, events, q, options, |done, total| {
             eprint!("\r  {verb} {}: {done}/{total}", q.name);
         })
         .await?;
@@ -733,18 +820,33 @@ async fn dlq_redrive(
     Ok(if left == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) })
 }
 
-/// Every message of `queues`, left in place.
-async fn dlq_messages(sqs: &aws_sdk_sqs::Client, queues: &[QueueInfo]) -> Result<Vec<dlq::DlqMessage>, String> {
+/// Every message of `queues` and failed-batch object of `buckets`, left in place.
+async fn dlq_messages(
+    sqs: &aws_sdk_sqs::Client,
+    queues: &[QueueInfo],
+    s3: &aws_sdk_s3::Client,
+    buckets: &[String],
+) -> Result<Vec<dlq::DlqMessage>, String> {
     let mut all = Vec::new();
     for q in queues {
         all.extend(dlq::peek(sqs, q).await?);
     }
+    for b in buckets {
+        all.extend(failed_batch::peek_bucket(s3, b).await?);
+    }
     Ok(all)
 }
 
-/// `dlq list [--json]`: per queue the count, then the groups by cause, then every message.
-async fn dlq_list(sqs: &aws_sdk_sqs::Client, queues: &[QueueInfo], json: bool, selection: &dlq::Selection) -> Result<ExitCode, String> {
-    let all: Vec<_> = dlq_messages(sqs, queues).await?.into_iter().filter(|m| selection.matches(m)).collect();
+/// `dlq list [--json]`: per queue (and bucket) the count, then the groups by cause, then every message.
+async fn dlq_list(
+    sqs: &aws_sdk_sqs::Client,
+    queues: &[QueueInfo],
+    s3: &aws_sdk_s3::Client,
+    buckets: &[String],
+    json: bool,
+    selection: &dlq::Selection,
+) -> Result<ExitCode, String> {
+    let all: Vec<_> = dlq_messages(sqs, queues, s3, buckets).await?.into_iter().filter(|m| selection.matches(m)).collect();
     let groups = dlq::group_by_cause(&all);
     if json {
         let shown = serde_json::json!({"groups": groups, "messages": all});
@@ -753,6 +855,10 @@ async fn dlq_list(sqs: &aws_sdk_sqs::Client, queues: &[QueueInfo], json: bool, s
         for q in queues {
             let n = all.iter().filter(|m| m.queue == q.name).count();
             println!("{} ({}): {n} message(s)", q.logical_id, q.name);
+        }
+        for b in buckets {
+            let n = all.iter().filter(|m| m.queue == format!("s3://{b}")).count();
+            println!("s3://{b}: {n} failed stream batch(es)");
         }
         if !groups.is_empty() {
             println!("by cause:");
@@ -786,9 +892,15 @@ async fn dlq_purge(sqs: &aws_sdk_sqs::Client, queues: &[QueueInfo], selection: &
     Ok(if left == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) })
 }
 
-/// `dlq show <message-id>`.
-async fn dlq_show(sqs: &aws_sdk_sqs::Client, queues: &[QueueInfo], message_id: &str) -> Result<ExitCode, String> {
-    let all = dlq_messages(sqs, queues).await?;
+/// `dlq show <message-id>` (or the key of a failed-batch object).
+async fn dlq_show(
+    sqs: &aws_sdk_sqs::Client,
+    queues: &[QueueInfo],
+    s3: &aws_sdk_s3::Client,
+    buckets: &[String],
+    message_id: &str,
+) -> Result<ExitCode, String> {
+    let all = dlq_messages(sqs, queues, s3, buckets).await?;
     let names = || queues.iter().map(|q| q.name.as_str()).collect::<Vec<_>>().join(", ");
     let m = all.iter().find(|m| m.message_id == message_id).ok_or_else(|| format!("no message {message_id} in {}", names()))?;
     let body: serde_json::Value = serde_json::from_str(&m.body).unwrap_or(serde_json::Value::String(m.body.clone()));

@@ -411,7 +411,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
     for q in &names.dead_letter_queues {
         let messages = dlq::peek(&sqs, q).await?;
         let all = dlq::Selection::default();
-        let options = dlq::RedriveOptions { bus: &names.bus, dry_run: true, selection: &all, force: false };
+        let options = dlq::RedriveOptions { bus: &names.bus, replayer: None, dry_run: true, selection: &all, force: false };
         let dry = dlq::redrive(&sqs, &events, q, &options, |_, _| {}).await?;
         for m in &messages {
             let explained = !m.reason.trim().is_empty()
@@ -427,7 +427,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
         for q in &names.dead_letter_queues {
             // As an operator would: what can pass is redriven; permanent causes stay, with why.
             let all = dlq::Selection::default();
-            let options = dlq::RedriveOptions { bus: &names.bus, dry_run: false, selection: &all, force: false };
+            let options = dlq::RedriveOptions { bus: &names.bus, replayer: None, dry_run: false, selection: &all, force: false };
             let report = dlq::redrive(&sqs, &events, q, &options, |d, t| say.progress(format!("redriving {}: {d}/{t}", q.logical_id))).await?;
             redriven += report.redriven.len();
         }

@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, StreamSpecification, StreamViewType, TimeToLiveSpecification,
 };
 
-use crate::template::{BusSpec, FunctionEvent, FunctionSpec, QueueSpec, Resolver, RuleSpec, TableSpec, Template, TemplateError};
+use crate::template::{BucketSpec, BusSpec, FunctionEvent, FunctionSpec, QueueSpec, Resolver, RuleSpec, TableSpec, Template, TemplateError};
 
 /// Why the stack could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +65,21 @@ pub struct LocalRule {
     pub delivery_queue: QueueInfo,
 }
 
+/// Where a stream mapping sends a record of the batches it gave up on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Destination {
+    /// An SQS queue: the record names the batch (shard, sequence-number range), not its records.
+    Sqs {
+        /// Queue URL.
+        url: String,
+    },
+    /// An S3 bucket: the record also holds the whole invocation payload (the batch's records).
+    S3 {
+        /// Bucket name.
+        bucket: String,
+    },
+}
+
 /// The provisioned stack.
 #[derive(Debug, Clone)]
 pub struct Stack {
@@ -80,6 +95,8 @@ pub struct Stack {
     pub buses: Vec<BusSpec>,
     /// Queues of the template.
     pub queues: Vec<QueueInfo>,
+    /// Buckets of the template (on-failure destinations of stream mappings).
+    pub buckets: Vec<BucketSpec>,
     /// Functions the local runtime runs (those with `Metadata.BuildProperties.Binary`).
     pub functions: Vec<FunctionSpec>,
     /// Logical ids of the functions without `Metadata.BuildProperties.Binary` (not Rust
@@ -146,6 +163,22 @@ impl Stack {
             queues.push(info);
         }
 
+        let s3 = aws_sdk_s3::Client::new(sdk);
+        let buckets = template.buckets(&resolver)?;
+        for bucket in &buckets {
+            resolver.set_ref(&bucket.logical_id, &bucket.name);
+            resolver.set_attr(&bucket.logical_id, "Arn", format!("arn:aws:s3:::{}", bucket.name));
+            if mode == Mode::Provision && s3.head_bucket().bucket(&bucket.name).send().await.is_err() {
+                let mut request = s3.create_bucket().bucket(&bucket.name);
+                if region != "us-east-1" {
+                    let constraint = aws_sdk_s3::types::BucketLocationConstraint::from(region.as_str());
+                    request = request
+                        .create_bucket_configuration(aws_sdk_s3::types::CreateBucketConfiguration::builder().location_constraint(constraint).build());
+                }
+                request.send().await.map_err(aws_err(format!("CreateBucket {}", bucket.name)))?;
+            }
+        }
+
         let (functions, skipped_functions) = template.runnable_functions()?;
         for id in template.function_ids() {
             let name = format!("{stack_name}-{id}");
@@ -195,7 +228,7 @@ impl Stack {
                 }
             }
         }
-        Ok(Self { template, resolver, tables, stream_arns, buses, queues, functions, skipped_functions, rules })
+        Ok(Self { template, resolver, tables, stream_arns, buses, queues, buckets, functions, skipped_functions, rules })
     }
 
     /// The function's `Environment.Variables`, resolved against this stack.
@@ -247,6 +280,22 @@ impl Stack {
         self.queue_by_arn(&arn)
             .map(|q| q.url.clone())
             .ok_or_else(|| format!("{at}: {arn} is not an SQS queue of the template (only SQS destinations run locally)"))
+    }
+
+    /// The on-failure destination `value` resolves to: a queue or a bucket of the template; `at`
+    /// names the property in errors.
+    ///
+    /// # Errors
+    /// A message when `value` is neither (SNS and Kafka destinations do not run locally).
+    pub fn destination(&self, value: &serde_yaml_ng::Value, at: &str) -> Result<Destination, String> {
+        let arn = self.resolver.resolve_string(value, at).map_err(|e| e.to_string())?;
+        if let Some(q) = self.queue_by_arn(&arn) {
+            return Ok(Destination::Sqs { url: q.url.clone() });
+        }
+        if let Some(b) = self.buckets.iter().find(|b| format!("arn:aws:s3:::{}", b.name) == arn) {
+            return Ok(Destination::S3 { bucket: b.name.clone() });
+        }
+        Err(format!("{at}: {arn} is not an SQS queue or S3 bucket of the template (only those destinations run locally)"))
     }
 
     /// The queue of the template with `logical_id`.
@@ -396,6 +445,7 @@ mod tests {
             stream_arns: HashMap::new(),
             buses: Vec::new(),
             queues: Vec::new(),
+            buckets: Vec::new(),
             functions,
             skipped_functions: Vec::new(),
             rules: Vec::new(),

@@ -96,6 +96,15 @@ pub struct QueueSpec {
     pub attributes: BTreeMap<String, String>,
 }
 
+/// An S3 bucket (an on-failure destination of a stream mapping).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BucketSpec {
+    /// Logical id.
+    pub logical_id: String,
+    /// `BucketName` (default `<stack>-<logical id>`, lowercased: bucket names are lowercase).
+    pub name: String,
+}
+
 /// A serverless function and the triggers the local runtime plays.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FunctionSpec {
@@ -170,6 +179,9 @@ pub struct StreamMappingSpec {
     pub parallelization_factor: usize,
     /// `MaximumRetryAttempts` (default -1: until the record expires).
     pub max_retry_attempts: i64,
+    /// `MaximumRecordAgeInSeconds` (default -1: until the record expires, 24 h on a DynamoDB
+    /// stream); older records are discarded to the `OnFailure` destination.
+    pub max_record_age_secs: i64,
     /// `BisectBatchOnFunctionError`.
     pub bisect_on_error: bool,
     /// `FunctionResponseTypes` contains `ReportBatchItemFailures`.
@@ -300,6 +312,23 @@ impl Template {
             .map(|(id, p)| {
                 let value = p.get("Name").ok_or_else(|| unsupported(format!("{id}.Properties.Name"), "is required"))?;
                 Ok(BusSpec { name: r.resolve_string(value, &format!("{id}.Properties.Name"))?, logical_id: id })
+            })
+            .collect()
+    }
+
+    /// Every `AWS::S3::Bucket`.
+    ///
+    /// # Errors
+    /// [`TemplateError`] if a `BucketName` cannot be resolved.
+    pub fn buckets(&self, r: &Resolver) -> Result<Vec<BucketSpec>, TemplateError> {
+        self.resources_of("AWS::S3::Bucket")
+            .into_iter()
+            .map(|(id, p)| {
+                let name = match p.get("BucketName") {
+                    Some(v) => r.resolve_string(v, &format!("{id}.Properties.BucketName"))?,
+                    None => format!("{}-{id}", r.stack_name).to_ascii_lowercase(),
+                };
+                Ok(BucketSpec { logical_id: id, name })
             })
             .collect()
     }
@@ -487,6 +516,7 @@ fn parse_event(function: &str, name: &str, event: &Value) -> Result<Option<Funct
                 batch_size: props.get("BatchSize").and_then(Value::as_u64).unwrap_or(100) as usize,
                 parallelization_factor: props.get("ParallelizationFactor").and_then(Value::as_u64).unwrap_or(1).clamp(1, 10) as usize,
                 max_retry_attempts: props.get("MaximumRetryAttempts").and_then(Value::as_i64).unwrap_or(-1),
+                max_record_age_secs: props.get("MaximumRecordAgeInSeconds").and_then(Value::as_i64).unwrap_or(-1),
                 bisect_on_error: props.get("BisectBatchOnFunctionError").and_then(Value::as_bool).unwrap_or(false),
                 report_batch_item_failures: props
                     .get("FunctionResponseTypes")

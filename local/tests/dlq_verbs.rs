@@ -48,25 +48,28 @@ async fn dlq_verbs_group_select_refuse_permanent_causes_and_archive() {
 
     // One SequenceGap by event id; nothing else moves.
     let one = Selection { ids: vec!["e-3".into()], ..Default::default() };
-    let report = dlq::redrive(&sqs, &events, &queue, &RedriveOptions { bus: &bus, dry_run: false, selection: &one, force: false }, |_, _| {})
-        .await
-        .expect("redriven");
+    let report =
+        dlq::redrive(&sqs, &events, &queue, &RedriveOptions { bus: &bus, replayer: None, dry_run: false, selection: &one, force: false }, |_, _| {})
+            .await
+            .expect("redriven");
     assert_eq!((report.redriven.len(), report.left.len()), (1, 0), "{report:?}");
     assert_eq!(dlq::peek(&sqs, &queue).await.expect("listed").len(), 3, "only the selected message left the queue");
 
     // Everything: the permanent cause is refused and says why; the rest goes.
     let all = Selection::default();
-    let report = dlq::redrive(&sqs, &events, &queue, &RedriveOptions { bus: &bus, dry_run: false, selection: &all, force: false }, |_, _| {})
-        .await
-        .expect("redriven");
+    let report =
+        dlq::redrive(&sqs, &events, &queue, &RedriveOptions { bus: &bus, replayer: None, dry_run: false, selection: &all, force: false }, |_, _| {})
+            .await
+            .expect("redriven");
     assert_eq!(report.by_cause.get("SequenceGap"), Some(&(1, 0)), "{report:?}");
     assert_eq!(report.by_cause.get("MalformedEvent"), Some(&(0, 2)), "{report:?}");
     assert!(report.left.iter().all(|(_, why)| why.contains("permanent")), "{report:?}");
 
     // Forced (dry run): the permanent cause would go too; nothing is sent or deleted.
-    let forced = dlq::redrive(&sqs, &events, &queue, &RedriveOptions { bus: &bus, dry_run: true, selection: &all, force: true }, |_, _| {})
-        .await
-        .expect("checked");
+    let forced =
+        dlq::redrive(&sqs, &events, &queue, &RedriveOptions { bus: &bus, replayer: None, dry_run: true, selection: &all, force: true }, |_, _| {})
+            .await
+            .expect("checked");
     assert_eq!((forced.redriven.len(), forced.left.len()), (2, 0), "{forced:?}");
     assert_eq!(dlq::peek(&sqs, &queue).await.expect("listed").len(), 2);
 

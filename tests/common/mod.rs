@@ -160,14 +160,21 @@ pub struct Local {
 impl Local {
     /// Provisions the template as a fresh stack on the emulator and builds its functions.
     pub async fn start() -> Self {
-        let target = Target { endpoint: Some(endpoint().to_owned()), region: "us-east-1".into() };
-        let sdk = sdk_config(&target).await;
         let template = Template::load(&root().join("template.yaml")).expect("template.yaml loads");
-        let stack_name = stack_name();
+        Self::start_with(template, endpoint(), fast_options(), None).await
+    }
+
+    /// [`Local::start`] with a template of the test's own, `endpoint` in place of the emulator's
+    /// (e.g. a proxy in front of it), `options`, and the stack `stack_name` when given (an
+    /// existing stack: a second runtime on it, as after a restart).
+    pub async fn start_with(template: Template, endpoint: &str, options: RuntimeOptions, stack_name: Option<String>) -> Self {
+        let target = Target { endpoint: Some(endpoint.to_owned()), region: "us-east-1".into() };
+        let sdk = sdk_config(&target).await;
+        let stack_name = stack_name.unwrap_or_else(self::stack_name);
         let stack = Stack::set_up(&sdk, template, &stack_name, EMULATOR_ACCOUNT, Mode::Provision)
             .await
             .unwrap_or_else(|e| panic!("provisioning stack {stack_name}: {e}"));
-        let runtime = Runtime::new(sdk, stack, fast_options(), bin_dir()).unwrap_or_else(|e| panic!("setting up the functions: {e}"));
+        let runtime = Runtime::new(sdk, stack, options, bin_dir()).unwrap_or_else(|e| panic!("setting up the functions: {e}"));
         let (stop, _) = watch::channel(false);
         Self {
             stack_name,
