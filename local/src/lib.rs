@@ -14,7 +14,7 @@
 //! plays rule delivery (both set up through [`glue`]), [`runtime`] ties them together,
 //! [`http_api`] plays API Gateway, [`dlq`] reads dead-letter queues, [`stats`] counts, and
 //! [`demo`] runs the whole thing; [`faults`] injects AWS's failures between the functions and
-//! the emulator.
+//! the emulator, and [`proof`] runs the pipeline under them and checks the invariants.
 
 #![warn(missing_docs)]
 
