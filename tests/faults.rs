@@ -265,3 +265,39 @@ async fn the_http_api_answers_a_short_body_with_408_and_a_half_closed_client_wit
 async fn exists_any(local: &Local, table: &str, order_id: &str) -> bool {
     local.scan(table).await.iter().any(|item| item.values().any(|v| v.as_s().is_ok_and(|s| s.contains(order_id))))
 }
+
+#[tokio::test]
+async fn a_function_killed_after_its_commit_fails_the_request_but_the_commit_stands() {
+    use outbox_local::aws::EMULATOR_ACCOUNT;
+    use outbox_local::runtime::{Runtime, RuntimeOptions};
+    use outbox_local::stack::{Mode, Stack};
+    use outbox_local::template::Template;
+    let sdk = sdk_config(&Target { endpoint: Some(common::endpoint().to_owned()), region: "us-east-1".into() }).await;
+    let template = Template::load(&common::root().join("template.yaml")).expect("template.yaml loads");
+    let stack = Stack::set_up(&sdk, template, &common::stack_name(), EMULATOR_ACCOUNT, Mode::Provision).await.expect("a stack");
+    let mut crash = fault(FaultKind::Crash, "dynamodb:TransactWriteItems", None);
+    crash.function = Some("CreateOrderFunction".into());
+    crash.limit = Some(1);
+    let injector = Injector::new(FaultPlan { faults: vec![crash], ..FaultPlan::default() }, common::endpoint());
+    let options = RuntimeOptions { faults: Some(injector.clone()), ..common::fast_options() };
+    let runtime = Runtime::new(sdk, stack, options, common::bin_dir()).expect("the functions");
+    let orders = runtime.stack.environment(&runtime.function("CreateOrderFunction").expect("the producer").spec).expect("its environment")
+        ["ORDERS_TABLE"]
+        .clone();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (api, _server) = outbox_local::http_api::serve(&runtime, SocketAddr::from(([127, 0, 0, 1], 0)), stopped).await.expect("binds");
+    let client = reqwest::Client::new();
+    let order = r#"{"customer_id":"c-1","currency":"EUR","lines":[{"sku":"SKU-RED-MUG","quantity":1,"unit_price":"12.50"}]}"#;
+    let post = || client.post(format!("http://{api}/orders")).header("content-type", "application/json").body(order).send();
+    let crashed = post().await.expect("an answer");
+    assert_eq!(crashed.status().as_u16(), 500, "the instance died before answering");
+    assert_eq!(injector.injected()[0].count, 1);
+    let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
+    let count = |items: Option<Vec<std::collections::HashMap<String, AttributeValue>>>| {
+        items.unwrap_or_default().iter().filter(|i| i.get("pk").and_then(|v| v.as_s().ok()).is_some_and(|pk| pk.starts_with("ORDER#"))).count()
+    };
+    assert_eq!(count(dynamodb.scan().table_name(&orders).send().await.expect("Scan").items), 1, "its transaction committed: half done");
+    assert_eq!(post().await.expect("an answer").status().as_u16(), 201, "a fresh instance serves the next request");
+    assert_eq!(count(dynamodb.scan().table_name(&orders).send().await.expect("Scan").items), 2);
+    let _ = stop.send(true);
+}

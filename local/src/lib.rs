@@ -17,7 +17,7 @@
 //! (and [`failed_batch`] replays the stream batches a mapping gave up on), [`trace`] follows one event,
 //! [`ordering`] releases a consumer's sequence gap, [`stats`] counts, and
 //! [`demo`] runs the whole thing; [`faults`] injects AWS's failures between the functions and
-//! the emulator, and [`proof`] checks the invariants under them.
+//! the emulator, and [`proof`] runs the pipeline under them and checks the invariants.
 
 #![warn(missing_docs)]
 
