@@ -84,6 +84,10 @@ pub struct DemoReport {
     pub lost: usize,
     /// Orders that took effect more than once.
     pub applied_twice: usize,
+    /// Per function, the figures it reported through its EMF metrics (totals): the producer's
+    /// events written, the relay's published and retried, the consumer's applied, duplicates
+    /// and dead-lettered ([`crate::status::stage_figures`]).
+    pub stages: BTreeMap<String, BTreeMap<String, u64>>,
     /// Whether everything adds up.
     pub ok: bool,
 }
@@ -416,6 +420,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         latency_ms_p99: percentile(&latencies, 0.99),
         lost,
         applied_twice,
+        stages: crate::status::stage_figures(&counts),
         ok: lost == 0
             && applied_twice == 0
             && stock_reserved == stock_expected
@@ -429,6 +434,8 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         report.latency_ms_p50.unwrap_or(0),
         report.latency_ms_p99.unwrap_or(0)
     ));
+    say.line("\nper stage, as each function reported it (EMF metrics):");
+    say.line(crate::status::format_stage_figures(&report.stages).trim_end());
     say.line(format!("\n{} holds {} message(s) (what `outbox-local dlq list` shows):", consumer_dlq.name, dead.len()));
     say.line(dlq::format_listing(&dead).trim_end());
     say.line(if report.ok {

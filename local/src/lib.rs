@@ -15,7 +15,7 @@
 //! plays rule delivery (both set up through [`glue`]), [`runtime`] ties them together,
 //! [`http_api`] plays API Gateway, [`dlq`] reads dead-letter queues
 //! (and [`failed_batch`] replays the stream batches a mapping gave up on), [`trace`] follows one event,
-//! [`ordering`] releases a consumer's sequence gap, [`stats`] counts, and
+//! [`ordering`] releases a consumer's sequence gap, [`stats`] counts ([`status`] shows), and
 //! [`demo`] runs the whole thing; [`faults`] injects AWS's failures between the functions and
 //! the emulator, and [`proof`] runs the pipeline under them and checks the invariants.
 
@@ -44,5 +44,6 @@ pub mod runtime_api;
 pub mod sandbox;
 pub mod stack;
 pub mod stats;
+pub mod status;
 pub mod template;
 pub mod trace;

@@ -388,6 +388,37 @@ fn find_template(explicit: Option<&Path>) -> Result<PathBuf, String> {
         .ok_or_else(|| format!("no template.yaml in {} or its parents; pass --template", cwd.display()))
 }
 
+/// Seconds between `up`'s status lines.
+const STATUS_EVERY_SECS: u64 = 5;
+
+/// `up`'s status line on stderr every [`STATUS_EVERY_SECS`] while something changed
+/// ([`outbox_local::status::status_line`]): events/s, consumer outcomes, latency, DLQ depths.
+async fn print_status(runtime: Arc<Runtime>, mut stopped: watch::Receiver<bool>) {
+    let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
+    let queues: Vec<QueueInfo> = runtime.stack.queues.iter().filter(|q| q.logical_id.contains("DeadLetter")).cloned().collect();
+    let mut before = runtime.stats.snapshot();
+    let mut last_line = String::new();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(STATUS_EVERY_SECS)) => {}
+            _ = stopped.changed() => return,
+        }
+        let now = runtime.stats.snapshot();
+        let mut depths = Vec::new();
+        for q in &queues {
+            depths.push((q.name.clone(), outbox_local::dlq::depth(&sqs, q).await.unwrap_or(0)));
+        }
+        let line = outbox_local::status::status_line(&before, &now, STATUS_EVERY_SECS as f64, &depths);
+        // Quiet while nothing happens: the same figures are not repeated.
+        let figures = line.split_once(" events/s").map(|(_, rest)| rest.to_owned()).unwrap_or_default();
+        if figures != last_line {
+            eprintln!("{line}");
+            last_line = figures;
+        }
+        before = now;
+    }
+}
+
 /// Ctrl-C (SIGINT) or SIGTERM, whichever comes first.
 async fn wait_for_stop_signal() -> Result<(), String> {
     #[cfg(unix)]
@@ -551,7 +582,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             let (api, server) = http_api::serve(&local.runtime, SocketAddr::from(([127, 0, 0, 1], *port)), stopped.clone())
                 .await
                 .map_err(|e| format!("port {port}: {e} (choose another with --port)"))?;
-            let tasks = local.runtime.spawn_pipelines(stopped)?;
+            let tasks = local.runtime.spawn_pipelines(stopped.clone())?;
             println!("stack {stack_name:?} is up on {} (emulator)", local.endpoint);
             println!("  HTTP API:   http://{api}");
             for route in http_api::routes(&local.runtime) {
@@ -569,9 +600,11 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 println!("  try:        {hint}");
             }
             println!("  DLQs:       AWS_ENDPOINT_URL={} cargo run -p outbox-local -- dlq list", local.endpoint);
-            println!("Ctrl-C stops.");
+            println!("Ctrl-C stops. A status line every {STATUS_EVERY_SECS} s on stderr.");
             seed_sample_stock(&local.runtime).await;
+            let status = tokio::spawn(print_status(local.runtime.clone(), stopped.clone()));
             wait_for_stop_signal().await?;
+            status.abort();
             let _ = stop.send(true);
             let _ = server.await;
             for t in tasks {
