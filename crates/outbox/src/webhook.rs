@@ -18,6 +18,8 @@
 pub mod backoff;
 #[cfg(feature = "webhook-dispatcher")]
 pub mod client;
+#[cfg(feature = "webhook-dispatcher")]
+pub mod dispatcher;
 pub mod outcome;
 pub mod signature;
 
