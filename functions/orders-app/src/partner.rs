@@ -241,10 +241,10 @@ impl PartnerWebhooks {
         }
         let signed = SignedHeaders::from_fn(|name| headers.get(name).and_then(|v| v.to_str().ok()));
         let now = chrono::Utc::now();
-        let webhook_id = Verifier::new(secrets).with_tolerance(self.tolerance).verify(&signed, body, now.timestamp()).map_err(|e| Problem {
-            field: Some(e.header().to_owned()),
-            ..Problem::new(401, "Invalid webhook signature", e.to_string())
-        })?;
+        let webhook_id = Verifier::new(secrets)
+            .with_tolerance(self.tolerance)
+            .verify(&signed, body, now.timestamp())
+            .map_err(|e| Problem { field: Some(e.header().to_owned()), ..Problem::new(401, "Invalid webhook signature", e.to_string()) })?;
         let webhook: PartnerWebhook = parse(body)?;
         if webhook.kind != PAYMENT_SUCCEEDED {
             return Err(Problem::bad_field("type", format!("unsupported webhook type {:?}; expected {PAYMENT_SUCCEEDED}", webhook.kind)));
@@ -255,7 +255,10 @@ impl PartnerWebhooks {
         }
         let order = self.read_order(&payment.order_id).await?;
         let Some(order) = order else {
-            return Err(Problem { field: Some("data.order_id".into()), ..Problem::new(422, "Unknown order", format!("no order {}", payment.order_id)) });
+            return Err(Problem {
+                field: Some("data.order_id".into()),
+                ..Problem::new(422, "Unknown order", format!("no order {}", payment.order_id))
+            });
         };
         let next = order.version + 1;
         let paid = OrderPaid {
@@ -305,7 +308,11 @@ impl PartnerWebhooks {
                 tracing::info!(partner, webhook_id, "webhook received before; no second effect");
                 Ok(Accepted { webhook_id: webhook_id.to_owned(), duplicate: true, status: None, event_id: None })
             }
-            Ok(_) => Err(Problem::new(409, "Order not payable", format!("order {} is {} (version {}), or changed meanwhile", payment.order_id, order.status, order.version))),
+            Ok(_) => Err(Problem::new(
+                409,
+                "Order not payable",
+                format!("order {} is {} (version {}), or changed meanwhile", payment.order_id, order.status, order.version),
+            )),
             Err(InboxError::PayloadMismatch { .. }) => Err(Problem {
                 field: Some(outbox::webhook::signature::WEBHOOK_ID.into()),
                 ..Problem::new(422, "Webhook id reused", format!("webhook {webhook_id} was received before with another body"))
@@ -367,9 +374,10 @@ fn parse(body: &[u8]) -> Result<PartnerWebhook, Problem> {
 /// The router: `POST /webhooks/{partner}` (problem answers elsewhere). Serve it with
 /// `lambda_http::run(partner_router(webhooks))`; test it with `tower::ServiceExt::oneshot`.
 pub fn router(webhooks: PartnerWebhooks) -> Router {
-    Router::new().route("/webhooks/{partner}", post(handle)).with_state(Arc::new(webhooks)).fallback(|| async {
-        problem_response(Problem::new(404, "Not found", "no such route"), "")
-    })
+    Router::new()
+        .route("/webhooks/{partner}", post(handle))
+        .with_state(Arc::new(webhooks))
+        .fallback(|| async { problem_response(Problem::new(404, "Not found", "no such route"), "") })
 }
 
 async fn handle(State(webhooks): State<Arc<PartnerWebhooks>>, Path(partner): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
@@ -415,7 +423,10 @@ mod tests {
         assert_eq!(field(r#"{"data":{"order_id":"o","payment_id":"p","amount":"1","currency":"EUR"}}"#), Some("type".into()));
         assert_eq!(field(r#"{"type":"payment.succeeded"}"#), Some("data".into()));
         assert_eq!(field(r#"{"type":"payment.succeeded","data":{"payment_id":"p","amount":"1","currency":"EUR"}}"#), Some("data.order_id".into()));
-        assert_eq!(field(r#"{"type":"payment.succeeded","data":{"order_id":5,"payment_id":"p","amount":"1","currency":"EUR"}}"#), Some("data.order_id".into()));
+        assert_eq!(
+            field(r#"{"type":"payment.succeeded","data":{"order_id":5,"payment_id":"p","amount":"1","currency":"EUR"}}"#),
+            Some("data.order_id".into())
+        );
         assert_eq!(field("[]"), Some("body".into()));
         let ok = parse(br#"{"type":"payment.succeeded","data":{"order_id":"o","payment_id":"p","amount":"1.00","currency":"EUR"}}"#).unwrap();
         assert_eq!(ok.data.order_id, "o");
