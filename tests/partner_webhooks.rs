@@ -108,6 +108,12 @@ async fn a_signed_payment_takes_effect_once_and_replays_are_absorbed() {
     assert!(f.webhooks.receive("acme", &later, text.as_bytes(), "corr-3").await.expect("accepted").duplicate);
     assert_eq!(f.state("o-paid").await, (STATUS_PAID.to_owned(), "2".to_owned()), "one effect");
     assert_eq!(f.order_paid_events("o-paid").await, 1, "one OrderPaid event");
+    // The event matches its published schema.
+    for attrs in f.local.scan(&f.local.table("OutboxTable")).await.into_iter().filter(|i| s(i, "event_type") == "OrderPaid") {
+        let item = outbox::envelope::OutboxItem::from_item(serde_dynamo::Item::from(attrs)).expect("an outbox item");
+        let detail: serde_json::Value = serde_json::from_str(&item.to_bus_event().expect("publishable").detail).expect("JSON");
+        assert_eq!(common::schema_violations("OrderPaid", 1, &detail), Vec::<String>::new(), "{detail}");
+    }
     assert_eq!(f.inbox_rows("wh-1").await, 1);
     // Another webhook for an order already paid: refused as a conflict, nothing written.
     let other = signed(std::slice::from_ref(&f.new), "wh-2", now(), &text);
