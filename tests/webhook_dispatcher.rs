@@ -21,15 +21,18 @@ use outbox::webhook::dispatcher::{DispatchReport, Dispatcher, DispatcherConfig};
 use outbox::webhook::{Secret, SignedHeaders, Verifier};
 use outbox::Inbox;
 
+/// `(status, Retry-After)` answers, in order.
+type Script = Vec<(u16, Option<&'static str>)>;
+
 /// A subscriber endpoint answering a script (the last answer repeats), recording what it got.
 #[derive(Clone, Default)]
 struct Endpoint {
-    script: Arc<Mutex<Vec<(u16, Option<&'static str>)>>>,
+    script: Arc<Mutex<Script>>,
     seen: Arc<Mutex<Vec<(HeaderMap, String)>>>,
 }
 
 impl Endpoint {
-    async fn start(script: Vec<(u16, Option<&'static str>)>) -> (Self, String) {
+    async fn start(script: Script) -> (Self, String) {
         let endpoint = Endpoint { script: Arc::new(Mutex::new(script)), ..Default::default() };
         let state = endpoint.clone();
         let app = axum::Router::new().route(
