@@ -11,7 +11,7 @@
 //!   clock, which bounds replays of a captured request.
 //!
 //! Comparison is constant-time: the expected tag is checked with the `hmac` crate's
-//! [`Mac::verify_slice`](hmac::Mac::verify_slice) (`subtle` underneath), never with `==`.
+//! [`Mac::verify_slice`] (`subtle` underneath), never with `==`.
 
 use std::fmt;
 use std::time::Duration;
