@@ -71,7 +71,13 @@ def check_delivery_settings(translated: dict) -> list:
         for key in ("FilterCriteria", "FunctionResponseTypes"):
             if not props.get(key):
                 missing.append(f"{name}: no {key}")
-        if not props.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination"):
+        source = props.get("EventSourceArn")
+        queue = source.get("Fn::GetAtt", [None])[0] if isinstance(source, dict) else None
+        if queue and resources.get(queue, {}).get("Type") == "AWS::SQS::Queue":
+            # An SQS mapping has no on-failure destination: the queue's redrive policy is its DLQ.
+            if not resources[queue].get("Properties", {}).get("RedrivePolicy", {}).get("deadLetterTargetArn"):
+                missing.append(f"{name}: queue {queue} has no RedrivePolicy.deadLetterTargetArn")
+        elif not props.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination"):
             missing.append(f"{name}: no DestinationConfig.OnFailure.Destination")
         print(f"translate_template: event source mapping {name}", file=sys.stderr)
     for name, props in rules.items():

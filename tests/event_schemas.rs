@@ -21,8 +21,8 @@ use outbox::{Event, OutboxWriter};
 use serde_json::{json, Value};
 
 /// Every event type the project publishes, with its current schema version.
-const EVENT_TYPES: [(&str, u64); 5] =
-    [("OrderCreated", 1), ("OrderCancelled", 1), ("InventoryReserved", 1), ("InventoryRejected", 1), ("InventoryReleased", 1)];
+const EVENT_TYPES: [(&str, u64); 6] =
+    [("OrderCreated", 1), ("OrderCancelled", 1), ("InventoryReserved", 1), ("InventoryRejected", 1), ("InventoryReleased", 1), ("OrderPaid", 1)];
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -24,7 +24,9 @@ async fn provisioning_an_existing_stack_is_a_no_op() {
         assert_eq!(targets.targets().len(), 1, "rule {} has exactly its delivery target", rule.rule_name);
     }
     // What the functions' environment names exists.
-    for logical_id in ["CreateOrderFunction", "OutboxRelayFunction", "ReserveInventoryFunction"] {
+    for logical_id in
+        ["CreateOrderFunction", "OutboxRelayFunction", "ReserveInventoryFunction", "WebhookDispatcherFunction", "PartnerWebhookFunction"]
+    {
         for (name, value) in local.env_of(logical_id) {
             if name.ends_with("_TABLE") {
                 local.dynamodb.describe_table().table_name(&value).send().await.unwrap_or_else(|e| panic!("{logical_id} {name}={value}: {e}"));

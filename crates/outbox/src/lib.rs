@@ -19,6 +19,9 @@
 //!    [`InboxStore::guarded`]. The store is a trait: [`Inbox`] (DynamoDB) in Lambda,
 //!    [`MemoryInbox`] in your unit tests.
 //!
+//! 4. **Webhooks** ([`webhook`], feature `webhook`): events delivered to partners as signed HTTP
+//!    `POST`s with backoff, and partners' signed webhooks verified on the way in.
+//!
 //! The contracts between the steps — outbox item attributes and the event on the bus — live in
 //! [`envelope`]. [`config`] reads settings from the environment.
 //!
@@ -31,6 +34,8 @@
 //! | `relay` | [`relay`] | `aws-sdk-eventbridge`, `aws-sdk-sqs` |
 //! | `lambda` | [`lambda`], [`relay::lambda`] (with `relay`), `Consumer::handle(LambdaEvent)` and `Diagnostic` conversions (with `inbox`) | `lambda_runtime`, `aws-config` |
 //! | `metrics` | counts through the `metrics` facade; CloudWatch EMF with `lambda` | `metrics` |
+//! | `webhook` | [`webhook`]: Standard Webhooks signing and verification, backoff, outcome by status | `hmac`, `sha2`, `base64` |
+//! | `webhook-dispatcher` | `webhook::client`, `webhook::dispatcher`: delivery to subscribers from SQS | `webhook`, `inbox`, `reqwest` (rustls), `aws-sdk-secretsmanager` |
 //!
 //! The default is all of them. A producer-only service depends on
 //! `outbox = { version = "0.1", default-features = false, features = ["writer"] }` and
@@ -54,6 +59,8 @@ pub mod lambda;
 pub mod relay;
 #[cfg(feature = "writer")]
 pub mod transaction;
+#[cfg(feature = "webhook")]
+pub mod webhook;
 #[cfg(feature = "writer")]
 pub mod writer;
 

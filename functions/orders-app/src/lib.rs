@@ -15,3 +15,4 @@ pub mod http;
 pub mod idempotency;
 pub mod inventory;
 pub mod orders;
+pub mod partner;

@@ -581,7 +581,7 @@ pub fn order_cancelled_event(data: &OrderCancelled, sequence: u64, source: &str,
     order_event("OrderCancelled", &data.order_id, sequence, to_json(data), source, correlation_id, trace_header).previous("OrderCreated", 1)
 }
 
-fn order_event(
+pub(crate) fn order_event(
     event_type: &str,
     order_id: &str,
     sequence: u64,

@@ -1,0 +1,175 @@
+//! One delivery attempt: a signed `POST` of the event's `detail` to a subscriber (feature
+//! `webhook-dispatcher`).
+//!
+//! * headers `webhook-id`, `webhook-timestamp` (this attempt's time), `webhook-signature` (one
+//!   signature per current secret), `content-type: application/json`, `x-correlation-id` and,
+//!   when the invocation has one, `x-amzn-trace-id`;
+//! * a connect timeout and a timeout on the whole request (both count as retryable);
+//! * redirects are never followed (a 3xx is a rejection: a subscriber cannot send our signed
+//!   body to another host);
+//! * only `https` URLs, unless [`ClientConfig::allow_http`] is set (local runs and tests).
+
+use std::time::{Duration, Instant};
+
+use super::outcome::Outcome;
+use super::signature::{signature_header, Secret, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP};
+
+/// Settings of the HTTP client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientConfig {
+    /// Time to establish the connection (TCP + TLS). Default 3 s.
+    pub connect_timeout: Duration,
+    /// Time for the whole request, connection to last byte of the answer. Default 10 s.
+    pub timeout: Duration,
+    /// Accept `http://` URLs. Default `false`; set only locally and in tests.
+    pub allow_http: bool,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self { connect_timeout: Duration::from_secs(3), timeout: Duration::from_secs(10), allow_http: false }
+    }
+}
+
+/// A subscriber URL that may not be called.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UrlError {
+    /// Not a URL.
+    #[error("not a URL: {0}")]
+    Invalid(String),
+    /// Not `https` (and `http` not allowed).
+    #[error("only https URLs are accepted, not {0} (plain http needs WEBHOOK_ALLOW_HTTP, for local runs only)")]
+    Scheme(String),
+}
+
+/// Building the client failed (TLS setup).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the webhook HTTP client: {0}")]
+pub struct ClientBuildError(#[source] reqwest::Error);
+
+/// What one attempt sends.
+#[derive(Debug, Clone, Copy)]
+pub struct SignedPost<'a> {
+    /// Subscriber URL.
+    pub url: &'a str,
+    /// `webhook-id`: the event id.
+    pub id: &'a str,
+    /// The body, verbatim (the event's `detail`).
+    pub body: &'a str,
+    /// The subscriber's current secrets (each signs).
+    pub secrets: &'a [Secret],
+    /// `x-correlation-id`.
+    pub correlation_id: Option<&'a str>,
+    /// `x-amzn-trace-id`.
+    pub trace_header: Option<&'a str>,
+}
+
+/// What one attempt got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    /// The answer's meaning.
+    pub outcome: Outcome,
+    /// Time from sending to the end of the answer (or the error).
+    pub latency: Duration,
+    /// The `webhook-timestamp` sent, epoch seconds.
+    pub timestamp: i64,
+}
+
+/// The HTTP client of webhook deliveries (cheap to clone; share one per function).
+#[derive(Debug, Clone)]
+pub struct WebhookClient {
+    http: reqwest::Client,
+    allow_http: bool,
+}
+
+impl WebhookClient {
+    /// Builds the client.
+    ///
+    /// # Errors
+    /// [`ClientBuildError`] when the TLS backend cannot start.
+    pub fn new(config: &ClientConfig) -> Result<Self, ClientBuildError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .timeout(config.timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("outbox-webhooks/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(ClientBuildError)?;
+        Ok(Self { http, allow_http: config.allow_http })
+    }
+
+    /// Checks that `url` may be called.
+    ///
+    /// # Errors
+    /// [`UrlError`].
+    pub fn check_url(&self, url: &str) -> Result<reqwest::Url, UrlError> {
+        let parsed = reqwest::Url::parse(url).map_err(|e| UrlError::Invalid(format!("{url}: {e}")))?;
+        match parsed.scheme() {
+            "https" => Ok(parsed),
+            "http" if self.allow_http => Ok(parsed),
+            other => Err(UrlError::Scheme(other.to_owned())),
+        }
+    }
+
+    /// Sends one signed attempt, timestamped `now` (epoch seconds), and classifies the answer.
+    /// A URL that may not be called is a [`Outcome::Rejected`] with status 0.
+    pub async fn post(&self, request: &SignedPost<'_>, now: i64) -> Attempt {
+        let started = Instant::now();
+        let url = match self.check_url(request.url) {
+            Ok(url) => url,
+            Err(e) => return Attempt { outcome: Outcome::Rejected { status: 0, body: e.to_string() }, latency: Duration::ZERO, timestamp: now },
+        };
+        let mut builder = self
+            .http
+            .post(url)
+            .header(WEBHOOK_ID, request.id)
+            .header(WEBHOOK_TIMESTAMP, now.to_string())
+            .header(WEBHOOK_SIGNATURE, signature_header(request.secrets, request.id, now, request.body.as_bytes()))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(request.body.to_owned());
+        if let Some(correlation_id) = request.correlation_id {
+            builder = builder.header("x-correlation-id", correlation_id);
+        }
+        if let Some(trace) = request.trace_header {
+            builder = builder.header("x-amzn-trace-id", trace);
+        }
+        let outcome = match builder.send().await {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let retry_after = response
+                    .headers()
+                    .get(reqwest::header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| super::backoff::parse_retry_after(v, chrono::Utc::now()));
+                // A body that fails to arrive still has its status: the excerpt is then empty.
+                let body = response.bytes().await.unwrap_or_default();
+                Outcome::from_status(status, retry_after, &body)
+            }
+            Err(e) => Outcome::Retry { reason: describe(&e), retry_after: None },
+        };
+        Attempt { outcome, latency: started.elapsed(), timestamp: now }
+    }
+}
+
+/// A transport error in a few words, with its innermost cause (e.g. `connection refused`).
+fn describe(e: &reqwest::Error) -> String {
+    let kind = if e.is_timeout() {
+        "timeout"
+    } else if e.is_connect() {
+        "connection error"
+    } else {
+        "request error"
+    };
+    let mut source: Option<&dyn std::error::Error> = std::error::Error::source(e);
+    let mut innermost = None;
+    while let Some(s) = source {
+        innermost = Some(s.to_string());
+        source = s.source();
+    }
+    match innermost {
+        Some(cause) => format!("{kind}: {cause}"),
+        None => kind.to_owned(),
+    }
+}

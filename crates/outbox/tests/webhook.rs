@@ -1,0 +1,275 @@
+//! The webhook delivery core against a real local HTTP server: every outcome by status code,
+//! the signed request as a partner sees it, timeouts and refused connections, and the crash
+//! between the POST and its record.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use outbox::envelope::EventMetadata;
+use outbox::inbox::{Claim, InboxError, InboxOutcome, InboxStore, Lease};
+use outbox::webhook::client::{ClientConfig, WebhookClient};
+use outbox::webhook::dispatcher::{Decision, Deliverer, Subscriber, WebhookEvent};
+use outbox::webhook::{Backoff, Secret, SignedHeaders, Verifier};
+use outbox::MemoryInbox;
+
+/// One scripted answer: status, extra headers, body, delay before answering.
+#[derive(Clone)]
+struct Answer(u16, Vec<(&'static str, &'static str)>, String, Duration);
+
+fn answer(status: u16) -> Answer {
+    Answer(status, vec![], String::new(), Duration::ZERO)
+}
+
+#[derive(Clone, Default)]
+struct Server {
+    script: Arc<Mutex<Vec<Answer>>>,
+    seen: Arc<Mutex<Vec<(HeaderMap, Bytes)>>>,
+}
+
+impl Server {
+    /// Serves `script` (the last answer repeats) on a free local port.
+    async fn start(script: Vec<Answer>) -> (Self, String) {
+        let server = Server { script: Arc::new(Mutex::new(script)), ..Default::default() };
+        let app = axum::Router::new().route("/hook", axum::routing::post(handle)).with_state(server.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr: SocketAddr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (server, format!("http://{addr}/hook"))
+    }
+
+    fn requests(&self) -> Vec<(HeaderMap, Bytes)> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+async fn handle(State(server): State<Server>, headers: HeaderMap, body: Bytes) -> Response {
+    server.seen.lock().unwrap().push((headers, body));
+    let Answer(status, extra, body, delay) = {
+        let mut script = server.script.lock().unwrap();
+        if script.len() > 1 {
+            script.remove(0)
+        } else {
+            script[0].clone()
+        }
+    };
+    tokio::time::sleep(delay).await;
+    let mut response = (StatusCode::from_u16(status).unwrap(), body).into_response();
+    for (k, v) in extra {
+        response.headers_mut().insert(k, v.parse().unwrap());
+    }
+    response
+}
+
+const BODY: &str = r#"{"metadata":{"id":"evt-1","type":"OrderCreated","version":1,"source":"example.orders","time":"2026-12-01T06:00:00.000Z","subject":"o-1","aggregate_type":"Order","sequence":1,"correlation_id":"corr-1"},"data":{"order_id":"o-1","total_cents":1250}}"#;
+
+fn event() -> WebhookEvent {
+    let bus_event = format!(
+        r#"{{"version":"0","id":"bus-1","detail-type":"OrderCreated","source":"example.orders","time":"2026-12-01T06:00:00Z","region":"us-east-1","resources":[],"detail":{BODY}}}"#
+    );
+    WebhookEvent::parse(&bus_event).unwrap()
+}
+
+fn subscriber(url: &str) -> Subscriber {
+    Subscriber { id: "partner-a".into(), url: url.into(), event_types: vec!["OrderCreated".into()], secret_id: "s".into(), enabled: true }
+}
+
+fn deliverer<S: InboxStore>(inbox: S, timeout: Duration) -> Deliverer<S> {
+    let mut config = ClientConfig::default();
+    config.allow_http = true;
+    config.timeout = timeout;
+    let backoff = Backoff { base: Duration::from_secs(5), cap: Duration::from_secs(600), jitter: 0.0 };
+    Deliverer::new(WebhookClient::new(&config).unwrap(), inbox, backoff, 4)
+}
+
+fn lease() -> DateTime<Utc> {
+    Utc::now() + chrono::Duration::seconds(60)
+}
+
+#[tokio::test]
+async fn a_2xx_is_delivered_signed_verbatim_and_recorded_once() {
+    let (server, url) = Server::start(vec![answer(204)]).await;
+    let d = deliverer(MemoryInbox::new("webhook-dispatcher"), Duration::from_secs(10));
+    let secrets = vec![Secret::generate(), Secret::generate()];
+    let decision = d.deliver(&subscriber(&url), &secrets, &event(), 1, lease(), Some("Root=1-abc")).await;
+    assert!(matches!(decision, Decision::Delivered { status: 204, .. }), "{decision:?}");
+    // A redelivery of the same (event, subscriber) sends nothing.
+    assert_eq!(d.deliver(&subscriber(&url), &secrets, &event(), 2, lease(), None).await, Decision::AlreadyDelivered);
+    let seen = server.requests();
+    assert_eq!(seen.len(), 1);
+    let (headers, body) = &seen[0];
+    assert_eq!(body.as_ref(), BODY.as_bytes(), "the body is the detail, verbatim");
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    assert_eq!(get("webhook-id").as_deref(), Some("evt-1"));
+    assert_eq!(get("content-type").as_deref(), Some("application/json"));
+    assert_eq!(get("x-correlation-id").as_deref(), Some("corr-1"));
+    assert_eq!(get("x-amzn-trace-id").as_deref(), Some("Root=1-abc"));
+    let (id, ts, sig) = (get("webhook-id").unwrap(), get("webhook-timestamp").unwrap(), get("webhook-signature").unwrap());
+    assert_eq!(sig.split(' ').count(), 2, "one signature per current secret");
+    let now = Utc::now().timestamp();
+    for secret in &secrets {
+        let signed = SignedHeaders { id: Some(&id), timestamp: Some(&ts), signature: Some(&sig) };
+        assert_eq!(Verifier::new(vec![secret.clone()]).verify(&signed, body, now), Ok("evt-1"));
+    }
+    assert!(d.inbox().contains("partner-a#evt-1"), "the delivery is recorded per (subscriber, event)");
+}
+
+#[tokio::test]
+async fn retryable_answers_back_off_and_honour_retry_after() {
+    let (server, url) = Server::start(vec![
+        answer(500),
+        Answer(429, vec![("retry-after", "120")], String::new(), Duration::ZERO),
+        answer(408),
+        answer(503),
+        answer(200),
+    ])
+    .await;
+    let d = deliverer(MemoryInbox::new("webhook-dispatcher"), Duration::from_secs(10));
+    let s = subscriber(&url);
+    let secrets = vec![Secret::generate()];
+    let mut decisions = Vec::new();
+    for receive in 1..=3 {
+        decisions.push(d.deliver(&s, &secrets, &event(), receive, lease(), None).await);
+    }
+    assert_eq!(
+        decisions,
+        [
+            Decision::Retry { delay: Duration::from_secs(5), reason: "HTTP 500".into() },
+            Decision::Retry { delay: Duration::from_secs(120), reason: "HTTP 429".into() },
+            Decision::Retry { delay: Duration::from_secs(20), reason: "HTTP 408".into() },
+        ]
+    );
+    // The 4th receive is the last allowed attempt (max 4): a 503 then dead-letters.
+    let last = d.deliver(&s, &secrets, &event(), 4, lease(), None).await;
+    assert_eq!(
+        last,
+        Decision::DeadLetter { code: "WebhookRetriesExhausted", reason: "gave up after 4 attempts; last: HTTP 503".into(), disable: false }
+    );
+    assert!(!d.inbox().contains("partner-a#evt-1"), "nothing is recorded for an undelivered event");
+    assert_eq!(server.requests().len(), 4);
+}
+
+#[tokio::test]
+async fn permanent_answers_dead_letter_at_once_with_status_and_one_kib_of_body() {
+    let long = "x".repeat(3000);
+    let (_server, url) = Server::start(vec![Answer(422, vec![], long, Duration::ZERO)]).await;
+    let d = deliverer(MemoryInbox::new("w"), Duration::from_secs(10));
+    let decision = d.deliver(&subscriber(&url), &[Secret::generate()], &event(), 1, lease(), None).await;
+    let Decision::DeadLetter { code, reason, disable } = decision else { panic!("{decision:?}") };
+    assert_eq!((code, disable), ("WebhookRejected", false));
+    assert_eq!(reason, format!("HTTP 422: {}", "x".repeat(1024)));
+
+    let (_server, url) = Server::start(vec![Answer(410, vec![], "unsubscribed".into(), Duration::ZERO)]).await;
+    let decision = d.deliver(&subscriber(&url), &[Secret::generate()], &event(), 1, lease(), None).await;
+    assert!(matches!(decision, Decision::DeadLetter { code: "WebhookGone", disable: true, .. }), "{decision:?}");
+
+    // A redirect is not followed (to this host or another): the signed body stays with the subscriber.
+    let (target, target_url) = Server::start(vec![answer(200)]).await;
+    let (_server, url) = Server::start(vec![Answer(307, vec![("location", "http://127.0.0.1:9/elsewhere")], String::new(), Duration::ZERO)]).await;
+    let decision = d.deliver(&subscriber(&url), &[Secret::generate()], &event(), 1, lease(), None).await;
+    assert!(matches!(decision, Decision::DeadLetter { code: "WebhookRejected", ref reason, .. } if reason.starts_with("HTTP 307")), "{decision:?}");
+    assert!(target.requests().is_empty(), "{target_url} was never called");
+}
+
+#[tokio::test]
+async fn timeouts_refused_connections_and_plain_http_on_aws() {
+    let (_server, url) = Server::start(vec![Answer(200, vec![], String::new(), Duration::from_secs(5))]).await;
+    let d = deliverer(MemoryInbox::new("w"), Duration::from_millis(200));
+    let decision = d.deliver(&subscriber(&url), &[Secret::generate()], &event(), 1, lease(), None).await;
+    assert!(matches!(decision, Decision::Retry { ref reason, .. } if reason.starts_with("timeout")), "{decision:?}");
+
+    // A port nothing listens on (bound, then closed).
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed = format!("http://{}/hook", listener.local_addr().unwrap());
+    drop(listener);
+    let decision = d.deliver(&subscriber(&closed), &[Secret::generate()], &event(), 1, lease(), None).await;
+    assert!(matches!(decision, Decision::Retry { ref reason, .. } if reason.starts_with("connection error")), "{decision:?}");
+
+    let strict = Deliverer::new(WebhookClient::new(&ClientConfig::default()).unwrap(), MemoryInbox::new("w"), Backoff::default(), 4);
+    let decision = strict.deliver(&subscriber(&url), &[Secret::generate()], &event(), 1, lease(), None).await;
+    assert!(matches!(decision, Decision::DeadLetter { code: "WebhookRejected", ref reason, .. } if reason.contains("only https")), "{decision:?}");
+}
+
+/// A store whose first `complete` fails as if the invocation died right after the POST.
+struct CrashBeforeRecord {
+    inner: MemoryInbox,
+    crashed: Mutex<bool>,
+}
+
+impl InboxStore for CrashBeforeRecord {
+    fn consumer(&self) -> &str {
+        self.inner.consumer()
+    }
+    fn apply(
+        &self,
+        metadata: &EventMetadata,
+        payload_hash: &str,
+        writes: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
+    ) -> impl std::future::Future<Output = Result<InboxOutcome, InboxError>> + Send {
+        self.inner.apply(metadata, payload_hash, writes)
+    }
+    fn begin(
+        &self,
+        metadata: &EventMetadata,
+        payload_hash: &str,
+        lease_until: DateTime<Utc>,
+    ) -> impl std::future::Future<Output = Result<Claim, InboxError>> + Send {
+        self.inner.begin(metadata, payload_hash, lease_until)
+    }
+    async fn complete(&self, lease: &Lease, result: Option<&str>) -> Result<(), InboxError> {
+        let first = std::mem::replace(&mut *self.crashed.lock().unwrap(), true);
+        if !first {
+            let died = outbox::aws_error::AwsError {
+                operation: "UpdateItem",
+                kind: outbox::aws_error::AwsErrorKind::Dispatch,
+                code: None,
+                message: None,
+                status: None,
+                retryable: true,
+                detail: "the invocation died".into(),
+            };
+            return Err(InboxError::Sdk { action: "complete", error: died });
+        }
+        self.inner.complete(lease, result).await
+    }
+    fn release(&self, lease: &Lease) -> impl std::future::Future<Output = Result<(), InboxError>> + Send {
+        self.inner.release(lease)
+    }
+}
+
+#[tokio::test]
+async fn a_crash_between_post_and_record_costs_at_most_one_extra_post_and_one_record() {
+    let (server, url) = Server::start(vec![answer(200)]).await;
+    let store = CrashBeforeRecord { inner: MemoryInbox::new("webhook-dispatcher"), crashed: Mutex::new(false) };
+    let d = deliverer(store, Duration::from_secs(10));
+    let s = subscriber(&url);
+    let secrets = vec![Secret::generate()];
+    // The crashed invocation's lease ended (its deadline passed): the redelivery takes the claim over.
+    let ended = Utc::now() - chrono::Duration::seconds(1);
+    let first = d.deliver(&s, &secrets, &event(), 1, ended, None).await;
+    assert!(matches!(first, Decision::Retry { .. }), "{first:?}");
+    let second = d.deliver(&s, &secrets, &event(), 2, lease(), None).await;
+    assert!(matches!(second, Decision::Delivered { status: 200, .. }), "{second:?}");
+    assert_eq!(d.deliver(&s, &secrets, &event(), 3, lease(), None).await, Decision::AlreadyDelivered);
+    let seen = server.requests();
+    assert_eq!(seen.len(), 2, "one extra POST, no more");
+    let ids: Vec<_> = seen.iter().map(|(h, _)| h.get("webhook-id").cloned()).collect();
+    assert_eq!(ids[0], ids[1], "both carry the same webhook-id, so the receiver dedupes");
+}
+
+#[test]
+fn messages_that_are_not_bus_events_are_named() {
+    assert!(WebhookEvent::parse("not json").is_err());
+    let err = WebhookEvent::parse(r#"{"detail":{"data":{}}}"#).unwrap_err();
+    assert!(err.to_string().contains("metadata"), "{err}");
+    let s = subscriber("https://x");
+    assert!(s.wants("OrderCreated") && !s.wants("OrderPaid"));
+    let all = Subscriber { event_types: vec!["*".into()], ..s.clone() };
+    assert!(all.wants("OrderPaid"));
+    assert!(!Subscriber { enabled: false, ..all }.wants("OrderPaid"));
+}

@@ -1,0 +1,435 @@
+//! Partner webhooks in (`PartnerWebhookFunction`, `POST /webhooks/{partner}`): a payment
+//! provider tells us an order was paid, signed by the Standard Webhooks scheme
+//! ([`outbox::webhook::signature`]).
+//!
+//! | check, in order | answer when it fails | written |
+//! |---|---|---|
+//! | `{partner}` is known | 404 | nothing |
+//! | body at most [`MAX_WEBHOOK_BODY_BYTES`] | 413 naming `body` | nothing |
+//! | `webhook-id`, `webhook-timestamp` (±5 min), `webhook-signature` (any current secret, constant-time) | 401 problem naming the header | nothing |
+//! | body `{"type": "payment.succeeded", "data": {"order_id", "payment_id", "amount", "currency"}}` | 400 naming the field (`data.order_id`) | nothing |
+//! | the order exists | 422 naming `data.order_id` | nothing |
+//!
+//! Then ONE `TransactWriteItems` ([`outbox::Inbox::apply`]): the inbox claim of
+//! `<partner>#<webhook-id>` (consumer `partner-webhooks`), the order `CREATED → PAID` with its
+//! version condition (`version + 1`), and the outbox put of `OrderPaid` (sequence = the new
+//! version). A replayed or redelivered webhook finds its claim: 200 with `"duplicate": true`,
+//! no second effect. An order no longer `CREATED` (paid by another webhook, cancelled) or a
+//! concurrent change is a 409; a `webhook-id` reused with another body a 422; DynamoDB
+//! conflicts and throttling a 503 with `Retry-After` (the partner retries; the claim dedupes).
+//!
+//! Partners' secrets: Secrets Manager secret `PARTNER_SECRETS_ID` whose string is a JSON object
+//! `{"<partner>": "whsec_… [whsec_…]"}` (two secrets while one is rotated), cached for
+//! `PARTNER_SECRETS_TTL_SECONDS` (default 300).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use serde::{Deserialize, Serialize};
+
+use crate::http::{Problem, CORRELATION_HEADER};
+use crate::orders::{order_event, order_key, to_json, OrderView, RETRY_AFTER_SECONDS, STATUS_CREATED};
+use outbox::config::{ConfigError, Env, DEFAULT_RETENTION};
+use outbox::envelope::EventMetadata;
+use outbox::inbox::{payload_hash, Inbox, InboxError, InboxOutcome};
+use outbox::webhook::{Secret, SignedHeaders, Verifier};
+use outbox::writer::OutboxWriter;
+
+/// Largest accepted webhook body: 64 KiB.
+pub const MAX_WEBHOOK_BODY_BYTES: usize = 64 * 1024;
+/// `status` of a paid order.
+pub const STATUS_PAID: &str = "PAID";
+/// The only webhook type handled.
+pub const PAYMENT_SUCCEEDED: &str = "payment.succeeded";
+/// Inbox consumer name of partner webhooks.
+pub const CONSUMER: &str = "partner-webhooks";
+
+/// A partner's webhook body.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct PartnerWebhook {
+    /// Webhook type; only [`PAYMENT_SUCCEEDED`].
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The payment.
+    pub data: Payment,
+}
+
+/// `data` of `payment.succeeded`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Payment {
+    /// Our order id.
+    pub order_id: String,
+    /// The partner's payment id.
+    pub payment_id: String,
+    /// Amount paid, a decimal string (`"12.50"`).
+    pub amount: String,
+    /// ISO 4217 code.
+    pub currency: String,
+}
+
+/// The `OrderPaid` event payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderPaid {
+    /// Order id.
+    pub order_id: String,
+    /// Partner that confirmed the payment.
+    pub partner: String,
+    /// The partner's payment id.
+    pub payment_id: String,
+    /// Amount paid, decimal string.
+    pub amount: String,
+    /// ISO 4217 code.
+    pub currency: String,
+}
+
+/// The answer to an accepted webhook.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Accepted {
+    /// The `webhook-id`.
+    pub webhook_id: String,
+    /// `true` when the webhook was received before: nothing was written now.
+    pub duplicate: bool,
+    /// The order's status after this webhook (when applied now).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// The `OrderPaid` event id (when applied now).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<String>,
+}
+
+/// Partner name → current secrets.
+pub type SecretMap = HashMap<String, Vec<Secret>>;
+
+/// Where partners' secrets come from.
+#[derive(Debug)]
+pub enum Partners {
+    /// A fixed map (tests, local runs).
+    Fixed(HashMap<String, Vec<Secret>>),
+    /// A Secrets Manager secret holding `{"<partner>": "whsec_… …"}`, cached for `ttl`.
+    SecretsManager {
+        /// The client.
+        client: aws_sdk_secretsmanager::Client,
+        /// Secret id or ARN.
+        secret_id: String,
+        /// Cache lifetime.
+        ttl: Duration,
+        /// The cached map and when it was read.
+        cache: Mutex<Option<(Instant, SecretMap)>>,
+    },
+}
+
+impl Partners {
+    /// The current secrets of `partner` (`None`: unknown partner).
+    ///
+    /// # Errors
+    /// The Secrets Manager call or the secret's text, in words (a 503).
+    pub async fn secrets(&self, partner: &str) -> Result<Option<Vec<Secret>>, String> {
+        match self {
+            Partners::Fixed(map) => Ok(map.get(partner).cloned()),
+            Partners::SecretsManager { client, secret_id, ttl, cache } => {
+                {
+                    let guard = cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if let Some((_, map)) = guard.as_ref().filter(|(at, _)| at.elapsed() < *ttl) {
+                        return Ok(map.get(partner).cloned());
+                    }
+                }
+                let out = client
+                    .get_secret_value()
+                    .secret_id(secret_id)
+                    .send()
+                    .await
+                    .map_err(|e| format!("GetSecretValue {secret_id}: {}", aws_sdk_secretsmanager::error::DisplayErrorContext(e)))?;
+                let text: HashMap<String, String> = serde_json::from_str(out.secret_string().unwrap_or("{}"))
+                    .map_err(|e| format!("secret {secret_id} is not a JSON object of strings: {e}"))?;
+                let mut map = HashMap::new();
+                for (name, secrets) in text {
+                    let parsed = Secret::parse_list(&secrets).map_err(|e| format!("secret {secret_id}, partner {name}: {e}"))?;
+                    map.insert(name, parsed);
+                }
+                let found = map.get(partner).cloned();
+                *cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((Instant::now(), map));
+                Ok(found)
+            }
+        }
+    }
+}
+
+/// The partner webhook receiver, built once per cold start.
+#[derive(Debug)]
+pub struct PartnerWebhooks {
+    dynamodb: aws_sdk_dynamodb::Client,
+    orders_table: String,
+    writer: OutboxWriter,
+    inbox: Inbox,
+    partners: Partners,
+    source: String,
+    tolerance: Duration,
+}
+
+impl PartnerWebhooks {
+    /// A receiver over explicit parts.
+    pub fn new(
+        dynamodb: aws_sdk_dynamodb::Client,
+        orders_table: impl Into<String>,
+        writer: OutboxWriter,
+        inbox: Inbox,
+        partners: Partners,
+        source: impl Into<String>,
+    ) -> Self {
+        Self {
+            dynamodb,
+            orders_table: orders_table.into(),
+            writer,
+            inbox,
+            partners,
+            source: source.into(),
+            tolerance: outbox::webhook::signature::DEFAULT_TOLERANCE,
+        }
+    }
+
+    /// Sets the timestamp tolerance (default 5 minutes).
+    pub fn with_tolerance(mut self, tolerance: Duration) -> Self {
+        self.tolerance = tolerance;
+        self
+    }
+
+    /// Reads `ORDERS_TABLE`, `OUTBOX_TABLE`, `INBOX_TABLE`, `PARTNER_SECRETS_ID`,
+    /// `PARTNER_SECRETS_TTL_SECONDS` (300), `WEBHOOK_TOLERANCE_SECONDS` (300), `EVENT_SOURCE`
+    /// (`example.orders`), `OUTBOX_RETENTION_SECONDS` and `INBOX_RETENTION_SECONDS` (7 days).
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the variable.
+    pub fn from_env(sdk: &aws_config::SdkConfig, env: &Env) -> Result<Self, ConfigError> {
+        let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+        let partners = Partners::SecretsManager {
+            client: aws_sdk_secretsmanager::Client::new(sdk),
+            secret_id: env.required("PARTNER_SECRETS_ID")?,
+            ttl: env.seconds("PARTNER_SECRETS_TTL_SECONDS", Duration::from_secs(300))?,
+            cache: Mutex::new(None),
+        };
+        let inbox = Inbox::new(dynamodb.clone(), env.required("INBOX_TABLE")?, CONSUMER, env.seconds("INBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?);
+        let writer = OutboxWriter::new(env.required("OUTBOX_TABLE")?, env.seconds("OUTBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?);
+        Ok(Self::new(dynamodb, env.required("ORDERS_TABLE")?, writer, inbox, partners, env.optional("EVENT_SOURCE", "example.orders"))
+            .with_tolerance(env.seconds("WEBHOOK_TOLERANCE_SECONDS", outbox::webhook::signature::DEFAULT_TOLERANCE)?))
+    }
+
+    /// Handles one webhook: the checks and the transaction of the module docs.
+    ///
+    /// # Errors
+    /// The [`Problem`] to answer; nothing was written.
+    pub async fn receive(&self, partner: &str, headers: &HeaderMap, body: &[u8], correlation_id: &str) -> Result<Accepted, Problem> {
+        let secrets = match self.partners.secrets(partner).await {
+            Ok(Some(secrets)) => secrets,
+            Ok(None) => return Err(Problem::new(404, "Unknown partner", format!("no partner named {partner}"))),
+            Err(e) => {
+                tracing::error!(error = %e, "partner secrets unavailable");
+                return Err(Problem::new(503, "Service unavailable", "partner secrets are unavailable; retry later"));
+            }
+        };
+        if body.len() > MAX_WEBHOOK_BODY_BYTES {
+            let detail = format!("the body is {} bytes, over the limit of {MAX_WEBHOOK_BODY_BYTES}", body.len());
+            return Err(Problem { field: Some("body".into()), ..Problem::new(413, "Body too large", detail) });
+        }
+        let signed = SignedHeaders::from_fn(|name| headers.get(name).and_then(|v| v.to_str().ok()));
+        let now = chrono::Utc::now();
+        let webhook_id = Verifier::new(secrets)
+            .with_tolerance(self.tolerance)
+            .verify(&signed, body, now.timestamp())
+            .map_err(|e| Problem { field: Some(e.header().to_owned()), ..Problem::new(401, "Invalid webhook signature", e.to_string()) })?;
+        let webhook: PartnerWebhook = parse(body)?;
+        if webhook.kind != PAYMENT_SUCCEEDED {
+            return Err(Problem::bad_field("type", format!("unsupported webhook type {:?}; expected {PAYMENT_SUCCEEDED}", webhook.kind)));
+        }
+        let payment = webhook.data;
+        if payment.order_id.is_empty() {
+            return Err(Problem::bad_field("data.order_id", "must not be empty"));
+        }
+        let order = self.read_order(&payment.order_id).await?;
+        let Some(order) = order else {
+            return Err(Problem {
+                field: Some("data.order_id".into()),
+                ..Problem::new(422, "Unknown order", format!("no order {}", payment.order_id))
+            });
+        };
+        let next = order.version + 1;
+        let paid = OrderPaid {
+            order_id: payment.order_id.clone(),
+            partner: partner.to_owned(),
+            payment_id: payment.payment_id.clone(),
+            amount: payment.amount.clone(),
+            currency: payment.currency.clone(),
+        };
+        let event = order_event("OrderPaid", &payment.order_id, next, to_json(&paid), &self.source, correlation_id, None);
+        let item = self.writer.outbox_item(event, now).map_err(|e| Problem::new(500, "Internal error", e.to_string()))?;
+        let update = Update::builder()
+            .table_name(&self.orders_table)
+            .key("pk", AttributeValue::S(order_key(&payment.order_id)))
+            .update_expression("SET #status = :paid, #version = :next, paid_at = :at, payment_id = :payment")
+            .condition_expression("#version = :expected AND #status = :created")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_names("#version", "version")
+            .expression_attribute_values(":paid", AttributeValue::S(STATUS_PAID.into()))
+            .expression_attribute_values(":created", AttributeValue::S(STATUS_CREATED.into()))
+            .expression_attribute_values(":expected", AttributeValue::N(order.version.to_string()))
+            .expression_attribute_values(":next", AttributeValue::N(next.to_string()))
+            .expression_attribute_values(":at", AttributeValue::S(now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)))
+            .expression_attribute_values(":payment", AttributeValue::S(payment.payment_id.clone()))
+            .build()
+            // table_name, key and update_expression, the builder's required fields, are set above.
+            .expect("Update has its required fields");
+        let metadata = EventMetadata {
+            id: format!("{partner}#{webhook_id}"),
+            event_type: webhook.kind.clone(),
+            version: 1,
+            source: partner.to_owned(),
+            time: now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            subject: payment.order_id.clone(),
+            aggregate_type: "Order".into(),
+            sequence: 0,
+            correlation_id: correlation_id.to_owned(),
+            previous: Default::default(),
+        };
+        let body_text = String::from_utf8_lossy(body);
+        let writes = vec![TransactWriteItem::builder().update(update).build(), self.writer.put(&item)];
+        match self.inbox.apply(&metadata, &payload_hash(&body_text), writes).await {
+            Ok(InboxOutcome::Applied) => {
+                tracing::info!(partner, webhook_id, order_id = %payment.order_id, version = next, "order paid");
+                Ok(Accepted { webhook_id: webhook_id.to_owned(), duplicate: false, status: Some(STATUS_PAID.into()), event_id: Some(item.event_id) })
+            }
+            Ok(InboxOutcome::Duplicate) => {
+                tracing::info!(partner, webhook_id, "webhook received before; no second effect");
+                Ok(Accepted { webhook_id: webhook_id.to_owned(), duplicate: true, status: None, event_id: None })
+            }
+            Ok(_) => Err(Problem::new(
+                409,
+                "Order not payable",
+                format!("order {} is {} (version {}), or changed meanwhile", payment.order_id, order.status, order.version),
+            )),
+            Err(InboxError::PayloadMismatch { .. }) => Err(Problem {
+                field: Some(outbox::webhook::signature::WEBHOOK_ID.into()),
+                ..Problem::new(422, "Webhook id reused", format!("webhook {webhook_id} was received before with another body"))
+            }),
+            Err(e) if e.is_retryable() => {
+                tracing::warn!(error = %e, "webhook transaction failed; the partner retries");
+                Err(Problem::new(503, "Service unavailable", "the write conflicted or was throttled; retry later"))
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "webhook transaction failed");
+                Err(Problem::new(500, "Internal error", "the write failed"))
+            }
+        }
+    }
+
+    async fn read_order(&self, order_id: &str) -> Result<Option<OrderView>, Problem> {
+        let out = self
+            .dynamodb
+            .get_item()
+            .table_name(&self.orders_table)
+            .key("pk", AttributeValue::S(order_key(order_id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %aws_sdk_dynamodb::error::DisplayErrorContext(e), "reading the order failed");
+                Problem::new(503, "Service unavailable", "reading the order failed; retry later")
+            })?;
+        match out.item {
+            None => Ok(None),
+            Some(item) => serde_dynamo::from_item(item).map(Some).map_err(|e| Problem::new(500, "Internal error", format!("stored order: {e}"))),
+        }
+    }
+}
+
+/// The body, or a 400 naming the field at fault (`data.order_id`, or `body` when not JSON).
+fn parse(body: &[u8]) -> Result<PartnerWebhook, Problem> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let field = match inner.classify() {
+            serde_json::error::Category::Syntax | serde_json::error::Category::Eof => "body".to_owned(),
+            _ if inner.to_string().starts_with("missing field") => {
+                let missing = inner.to_string().split('`').nth(1).unwrap_or_default().to_owned();
+                if path == "." {
+                    missing
+                } else {
+                    format!("{path}.{missing}")
+                }
+            }
+            _ if path == "." => "body".to_owned(),
+            _ => path,
+        };
+        Problem::bad_field(field, inner.to_string())
+    })
+}
+
+/// The router: `POST /webhooks/{partner}` (problem answers elsewhere). Serve it with
+/// `lambda_http::run(partner_router(webhooks))`; test it with `tower::ServiceExt::oneshot`.
+pub fn router(webhooks: PartnerWebhooks) -> Router {
+    Router::new()
+        .route("/webhooks/{partner}", post(handle))
+        .with_state(Arc::new(webhooks))
+        .fallback(|| async { problem_response(Problem::new(404, "Not found", "no such route"), "") })
+}
+
+async fn handle(State(webhooks): State<Arc<PartnerWebhooks>>, Path(partner): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+    let correlation_id = headers
+        .get(CORRELATION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|c| !c.is_empty() && c.len() <= 128)
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let mut response = match webhooks.receive(&partner, &headers, &body, &correlation_id).await {
+        Ok(accepted) => (StatusCode::OK, [(CONTENT_TYPE, "application/json")], to_json(&accepted)).into_response(),
+        Err(problem) => {
+            tracing::info!(partner, status = problem.status, field = problem.field.as_deref().unwrap_or(""), detail = %problem.detail, "webhook refused");
+            problem_response(problem, &correlation_id)
+        }
+    };
+    if let Ok(value) = HeaderValue::from_str(&correlation_id) {
+        response.headers_mut().insert(CORRELATION_HEADER, value);
+    }
+    response
+}
+
+fn problem_response(mut problem: Problem, correlation_id: &str) -> Response {
+    if !correlation_id.is_empty() {
+        problem.correlation_id = Some(correlation_id.to_owned());
+    }
+    let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = (status, [(CONTENT_TYPE, "application/problem+json")], to_json(&problem)).into_response();
+    if problem.status == 503 {
+        response.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECONDS));
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_bodies_name_the_field() {
+        let field = |body: &str| parse(body.as_bytes()).unwrap_err().field;
+        assert_eq!(field("not json"), Some("body".into()));
+        assert_eq!(field(r#"{"data":{"order_id":"o","payment_id":"p","amount":"1","currency":"EUR"}}"#), Some("type".into()));
+        assert_eq!(field(r#"{"type":"payment.succeeded"}"#), Some("data".into()));
+        assert_eq!(field(r#"{"type":"payment.succeeded","data":{"payment_id":"p","amount":"1","currency":"EUR"}}"#), Some("data.order_id".into()));
+        assert_eq!(
+            field(r#"{"type":"payment.succeeded","data":{"order_id":5,"payment_id":"p","amount":"1","currency":"EUR"}}"#),
+            Some("data.order_id".into())
+        );
+        assert_eq!(field("[]"), Some("body".into()));
+        let ok = parse(br#"{"type":"payment.succeeded","data":{"order_id":"o","payment_id":"p","amount":"1.00","currency":"EUR"}}"#).unwrap();
+        assert_eq!(ok.data.order_id, "o");
+    }
+}

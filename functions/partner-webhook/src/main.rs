@@ -1,0 +1,15 @@
+//! `PartnerWebhookFunction`: `POST /webhooks/{partner}` on the HTTP API, served by `lambda_http`
+//! (see `orders_app::partner`): a verified partner webhook takes effect once, through the inbox,
+//! in one transaction with its outbox event.
+
+use lambda_http::{run, tracing, Error};
+use orders_app::partner::{router, PartnerWebhooks};
+use outbox::Env;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    tracing::init_default_subscriber();
+    let sdk = aws_config::load_from_env().await;
+    let webhooks = PartnerWebhooks::from_env(&sdk, &Env::process())?;
+    run(router(webhooks)).await
+}

@@ -1,0 +1,260 @@
+//! The webhook dispatcher on the emulator, the test playing the SQS event source mapping
+//! (receive, invoke, delete what is not in `batchItemFailures`): an event fans out to one message
+//! per subscriber; a 2xx is delivered once (a redelivery sends nothing); 500 and 429 are retried
+//! through the message's visibility timeout until the subscriber answers 200; a 410 disables the
+//! subscriber and a 400 dead-letters, both with a readable reason; secrets come from Secrets
+//! Manager.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use common::Local;
+use outbox::config::{Env, DEFAULT_RETENTION};
+use outbox::webhook::dispatcher::{DispatchReport, Dispatcher, DispatcherConfig};
+use outbox::webhook::{Secret, SignedHeaders, Verifier};
+use outbox::Inbox;
+
+/// `(status, Retry-After)` answers, in order.
+type Script = Vec<(u16, Option<&'static str>)>;
+
+/// A subscriber endpoint answering a script (the last answer repeats), recording what it got.
+#[derive(Clone, Default)]
+struct Endpoint {
+    script: Arc<Mutex<Script>>,
+    seen: Arc<Mutex<Vec<(HeaderMap, String)>>>,
+}
+
+impl Endpoint {
+    async fn start(script: Script) -> (Self, String) {
+        let endpoint = Endpoint { script: Arc::new(Mutex::new(script)), ..Default::default() };
+        let state = endpoint.clone();
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |headers: HeaderMap, body: String| {
+                let state = state.clone();
+                async move {
+                    state.seen.lock().unwrap().push((headers, body));
+                    let (status, retry_after) = {
+                        let mut script = state.script.lock().unwrap();
+                        if script.len() > 1 {
+                            script.remove(0)
+                        } else {
+                            script[0]
+                        }
+                    };
+                    let mut response: Response = (StatusCode::from_u16(status).unwrap(), "answer body").into_response();
+                    if let Some(seconds) = retry_after {
+                        response.headers_mut().insert("retry-after", seconds.parse().unwrap());
+                    }
+                    response
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (endpoint, url)
+    }
+
+    fn count(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+}
+
+struct Harness {
+    local: Local,
+    dispatcher: Dispatcher<Inbox>,
+    queue: String,
+    dlq: String,
+    subscribers: String,
+}
+
+impl Harness {
+    /// Receives what is visible on `queue` (long-polling up to `wait`), as the ESM would hand it over.
+    async fn receive(&self, queue: &str, wait: Duration) -> Vec<aws_sdk_sqs::types::Message> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let out = self
+                .local
+                .sqs
+                .receive_message()
+                .queue_url(queue)
+                .max_number_of_messages(10)
+                .wait_time_seconds(1)
+                .message_system_attribute_names(MessageSystemAttributeName::All)
+                .message_attribute_names("All")
+                .send()
+                .await
+                .expect("ReceiveMessage");
+            let messages = out.messages.unwrap_or_default();
+            if !messages.is_empty() || tokio::time::Instant::now() >= deadline {
+                return messages;
+            }
+        }
+    }
+
+    /// One invocation over `messages`; deletes the messages not reported as failures.
+    async fn invoke(&self, messages: Vec<aws_sdk_sqs::types::Message>) -> (DispatchReport, usize) {
+        let mut event = SqsEvent::default();
+        for m in &messages {
+            let mut record = SqsMessage::default();
+            record.message_id = m.message_id.clone();
+            record.receipt_handle = m.receipt_handle.clone();
+            record.body = m.body.clone();
+            for (k, v) in m.attributes().into_iter().flatten() {
+                record.attributes.insert(k.as_str().to_owned(), v.clone());
+            }
+            for (k, v) in m.message_attributes().into_iter().flatten() {
+                let mut attribute = SqsMessageAttribute::default();
+                attribute.string_value = v.string_value.clone();
+                attribute.data_type = Some(v.data_type.clone());
+                record.message_attributes.insert(k.clone(), attribute);
+            }
+            event.records.push(record);
+        }
+        let (response, report) = self.dispatcher.handle(&event, chrono::Utc::now() + chrono::Duration::seconds(30)).await;
+        let failed: Vec<String> = response.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();
+        for m in &messages {
+            if !failed.contains(m.message_id.as_ref().unwrap()) {
+                self.local.sqs.delete_message().queue_url(&self.queue).receipt_handle(m.receipt_handle.clone().unwrap()).send().await.unwrap();
+            }
+        }
+        (report, failed.len())
+    }
+
+    async fn subscriber(&self, id: &str, url: &str, secret_name: &str) {
+        self.local
+            .dynamodb
+            .put_item()
+            .table_name(&self.subscribers)
+            .item("id", AttributeValue::S(id.into()))
+            .item("url", AttributeValue::S(url.into()))
+            .item("event_types", AttributeValue::L(vec![AttributeValue::S("OrderCreated".into())]))
+            .item("secret_id", AttributeValue::S(secret_name.into()))
+            .item("enabled", AttributeValue::Bool(true))
+            .send()
+            .await
+            .expect("PutItem subscriber");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn events_fan_out_deliver_once_retry_and_dead_letter() {
+    let local = Local::start().await;
+    let mut env = local.env_of("WebhookDispatcherFunction");
+    env.insert("WEBHOOK_ALLOW_HTTP".into(), "true".into());
+    env.insert("WEBHOOK_BACKOFF_BASE_SECONDS".into(), "1".into());
+    env.insert("WEBHOOK_BACKOFF_CAP_SECONDS".into(), "2".into());
+    let config = DispatcherConfig::from_env(&Env::from_map(env.clone())).expect("the dispatcher's settings");
+    let inbox = Inbox::new(local.dynamodb.clone(), env["INBOX_TABLE"].clone(), "webhook-dispatcher", DEFAULT_RETENTION);
+    let dispatcher = Dispatcher::new(&local.runtime.sdk, inbox, config).expect("a dispatcher");
+    let h = Harness {
+        queue: env["WEBHOOK_DELIVERY_QUEUE_URL"].clone(),
+        dlq: env["WEBHOOK_DLQ_URL"].clone(),
+        subscribers: env["WEBHOOK_SUBSCRIBERS_TABLE"].clone(),
+        dispatcher,
+        local,
+    };
+    // One secret for every subscriber, current and previous (a rotation in progress).
+    let (current, previous) = (Secret::generate(), Secret::generate());
+    let secret_name = format!("{}-webhook-partners", h.local.stack_name);
+    let secrets = aws_sdk_secretsmanager::Client::new(&h.local.runtime.sdk);
+    secrets
+        .create_secret()
+        .name(&secret_name)
+        .secret_string(format!("{} {}", current.to_whsec(), previous.to_whsec()))
+        .send()
+        .await
+        .expect("CreateSecret");
+    let (good, good_url) = Endpoint::start(vec![(204, None)]).await;
+    let (flaky, flaky_url) = Endpoint::start(vec![(500, None), (429, Some("2")), (200, None)]).await;
+    let (gone, gone_url) = Endpoint::start(vec![(410, None)]).await;
+    let (bad, bad_url) = Endpoint::start(vec![(400, None)]).await;
+    for (id, url) in [("good", &good_url), ("flaky", &flaky_url), ("gone", &gone_url), ("bad", &bad_url)] {
+        h.subscriber(id, url, &secret_name).await;
+    }
+
+    // The rule's delivery: the EventBridge event as the message body.
+    let bus_event = std::fs::read_to_string(common::root().join("events/order-created.json")).expect("events/order-created.json");
+    h.local.sqs.send_message().queue_url(&h.queue).message_body(&bus_event).send().await.expect("SendMessage");
+    let (report, failed) = h.invoke(h.receive(&h.queue, Duration::from_secs(5)).await).await;
+    assert_eq!((report.fanned_out, report.fan_out_messages, failed), (1, 4, 0), "{report:?}");
+
+    // The four per-subscriber messages.
+    let mut fanned = Vec::new();
+    while fanned.len() < 4 {
+        let got = h.receive(&h.queue, Duration::from_secs(5)).await;
+        assert!(!got.is_empty(), "only {} of 4 fanned-out messages arrived", fanned.len());
+        fanned.extend(got);
+    }
+    let (report, failed) = h.invoke(fanned).await;
+    assert_eq!((report.delivered, report.retried, report.dead_lettered, report.disabled, failed), (1, 1, 2, 1, 1), "{report:?}");
+
+    // The flaky subscriber's message comes back after its backoff: 429 (Retry-After), then 200.
+    let mut rounds = 0;
+    while flaky.count() < 3 {
+        rounds += 1;
+        assert!(rounds <= 10, "the flaky subscriber's message did not come back");
+        let got = h.receive(&h.queue, Duration::from_secs(5)).await;
+        if !got.is_empty() {
+            h.invoke(got).await;
+        }
+    }
+    assert_eq!((good.count(), flaky.count(), gone.count(), bad.count()), (1, 3, 1, 1));
+
+    // What the subscribers got verifies with either current secret; the id is the event's.
+    let (headers, body) = good.seen.lock().unwrap()[0].clone();
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let (id, ts, sig) = (get("webhook-id").unwrap(), get("webhook-timestamp").unwrap(), get("webhook-signature").unwrap());
+    let signed = SignedHeaders { id: Some(&id), timestamp: Some(&ts), signature: Some(&sig) };
+    let detail: serde_json::Value = serde_json::from_str(&bus_event).unwrap();
+    assert_eq!(id, detail["detail"]["metadata"]["id"].as_str().unwrap());
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&body).unwrap(), detail["detail"], "the body is the event's detail");
+    for secret in [&current, &previous] {
+        assert!(Verifier::new(vec![secret.clone()]).verify(&signed, body.as_bytes(), chrono::Utc::now().timestamp()).is_ok());
+    }
+
+    // The dead letters say why; the 410 subscriber is disabled.
+    let dead = h.receive(&h.dlq, Duration::from_secs(5)).await;
+    let mut reasons: Vec<(String, String, String)> = dead
+        .iter()
+        .map(|m| {
+            let a = m.message_attributes().cloned().unwrap_or_default();
+            let text = |k: &str| a.get(k).and_then(|v| v.string_value.clone()).unwrap_or_default();
+            (text("subscriber"), text("ERROR_CODE"), text("ERROR_MESSAGE"))
+        })
+        .collect();
+    reasons.sort();
+    assert_eq!(
+        reasons,
+        [
+            ("bad".into(), "WebhookRejected".into(), "HTTP 400: answer body".into()),
+            ("gone".into(), "WebhookGone".into(), "HTTP 410 Gone: subscriber disabled".into()),
+        ]
+    );
+    let gone_item = h.local.dynamodb.get_item().table_name(&h.subscribers).key("id", AttributeValue::S("gone".into())).send().await.unwrap();
+    assert_eq!(gone_item.item.unwrap().get("enabled"), Some(&AttributeValue::Bool(false)));
+
+    // A redelivery of the whole event (e.g. `dlq redrive`) reaches only the two that failed for good… and
+    // the delivered ones are not called again: fan-out skips the disabled one, the inbox the delivered.
+    h.local.sqs.send_message().queue_url(&h.queue).message_body(&bus_event).send().await.expect("SendMessage");
+    let (report, _) = h.invoke(h.receive(&h.queue, Duration::from_secs(5)).await).await;
+    assert_eq!(report.fan_out_messages, 3, "good, flaky and bad (gone is disabled): {report:?}");
+    let mut again = Vec::new();
+    while again.len() < 3 {
+        let got = h.receive(&h.queue, Duration::from_secs(5)).await;
+        assert!(!got.is_empty());
+        again.extend(got);
+    }
+    let (report, _) = h.invoke(again).await;
+    assert_eq!((report.already_delivered, report.dead_lettered), (2, 1), "{report:?}");
+    assert_eq!((good.count(), flaky.count()), (1, 3), "no second POST to a subscriber that has the event");
+    h.local.shutdown().await;
+}
