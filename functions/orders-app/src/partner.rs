@@ -204,7 +204,7 @@ impl PartnerWebhooks {
 
     /// Reads `ORDERS_TABLE`, `OUTBOX_TABLE`, `INBOX_TABLE`, `PARTNER_SECRETS_ID`,
     /// `PARTNER_SECRETS_TTL_SECONDS` (300), `WEBHOOK_TOLERANCE_SECONDS` (300), `EVENT_SOURCE`
-    /// (`example.orders`), `OUTBOX_RETENTION_SECONDS` and `INBOX_RETENTION_SECONDS` (7 days).
+    /// (`example.orders`), `OUTBOX_RETENTION_SECONDS` (7 days) and the inbox retention rule ([`outbox::config::inbox_retention`]).
     ///
     /// # Errors
     /// [`ConfigError`] naming the variable.
@@ -216,7 +216,7 @@ impl PartnerWebhooks {
             ttl: env.seconds("PARTNER_SECRETS_TTL_SECONDS", Duration::from_secs(300))?,
             cache: Mutex::new(None),
         };
-        let inbox = Inbox::new(dynamodb.clone(), env.required("INBOX_TABLE")?, CONSUMER, env.seconds("INBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?);
+        let inbox = Inbox::new(dynamodb.clone(), env.required("INBOX_TABLE")?, CONSUMER, outbox::config::inbox_retention(env)?);
         let writer = OutboxWriter::new(env.required("OUTBOX_TABLE")?, env.seconds("OUTBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?);
         Ok(Self::new(dynamodb, env.required("ORDERS_TABLE")?, writer, inbox, partners, env.optional("EVENT_SOURCE", "example.orders"))
             .with_tolerance(env.seconds("WEBHOOK_TOLERANCE_SECONDS", outbox::webhook::signature::DEFAULT_TOLERANCE)?))

@@ -9,7 +9,9 @@ use outbox::Env;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
-    let sdk = aws_config::load_from_env().await;
-    let webhooks = PartnerWebhooks::from_env(&sdk, &Env::process())?;
+    let env = Env::process();
+    // The SDK clients' time-outs (SDK_*_TIMEOUT_MS), once per cold start.
+    let sdk = outbox::lambda::load_sdk_config(&env).await?;
+    let webhooks = PartnerWebhooks::from_env(&sdk, &env)?;
     run(router(webhooks)).await
 }

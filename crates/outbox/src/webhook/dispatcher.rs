@@ -707,7 +707,8 @@ fn record_metrics(subscriber: &str, decision: &Decision) {
 /// metrics recorder (feature `metrics`, namespace `METRICS_NAMESPACE`, default
 /// `OutboxWebhooks`), the configuration of [`DispatcherConfig::from_env`] plus `INBOX_TABLE`
 /// (deliveries are recorded there as consumer `WEBHOOK_CONSUMER_NAME`, default
-/// `webhook-dispatcher`, kept `INBOX_RETENTION_SECONDS`, default 7 days), and
+/// `webhook-dispatcher`, kept as the retention rule says, [`crate::config::inbox_retention`]: a
+/// delivery redriven from the webhook dead-letter queue still finds its record), and
 /// [`Dispatcher::handle`] per batch; the guarded lease ends at the invocation's deadline.
 ///
 /// # Errors
@@ -717,13 +718,14 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
     use lambda_runtime::LambdaEvent;
     lambda_runtime::tracing::init_default_subscriber();
     let env = Env::process();
-    let sdk = aws_config::load_from_env().await;
+    // The SDK clients' time-outs (SDK_*_TIMEOUT_MS), once per cold start.
+    let sdk = crate::lambda::load_sdk_config(&env).await?;
     let built = (|| -> Result<Dispatcher<crate::inbox::Inbox>, Box<dyn std::error::Error + Send + Sync>> {
         let inbox = crate::inbox::Inbox::new(
             aws_sdk_dynamodb::Client::new(&sdk),
             env.required("INBOX_TABLE")?,
             env.optional("WEBHOOK_CONSUMER_NAME", "webhook-dispatcher"),
-            env.seconds("INBOX_RETENTION_SECONDS", crate::config::DEFAULT_RETENTION)?,
+            crate::config::inbox_retention(&env)?,
         );
         Ok(Dispatcher::new(&sdk, inbox, DispatcherConfig::from_env(&env)?)?)
     })();
@@ -741,19 +743,5 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
         tracing::info!(?report, "batch dispatched");
         Ok::<_, std::convert::Infallible>(response)
     });
-    #[cfg(feature = "metrics")]
-    {
-        let function_name = env.optional("AWS_LAMBDA_FUNCTION_NAME", "webhook-dispatcher");
-        let metrics = metrics_cloudwatch_embedded::Builder::new()
-            .cloudwatch_namespace(env.optional("METRICS_NAMESPACE", "OutboxWebhooks"))
-            .with_dimension("function", function_name)
-            .lambda_cold_start_metric("ColdStart")
-            .with_lambda_request_id("RequestId")
-            .init()?;
-        Box::pin(metrics_cloudwatch_embedded::lambda::service::run(metrics, handler)).await
-    }
-    #[cfg(not(feature = "metrics"))]
-    {
-        Box::pin(lambda_runtime::run(handler)).await
-    }
+    crate::lambda::run(&env, "OutboxWebhooks", handler).await
 }
