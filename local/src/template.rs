@@ -826,10 +826,18 @@ Resources:
         }
         let by_ref = |v: &Value| intrinsic(v, "Ref").and_then(Value::as_str) == Some("DeadLetterRetentionSeconds");
         let queues = template.resources_of("AWS::SQS::Queue");
-        assert!(!queues.is_empty());
+        assert!(queues.iter().any(|(id, _)| id.contains("DeadLetter")));
+        let default_retention: u64 = retention.parse().unwrap();
         for (id, properties) in &queues {
             let period = properties.get("MessageRetentionPeriod").unwrap_or_else(|| panic!("{id} states its retention"));
-            assert!(by_ref(period), "{id}.MessageRetentionPeriod must be !Ref DeadLetterRetentionSeconds");
+            if id.contains("DeadLetter") {
+                assert!(by_ref(period), "{id}.MessageRetentionPeriod must be !Ref DeadLetterRetentionSeconds");
+            } else {
+                // A work queue (e.g. webhook deliveries) redrives into a dead-letter queue, and SQS
+                // keeps a message's original enqueue time there: it must not outlive the rule.
+                let seconds: u64 = r.resolve_string(period, id).unwrap().parse().unwrap();
+                assert!(seconds <= default_retention, "{id} keeps messages {seconds} s, longer than its dead-letter queue");
+            }
         }
         let consumers: Vec<FunctionSpec> = template.functions().unwrap().into_iter().filter(|f| f.environment.contains_key("INBOX_TABLE")).collect();
         assert!(!consumers.is_empty());
