@@ -6,8 +6,8 @@
 //! * the outbox: a `Scan` of each table with a stream that feeds a function, filtered on
 //!   `event_id` (outbox items expire by TTL once published, so the table stays small; the scan
 //!   still reads every item: [Scan](https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html));
-//! * each consumer's inbox row: one `GetItem` of `<CONSUMER_NAME>#<event id>` in the table
-//!   its `INBOX_TABLE` names (the key [`outbox::Inbox::key`] writes);
+//! * each consumer's inbox row (a function with `INBOX_TABLE` and an EventBridge rule): one
+//!   `GetItem` of `<CONSUMER_NAME>#<event id>` in the table its `INBOX_TABLE` names (the key [`outbox::Inbox::key`] writes);
 //! * every dead-letter queue of the template, read without consuming ([`crate::dlq::peek`]).
 //!
 //! Whether the relay published the event is not stored anywhere: it is inferred (a consumer
@@ -143,7 +143,12 @@ pub async fn trace(sdk: &aws_config::SdkConfig, stack: &Stack, event_id: &str) -
     let mut consumers = Vec::new();
     for f in &stack.functions {
         let env = stack.environment(f).map_err(|e| e.to_string())?;
+        // Consumers of bus events: an inbox and an EventBridge rule (HTTP and SQS functions with an
+        // inbox, e.g. the webhook ends, record other ids).
         let Some(table) = env.get("INBOX_TABLE") else { continue };
+        if !f.events.iter().any(|e| matches!(e, FunctionEvent::EventBridgeRule(_))) {
+            continue;
+        }
         let consumer = env.get("CONSUMER_NAME").cloned().unwrap_or_else(|| f.logical_id.clone());
         if let Some(o) = &outbox {
             if !subscribed(f, o) {
