@@ -30,6 +30,7 @@
 //! | `inbox` | [`Consumer`], [`Tx`], [`InboxStore`], [`Inbox`], [`MemoryInbox`], [`consumer`], [`inbox`] | `writer`, `aws-sdk-sqs` |
 //! | `relay` | [`relay`] | `aws-sdk-eventbridge`, `aws-sdk-sqs` |
 //! | `lambda` | [`lambda`], [`relay::lambda`] (with `relay`), `Consumer::handle(LambdaEvent)` and `Diagnostic` conversions (with `inbox`) | `lambda_runtime`, `aws-config` |
+//! | `claim-check` (not default) | [`claim_check`]: payloads too large for an outbox item or a `PutEvents` entry stored in S3, fetched and verified by consumers | `writer`, `aws-sdk-s3` |
 //! | `metrics` | counts through the `metrics` facade; CloudWatch EMF with `lambda` | `metrics` |
 //!
 //! The default is all of them. A producer-only service depends on
@@ -41,6 +42,8 @@
 
 #[cfg(any(feature = "writer", feature = "relay"))]
 pub mod aws_error;
+#[cfg(feature = "claim-check")]
+pub mod claim_check;
 pub mod config;
 #[cfg(feature = "inbox")]
 pub mod consumer;
@@ -57,10 +60,12 @@ pub mod transaction;
 #[cfg(feature = "writer")]
 pub mod writer;
 
+#[cfg(feature = "claim-check")]
+pub use claim_check::{ClaimCheck, ClaimCheckError};
 pub use config::{ConfigError, Env};
 #[cfg(feature = "inbox")]
 pub use consumer::{Consumer, ConsumerDeadLetterQueue, ConsumerError, DeliveredEvent, EventHandler, Fallback, Handled, HandlerError, Tx};
-pub use envelope::{EventMetadata, OutboxItem};
+pub use envelope::{EventMetadata, OutboxItem, PayloadRef};
 #[cfg(feature = "inbox")]
 pub use inbox::{Guarded, Inbox, InboxError, InboxOutcome, InboxStore, MemoryInbox};
 #[cfg(feature = "relay")]
