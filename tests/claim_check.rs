@@ -35,6 +35,8 @@ struct Setup {
     inbox_table: String,
     bucket: String,
     claim_check: ClaimCheck,
+    /// The producer function's resolved environment.
+    producer_env: HashMap<String, String>,
 }
 
 /// A fresh stack's tables on the shared emulator, and a payload bucket of its own.
@@ -46,8 +48,24 @@ async fn setup() -> Setup {
     let stack = Stack::set_up(&sdk, template, &stack_name, EMULATOR_ACCOUNT, Mode::Provision).await.unwrap_or_else(|e| panic!("stack: {e}"));
     let table = |id: &str| stack.table(id).unwrap_or_else(|| panic!("no table {id}")).name.clone();
     let s3 = aws_sdk_s3::Client::from_conf(aws_sdk_s3::config::Builder::from(&sdk).force_path_style(true).build());
-    let bucket = format!("{stack_name}-payloads");
-    s3.create_bucket().bucket(&bucket).send().await.unwrap_or_else(|e| panic!("CreateBucket: {}", aws_sdk_s3::error::DisplayErrorContext(e)));
+    // The template's payload bucket, provisioned by the local runtime; the producer and the
+    // consumer are configured with it.
+    let bucket =
+        stack.buckets.iter().find(|b| b.logical_id == "OutboxPayloadBucket").expect("the template declares OutboxPayloadBucket").name.clone();
+    s3.head_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("the bucket {bucket} exists: {}", aws_sdk_s3::error::DisplayErrorContext(e)));
+    let mut producer_env = HashMap::new();
+    for function in ["CreateOrderFunction", "ReserveInventoryFunction"] {
+        let spec = stack.functions.iter().find(|f| f.logical_id == function).unwrap_or_else(|| panic!("no {function}"));
+        let env = stack.environment(spec).unwrap_or_else(|e| panic!("{function}: {e}"));
+        assert_eq!(env.get("CLAIM_CHECK_BUCKET"), Some(&bucket), "{function}");
+        if function == "CreateOrderFunction" {
+            producer_env = env;
+        }
+    }
     Setup {
         dynamodb: aws_sdk_dynamodb::Client::new(&sdk),
         outbox_table: table("OutboxTable"),
@@ -55,6 +73,7 @@ async fn setup() -> Setup {
         claim_check: ClaimCheck::new(s3.clone(), &bucket, "orders"),
         s3,
         bucket,
+        producer_env,
     }
 }
 
@@ -298,4 +317,16 @@ async fn a_consumer_without_a_claim_check_dead_letters_a_reference_naming_it() {
     let messages = dead_letters.messages();
     assert_eq!(messages[0].error_type, "MalformedEvent");
     assert!(messages[0].reason.contains("no claim check (ConsumerBuilder::claim_check)"), "{}", messages[0].reason);
+}
+
+#[tokio::test]
+async fn the_payload_lifecycle_outlives_the_outbox_retention_and_the_longest_redelivery_window() {
+    let template = Template::load(&root().join("template.yaml")).expect("template.yaml loads");
+    let (_, bucket) = template.resources_of("AWS::S3::Bucket").into_iter().find(|(id, _)| id == "OutboxPayloadBucket").expect("OutboxPayloadBucket");
+    let rule = &bucket["LifecycleConfiguration"]["Rules"][0];
+    let days = rule["ExpirationInDays"].as_u64().expect("ExpirationInDays is a number");
+    let retention: u64 = setup().await.producer_env["OUTBOX_RETENTION_SECONDS"].parse().expect("seconds");
+    // DeadLetterRetentionSeconds at its maximum (SQS's 14 days) plus the inbox's redrive margin.
+    let redelivery = outbox::config::DEFAULT_DEAD_LETTER_RETENTION.as_secs() + outbox::config::DEFAULT_REDRIVE_MARGIN.as_secs();
+    assert!(days * 86_400 >= retention + redelivery, "{days} days < {retention} s + {redelivery} s");
 }

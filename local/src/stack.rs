@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, StreamSpecification, StreamViewType, TimeToLiveSpecification,
 };
 
-use crate::template::{BusSpec, FunctionEvent, FunctionSpec, QueueSpec, Resolver, RuleSpec, TableSpec, Template, TemplateError};
+use crate::template::{BucketSpec, BusSpec, FunctionEvent, FunctionSpec, QueueSpec, Resolver, RuleSpec, TableSpec, Template, TemplateError};
 
 /// Why the stack could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +80,8 @@ pub struct Stack {
     pub buses: Vec<BusSpec>,
     /// Queues of the template.
     pub queues: Vec<QueueInfo>,
+    /// Buckets of the template (the claim check's payload bucket).
+    pub buckets: Vec<BucketSpec>,
     /// Functions the local runtime runs (those with `Metadata.BuildProperties.Binary`).
     pub functions: Vec<FunctionSpec>,
     /// Logical ids of the functions without `Metadata.BuildProperties.Binary` (not Rust
@@ -146,6 +148,22 @@ impl Stack {
             queues.push(info);
         }
 
+        let s3 = aws_sdk_s3::Client::new(sdk);
+        let buckets = template.buckets(&resolver)?;
+        for bucket in &buckets {
+            resolver.set_ref(&bucket.logical_id, &bucket.name);
+            resolver.set_attr(&bucket.logical_id, "Arn", format!("arn:aws:s3:::{}", bucket.name));
+            if mode == Mode::Provision && s3.head_bucket().bucket(&bucket.name).send().await.is_err() {
+                let mut request = s3.create_bucket().bucket(&bucket.name);
+                if region != "us-east-1" {
+                    let constraint = aws_sdk_s3::types::BucketLocationConstraint::from(region.as_str());
+                    request = request
+                        .create_bucket_configuration(aws_sdk_s3::types::CreateBucketConfiguration::builder().location_constraint(constraint).build());
+                }
+                request.send().await.map_err(aws_err(format!("CreateBucket {}", bucket.name)))?;
+            }
+        }
+
         let (functions, skipped_functions) = template.runnable_functions()?;
         for id in template.function_ids() {
             let name = format!("{stack_name}-{id}");
@@ -195,7 +213,7 @@ impl Stack {
                 }
             }
         }
-        Ok(Self { template, resolver, tables, stream_arns, buses, queues, functions, skipped_functions, rules })
+        Ok(Self { template, resolver, tables, stream_arns, buses, queues, buckets, functions, skipped_functions, rules })
     }
 
     /// The function's `Environment.Variables`, resolved against this stack.
@@ -396,6 +414,7 @@ mod tests {
             stream_arns: HashMap::new(),
             buses: Vec::new(),
             queues: Vec::new(),
+            buckets: Vec::new(),
             functions,
             skipped_functions: Vec::new(),
             rules: Vec::new(),

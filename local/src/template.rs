@@ -85,6 +85,15 @@ pub struct BusSpec {
     pub name: String,
 }
 
+/// An S3 bucket (the claim check's payload bucket).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BucketSpec {
+    /// Logical id.
+    pub logical_id: String,
+    /// `BucketName` (default `<stack>-<logical id>`, lowercased: bucket names are lowercase).
+    pub name: String,
+}
+
 /// An SQS queue.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueSpec {
@@ -300,6 +309,23 @@ impl Template {
             .map(|(id, p)| {
                 let value = p.get("Name").ok_or_else(|| unsupported(format!("{id}.Properties.Name"), "is required"))?;
                 Ok(BusSpec { name: r.resolve_string(value, &format!("{id}.Properties.Name"))?, logical_id: id })
+            })
+            .collect()
+    }
+
+    /// Every `AWS::S3::Bucket`.
+    ///
+    /// # Errors
+    /// [`TemplateError`] if a `BucketName` cannot be resolved.
+    pub fn buckets(&self, r: &Resolver) -> Result<Vec<BucketSpec>, TemplateError> {
+        self.resources_of("AWS::S3::Bucket")
+            .into_iter()
+            .map(|(id, p)| {
+                let name = match p.get("BucketName") {
+                    Some(v) => r.resolve_string(v, &format!("{id}.Properties.BucketName"))?,
+                    None => format!("{}-{id}", r.stack_name).to_ascii_lowercase(),
+                };
+                Ok(BucketSpec { logical_id: id, name })
             })
             .collect()
     }
