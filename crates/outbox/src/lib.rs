@@ -30,7 +30,7 @@
 //! | `inbox` | [`Consumer`], [`Tx`], [`InboxStore`], [`Inbox`], [`MemoryInbox`], [`consumer`], [`inbox`] | `writer`, `aws-sdk-sqs` |
 //! | `relay` | [`relay`] | `aws-sdk-eventbridge`, `aws-sdk-sqs` |
 //! | `lambda` | [`lambda`], [`relay::lambda`] (with `relay`), `Consumer::handle(LambdaEvent)` and `Diagnostic` conversions (with `inbox`) | `lambda_runtime`, `aws-config` |
-//! | `claim-check` (not default) | [`claim_check`]: payloads too large for an outbox item or a `PutEvents` entry stored in S3, fetched and verified by consumers | `writer`, `aws-sdk-s3` |
+//! | `claim-check` (not default) | `claim_check`, `ClaimCheck`: payloads too large for an outbox item or a `PutEvents` entry stored in S3, fetched and verified by consumers | `writer`, `aws-sdk-s3` |
 //! | `metrics` | counts through the `metrics` facade; CloudWatch EMF with `lambda` | `metrics` |
 //!
 //! The default is all of them. A producer-only service depends on

@@ -36,12 +36,12 @@
 //! ([`crate::envelope::BusEvent::entry_size`] ≤ the configured bus limit), and the outbox item
 //! must stay under DynamoDB's 400 KB item size.
 //!
-//! With a [`ClaimCheck`](crate::claim_check::ClaimCheck) (feature `claim-check`,
-//! [`OutboxWriter::with_claim_check`]) an event that fails either size check is not refused: its
+//! With a `ClaimCheck` (feature `claim-check`,
+//! `OutboxWriter::with_claim_check`) an event that fails either size check is not refused: its
 //! payload (up to the claim check's maximum) goes to S3 and the item carries the reference
 //! (`payload_ref`, `payload` = `null`). The inline limit is therefore computed per event from
 //! those same two checks ([`OutboxWriter::inline_limit`]), never guessed. The upload happens
-//! before the transaction, in [`OutboxTransaction::execute`] or [`OutboxWriter::prepare`]; a
+//! before the transaction, in [`OutboxTransaction::execute`] or `OutboxWriter::prepare`; a
 //! transaction that then fails leaves an orphan object, deleted by the bucket's lifecycle rule.
 //!
 //! When DynamoDB cancels the transaction, `CancellationReasons` lists one reason per request
@@ -517,7 +517,7 @@ impl OutboxTransaction<'_> {
 
     /// Commits everything in one `TransactWriteItems` call; returns the stored outbox items.
     /// Claim-checked payloads are uploaded first, one after the other; the transaction is not
-    /// sent if an upload fails ([`CommitError::ClaimCheck`]).
+    /// sent if an upload fails (`CommitError::ClaimCheck`).
     ///
     /// # Errors
     /// [`CommitError`]: [`CommitError::ConditionFailed`] names your write by its index among
