@@ -1,6 +1,7 @@
 //! The claim check end to end on the emulator (DynamoDB + S3): a payload too large for the
 //! outbox item or one `PutEvents` entry is stored in S3 before the transaction, the outbox item
-//! holds the reference, the relay's bus event carries `detail.data_ref` (never the bytes), and
+//! holds the reference, the relay (run on the item's stream record, publishing to the emulator's
+//! bus) delivers `detail.data_ref` to the rule's queue (never the bytes), and
 //! the consumer fetches, verifies and applies it with the inbox hash over the real payload. A
 //! tampered or missing object is dead-lettered with the reason. Exactly at the computed inline
 //! limit the payload stays inline; one byte over, it goes to S3.
@@ -14,6 +15,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use common::{endpoint, root, short_id};
 use outbox::claim_check::{sha256_hex, ClaimCheck};
 use outbox::consumer::{MemoryDeadLetters, RetryPolicy};
+use outbox::relay::{Relay, RelayConfig};
 use outbox::writer::DEFAULT_MAX_PUT_EVENTS_BYTES;
 use outbox::{Consumer, Event, Handled, Inbox, OutboxItem, OutboxWriter, PayloadRef};
 use outbox_local::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
@@ -37,6 +39,12 @@ struct Setup {
     claim_check: ClaimCheck,
     /// The producer function's resolved environment.
     producer_env: HashMap<String, String>,
+    events: aws_sdk_eventbridge::Client,
+    sqs: aws_sdk_sqs::Client,
+    bus: String,
+    relay_dlq: String,
+    /// The local delivery queue of the rule that routes `OrderCreated` to reserve-inventory.
+    order_created_queue: String,
 }
 
 /// A fresh stack's tables on the shared emulator, and a payload bucket of its own.
@@ -74,6 +82,11 @@ async fn setup() -> Setup {
         s3,
         bucket,
         producer_env,
+        events: aws_sdk_eventbridge::Client::new(&sdk),
+        sqs: aws_sdk_sqs::Client::new(&sdk),
+        bus: stack.buses.first().expect("the template's bus").name.clone(),
+        relay_dlq: stack.queue("RelayDeadLetterQueue").expect("RelayDeadLetterQueue").url.clone(),
+        order_created_queue: stack.rules.iter().find(|r| r.spec.name == "OrderCreated").expect("the OrderCreated rule").delivery_queue.url.clone(),
     }
 }
 
@@ -90,7 +103,7 @@ impl Setup {
         Consumer::builder(inbox, dead_letters.clone())
             .retry(RetryPolicy::none())
             .claim_check(self.claim_check.clone())
-            .on::<serde_json::Value, _, _>("DocumentAttached", |event, _tx| async move {
+            .on::<serde_json::Value, _, _>("OrderCreated", |event, _tx| async move {
                 let text = |field: &str| event.data[field].as_str().unwrap_or_default().to_owned();
                 Ok(Seen { order_id: text("order_id"), blob_bytes: text("blob").len() })
             })
@@ -120,6 +133,35 @@ impl Setup {
         (OutboxItem::from_item(stored.into()).expect("the stored item decodes as the relay decodes it"), payload)
     }
 
+    /// Runs the relay on `item`'s stream record (an `INSERT` with the stored image) and returns
+    /// what the bus delivered to the `OrderCreated` rule's queue: the event a consumer receives.
+    async fn relay_and_receive(&self, item: &OutboxItem) -> Box<RawValue> {
+        let image: serde_dynamo::Item = item.to_item().expect("an OutboxItem converts");
+        let record = serde_json::json!({
+            "eventID": "1", "eventName": "INSERT", "eventVersion": "1.1", "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
+            "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/outbox/stream/2026-01-01T00:00:00.000",
+            "dynamodb": {"ApproximateCreationDateTime": 1_764_403_200.0, "Keys": {"pk": {"S": item.pk}, "sk": {"S": item.sk}},
+                         "NewImage": serde_json::to_value(image).expect("DynamoDB JSON"), "SequenceNumber": "100", "SizeBytes": 300, "StreamViewType": "NEW_IMAGE"},
+        });
+        let batch: aws_lambda_events::dynamodb::Event = serde_json::from_value(serde_json::json!({ "Records": [record] })).expect("a stream event");
+        let relay = Relay::new(self.events.clone(), self.sqs.clone(), RelayConfig::new(&self.bus, &self.relay_dlq));
+        let outcome = relay.relay(&batch, std::time::Instant::now() + Duration::from_secs(30)).await.expect("relayed");
+        assert_eq!((outcome.report.published, outcome.report.dead_lettered, outcome.report.failed), (1, 0, 0));
+        let received = self
+            .sqs
+            .receive_message()
+            .queue_url(&self.order_created_queue)
+            .max_number_of_messages(10)
+            .wait_time_seconds(5)
+            .send()
+            .await
+            .expect("ReceiveMessage")
+            .messages
+            .unwrap_or_default();
+        assert_eq!(received.len(), 1, "one event on the rule's queue");
+        RawValue::from_string(received[0].body().expect("a body").to_owned()).expect("the delivered event is JSON")
+    }
+
     /// The EventBridge event a rule delivers for `item` (the relay's `PutEvents` entry).
     fn delivered(&self, item: &OutboxItem) -> Box<RawValue> {
         let bus = item.to_bus_event().expect("publishable");
@@ -145,7 +187,7 @@ impl Setup {
 
 fn event(order_id: &str, payload: &str) -> Event {
     Event {
-        event_type: "DocumentAttached".into(),
+        event_type: "OrderCreated".into(),
         event_version: 1,
         source: "example.orders".into(),
         aggregate_type: "Order".into(),
@@ -186,17 +228,17 @@ async fn large_payload_end_to_end(payload_bytes: usize) {
     );
     assert_eq!(setup.object(&reference).await.as_deref(), Some(payload.as_bytes()), "uploaded before the transaction, byte for byte");
 
-    // The relay's bus event: `detail.data_ref`, no `detail.data`, a small entry.
+    // The relay publishes `detail.data_ref`, no `detail.data`: a small entry.
     let bus = item.to_bus_event().expect("publishable");
-    let detail: serde_json::Value = serde_json::from_str(&bus.detail).expect("detail is JSON");
-    assert!(detail.get("data").is_none());
-    assert_eq!(serde_json::from_value::<PayloadRef>(detail["data_ref"].clone()).expect("data_ref is a PayloadRef"), reference);
     assert!(bus.entry_size() < 2048, "the entry is {} bytes", bus.entry_size());
+    let delivered = setup.relay_and_receive(&item).await;
+    let event: serde_json::Value = serde_json::from_str(delivered.get()).expect("JSON");
+    assert!(event["detail"].get("data").is_none(), "the bytes never travel through the bus");
+    assert_eq!(serde_json::from_value::<PayloadRef>(event["detail"]["data_ref"].clone()).expect("data_ref is a PayloadRef"), reference);
 
     // The consumer fetches, verifies and applies; the inbox hash is the real payload's.
     let dead_letters = MemoryDeadLetters::new();
     let consumer = setup.consumer(&dead_letters);
-    let delivered = setup.delivered(&item);
     let answer = consumer.handle_payload(&delivered).await.unwrap_or_else(|e| panic!("handled: {e}"));
     assert_eq!(answer.outcome, Handled::Applied(Seen { order_id: order_id.clone(), blob_bytes: payload_bytes - empty_len(&order_id) }));
     assert_eq!(setup.inbox_hash(&item.event_id).await.as_deref(), Some(reference.sha256.as_str()));
@@ -297,7 +339,7 @@ async fn an_unreachable_store_fails_the_invocation_for_a_retry_instead_of_dead_l
     let consumer: Consumer<_, _, ()> = Consumer::builder(inbox, dead_letters.clone())
         .retry(RetryPolicy::none())
         .claim_check(unreachable)
-        .on::<serde_json::Value, _, _>("DocumentAttached", |_event, _tx| async move { Ok(()) })
+        .on::<serde_json::Value, _, _>("OrderCreated", |_event, _tx| async move { Ok(()) })
         .build();
     let err = consumer.handle_payload(&setup.delivered(&item)).await.expect_err("a transient S3 failure fails the invocation");
     assert!(err.is_retryable() && err.is_transient(), "{err}");
@@ -312,7 +354,7 @@ async fn a_consumer_without_a_claim_check_dead_letters_a_reference_naming_it() {
     let dead_letters = MemoryDeadLetters::new();
     let inbox = Inbox::new(setup.dynamodb.clone(), &setup.inbox_table, "claim-check-test", Duration::from_secs(3600));
     let consumer: Consumer<_, _, ()> =
-        Consumer::builder(inbox, dead_letters.clone()).on::<serde_json::Value, _, _>("DocumentAttached", |_event, _tx| async move { Ok(()) }).build();
+        Consumer::builder(inbox, dead_letters.clone()).on::<serde_json::Value, _, _>("OrderCreated", |_event, _tx| async move { Ok(()) }).build();
     assert_eq!(consumer.handle_payload(&setup.delivered(&item)).await.expect("dead-lettered").outcome, Handled::DeadLettered);
     let messages = dead_letters.messages();
     assert_eq!(messages[0].error_type, "MalformedEvent");
