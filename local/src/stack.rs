@@ -95,7 +95,8 @@ pub struct Stack {
     pub buses: Vec<BusSpec>,
     /// Queues of the template.
     pub queues: Vec<QueueInfo>,
-    /// Buckets of the template (on-failure destinations of stream mappings).
+    /// Buckets of the template (on-failure destinations of stream mappings, the claim check's
+    /// payload bucket).
     pub buckets: Vec<BucketSpec>,
     /// Functions the local runtime runs (those with `Metadata.BuildProperties.Binary`).
     pub functions: Vec<FunctionSpec>,

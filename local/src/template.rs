@@ -85,6 +85,15 @@ pub struct BusSpec {
     pub name: String,
 }
 
+/// An S3 bucket (an on-failure destination of a stream mapping, the claim check's payload bucket).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BucketSpec {
+    /// Logical id.
+    pub logical_id: String,
+    /// `BucketName` (default `<stack>-<logical id>`, lowercased: bucket names are lowercase).
+    pub name: String,
+}
+
 /// An SQS queue.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueSpec {
@@ -94,15 +103,6 @@ pub struct QueueSpec {
     pub name: String,
     /// Attributes the emulator understands (`MessageRetentionPeriod`, `VisibilityTimeout`, …).
     pub attributes: BTreeMap<String, String>,
-}
-
-/// An S3 bucket (an on-failure destination of a stream mapping).
-#[derive(Debug, Clone, PartialEq)]
-pub struct BucketSpec {
-    /// Logical id.
-    pub logical_id: String,
-    /// `BucketName` (default `<stack>-<logical id>`, lowercased: bucket names are lowercase).
-    pub name: String,
 }
 
 /// A serverless function and the triggers the local runtime plays.

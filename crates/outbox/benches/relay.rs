@@ -41,6 +41,7 @@ fn item(i: usize, payload_bytes: usize) -> OutboxItem {
         sequence: 1,
         occurred_at: "2026-11-29T08:00:00.000Z".into(),
         payload: json!({"order_id": format!("o-{i}"), "total": "19.99", "note": filler}).to_string(),
+        payload_ref: None,
         correlation_id: "bench".into(),
         trace_header: None,
         expires_at: 1_900_000_000,

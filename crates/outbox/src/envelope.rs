@@ -14,7 +14,8 @@
 //! | `aggregate_type`, `aggregate_id` | S | the aggregate the event belongs to |
 //! | `sequence` | N | per aggregate, from 1 |
 //! | `occurred_at` | S | RFC 3339, UTC; becomes the bus event's `Time` |
-//! | `payload` | S | the event data as JSON *text*, so DynamoDB never rounds a number |
+//! | `payload` | S | the event data as JSON *text*, so DynamoDB never rounds a number; `null` when `payload_ref` is set |
+//! | `payload_ref` | M, optional | claim check (feature `claim-check`): where the payload is in S3, a [`PayloadRef`] `{bucket, key, size, sha256}` |
 //! | `correlation_id` | S | carried into the event metadata |
 //! | `trace_header` | S, optional | X-Ray trace header; becomes the entry's `TraceHeader` |
 //! | `previous` | M, optional | event type → sequence of the aggregate's latest earlier event of that type, e.g. `{"OrderCreated": 1}`; lets an ordered consumer that handles some of the types wait only for those (see [`crate::inbox`]) |
@@ -30,6 +31,11 @@
 //! every `PutEvents` entry a new envelope `id`, so consumers dedupe on `detail.metadata.id`.
 //! The payload is embedded as the producer wrote it (a [`RawValue`]): numbers are never parsed
 //! into `f64`, unicode is never re-escaped, and `detail.data` is never a JSON string.
+//!
+//! An item with a `payload_ref` (a payload too large for the item or for one `PutEvents` entry,
+//! stored in S3 by the claim check) is published as `{"metadata": {...}, "data_ref": {"bucket",
+//! "key", "size", "sha256"}}`: the reference, never the bytes. The library's consumer fetches and
+//! verifies it before decoding (`crate::claim_check`, feature `claim-check`).
 
 use std::collections::BTreeMap;
 
@@ -49,6 +55,20 @@ pub const DEFAULT_MAX_PUT_EVENTS_BYTES: usize = 1024 * 1024;
 
 /// Width of the zero-padded sequence in the outbox sort key `sk` (20 digits hold any `u64`).
 pub const SEQUENCE_WIDTH: usize = 20;
+
+/// Where a claim-checked payload is stored: an S3 object, its size and SHA-256. The outbox
+/// item's `payload_ref` attribute (a map) and the bus event's `detail.data_ref`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PayloadRef {
+    /// S3 bucket name.
+    pub bucket: String,
+    /// Object key: `<prefix>/<event_id>`.
+    pub key: String,
+    /// Size of the payload (its JSON text) in bytes.
+    pub size: u64,
+    /// SHA-256 of the payload's bytes, lowercase hex (the same digest as the inbox's payload hash).
+    pub sha256: String,
+}
 
 /// The outbox item exactly as stored in the outbox table (see the module docs for the contract).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,8 +93,11 @@ pub struct OutboxItem {
     pub sequence: u64,
     /// When the event happened: RFC 3339, UTC.
     pub occurred_at: String,
-    /// The event data, as JSON text.
+    /// The event data, as JSON text (`null` when [`OutboxItem::payload_ref`] is set).
     pub payload: String,
+    /// Where the payload is stored when it was too large to carry inline (claim check).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_ref: Option<PayloadRef>,
     /// Correlation id of the request that caused the event.
     pub correlation_id: String,
     /// X-Ray trace header (`Root=…;Parent=…;Sampled=…`) of the producing invocation, if traced.
@@ -90,6 +113,7 @@ pub struct OutboxItem {
 
 /// Whether a DynamoDB item (as put) is an outbox item: it has the contract's `event_id`,
 /// `occurred_at` and `payload` attributes (an inbox row has `event_id` but neither of the others).
+/// A claim-checked item has them too (`payload` is `null`, beside `payload_ref`).
 #[cfg(feature = "writer")]
 pub fn is_outbox_item(item: &std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>) -> bool {
     ["event_id", "occurred_at", "payload"].iter().all(|k| item.contains_key(*k))
@@ -158,7 +182,10 @@ impl OutboxItem {
         let time = DateTime::parse_from_rfc3339(&self.occurred_at)
             .map_err(|e| EnvelopeError::OccurredAt(format!("{:?}: {e}", self.occurred_at)))?
             .with_timezone(&Utc);
-        let data: &RawValue = serde_json::from_str(&self.payload).map_err(|e| EnvelopeError::Payload(e.to_string()))?;
+        let data: Option<&RawValue> = match &self.payload_ref {
+            Some(_) => None,
+            None => Some(serde_json::from_str(&self.payload).map_err(|e| EnvelopeError::Payload(e.to_string()))?),
+        };
         let metadata = EventMetadata {
             id: self.event_id.clone(),
             event_type: self.event_type.clone(),
@@ -172,7 +199,11 @@ impl OutboxItem {
             previous: self.previous.clone(),
         };
         // Serialising a struct of strings, integers and a RawValue cannot fail.
-        let detail = serde_json::to_string(&EventDetail { metadata, data }).map_err(|e| EnvelopeError::Payload(e.to_string()))?;
+        let detail = match (data, &self.payload_ref) {
+            (Some(data), _) => serde_json::to_string(&EventDetail { metadata, data }),
+            (None, data_ref) => serde_json::to_string(&EventDetailRef { metadata, data_ref }),
+        }
+        .map_err(|e| EnvelopeError::Payload(e.to_string()))?;
         Ok(BusEvent {
             source: self.source.clone(),
             detail_type: self.event_type.clone(),
@@ -223,6 +254,13 @@ pub struct EventDetail<T> {
     pub metadata: EventMetadata,
     /// The event data as the producer wrote it.
     pub data: T,
+}
+
+/// The bus event's `detail` for a claim-checked payload: `{"metadata": …, "data_ref": …}`.
+#[derive(Debug, Clone, Serialize)]
+struct EventDetailRef<'a> {
+    metadata: EventMetadata,
+    data_ref: &'a Option<PayloadRef>,
 }
 
 /// One event, ready to be a `PutEventsRequestEntry`.
@@ -282,6 +320,7 @@ mod tests {
             occurred_at: "2026-11-29T09:00:00.123+01:00".into(),
             payload: r#"{"big":123456789012345678901234567890123456789,"price":19.99,"exact":1.234567890123456789,"name":"Zoë 🚀"}"#.into(),
             correlation_id: "c-1".into(),
+            payload_ref: None,
             trace_header: None,
             expires_at: 1_900_000_000,
             previous: Default::default(),

@@ -33,6 +33,7 @@
 //! | `inbox` | [`Consumer`], [`Tx`], [`InboxStore`], [`Inbox`], [`MemoryInbox`], [`consumer`], [`inbox`] | `writer`, `aws-sdk-sqs` |
 //! | `relay` | [`relay`] | `aws-sdk-eventbridge`, `aws-sdk-sqs` |
 //! | `lambda` | [`lambda`], [`relay::lambda`] (with `relay`), `Consumer::handle(LambdaEvent)` and `Diagnostic` conversions (with `inbox`) | `lambda_runtime`, `aws-config` |
+//! | `claim-check` (not default) | `claim_check`, `ClaimCheck`: payloads too large for an outbox item or a `PutEvents` entry stored in S3, fetched and verified by consumers | `writer`, `aws-sdk-s3` |
 //! | `metrics` | counts through the `metrics` facade; CloudWatch EMF with `lambda` | `metrics` |
 //! | `webhook` | [`webhook`]: Standard Webhooks signing and verification, backoff, outcome by status | `hmac`, `sha2`, `base64` |
 //! | `webhook-dispatcher` | `webhook::client`, `webhook::dispatcher`: delivery to subscribers from SQS | `webhook`, `inbox`, `reqwest` (rustls), `aws-sdk-secretsmanager` |
@@ -46,6 +47,8 @@
 
 #[cfg(any(feature = "writer", feature = "relay"))]
 pub mod aws_error;
+#[cfg(feature = "claim-check")]
+pub mod claim_check;
 pub mod config;
 #[cfg(feature = "inbox")]
 pub mod consumer;
@@ -64,10 +67,12 @@ pub mod webhook;
 #[cfg(feature = "writer")]
 pub mod writer;
 
+#[cfg(feature = "claim-check")]
+pub use claim_check::{ClaimCheck, ClaimCheckError};
 pub use config::{ConfigError, Env};
 #[cfg(feature = "inbox")]
 pub use consumer::{Consumer, ConsumerDeadLetterQueue, ConsumerError, DeliveredEvent, EventHandler, Fallback, Handled, HandlerError, Tx};
-pub use envelope::{EventMetadata, OutboxItem};
+pub use envelope::{EventMetadata, OutboxItem, PayloadRef};
 #[cfg(feature = "inbox")]
 pub use inbox::{Guarded, Inbox, InboxError, InboxOutcome, InboxStore, MemoryInbox};
 #[cfg(feature = "relay")]

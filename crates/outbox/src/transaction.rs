@@ -232,6 +232,10 @@ pub enum CommitError {
         /// Items in the transaction.
         count: usize,
     },
+    /// Uploading a claim-checked payload failed before the transaction was sent (nothing written).
+    #[cfg(feature = "claim-check")]
+    #[error("storing a large payload failed, nothing was written: {0}")]
+    ClaimCheck(crate::claim_check::ClaimCheckError),
     /// Anything else (validation, permissions): a bug or a configuration error, not retryable.
     /// `reason` keeps the service's code and message (e.g. which action on which resource was
     /// denied).
@@ -245,7 +249,12 @@ pub enum CommitError {
 impl CommitError {
     /// Whether a later retry of the same transaction can succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, CommitError::Retryable { .. })
+        match self {
+            CommitError::Retryable { .. } => true,
+            #[cfg(feature = "claim-check")]
+            CommitError::ClaimCheck(e) => e.is_retryable(),
+            _ => false,
+        }
     }
 }
 

@@ -36,6 +36,14 @@
 //! ([`crate::envelope::BusEvent::entry_size`] ≤ the configured bus limit), and the outbox item
 //! must stay under DynamoDB's 400 KB item size.
 //!
+//! With a `ClaimCheck` (feature `claim-check`,
+//! `OutboxWriter::with_claim_check`) an event that fails either size check is not refused: its
+//! payload (up to the claim check's maximum) goes to S3 and the item carries the reference
+//! (`payload_ref`, `payload` = `null`). The inline limit is therefore computed per event from
+//! those same two checks ([`OutboxWriter::inline_limit`]), never guessed. The upload happens
+//! before the transaction, in [`OutboxTransaction::execute`] or `OutboxWriter::prepare`; a
+//! transaction that then fails leaves an orphan object, deleted by the bucket's lifecycle rule.
+//!
 //! When DynamoDB cancels the transaction, `CancellationReasons` lists one reason per request
 //! item in request order (`TransactWriteItems` API reference,
 //! <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>);
@@ -208,6 +216,21 @@ pub enum WriteError {
         /// Estimated item size in bytes.
         bytes: usize,
     },
+    /// The payload exceeds the claim check's maximum (or, without a claim check, it would have to
+    /// be offloaded: see [`WriteError::EventTooLarge`] / [`WriteError::ItemTooLarge`]).
+    #[error("the payload of {event_type} is {bytes} bytes; the claim check stores at most {limit}")]
+    PayloadTooLarge {
+        /// Event type.
+        event_type: String,
+        /// Payload size in bytes.
+        bytes: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// Storing an offloaded payload in S3 failed ([`OutboxWriter::prepare`]).
+    #[cfg(feature = "claim-check")]
+    #[error(transparent)]
+    ClaimCheck(#[from] crate::claim_check::ClaimCheckError),
     /// The transaction would exceed [`MAX_TRANSACTION_ITEMS`].
     #[error("a transaction holds at most {MAX_TRANSACTION_ITEMS} items")]
     TooManyItems,
@@ -219,13 +242,50 @@ pub struct OutboxWriter {
     table: String,
     retention: Duration,
     max_event_bytes: usize,
+    #[cfg(feature = "claim-check")]
+    claim_check: Option<crate::claim_check::ClaimCheck>,
+}
+
+/// A payload to upload before the transaction that references it.
+#[derive(Debug)]
+#[cfg_attr(not(feature = "claim-check"), allow(dead_code))]
+pub(crate) struct Offload {
+    pub(crate) reference: crate::envelope::PayloadRef,
+    pub(crate) payload: Vec<u8>,
 }
 
 impl OutboxWriter {
     /// A writer for `table` whose items expire (TTL) `retention` after they are written.
     /// The retention only bounds storage: the relay publishes on INSERT, long before it.
     pub fn new(table: impl Into<String>, retention: Duration) -> Self {
-        Self { table: table.into(), retention, max_event_bytes: DEFAULT_MAX_PUT_EVENTS_BYTES }
+        Self {
+            table: table.into(),
+            retention,
+            max_event_bytes: DEFAULT_MAX_PUT_EVENTS_BYTES,
+            #[cfg(feature = "claim-check")]
+            claim_check: None,
+        }
+    }
+
+    /// Stores payloads that do not fit inline in S3 through `claim_check` (see the module docs).
+    #[cfg(feature = "claim-check")]
+    pub fn with_claim_check(mut self, claim_check: crate::claim_check::ClaimCheck) -> Self {
+        self.claim_check = Some(claim_check);
+        self
+    }
+
+    /// The claim check, if configured.
+    #[cfg(feature = "claim-check")]
+    pub fn claim_check(&self) -> Option<&crate::claim_check::ClaimCheck> {
+        self.claim_check.as_ref()
+    }
+
+    /// The largest payload (bytes of its JSON text) that `event` can carry inline: the smaller of
+    /// what keeps its `PutEvents` entry within the configured bus limit and what keeps its outbox
+    /// item under [`MAX_ITEM_BYTES`]. Both sizes grow byte for byte with the payload (the payload
+    /// is embedded verbatim in both), so this is exactly where the writer's checks start failing.
+    pub fn inline_limit(&self, event: &Event) -> usize {
+        self.inline_limit_of(&self.item_for(event.clone(), Utc::now()))
     }
 
     /// Sets the largest event (as a `PutEvents` entry, bytes) the writer accepts.
@@ -245,7 +305,51 @@ impl OutboxWriter {
     /// # Errors
     /// [`WriteError`] if the event would never be publishable.
     pub fn outbox_item(&self, event: Event, now: DateTime<Utc>) -> Result<OutboxItem, WriteError> {
-        let item = OutboxItem {
+        let item = self.item_for(event, now);
+        Self::check(item, self.max_event_bytes)
+    }
+
+    /// The outbox item for `event`, inline when it fits and claim-checked otherwise (with the
+    /// payload to upload before the transaction). Without a claim check, [`Self::outbox_item`].
+    pub(crate) fn plan(&self, event: Event, now: DateTime<Utc>) -> Result<(OutboxItem, Option<Offload>), WriteError> {
+        let item = self.item_for(event, now);
+        #[cfg(feature = "claim-check")]
+        if let Some(claim_check) = &self.claim_check {
+            // A payload that is not JSON fails here, before any size decision.
+            item.to_bus_event()?;
+            let fits = self.inline_limit_of(&item);
+            if item.payload.len() <= fits {
+                return Ok((Self::check(item, self.max_event_bytes)?, None));
+            }
+            let mut item = item;
+            let payload = std::mem::replace(&mut item.payload, "null".into()).into_bytes();
+            let reference = claim_check.reference(&item.event_id, &payload).map_err(|e| match e {
+                crate::claim_check::ClaimCheckError::TooLarge { bytes, limit } => {
+                    WriteError::PayloadTooLarge { event_type: item.event_type.clone(), bytes, limit }
+                }
+                other => WriteError::ClaimCheck(other),
+            })?;
+            item.payload_ref = Some(reference.clone());
+            let item = Self::check(item, self.max_event_bytes)?;
+            return Ok((item, Some(Offload { reference, payload })));
+        }
+        Ok((Self::check(item, self.max_event_bytes)?, None))
+    }
+
+    /// [`Self::inline_limit`] for an item already built (a payload of `n` bytes adds exactly `n`
+    /// to both sizes, so one probe with a 1-byte payload gives the overheads).
+    fn inline_limit_of(&self, item: &OutboxItem) -> usize {
+        let mut probe = item.clone();
+        probe.payload = "0".into();
+        let entry = probe.to_bus_event().map(|e| e.entry_size()).unwrap_or(usize::MAX);
+        let in_entry = (self.max_event_bytes + 1).saturating_sub(entry);
+        let in_item = (MAX_ITEM_BYTES + 1).saturating_sub(estimated_item_size(&probe));
+        in_entry.min(in_item)
+    }
+
+    /// The item for `event`, unchecked.
+    fn item_for(&self, event: Event, now: DateTime<Utc>) -> OutboxItem {
+        OutboxItem {
             pk: OutboxItem::partition_key(&event.aggregate_type, &event.aggregate_id),
             sk: OutboxItem::sort_key(event.sequence),
             event_id: uuid::Uuid::now_v7().to_string(),
@@ -257,15 +361,20 @@ impl OutboxWriter {
             sequence: event.sequence,
             occurred_at: now.to_rfc3339_opts(SecondsFormat::Millis, true),
             payload: event.payload,
+            payload_ref: None,
             correlation_id: event.correlation_id,
             trace_header: event.trace_header,
             expires_at: now.timestamp() + self.retention.as_secs() as i64,
             previous: event.previous,
-        };
+        }
+    }
+
+    /// The writer's checks: publishable, entry within `max_event_bytes`, item under [`MAX_ITEM_BYTES`].
+    fn check(item: OutboxItem, max_event_bytes: usize) -> Result<OutboxItem, WriteError> {
         let bus_event = item.to_bus_event()?;
         let bytes = bus_event.entry_size();
-        if bytes > self.max_event_bytes {
-            return Err(WriteError::EventTooLarge { event_type: item.event_type, bytes, limit: self.max_event_bytes });
+        if bytes > max_event_bytes {
+            return Err(WriteError::EventTooLarge { event_type: item.event_type, bytes, limit: max_event_bytes });
         }
         let bytes = estimated_item_size(&item);
         if bytes > MAX_ITEM_BYTES {
@@ -313,9 +422,27 @@ impl OutboxWriter {
         Ok((item, put))
     }
 
+    /// [`Self::transact_item`] for any payload size up to the claim check's maximum: a payload
+    /// that does not fit inline is uploaded to S3 now, before you commit the returned put (an
+    /// aborted transaction leaves an orphan object that the bucket's lifecycle rule deletes).
+    ///
+    /// # Errors
+    /// [`WriteError`] if the event would never be publishable, [`WriteError::PayloadTooLarge`]
+    /// above the maximum, [`WriteError::ClaimCheck`] if the upload failed (retryable or not:
+    /// `ClaimCheckError::is_retryable`).
+    #[cfg(feature = "claim-check")]
+    pub async fn prepare(&self, event: Event) -> Result<(OutboxItem, TransactWriteItem), WriteError> {
+        let (item, offload) = self.plan(event, Utc::now())?;
+        if let (Some(offload), Some(claim_check)) = (offload, &self.claim_check) {
+            claim_check.upload(&offload.reference, offload.payload).await?;
+        }
+        let put = self.put(&item);
+        Ok((item, put))
+    }
+
     /// Starts a transaction that mixes the caller's writes with outbox events.
     pub fn transaction(&self) -> OutboxTransaction<'_> {
-        OutboxTransaction { writer: self, batch: Batch::default(), now: Utc::now() }
+        OutboxTransaction { writer: self, batch: Batch::default(), now: Utc::now(), offloads: Vec::new() }
     }
 }
 
@@ -332,6 +459,7 @@ fn estimated_item_size(item: &OutboxItem) -> usize {
         ("aggregate_id", item.aggregate_id.len()),
         ("occurred_at", item.occurred_at.len()),
         ("payload", item.payload.len()),
+        ("payload_ref", item.payload_ref.as_ref().map_or(0, |r| r.bucket.len() + r.key.len() + r.sha256.len() + "bucketkeysizesha256".len() + 20)),
         ("correlation_id", item.correlation_id.len()),
         ("trace_header", item.trace_header.as_ref().map_or(0, String::len)),
     ];
@@ -345,6 +473,7 @@ pub struct OutboxTransaction<'w> {
     writer: &'w OutboxWriter,
     batch: Batch,
     now: DateTime<Utc>,
+    offloads: Vec<Offload>,
 }
 
 impl OutboxTransaction<'_> {
@@ -355,7 +484,8 @@ impl OutboxTransaction<'_> {
         self
     }
 
-    /// Adds an event; returns the outbox item that will be stored (with its `event_id`).
+    /// Adds an event; returns the outbox item that will be stored (with its `event_id`; with
+    /// its `payload_ref` when the payload goes to S3, uploaded by [`Self::execute`]).
     ///
     /// # Errors
     /// [`WriteError`] if the event is not publishable or the transaction is full.
@@ -363,7 +493,8 @@ impl OutboxTransaction<'_> {
         if self.batch.items.len() >= MAX_TRANSACTION_ITEMS {
             return Err(WriteError::TooManyItems);
         }
-        let item = self.writer.outbox_item(event, self.now)?;
+        let (item, offload) = self.writer.plan(event, self.now)?;
+        self.offloads.extend(offload);
         let put = self.writer.put(&item);
         Ok(self.batch.event(put, item))
     }
@@ -385,12 +516,20 @@ impl OutboxTransaction<'_> {
     }
 
     /// Commits everything in one `TransactWriteItems` call; returns the stored outbox items.
+    /// Claim-checked payloads are uploaded first, one after the other; the transaction is not
+    /// sent if an upload fails (`CommitError::ClaimCheck`).
     ///
     /// # Errors
     /// [`CommitError`]: [`CommitError::ConditionFailed`] names your write by its index among
     /// your writes, or the event whose sequence is taken; [`CommitError::Retryable`] for
     /// conflicts and throttling.
     pub async fn execute(self, client: &Client) -> Result<Vec<OutboxItem>, CommitError> {
+        #[cfg(feature = "claim-check")]
+        if let Some(claim_check) = &self.writer.claim_check {
+            for offload in self.offloads {
+                claim_check.upload(&offload.reference, offload.payload).await.map_err(CommitError::ClaimCheck)?;
+            }
+        }
         let mut batch = self.batch;
         let items = std::mem::take(&mut batch.items);
         match transact_write(client, items).await {
@@ -446,6 +585,68 @@ mod tests {
     fn invalid_payloads_fail_before_any_write() {
         let writer = OutboxWriter::new("t", Duration::from_secs(1));
         assert!(matches!(writer.outbox_item(event("{oops"), Utc::now()), Err(WriteError::Envelope(EnvelopeError::Payload(_)))));
+    }
+
+    #[test]
+    fn inline_limit_is_where_the_size_checks_start_failing() {
+        for writer in
+            [OutboxWriter::new("t", Duration::from_secs(1)), OutboxWriter::new("t", Duration::from_secs(1)).with_max_event_bytes(256 * 1024)]
+        {
+            let limit = writer.inline_limit(&event("{}"));
+            let at = format!("\"{}\"", "x".repeat(limit - 2));
+            assert!(writer.outbox_item(event(&at), Utc::now()).is_ok(), "a payload of exactly {limit} bytes is inline");
+            let over = format!("\"{}\"", "x".repeat(limit - 1));
+            assert!(writer.outbox_item(event(&over), Utc::now()).is_err(), "{} bytes is not", limit + 1);
+        }
+    }
+
+    #[cfg(feature = "claim-check")]
+    mod claim_check {
+        use super::*;
+        use crate::claim_check::{sha256_hex, ClaimCheck};
+
+        fn writer() -> OutboxWriter {
+            let config = aws_sdk_s3::Config::builder().behavior_version(aws_sdk_s3::config::BehaviorVersion::latest()).build();
+            let claim_check = ClaimCheck::new(aws_sdk_s3::Client::from_conf(config), "payloads", "orders").with_max_bytes(2 * 1024 * 1024);
+            OutboxWriter::new("t", Duration::from_secs(1)).with_claim_check(claim_check)
+        }
+
+        #[test]
+        fn at_the_inline_limit_the_payload_stays_inline_one_byte_over_it_goes_to_s3() {
+            let writer = writer();
+            let limit = writer.inline_limit(&event("{}"));
+            let at = format!("\"{}\"", "x".repeat(limit - 2));
+            assert_eq!(at.len(), limit);
+            let mut tx = writer.transaction();
+            let item = tx.emit(event(&at)).unwrap().clone();
+            assert_eq!((item.payload.len(), item.payload_ref.is_none()), (limit, true));
+            assert!(tx.offloads.is_empty());
+
+            let over = format!("\"{}\"", "x".repeat(limit - 1));
+            let item = tx.emit(event(&over)).unwrap().clone();
+            let reference = item.payload_ref.clone().expect("one byte over the limit is claim-checked");
+            assert_eq!(item.payload, "null");
+            assert_eq!((reference.bucket.as_str(), reference.key.clone()), ("payloads", format!("orders/{}", item.event_id)));
+            assert_eq!((reference.size, reference.sha256.clone()), (limit as u64 + 1, sha256_hex(over.as_bytes())));
+            assert_eq!(tx.offloads.len(), 1);
+            assert_eq!(tx.offloads[0].payload, over.as_bytes());
+            let detail: serde_json::Value = serde_json::from_str(&item.to_bus_event().unwrap().detail).unwrap();
+            assert_eq!(detail["data_ref"]["key"], reference.key.as_str());
+            assert!(detail.get("data").is_none(), "the bus event never carries the bytes");
+            // The stored item keeps the outbox contract (`is_outbox_item`) and round-trips.
+            let attrs: std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue> = item.to_item().unwrap();
+            assert!(crate::envelope::is_outbox_item(&attrs));
+            assert_eq!(OutboxItem::from_item(attrs.into()).unwrap(), item);
+        }
+
+        #[test]
+        fn above_the_maximum_or_not_json_fails_before_any_upload() {
+            let writer = writer();
+            let huge = format!("\"{}\"", "x".repeat(2 * 1024 * 1024));
+            assert!(matches!(writer.transaction().emit(event(&huge)), Err(WriteError::PayloadTooLarge { limit: 2097152, .. })));
+            let broken = format!("{{{}", "x".repeat(1024 * 1024));
+            assert!(matches!(writer.transaction().emit(event(&broken)), Err(WriteError::Envelope(EnvelopeError::Payload(_)))));
+        }
     }
 
     #[test]

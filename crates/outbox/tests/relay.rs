@@ -38,6 +38,7 @@ mod support {
             sequence,
             occurred_at: "2026-11-29T08:00:00.000Z".into(),
             payload: format!(r#"{{"order_id":"{aggregate_id}","n":{sequence}}}"#),
+            payload_ref: None,
             correlation_id: "corr-1".into(),
             trace_header: None,
             expires_at: 1_900_000_000,

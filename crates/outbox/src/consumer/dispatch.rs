@@ -151,6 +151,8 @@ struct Inner<S, D, O> {
     writer: Option<Arc<OutboxWriter>>,
     routes: BTreeMap<String, Box<dyn Route<O>>>,
     retry: RetryPolicy,
+    #[cfg(feature = "claim-check")]
+    claim_check: Option<crate::claim_check::ClaimCheck>,
 }
 
 /// A consumer: an inbox store `S`, a dead-letter sink `D` and one handler per event type, all
@@ -183,6 +185,8 @@ pub struct ConsumerBuilder<S, D, O> {
     writer: Option<Arc<OutboxWriter>>,
     routes: BTreeMap<String, Box<dyn Route<O>>>,
     retry: RetryPolicy,
+    #[cfg(feature = "claim-check")]
+    claim_check: Option<crate::claim_check::ClaimCheck>,
 }
 
 impl<S, D, O> std::fmt::Debug for ConsumerBuilder<S, D, O> {
@@ -202,7 +206,15 @@ where
     /// (a [`ConsumerDeadLetterQueue`](super::ConsumerDeadLetterQueue), an `Option` of one — `None`
     /// fails such invocations instead — or a [`MemoryDeadLetters`](super::MemoryDeadLetters)).
     pub fn builder(store: S, dead_letters: D) -> ConsumerBuilder<S, D, O> {
-        ConsumerBuilder { store, dead_letters, writer: None, routes: BTreeMap::new(), retry: RetryPolicy::default() }
+        ConsumerBuilder {
+            store,
+            dead_letters,
+            writer: None,
+            routes: BTreeMap::new(),
+            retry: RetryPolicy::default(),
+            #[cfg(feature = "claim-check")]
+            claim_check: None,
+        }
     }
 
     /// The inbox store.
@@ -312,6 +324,8 @@ where
 
     async fn process(&self, payload: &RawValue) -> Result<(EventMetadata, Handled<O>), ConsumerError> {
         let envelope = decode_envelope(payload)?;
+        #[cfg(feature = "claim-check")]
+        let envelope = self.claimed(envelope).await?;
         let Some(route) = self.inner.routes.get(&envelope.detail_type) else {
             let known: Vec<&str> = self.inner.routes.keys().map(String::as_str).collect();
             return Err(MalformedEvent(format!("detail-type {:?} is not handled here ({})", envelope.detail_type, known.join(", "))).into());
@@ -321,6 +335,42 @@ where
         let outcome = called.result?;
         let handled = self.commit(&called.metadata, &called.hash, tx, outcome).await?;
         Ok((called.metadata, handled))
+    }
+
+    /// `envelope` with `detail.data` in place of `detail.data_ref`: the payload fetched from S3
+    /// and verified (size, SHA-256). Events with `detail.data` (or without either, which decoding
+    /// reports) pass unchanged.
+    #[cfg(feature = "claim-check")]
+    async fn claimed(&self, mut envelope: RawEventBridgeEvent) -> Result<RawEventBridgeEvent, ConsumerError> {
+        #[derive(serde::Deserialize)]
+        struct Parts<'a> {
+            #[serde(borrow)]
+            metadata: Option<&'a RawValue>,
+            #[serde(borrow)]
+            data: Option<&'a RawValue>,
+            #[serde(borrow)]
+            data_ref: Option<&'a RawValue>,
+        }
+        let Ok(Parts { metadata: Some(metadata), data: None, data_ref: Some(data_ref) }) = serde_json::from_str::<Parts<'_>>(envelope.detail.get())
+        else {
+            return Ok(envelope);
+        };
+        let reference: crate::envelope::PayloadRef =
+            serde_json::from_str(data_ref.get()).map_err(|e| MalformedEvent(format!("detail.data_ref: {e}")))?;
+        let Some(claim_check) = &self.inner.claim_check else {
+            return Err(MalformedEvent(format!(
+                "detail.data_ref: the payload is in s3://{}/{}, but this consumer has no claim check (ConsumerBuilder::claim_check)",
+                reference.bucket, reference.key
+            ))
+            .into());
+        };
+        let bytes = claim_check.fetch(&reference).await?;
+        let data = String::from_utf8(bytes)
+            .map_err(|_| MalformedEvent(format!("the payload in s3://{}/{} is not UTF-8 text", reference.bucket, reference.key)))?;
+        let detail = RawValue::from_string(format!(r#"{{"metadata":{},"data":{data}}}"#, metadata.get()))
+            .map_err(|e| MalformedEvent(format!("the payload in s3://{}/{} is not JSON: {e}", reference.bucket, reference.key)))?;
+        envelope.detail = detail;
+        Ok(envelope)
     }
 
     /// Commits `tx` with the inbox claim; on a false business condition, runs the fallback and
@@ -389,6 +439,15 @@ where
         self
     }
 
+    /// Fetches claim-checked payloads (`detail.data_ref`) through `claim_check` before decoding,
+    /// verifying size and SHA-256 (see [`crate::claim_check`]); the handler receives `data` as
+    /// if it had been inline. Without it such events are malformed (dead-lettered).
+    #[cfg(feature = "claim-check")]
+    pub fn claim_check(mut self, claim_check: crate::claim_check::ClaimCheck) -> Self {
+        self.claim_check = Some(claim_check);
+        self
+    }
+
     /// How transient failures are retried within the invocation (default [`RetryPolicy::default`]).
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
         self.retry = policy;
@@ -404,6 +463,8 @@ where
                 writer: self.writer,
                 routes: self.routes,
                 retry: self.retry,
+                #[cfg(feature = "claim-check")]
+                claim_check: self.claim_check,
             }),
         }
     }

@@ -74,6 +74,11 @@ pub enum ConsumerError {
     /// The handler failed: [`HandlerError::Retry`] or [`HandlerError::Reject`].
     #[error(transparent)]
     Handler(HandlerError),
+    /// The claim-checked payload (`detail.data_ref`) could not be fetched or is corrupt:
+    /// missing and corrupt objects are dead-lettered, transient S3 failures retried.
+    #[cfg(feature = "claim-check")]
+    #[error(transparent)]
+    ClaimCheck(#[from] crate::claim_check::ClaimCheckError),
 }
 
 impl From<HandlerError> for ConsumerError {
@@ -88,7 +93,9 @@ impl From<HandlerError> for ConsumerError {
 
 impl ConsumerError {
     /// Short machine-readable name: `MalformedEvent`, `PayloadMismatch`, `SequenceGap`,
-    /// `InProgress`, `Retryable`, `InboxError`, `WriteError`, `ConditionFailed`, `Rejected`.
+    /// `InProgress`, `Retryable`, `InboxError`, `WriteError`, `ConditionFailed`, `Rejected`;
+    /// with a claim check also `PayloadMissing`, `PayloadCorrupt`, `PayloadTooLarge`,
+    /// `PayloadStoreError`.
     pub fn error_type(&self) -> &'static str {
         match self {
             ConsumerError::Malformed(_) => "MalformedEvent",
@@ -101,6 +108,8 @@ impl ConsumerError {
             ConsumerError::ConditionFailed { .. } => "ConditionFailed",
             ConsumerError::Handler(HandlerError::Retry(_)) => "Retryable",
             ConsumerError::Handler(_) => "Rejected",
+            #[cfg(feature = "claim-check")]
+            ConsumerError::ClaimCheck(e) => e.error_type(),
         }
     }
 
@@ -113,6 +122,8 @@ impl ConsumerError {
         match self {
             ConsumerError::Inbox(e @ (InboxError::Transaction(_) | InboxError::Sdk { .. })) => e.is_retryable(),
             ConsumerError::ConditionFailed { .. } | ConsumerError::Handler(HandlerError::Retry(_)) => true,
+            #[cfg(feature = "claim-check")]
+            ConsumerError::ClaimCheck(e) => e.is_retryable(),
             _ => false,
         }
     }
@@ -125,6 +136,8 @@ impl ConsumerError {
             ConsumerError::Inbox(e) => e.is_retryable(),
             ConsumerError::ConditionFailed { .. } => true,
             ConsumerError::Handler(h) => h.is_retryable(),
+            #[cfg(feature = "claim-check")]
+            ConsumerError::ClaimCheck(e) => e.is_retryable(),
         }
     }
 }
