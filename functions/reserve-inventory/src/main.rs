@@ -6,7 +6,8 @@ use orders_app::inventory::InventoryConsumer;
 use outbox::consumer::{metrics, RawEvent};
 use outbox::Env;
 
-#[tokio::main]
+// One thread: see functions/outbox-relay/src/main.rs.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let env = Env::process();
