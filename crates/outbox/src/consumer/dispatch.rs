@@ -268,7 +268,17 @@ where
                             "dead_lettered"
                         }
                     };
-                    tracing::info!(event_id = %metadata.id, event_type = %metadata.event_type, subject = %metadata.subject, correlation_id = %metadata.correlation_id, outcome = kind, attempt, "event handled");
+                    tracing::info!(
+                        event_id = %metadata.id,
+                        event_type = %metadata.event_type,
+                        aggregate_type = %metadata.aggregate_type,
+                        aggregate_id = %metadata.subject,
+                        sequence = metadata.sequence,
+                        correlation_id = %metadata.correlation_id,
+                        outcome = kind,
+                        attempt,
+                        "event handled"
+                    );
                     return Ok(ConsumerResponse { outcome, event_id: metadata.id });
                 }
                 Err(e) => e,
