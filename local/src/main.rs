@@ -176,6 +176,11 @@ enum OrderingCommand {
         /// Physical name of the inbox table (default: the template's InboxTable in the stack).
         #[arg(long)]
         table: Option<String>,
+        /// Create the aggregate's ordering row when it does not exist: only for a gap at the
+        /// aggregate's first event (without it, a missing row means a mistyped --consumer or
+        /// --aggregate, and nothing is written).
+        #[arg(long)]
+        create: bool,
     },
 }
 
@@ -675,7 +680,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             }
             Ok(if trace.found() { ExitCode::SUCCESS } else { ExitCode::from(2) })
         }
-        Command::Ordering { command: OrderingCommand::Release { consumer, aggregate, through, table } } => {
+        Command::Ordering { command: OrderingCommand::Release { consumer, aggregate, through, table, create } } => {
             let target = Target { endpoint: cli.endpoint.clone(), region: region_from_env() };
             let sdk = sdk_config(&target).await;
             let table = match table {
@@ -687,7 +692,8 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                     stack.table("InboxTable").map(|t| t.name.clone()).ok_or("the template has no InboxTable; pass --table")?
                 }
             };
-            let released = outbox_local::ordering::release(&aws_sdk_dynamodb::Client::new(&sdk), &table, consumer, aggregate, *through).await?;
+            let released =
+                outbox_local::ordering::release(&aws_sdk_dynamodb::Client::new(&sdk), &table, consumer, aggregate, *through, *create).await?;
             println!(
                 "{consumer}: {aggregate} last sequence {} -> {} in {table}; the waiting event applies on its next retry (or `dlq redrive`)",
                 released.before, released.after

@@ -24,12 +24,45 @@ pub struct Released {
 /// Moves consumer `consumer`'s `last_sequence` of `aggregate` (`<aggregate_type>#<aggregate_id>`,
 /// e.g. `Order#o-1001`) in the inbox `table` up to `through` (never down).
 ///
+/// The aggregate's ordering row must exist (the consumer applied an event of it), unless
+/// `create`: a mistyped `--consumer` or `--aggregate` would otherwise "succeed" by creating a
+/// row nobody reads while the waiting event stays stuck. `create` is for a gap at the
+/// aggregate's very first event.
+///
 /// # Errors
-/// A message when `aggregate` is not `<type>#<id>` or DynamoDB fails.
-pub async fn release(dynamodb: &aws_sdk_dynamodb::Client, table: &str, consumer: &str, aggregate: &str, through: u64) -> Result<Released, String> {
+/// A message when `aggregate` is not `<type>#<id>`, `through` is 0, the row does not exist
+/// (without `create`), or DynamoDB fails.
+pub async fn release(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    consumer: &str,
+    aggregate: &str,
+    through: u64,
+    create: bool,
+) -> Result<Released, String> {
     match aggregate.split_once('#') {
         Some((kind, id)) if !kind.is_empty() && !id.is_empty() => {}
         _ => return Err(format!("--aggregate {aggregate:?} must be <aggregate_type>#<aggregate_id>, e.g. Order#o-1001")),
+    }
+    if through == 0 {
+        return Err("--through must be the sequence the gap waits for (1 or more)".into());
+    }
+    if !create {
+        let key = format!("{consumer}#aggregate#{aggregate}");
+        let found = dynamodb
+            .get_item()
+            .table_name(table)
+            .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(key.clone()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| format!("GetItem on {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+        if found.item.is_none() {
+            return Err(format!(
+                "no ordering row {key:?} in {table}: check --consumer (the function's CONSUMER_NAME) and --aggregate (<aggregate_type>#<aggregate_id>, \
+                 case matters, as the gap's log line prints them); if the aggregate's first event itself never came, pass --create"
+            ));
+        }
     }
     // The retention only concerns claim rows, which a release does not write.
     let inbox = outbox::Inbox::new(dynamodb.clone(), table, consumer, Duration::ZERO);
