@@ -681,14 +681,13 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(if trace.found() { ExitCode::SUCCESS } else { ExitCode::from(2) })
         }
         Command::Ordering { command: OrderingCommand::Release { consumer, aggregate, through, table, create } } => {
-            let target = Target { endpoint: cli.endpoint.clone(), region: region_from_env() };
-            let sdk = sdk_config(&target).await;
+            let sdk = target_sdk(&cli).await;
             let table = match table {
                 Some(t) => t.clone(),
                 None => {
-                    let account = if cli.endpoint.is_some() { EMULATOR_ACCOUNT } else { "000000000000" };
-                    let stack =
-                        Stack::set_up(&sdk, template, &stack_name, account, Mode::LookUp).await.map_err(|e| format!("{e}\n  hint: pass --table"))?;
+                    let stack = Stack::set_up(&sdk, template, &stack_name, lookup_account(&cli), Mode::LookUp)
+                        .await
+                        .map_err(|e| format!("{e}\n  hint: pass --table"))?;
                     stack.table("InboxTable").map(|t| t.name.clone()).ok_or("the template has no InboxTable; pass --table")?
                 }
             };
@@ -757,16 +756,27 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
     }
 }
 
+/// The SDK configuration of the verbs that read an existing stack: `--endpoint` (the emulator),
+/// else AWS with the ordinary configuration.
+async fn target_sdk(cli: &Cli) -> SdkConfig {
+    sdk_config(&Target { endpoint: cli.endpoint.clone(), region: region_from_env() }).await
+}
+
+/// The account id names are resolved with when looking a stack up: the emulator's, or a
+/// placeholder on AWS (queue URLs are looked up by name there).
+fn lookup_account(cli: &Cli) -> &'static str {
+    if cli.endpoint.is_some() {
+        EMULATOR_ACCOUNT
+    } else {
+        "000000000000"
+    }
+}
+
 /// The SDK configuration and the names of a stack that already exists: on `--endpoint` (the
 /// emulator), else on AWS with the ordinary configuration.
 async fn existing_stack(cli: &Cli, template: Template, stack_name: &str) -> Result<(SdkConfig, Stack), String> {
-    let target = Target { endpoint: cli.endpoint.clone(), region: region_from_env() };
-    let sdk = sdk_config(&target).await;
-    let account = match &cli.endpoint {
-        Some(_) => EMULATOR_ACCOUNT.to_owned(),
-        None => "000000000000".to_owned(),
-    };
-    let stack = Stack::set_up(&sdk, template, stack_name, &account, Mode::LookUp).await.map_err(|e| {
+    let sdk = target_sdk(cli).await;
+    let stack = Stack::set_up(&sdk, template, stack_name, lookup_account(cli), Mode::LookUp).await.map_err(|e| {
         let hint = match &cli.endpoint {
             Some(url) => format!("is the emulator at {url} running (e.g. `outbox-local up`) and provisioned as stack {stack_name:?}?"),
             None => format!(
@@ -834,10 +844,7 @@ async fn dlq_redrive(
             let published: usize = report.replayed.iter().map(|(_, n)| n).sum();
             let what = if dry_run { "would replay" } else { "replayed through the relay and deleted" };
             println!("s3://{bucket}: {what} {} failed batch(es) ({published} record(s)); {} left", report.replayed.len(), report.left.len());
-            for (key, why) in &report.left {
-                println!("  left {key}: {why}");
-            }
-            left += report.left.len();
+            left += print_left(&report.left);
         }
     }
     for q in queues {
@@ -851,10 +858,7 @@ async fn dlq_redrive(
         for (cause, (done, kept)) in &report.by_cause {
             println!("  cause {cause}: {done} {}, {kept} left", if dry_run { "would be redriven" } else { "redriven" });
         }
-        for (id, why) in &report.left {
-            println!("  left {id}: {why}");
-        }
-        left += report.left.len();
+        left += print_left(&report.left);
     }
     Ok(if left == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) })
 }
@@ -909,6 +913,14 @@ async fn dlq_list(
     Ok(ExitCode::SUCCESS)
 }
 
+/// Prints what a `dlq` verb left in place, with why; answers how many.
+fn print_left(left: &[(String, String)]) -> usize {
+    for (id, why) in left {
+        println!("  left {id}: {why}");
+    }
+    left.len()
+}
+
 /// `dlq purge` / `dlq archive <file>`: exit code 2 when a selected message could not be deleted.
 async fn dlq_purge(sqs: &aws_sdk_sqs::Client, queues: &[QueueInfo], selection: &dlq::Selection, archive: Option<&Path>) -> Result<ExitCode, String> {
     let mut file = match archive {
@@ -923,10 +935,7 @@ async fn dlq_purge(sqs: &aws_sdk_sqs::Client, queues: &[QueueInfo], selection: &
             None => "deleted".to_owned(),
         };
         println!("{} ({}): {verb} {} message(s); {} left", q.logical_id, q.name, report.deleted.len(), report.left.len());
-        for (id, why) in &report.left {
-            println!("  left {id}: {why}");
-        }
-        left += report.left.len();
+        left += print_left(&report.left);
     }
     Ok(if left == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) })
 }
