@@ -3,6 +3,9 @@
 //! the first attempt, retryable failures failing the invocation, the business-condition
 //! fallback, and the answers' JSON.
 
+#[cfg(feature = "metrics")]
+mod common;
+
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
@@ -280,19 +283,8 @@ async fn the_consumer_counts_its_outcomes_as_metrics() {
     consumer.handle(created("e-2", 0)).await.expect("dead-lettered (rejected by the handler)");
     consumer.handle(created("e-3", 5000)).await.expect_err("the handler asks for a retry: the invocation fails");
 
-    let values: std::collections::HashMap<String, DebugValue> = snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .map(|(key, _, _, value)| {
-            let labels: Vec<String> = key.key().labels().map(|l| format!("{}={}", l.key(), l.value())).collect();
-            (format!("{}{:?}", key.key().name(), labels), value)
-        })
-        .collect();
-    let counter = |name: &str| match values.get(name) {
-        Some(DebugValue::Counter(n)) => *n,
-        other => panic!("{name}: {other:?} in {:?}", values.keys().collect::<Vec<_>>()),
-    };
+    let values = common::recorded(&snapshotter);
+    let counter = |name: &str| common::counter(&values, name);
     assert_eq!(counter("EventsApplied[]"), 1);
     assert_eq!(counter("DuplicatesAbsorbed[]"), 1);
     assert_eq!(counter("EventsDeadLettered[]"), 1);

@@ -2,6 +2,9 @@
 //! of one transaction (the caller's writes and the outbox put, in order), which write a
 //! `TransactionCanceledException` names, and the trace header taken from `_X_AMZN_TRACE_ID`.
 
+#[cfg(feature = "metrics")]
+mod common;
+
 use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::transact_write_items::{TransactWriteItemsError, TransactWriteItemsOutput};
@@ -168,19 +171,8 @@ async fn the_transaction_counts_events_written_and_cancellations_as_metrics() {
     execute_cancelled(&["None", "ConditionalCheckFailed", "None"]).await;
     execute_cancelled(&["None", "None", "TransactionConflict"]).await;
 
-    let values: std::collections::HashMap<String, DebugValue> = snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .map(|(key, _, _, value)| {
-            let labels: Vec<String> = key.key().labels().map(|l| format!("{}={}", l.key(), l.value())).collect();
-            (format!("{}{:?}", key.key().name(), labels), value)
-        })
-        .collect();
-    let counter = |name: &str| match values.get(name) {
-        Some(DebugValue::Counter(n)) => *n,
-        other => panic!("{name}: {other:?} in {:?}", values.keys().collect::<Vec<_>>()),
-    };
+    let values = common::recorded(&snapshotter);
+    let counter = |name: &str| common::counter(&values, name);
     assert_eq!(counter("TransactionsCommitted[]"), 1);
     assert_eq!(counter("EventsWritten[]"), 2, "two outbox puts; the condition check is not an event");
     assert_eq!(counter("TransactionsCancelled[]"), 2);
