@@ -10,7 +10,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_sdk_sqs::types::QueueAttributeName;
 use common::{Deadline, Local};
 use outbox::{Event, OutboxWriter};
 use serde_json::json;
@@ -20,35 +19,6 @@ const BIG: &str = "123456789012345678901234567890";
 const RELAY: &str = "OutboxRelayFunction";
 const NAME: &str = "Zoë 🚀";
 
-/// A spy on the stack's bus: a fresh queue and a rule `{"source": [source]}` targeting it.
-async fn spy(local: &Local, bus: &str, source: &str) -> String {
-    let name = format!("{}-spy", local.stack_name);
-    let url = local.sqs.create_queue().queue_name(&name).send().await.expect("CreateQueue spy").queue_url.expect("a queue URL");
-    let arn = local
-        .sqs
-        .get_queue_attributes()
-        .queue_url(&url)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .expect("GetQueueAttributes spy")
-        .attributes
-        .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
-        .expect("the spy queue's ARN");
-    local
-        .events
-        .put_rule()
-        .name(&name)
-        .event_bus_name(bus)
-        .event_pattern(json!({ "source": [source] }).to_string())
-        .send()
-        .await
-        .expect("PutRule spy");
-    let target = aws_sdk_eventbridge::types::Target::builder().id("spy").arn(arn).build().expect("a target");
-    local.events.put_targets().rule(&name).event_bus_name(bus).targets(target).send().await.expect("PutTargets spy");
-    url
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_inserted_outbox_items_are_published_verbatim() {
     let mut local = Local::start().await;
@@ -56,7 +26,7 @@ async fn only_inserted_outbox_items_are_published_verbatim() {
     let bus = local.env_of("OutboxRelayFunction").remove("EVENT_BUS_NAME").expect("the relay has EVENT_BUS_NAME");
     // A source of this test's own: no consumer rule of the template matches it.
     let source = format!("test.relay.{}", common::short_id());
-    let spy_url = spy(&local, &bus, &source).await;
+    let spy_url = local.spy_on_bus(&bus, &source).await;
 
     // Three events in ONE transaction.
     let writer = OutboxWriter::new(&outbox_table, Duration::from_secs(3600));
@@ -183,7 +153,7 @@ async fn one_aggregates_events_are_published_in_order_in_full_calls() {
     let outbox_table = local.table("OutboxTable");
     let bus = local.env_of(RELAY).remove("EVENT_BUS_NAME").expect("the relay has EVENT_BUS_NAME");
     let source = format!("test.order.{}", common::short_id());
-    let spy_url = spy(&local, &bus, &source).await;
+    let spy_url = local.spy_on_bus(&bus, &source).await;
     let writer = OutboxWriter::new(&outbox_table, Duration::from_secs(3600));
     for sequence in 1..=20u64 {
         let mut tx = writer.transaction();

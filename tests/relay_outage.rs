@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_sqs::types::QueueAttributeName;
 use common::{Deadline, Local};
 use outbox::{Event, OutboxWriter};
 use outbox_local::failed_batch::{self, Replayer};
@@ -69,27 +68,6 @@ async fn broker_outage_proxy(upstream: String, down: Arc<AtomicBool>) -> String 
     let addr = listener.local_addr().expect("its address");
     tokio::spawn(async move { axum::serve(listener, app).await });
     format!("http://{addr}")
-}
-
-/// A spy on the stack's bus: a fresh queue and a rule `{"source": [source]}` targeting it.
-async fn spy(local: &Local, bus: &str, source: &str) -> String {
-    let name = format!("{}-spy", local.stack_name);
-    let url = local.sqs.create_queue().queue_name(&name).send().await.expect("CreateQueue spy").queue_url.expect("a queue URL");
-    let arn = local
-        .sqs
-        .get_queue_attributes()
-        .queue_url(&url)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .expect("GetQueueAttributes spy")
-        .attributes
-        .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
-        .expect("the spy queue's ARN");
-    local.events.put_rule().name(&name).event_bus_name(bus).event_pattern(json!({ "source": [source] }).to_string()).send().await.expect("PutRule");
-    let target = aws_sdk_eventbridge::types::Target::builder().id("spy").arn(arn).build().expect("a target");
-    local.events.put_targets().rule(&name).event_bus_name(bus).targets(target).send().await.expect("PutTargets");
-    url
 }
 
 /// Receives what the spy queue holds now (deleting it): event id → times received.
@@ -163,7 +141,7 @@ async fn a_broker_outage_longer_than_every_retry_loses_nothing_after_dlq_redrive
     let mut local = Local::start_with(template, &proxy, common::fast_options(), None).await;
     let bus = local.env_of(RELAY).remove("EVENT_BUS_NAME").expect("EVENT_BUS_NAME");
     let source = format!("test.outage.{}", common::short_id());
-    let spy_url = spy(&local, &bus, &source).await;
+    let spy_url = local.spy_on_bus(&bus, &source).await;
     let s3 = aws_sdk_s3::Client::new(&local.runtime.sdk);
     let bucket = bucket_of(&local);
 
@@ -227,7 +205,7 @@ async fn a_pointer_only_record_is_replayed_from_the_outbox_table() {
     let local = Local::start().await;
     let bus = local.env_of(RELAY).remove("EVENT_BUS_NAME").expect("EVENT_BUS_NAME");
     let source = format!("test.pointer.{}", common::short_id());
-    let spy_url = spy(&local, &bus, &source).await;
+    let spy_url = local.spy_on_bus(&bus, &source).await;
     let ids = emit(&local, &source, 3).await;
 
     // The pointer Lambda sends to an SQS destination, for the range of the 3 records (no pipelines run).
@@ -296,7 +274,7 @@ async fn a_restarted_runtime_resumes_after_its_checkpoint() {
     let stack_name = first.stack_name.clone();
     let bus = first.env_of(RELAY).remove("EVENT_BUS_NAME").expect("EVENT_BUS_NAME");
     let source = format!("test.restart.{}", common::short_id());
-    let spy_url = spy(&first, &bus, &source).await;
+    let spy_url = first.spy_on_bus(&bus, &source).await;
     let before = emit(&first, &source, 3).await;
     first.spawn_pipelines();
     let mut seen = BTreeMap::new();

@@ -236,6 +236,30 @@ impl Local {
         items
     }
 
+    /// A spy on the bus `bus`: a fresh queue `<stack>-spy` and a rule `{"source": [source]}`
+    /// targeting it; returns the queue URL. Tests use a source of their own, so no consumer rule
+    /// of the template matches what they publish.
+    pub async fn spy_on_bus(&self, bus: &str, source: &str) -> String {
+        let name = format!("{}-spy", self.stack_name);
+        let url = self.sqs.create_queue().queue_name(&name).send().await.expect("CreateQueue spy").queue_url.expect("a queue URL");
+        let arn = self
+            .sqs
+            .get_queue_attributes()
+            .queue_url(&url)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .expect("GetQueueAttributes spy")
+            .attributes
+            .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn).cloned())
+            .expect("the spy queue's ARN");
+        let pattern = serde_json::json!({ "source": [source] }).to_string();
+        self.events.put_rule().name(&name).event_bus_name(bus).event_pattern(pattern).send().await.expect("PutRule spy");
+        let target = aws_sdk_eventbridge::types::Target::builder().id("spy").arn(arn).build().expect("a target");
+        self.events.put_targets().rule(&name).event_bus_name(bus).targets(target).send().await.expect("PutTargets spy");
+        url
+    }
+
     /// Items of `table` with partition key `pk` = `value` (consistent query).
     pub async fn query_pk(&self, table: &str, value: &str) -> Vec<HashMap<String, AttributeValue>> {
         self.dynamodb
