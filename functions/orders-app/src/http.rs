@@ -275,11 +275,19 @@ fn respond(outcome: Result<Answer<StoredResponse>, Problem>, meta: &Meta) -> Res
 }
 
 /// The problem as an `application/problem+json` answer (with `Retry-After` when it is a 503).
-fn refuse(mut problem: Problem, meta: &Meta) -> Response {
+fn refuse(problem: Problem, meta: &Meta) -> Response {
     if problem.status < 500 {
         tracing::info!(status = problem.status, field = problem.field.as_deref().unwrap_or(""), detail = %problem.detail, "request rejected");
     }
-    problem.correlation_id = Some(meta.correlation_id.clone());
+    problem_response(problem, &meta.correlation_id)
+}
+
+/// `problem` as an `application/problem+json` answer carrying `correlation_id` (when not empty),
+/// with `Retry-After` when it is a 503. Shared by the order API and the partner webhook endpoint.
+pub(crate) fn problem_response(mut problem: Problem, correlation_id: &str) -> Response {
+    if !correlation_id.is_empty() {
+        problem.correlation_id = Some(correlation_id.to_owned());
+    }
     let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = (status, [(CONTENT_TYPE, "application/problem+json")], to_json(&problem)).into_response();
     if problem.status == 503 {

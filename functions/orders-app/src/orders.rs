@@ -495,21 +495,7 @@ impl OrdersApi {
     }
 
     async fn read_order(&self, order_id: &str) -> Result<Option<OrderView>, OrderError> {
-        let out = self
-            .dynamodb
-            .get_item()
-            .table_name(&self.orders_table)
-            .key("pk", AttributeValue::S(order_key(order_id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| OrderError::from(read_error(&e)))?;
-        match out.item {
-            None => Ok(None),
-            Some(item) => serde_dynamo::from_item(item)
-                .map(Some)
-                .map_err(|e| OrderError::Read { message: format!("order {order_id} is malformed: {e}"), retryable: false }),
-        }
+        read_order(&self.dynamodb, &self.orders_table, order_id).await
     }
 
     /// `writes` with the key record put in FRONT when there is a key; returns the items and the
@@ -621,6 +607,28 @@ struct OrderItem {
 /// Partition key of an order in the orders table: `ORDER#<order_id>`.
 pub fn order_key(order_id: &str) -> String {
     format!("ORDER#{order_id}")
+}
+
+/// The order `order_id` of `orders_table` (strongly consistent `GetItem`), or `None`.
+///
+/// # Errors
+/// [`OrderError::Read`]: the read failed (`retryable` as the project's AWS error classification
+/// says) or the stored item is not an order.
+pub(crate) async fn read_order(dynamodb: &aws_sdk_dynamodb::Client, orders_table: &str, order_id: &str) -> Result<Option<OrderView>, OrderError> {
+    let out = dynamodb
+        .get_item()
+        .table_name(orders_table)
+        .key("pk", AttributeValue::S(order_key(order_id)))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| OrderError::from(read_error(&e)))?;
+    match out.item {
+        None => Ok(None),
+        Some(item) => serde_dynamo::from_item(item)
+            .map(Some)
+            .map_err(|e| OrderError::Read { message: format!("order {order_id} is malformed: {e}"), retryable: false }),
+    }
 }
 
 /// The `Location` of order `order_id`: `/orders/<order_id>`.

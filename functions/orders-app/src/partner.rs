@@ -29,15 +29,15 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
+use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use serde::{Deserialize, Serialize};
 
-use crate::http::{Problem, CORRELATION_HEADER};
-use crate::orders::{order_event, order_key, to_json, OrderView, RETRY_AFTER_SECONDS, STATUS_CREATED};
+use crate::http::{problem_response, Problem, CORRELATION_HEADER};
+use crate::orders::{order_event, order_key, to_json, OrderView, STATUS_CREATED};
 use outbox::config::{ConfigError, Env, DEFAULT_RETENTION};
 use outbox::envelope::EventMetadata;
 use outbox::inbox::{payload_hash, Inbox, InboxError, InboxOutcome};
@@ -329,23 +329,13 @@ impl PartnerWebhooks {
         }
     }
 
+    /// The order (strongly consistent read); a transient failure is a 503 (the partner retries),
+    /// any other a 500.
     async fn read_order(&self, order_id: &str) -> Result<Option<OrderView>, Problem> {
-        let out = self
-            .dynamodb
-            .get_item()
-            .table_name(&self.orders_table)
-            .key("pk", AttributeValue::S(order_key(order_id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| {
-                tracing::warn!(error = %aws_sdk_dynamodb::error::DisplayErrorContext(e), "reading the order failed");
-                Problem::new(503, "Service unavailable", "reading the order failed; retry later")
-            })?;
-        match out.item {
-            None => Ok(None),
-            Some(item) => serde_dynamo::from_item(item).map(Some).map_err(|e| Problem::new(500, "Internal error", format!("stored order: {e}"))),
-        }
+        crate::orders::read_order(&self.dynamodb, &self.orders_table, order_id).await.map_err(|e| {
+            tracing::warn!(error = %e, "reading the order failed");
+            Problem::from(e)
+        })
     }
 }
 
@@ -397,18 +387,6 @@ async fn handle(State(webhooks): State<Arc<PartnerWebhooks>>, Path(partner): Pat
     };
     if let Ok(value) = HeaderValue::from_str(&correlation_id) {
         response.headers_mut().insert(CORRELATION_HEADER, value);
-    }
-    response
-}
-
-fn problem_response(mut problem: Problem, correlation_id: &str) -> Response {
-    if !correlation_id.is_empty() {
-        problem.correlation_id = Some(correlation_id.to_owned());
-    }
-    let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = (status, [(CONTENT_TYPE, "application/problem+json")], to_json(&problem)).into_response();
-    if problem.status == 503 {
-        response.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECONDS));
     }
     response
 }
