@@ -17,6 +17,7 @@
 //!    queue.
 
 pub(crate) mod stock;
+pub mod subscriber;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
