@@ -175,14 +175,22 @@ impl SqsMapping {
     async fn gather(&self, shutdown: &mut watch::Receiver<bool>) -> Vec<Message> {
         let mut batch: Vec<Message> = Vec::new();
         let window = Duration::from_secs(self.spec.max_batching_window_secs);
-        let mut first_at = None;
+        let mut first_at: Option<tokio::time::Instant> = None;
         loop {
             let wanted = self.spec.batch_size - batch.len();
             // Long polling, 1 s at most so a shutdown is noticed (Lambda polls with 20 s); within
             // the window only as long as it has left.
             let wait = match first_at {
                 None => 1,
-                Some(t) => window.saturating_sub(tokio::time::Instant::now() - t).as_secs().min(1) as i32,
+                Some(t) => {
+                    let left = window.saturating_sub(t.elapsed());
+                    if left < Duration::from_secs(1) {
+                        // Less than the 1 s granularity of long polling: a short pause, then a
+                        // short poll (not a burst of them).
+                        tokio::time::sleep(left.min(Duration::from_millis(100))).await;
+                    }
+                    left.as_secs().min(1) as i32
+                }
             };
             let received = self
                 .sqs

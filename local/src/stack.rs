@@ -569,6 +569,30 @@ mod tests {
             delivery_queue: queue,
         });
         assert_eq!(stack.pipelines(), ["stream of T → Relay", "rule s-RelayR on bus b → Relay"]);
+        stack.queue_rules.push(QueueRule {
+            logical_id: "ToWork".into(),
+            rule_name: "s-ToWork".into(),
+            bus_name: "b".into(),
+            queues: vec!["Work".into()],
+        });
+        stack.functions[0].events.push(FunctionEvent::Sqs(crate::template::SqsMappingSpec {
+            name: "Q".into(),
+            queue_logical_id: "Work".into(),
+            batch_size: 10,
+            max_batching_window_secs: 0,
+            report_batch_item_failures: true,
+            filters: Vec::new(),
+        }));
+        assert_eq!(
+            stack.pipelines(),
+            [
+                "stream of T → Relay",
+                "rule s-RelayR on bus b → Relay",
+                "rule s-ToWork on bus b → queue Work",
+                "queue Work → Relay (SQS mapping, batch 10)"
+            ]
+        );
+        stack.queue_rules.clear();
         stack.functions.clear();
         stack.rules.clear();
         assert!(stack.pipelines().is_empty());

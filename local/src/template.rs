@@ -871,6 +871,51 @@ Resources:
     }
 
     #[test]
+    fn reads_sqs_mappings_standalone_rules_and_redrive_policies() {
+        let text = r#"
+Resources:
+  Work:
+    Type: AWS::SQS::Queue
+    Properties:
+      RedrivePolicy: {deadLetterTargetArn: !GetAtt Dead.Arn, maxReceiveCount: 3}
+  Dead:
+    Type: AWS::SQS::Queue
+  ToWork:
+    Type: AWS::Events::Rule
+    Properties:
+      EventPattern: {detail-type: [A]}
+      Targets: [{Id: w, Arn: !GetAtt Work.Arn}]
+  Fn:
+    Type: AWS::Serverless::Function
+    Metadata: {BuildProperties: {Binary: b}}
+    Properties:
+      Events:
+        Q:
+          Type: SQS
+          Properties:
+            Queue: !GetAtt Work.Arn
+            MaximumBatchingWindowInSeconds: 2
+            FunctionResponseTypes: [ReportBatchItemFailures]
+            FilterCriteria: {Filters: [{Pattern: '{"body": {"a": [1]}}'}]}
+"#;
+        let t = Template::parse(Path::new("t.yaml"), text).unwrap();
+        let FunctionEvent::Sqs(m) = &t.functions().unwrap()[0].events[0] else { panic!("an SQS mapping") };
+        assert_eq!((m.queue_logical_id.as_str(), m.batch_size, m.max_batching_window_secs, m.report_batch_item_failures), ("Work", 10, 2, true));
+        assert_eq!(m.filters[0]["body"]["a"][0], 1);
+        let rules = t.standalone_rules().unwrap();
+        assert_eq!(
+            (rules[0].logical_id.as_str(), rules[0].pattern["detail-type"][0].as_str(), rules[0].targets[0].0.as_str()),
+            ("ToWork", Some("A"), "w")
+        );
+        let queues = t.queues(&resolver()).unwrap();
+        let work = queues.iter().find(|q| q.logical_id == "Work").unwrap();
+        assert_eq!(work.redrive_policy.as_ref().and_then(|p| p.get("maxReceiveCount")).and_then(Value::as_u64), Some(3));
+        let transformed = text.replace("Targets: [{Id: w, Arn: !GetAtt Work.Arn}]", "Targets: [{Id: w, Arn: !GetAtt Work.Arn, InputPath: $.detail}]");
+        let err = Template::parse(Path::new("t.yaml"), &transformed).unwrap().standalone_rules().unwrap_err().to_string();
+        assert!(err.starts_with("ToWork.Properties.Targets[0].InputPath: is not played locally"), "{err}");
+    }
+
+    #[test]
     fn a_function_without_a_binary_is_an_error_naming_it() {
         let text = "Resources:\n  PyFunction:\n    Type: AWS::Serverless::Function\n    Properties: {Runtime: python3.13, Handler: app.handler}\n";
         let err = Template::parse(Path::new("t.yaml"), text).unwrap().functions().unwrap_err().to_string();
