@@ -90,6 +90,21 @@ async fn failed_items_come_back_after_their_visibility_and_settled_ones_are_dele
     assert!(c.sqs_messages_received >= 4, "the event, good's and flaky's twice: {c:?}");
     let dead = local.runtime.stack.queue("WebhookDeadLetterQueue").cloned().expect("the webhook DLQ");
     assert_eq!(dlq::depth(&local.sqs, &dead).await.expect("depth"), 0);
+
+    // `trace` shows each subscriber's delivery, from the dispatcher's inbox rows.
+    let trace = outbox_local::trace::trace(&local.runtime.sdk, &local.runtime.stack, "01a22651-6c7b-7e1a-89c3-d4e5f6071830").await.expect("trace");
+    let mut deliveries: Vec<(String, String)> =
+        trace.consumers.iter().filter(|c| c.consumer.contains("subscriber")).map(|c| (c.consumer.clone(), c.state.clone())).collect();
+    deliveries.sort();
+    assert_eq!(
+        deliveries,
+        [
+            ("webhook-dispatcher → subscriber flaky".to_owned(), "delivered".to_owned()),
+            ("webhook-dispatcher → subscriber good".to_owned(), "delivered".to_owned())
+        ],
+        "{}",
+        trace.render()
+    );
     local.shutdown().await;
 }
 
