@@ -1,7 +1,10 @@
 //! The demo end to end, wired as `outbox-local demo --orders 5 --json` wires it (HTTP API +
 //! pipelines + `demo::run`), on a fresh stack: every committed order takes effect exactly once,
 //! the injected duplicate is absorbed, the cancelled order's stock comes back once, the poison
-//! event and the event failing every attempt are dead-lettered, nothing is lost.
+//! event and the event failing every attempt are dead-lettered, nothing is lost; the partner's
+//! webhook is received once (its replay absorbed, a forged one refused) and the `OrderPaid` it
+//! produced reaches the local subscribers: two delivered (one after a 500 and a 429), one
+//! dead-lettered.
 
 mod common;
 
@@ -36,7 +39,7 @@ async fn the_demo_adds_up() {
     }
     assert_eq!(
         checked.into_iter().collect::<Vec<_>>(),
-        ["InventoryRejected", "InventoryReleased", "InventoryReserved", "OrderCancelled", "OrderCreated"],
+        ["InventoryRejected", "InventoryReleased", "InventoryReserved", "OrderCancelled", "OrderCreated", "OrderPaid"],
         "the demo publishes every event type"
     );
     local.shutdown().await;
@@ -58,5 +61,11 @@ async fn the_demo_adds_up() {
     assert!(report.stock_expected > 0, "{shown}");
     assert!(report.outbox_items >= 2 * report.orders_committed, "orders' and the consumer's events: {shown}");
     assert!(report.events_published >= report.outbox_items, "{shown}");
+    // Counted by the local subscriber server, WebhookDeadLetterQueue and the inbox table.
+    assert_eq!(
+        (report.webhooks_delivered, report.webhook_retries, report.webhooks_dead_lettered, report.webhooks_received, report.webhooks_rejected),
+        (2, 2, 1, 1, 1),
+        "{shown}"
+    );
     assert!(report.ok, "{shown}");
 }

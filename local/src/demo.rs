@@ -12,11 +12,18 @@
 //! 6. injects a poison event the consumer can never accept — dead-lettered on the first try;
 //! 7. injects an event that fails every attempt (a sequence gap) — it must end in the consumer's
 //!    dead-letter queue after the configured retries;
-//! 8. checks the books: every committed order consumed exactly once, stock reserved equals the
-//!    quantities of the reserved, uncancelled orders, nothing lost — and lists the dead-letter
-//!    queue.
+//! 8. a partner's signed webhook (`POST /webhooks/{partner}`) pays one order: received once,
+//!    its replay absorbed, a forged one refused with 401 ([`webhooks`]);
+//! 9. the `OrderPaid` it produced is delivered as signed webhooks to a local subscriber server:
+//!    one healthy subscriber, one failing twice (500, 429 with `Retry-After`) before it
+//!    succeeds, one refusing for good (400, dead-lettered);
+//! 10. checks the books: every committed order consumed exactly once, stock reserved equals the
+//!     quantities of the reserved, uncancelled orders, nothing lost, the webhooks as expected —
+//!     and lists the dead-letter queue.
 
 pub(crate) mod stock;
+pub mod subscriber;
+mod webhooks;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
@@ -84,6 +91,18 @@ pub struct DemoReport {
     pub lost: usize,
     /// Orders that took effect more than once.
     pub applied_twice: usize,
+    /// Webhooks the local subscriber server answered 2xx, each signature verified (distinct
+    /// subscriber and `webhook-id`).
+    pub webhooks_delivered: usize,
+    /// Webhook requests the local subscriber server answered 408, 429 or 5xx (retried by the
+    /// dispatcher).
+    pub webhook_retries: usize,
+    /// Messages in `WebhookDeadLetterQueue`.
+    pub webhooks_dead_lettered: usize,
+    /// Partner webhooks that took effect (inbox rows of the webhook ids sent; its replay adds none).
+    pub webhooks_received: usize,
+    /// Forged partner webhooks answered 401 with nothing written.
+    pub webhooks_rejected: usize,
     /// Per function, the figures it reported through its EMF metrics (totals): the producer's
     /// events written, the relay's published and retried, the consumer's applied, duplicates
     /// and dead-lettered ([`crate::status::stage_figures`]).
@@ -188,6 +207,8 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
     let rule = runtime.stack.rules.first().cloned().ok_or("the template has no EventBridge rule for a consumer")?;
     // The books need every order's deliveries (bounded by the orders the demo commits).
     runtime.stats.record_every_event();
+    // Webhook subscribers and the partner, registered before any event can reach them.
+    let webhooks = webhooks::Webhooks::set_up(&runtime).await?;
 
     // 1. Stock.
     for sku in SAMPLE_SKUS {
@@ -386,7 +407,64 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         reason(gap)
     ));
 
-    // 8. The books.
+    // 8. and 9. Webhooks in and out.
+    let (inbound, outbound) = match &webhooks {
+        Some(w) => {
+            let inbound = w.inbound(&runtime, api, &first.order_id).await?;
+            say.line(format!(
+                "8. webhook in POST /webhooks/{} signed by the partner (webhook-id {}) → 200: order {} {} (version {} → {}) with its OrderPaid event in one transaction; the same request replayed → 200 duplicate, version still {}, {} inbox row; signed with a wrong secret → {}",
+                webhooks::PARTNER,
+                inbound.webhook_id,
+                inbound.order_id,
+                inbound.status,
+                inbound.versions.0,
+                inbound.versions.1,
+                inbound.versions.2,
+                inbound.received,
+                if inbound.rejected == 1 { "401, nothing written" } else { "NOT refused" }
+            ));
+            let outbound = w.outbound(&runtime, options.timeout).await?;
+            let answers: Vec<String> = outbound
+                .answers
+                .iter()
+                .map(|(id, statuses)| format!("{id} {}", statuses.iter().map(u16::to_string).collect::<Vec<_>>().join(" → ")))
+                .collect();
+            let reasons: Vec<String> = outbound
+                .dead_lettered
+                .iter()
+                .map(|m| {
+                    let a = |k: &str| m.attributes.get(k).cloned().unwrap_or_default();
+                    format!("{} {}: {}", a("subscriber"), a("ERROR_CODE"), a("ERROR_MESSAGE"))
+                })
+                .collect();
+            say.line(format!(
+                "9. webhooks   {} → WebhookDeliveryRule → WebhookDeliveryQueue → WebhookDispatcherFunction (local SQS mapping) → signed POSTs to {}: {}; {} delivered with valid signatures, {} retried through the message's visibility timeout, dead-lettered: {}",
+                webhooks::EVENT_TYPE,
+                w.endpoints(),
+                answers.join(", "),
+                outbound.delivered,
+                outbound.retries,
+                if reasons.is_empty() { "none".to_owned() } else { reasons.join("; ") }
+            ));
+            (Some(inbound), Some(outbound))
+        }
+        None => (None, None),
+    };
+    let webhooks_ok = match (&inbound, &outbound) {
+        (Some(i), Some(o)) => {
+            i.received == 1
+                && i.rejected == 1
+                && i.replay_absorbed
+                && i.versions.1 == i.versions.0 + 1
+                && o.delivered == 2
+                && o.retries == 2
+                && o.dead_lettered.len() == 1
+                && o.unverified == 0
+        }
+        _ => true,
+    };
+
+    // 10. The books.
     let counts = runtime.stats.snapshot();
     let mut stock_reserved = 0;
     for sku in SAMPLE_SKUS.iter().chain([&SCARCE_SKU]) {
@@ -420,8 +498,14 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         latency_ms_p99: percentile(&latencies, 0.99),
         lost,
         applied_twice,
+        webhooks_delivered: outbound.as_ref().map_or(0, |o| o.delivered),
+        webhook_retries: outbound.as_ref().map_or(0, |o| o.retries),
+        webhooks_dead_lettered: outbound.as_ref().map_or(0, |o| o.dead_lettered.len()),
+        webhooks_received: inbound.as_ref().map_or(0, |i| i.received),
+        webhooks_rejected: inbound.as_ref().map_or(0, |i| i.rejected),
         stages: crate::status::stage_figures(&counts),
-        ok: lost == 0
+        ok: webhooks_ok
+            && lost == 0
             && applied_twice == 0
             && stock_reserved == stock_expected
             && poison.is_some()
@@ -430,7 +514,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
             && counts.outcome_count("duplicate") >= 1,
     };
     say.line(format!(
-        "8. books      stock reserved {stock_reserved} units = {stock_expected} ordered by reserved, uncancelled orders; lost {lost}, applied twice {applied_twice}; commit → effect latency p50 {} ms, p99 {} ms",
+        "10. books     stock reserved {stock_reserved} units = {stock_expected} ordered by reserved, uncancelled orders; lost {lost}, applied twice {applied_twice}; commit → effect latency p50 {} ms, p99 {} ms",
         report.latency_ms_p50.unwrap_or(0),
         report.latency_ms_p99.unwrap_or(0)
     ));
@@ -439,7 +523,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
     say.line(format!("\n{} holds {} message(s) (what `outbox-local dlq list` shows):", consumer_dlq.name, dead.len()));
     say.line(dlq::format_listing(&dead).trim_end());
     say.line(if report.ok {
-        "\nresult: every committed order took effect exactly once; the cancellation released its stock once; the duplicate was absorbed; the poison and the never-succeeding events are in the dead-letter queue; nothing lost."
+        "\nresult: every committed order took effect exactly once; the cancellation released its stock once; the duplicate was absorbed; the poison and the never-succeeding events are in the dead-letter queue; the webhooks were delivered, retried and dead-lettered as their subscribers answered, the partner's received once; nothing lost."
     } else {
         "\nresult: MISMATCH — see the figures above."
     });

@@ -31,6 +31,10 @@ pub struct RuntimeOptions {
     /// [`crate::checkpoint`]); `None`: nothing is kept, every start reads the streams from
     /// `TRIM_HORIZON`.
     pub state_dir: Option<std::path::PathBuf>,
+    /// Environment variables set on top of the template's, by function logical id (the shape of
+    /// `sam local invoke --env-vars`, see [`crate::env_vars`]); e.g. the webhook dispatcher's
+    /// short local backoff and `WEBHOOK_ALLOW_HTTP=true` from `local/env.json`.
+    pub environment: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
 }
 
 impl Default for RuntimeOptions {
@@ -43,6 +47,7 @@ impl Default for RuntimeOptions {
             verbose: false,
             faults: None,
             state_dir: None,
+            environment: std::collections::BTreeMap::new(),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The local runtime: runs the functions of `template.yaml` — their real binaries, each instance
 //! a child process served the Lambda Runtime API — against the moto AWS emulator, and plays the
-//! AWS glue between them — the HTTP API, the DynamoDB stream event source mapping, EventBridge
+//! AWS glue between them — the HTTP API, the DynamoDB stream and SQS event source mappings, EventBridge
 //! rule delivery with Lambda's asynchronous retries, and the dead-letter destinations — so the
 //! whole pipeline runs on a machine without Docker or an AWS account. Everything it provisions
 //! and runs is read from the template, so the local stack cannot drift from the deployed one,
@@ -11,8 +11,8 @@
 //! [`binaries`] builds the functions' binaries, [`runtime_api`] serves the Lambda Runtime API to
 //! one instance, [`sandbox`] runs one instance (with [`emf`] for its metrics), [`function`] pools
 //! a function's instances, [`esm`] plays the stream mapping (with [`filter`] and [`lanes`], and its
-//! [`checkpoint`] kept across restarts), [`delivery`]
-//! plays rule delivery (both set up through [`glue`]), [`runtime`] ties them together,
+//! [`checkpoint`] kept across restarts), [`sqs_mapping`] plays the SQS mapping, [`delivery`]
+//! plays rule delivery (all set up through [`glue`], with [`env_vars`] for local settings), [`runtime`] ties them together,
 //! [`http_api`] plays API Gateway, [`dlq`] reads dead-letter queues
 //! (and [`failed_batch`] replays the stream batches a mapping gave up on), [`trace`] follows one event,
 //! [`ordering`] releases a consumer's sequence gap, [`stats`] counts ([`status`] shows), and
@@ -29,6 +29,7 @@ pub mod demo;
 pub mod dlq;
 pub mod emf;
 pub mod emulator;
+pub mod env_vars;
 pub mod esm;
 pub mod failed_batch;
 pub mod faults;
@@ -42,6 +43,7 @@ pub mod proof;
 pub mod runtime;
 pub mod runtime_api;
 pub mod sandbox;
+pub mod sqs_mapping;
 pub mod stack;
 pub mod stats;
 pub mod status;

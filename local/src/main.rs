@@ -65,6 +65,10 @@ struct Cli {
     /// (with --no-build, CARGO_TARGET_DIR when set).
     #[arg(long, global = true, value_name = "DIR")]
     target_dir: Option<PathBuf>,
+    /// Environment variables on top of the template's, per function (the JSON of `sam local
+    /// invoke --env-vars`; default: local/env.json beside the template, when it exists).
+    #[arg(long, global = true, value_name = "FILE")]
+    env_vars: Option<PathBuf>,
     /// Most instances of one function at once, unless it sets ReservedConcurrentExecutions.
     #[arg(long, global = true, default_value_t = 4)]
     max_instances: usize,
@@ -329,6 +333,14 @@ async fn local_with_faults(
         state_dir,
         ..RuntimeOptions::default()
     };
+    let env_file = cli.env_vars.clone().unwrap_or_else(|| root.join("local").join("env.json"));
+    let environment = if cli.env_vars.is_some() || env_file.is_file() {
+        let ids: Vec<String> = stack.functions.iter().map(|f| f.logical_id.clone()).collect();
+        outbox_local::env_vars::load(&env_file, &ids)?
+    } else {
+        Default::default()
+    };
+    let options = RuntimeOptions { environment, ..options };
     let runtime = Runtime::with_functions(sdk, stack, options, &bin_dir, only)?;
     Ok((Local { runtime: Arc::new(runtime), _emulator: emulator, endpoint }, injector))
 }

@@ -1,6 +1,6 @@
 //! The local runtime: the stack's functions as their real binaries ([`crate::function`]), plus
-//! the AWS glue that invokes them — the stream event source mapping ([`crate::esm`]) and
-//! EventBridge rule delivery with Lambda's asynchronous-invocation retries
+//! the AWS glue that invokes them — the stream event source mapping ([`crate::esm`]), the SQS
+//! event source mapping ([`crate::sqs_mapping`]) and EventBridge rule delivery with Lambda's asynchronous-invocation retries
 //! ([`crate::delivery`]).
 
 use std::collections::HashMap;
@@ -16,6 +16,7 @@ use crate::esm::StreamMapping;
 use crate::function::{lambda_environment, LocalFunction, Placement};
 use crate::glue::Glue;
 pub use crate::glue::RuntimeOptions;
+use crate::sqs_mapping::SqsMapping;
 use crate::stack::Stack;
 use crate::stats::Stats;
 use crate::template::{FunctionEvent, FunctionSpec};
@@ -57,7 +58,10 @@ impl Runtime {
         let mut functions = HashMap::new();
         for spec in stack.functions.iter().filter(|f| only.is_none_or(|id| f.logical_id == id)) {
             let program = program_of(spec, bin_dir)?;
-            let template_env = stack.environment(spec).map_err(|e| e.to_string())?;
+            let mut template_env = stack.environment(spec).map_err(|e| e.to_string())?;
+            if let Some(overrides) = options.environment.get(&spec.logical_id) {
+                template_env.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
             let r = &stack.resolver;
             let function_name = format!("{}-{}", r.stack_name, spec.logical_id);
             let arn = format!("arn:aws:lambda:{}:{}:function:{function_name}", r.region, r.account);
@@ -81,7 +85,7 @@ impl Runtime {
         })
     }
 
-    /// Starts every stream event source mapping and rule delivery; they stop when `shutdown`
+    /// Starts every stream and SQS event source mapping and rule delivery; they stop when `shutdown`
     /// becomes true.
     ///
     /// # Errors
@@ -91,9 +95,16 @@ impl Runtime {
         let mut tasks = Vec::new();
         for function in self.functions.values() {
             for event in &function.spec.events {
-                if let FunctionEvent::DynamoDb(spec) = event {
-                    let mapping = StreamMapping::new(glue, function.clone(), spec.clone())?;
-                    tasks.push(tokio::spawn(mapping.run(shutdown.clone())));
+                match event {
+                    FunctionEvent::DynamoDb(spec) => {
+                        let mapping = StreamMapping::new(glue, function.clone(), spec.clone())?;
+                        tasks.push(tokio::spawn(mapping.run(shutdown.clone())));
+                    }
+                    FunctionEvent::Sqs(spec) => {
+                        let mapping = SqsMapping::new(glue, function.clone(), spec.clone())?;
+                        tasks.push(tokio::spawn(mapping.run(shutdown.clone())));
+                    }
+                    _ => {}
                 }
             }
         }

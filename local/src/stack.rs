@@ -65,6 +65,20 @@ pub struct LocalRule {
     pub delivery_queue: QueueInfo,
 }
 
+/// A standalone `AWS::Events::Rule` whose targets are queues of the template, as provisioned:
+/// EventBridge (moto, inside `PutEvents`) delivers the matching events to the queues itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueRule {
+    /// The rule's logical id.
+    pub logical_id: String,
+    /// Rule name on the bus.
+    pub rule_name: String,
+    /// Bus name.
+    pub bus_name: String,
+    /// Logical ids of the target queues.
+    pub queues: Vec<String>,
+}
+
 /// Where a stream mapping sends a record of the batches it gave up on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Destination {
@@ -105,6 +119,8 @@ pub struct Stack {
     pub skipped_functions: Vec<String>,
     /// Rules with their local delivery queues (empty when not provisioned).
     pub rules: Vec<LocalRule>,
+    /// Standalone rules targeting queues of the template (empty when not provisioned).
+    pub queue_rules: Vec<QueueRule>,
 }
 
 /// Whether to create what is missing (the emulator) or only look things up (real AWS).
@@ -154,12 +170,23 @@ impl Stack {
             }
         }
 
+        // Every queue's ARN first (a redrive policy names its dead-letter queue's), then the
+        // queues without a redrive policy, then those with one (SQS requires the dead-letter
+        // queue to exist).
+        let mut specs = template.queues(&resolver)?;
+        for spec in &specs {
+            resolver.set_attr(&spec.logical_id, "Arn", queue_arn(&region, account, &spec.name));
+            resolver.set_attr(&spec.logical_id, "QueueName", &spec.name);
+        }
+        specs.sort_by_key(|s| s.redrive_policy.is_some());
         let mut queues = Vec::new();
-        for spec in template.queues(&resolver)? {
+        for mut spec in specs {
+            if let Some(policy) = spec.redrive_policy.take() {
+                let at = format!("{}.Properties.RedrivePolicy", spec.logical_id);
+                spec.attributes.insert("RedrivePolicy".into(), redrive_policy(&resolver, &policy, &at)?);
+            }
             let info = queue(&sqs, &spec, &region, account, mode).await?;
             resolver.set_ref(&spec.logical_id, &info.url);
-            resolver.set_attr(&spec.logical_id, "Arn", &info.arn);
-            resolver.set_attr(&spec.logical_id, "QueueName", &info.name);
             resolver.set_attr(&spec.logical_id, "QueueUrl", &info.url);
             queues.push(info);
         }
@@ -202,6 +229,7 @@ impl Stack {
                         logical_id: format!("local:{rule_name}"),
                         name: format!("{stack_name}-local-{}{}", f.logical_id, spec.name).chars().take(80).collect(),
                         attributes: [("VisibilityTimeout".to_owned(), (f.timeout_secs.max(1) * 6).to_string())].into(),
+                        redrive_policy: None,
                     };
                     let delivery_queue = queue(&sqs, &queue_spec, &region, account, mode).await?;
                     events
@@ -229,7 +257,60 @@ impl Stack {
                 }
             }
         }
-        Ok(Self { template, resolver, tables, stream_arns, buses, queues, buckets, functions, skipped_functions, rules })
+        let mut queue_rules = Vec::new();
+        if mode == Mode::Provision {
+            for spec in template.standalone_rules()? {
+                let name_at = format!("{}.Properties.Name", spec.logical_id);
+                let rule_name: String = match &spec.name {
+                    Some(v) => resolver.resolve_string(v, &name_at)?,
+                    None => format!("{stack_name}-{}", spec.logical_id).chars().take(64).collect(),
+                };
+                let bus_name = match &spec.bus {
+                    Some(v) => resolver.resolve_string(v, &format!("{}.Properties.EventBusName", spec.logical_id))?,
+                    None => "default".into(),
+                };
+                let mut targets = Vec::new();
+                for (i, (id, arn)) in spec.targets.iter().enumerate() {
+                    let at = format!("{}.Properties.Targets[{i}].Arn", spec.logical_id);
+                    let arn = resolver.resolve_string(arn, &at)?;
+                    let Some(q) = queues.iter().find(|q| q.arn == arn) else {
+                        return Err(TemplateError::Unsupported {
+                            at,
+                            reason: format!("{arn}: only SQS queues of the template are rule targets locally"),
+                        }
+                        .into());
+                    };
+                    let target = aws_sdk_eventbridge::types::Target::builder().id(id).arn(&q.arn).build().map_err(aws_err("Target"))?;
+                    targets.push((target, q.logical_id.clone()));
+                }
+                events
+                    .put_rule()
+                    .name(&rule_name)
+                    .event_bus_name(&bus_name)
+                    .event_pattern(spec.pattern.to_string())
+                    .send()
+                    .await
+                    .map_err(aws_err(format!("PutRule {rule_name}")))?;
+                if !targets.is_empty() {
+                    events
+                        .put_targets()
+                        .rule(&rule_name)
+                        .event_bus_name(&bus_name)
+                        .set_targets(Some(targets.iter().map(|(t, _)| t.clone()).collect()))
+                        .send()
+                        .await
+                        .map_err(aws_err(format!("PutTargets {rule_name}")))?;
+                }
+                resolver.set_attr(&spec.logical_id, "Arn", format!("arn:aws:events:{region}:{account}:rule/{bus_name}/{rule_name}"));
+                queue_rules.push(QueueRule {
+                    logical_id: spec.logical_id,
+                    rule_name,
+                    bus_name,
+                    queues: targets.into_iter().map(|(_, q)| q).collect(),
+                });
+            }
+        }
+        Ok(Self { template, resolver, tables, stream_arns, buses, queues, buckets, functions, skipped_functions, rules, queue_rules })
     }
 
     /// The function's `Environment.Variables`, resolved against this stack.
@@ -248,8 +329,10 @@ impl Stack {
     }
 
     /// One line per pipeline the local runtime plays: each DynamoDB stream event source mapping
-    /// (`stream of <Table> → <Function>`) and each EventBridge rule
-    /// (`rule <name> on bus <bus> → <Function>`).
+    /// (`stream of <Table> → <Function>`), each EventBridge rule of a function
+    /// (`rule <name> on bus <bus> → <Function>`), each standalone rule targeting queues
+    /// (`rule <name> on bus <bus> → queue <Queue>`) and each SQS event source mapping
+    /// (`queue <Queue> → <Function> (SQS mapping, batch <n>)`).
     pub fn pipelines(&self) -> Vec<String> {
         let streams = self.functions.iter().flat_map(|f| {
             f.events.iter().filter_map(move |e| match e {
@@ -258,7 +341,14 @@ impl Stack {
             })
         });
         let rules = self.rules.iter().map(|r| format!("rule {} on bus {} → {}", r.rule_name, r.bus_name, r.function));
-        streams.chain(rules).collect()
+        let queue_rules = self.queue_rules.iter().map(|r| format!("rule {} on bus {} → queue {}", r.rule_name, r.bus_name, r.queues.join(", ")));
+        let sqs = self.functions.iter().flat_map(|f| {
+            f.events.iter().filter_map(move |e| match e {
+                FunctionEvent::Sqs(m) => Some(format!("queue {} → {} (SQS mapping, batch {})", m.queue_logical_id, f.logical_id, m.batch_size)),
+                _ => None,
+            })
+        });
+        streams.chain(rules).chain(queue_rules).chain(sqs).collect()
     }
 
     /// The function with `logical_id`.
@@ -395,6 +485,24 @@ async fn create_table(client: &aws_sdk_dynamodb::Client, table: &TableSpec) -> R
     Ok(description.and_then(|d| d.latest_stream_arn))
 }
 
+/// The ARN of queue `name`.
+fn queue_arn(region: &str, account: &str, name: &str) -> String {
+    format!("arn:aws:sqs:{region}:{account}:{name}")
+}
+
+/// A queue's `RedrivePolicy` as the SQS attribute wants it: a JSON string
+/// `{"deadLetterTargetArn": "<arn>", "maxReceiveCount": "<n>"}`; `at` names the property in errors.
+fn redrive_policy(resolver: &Resolver, policy: &serde_yaml_ng::Value, at: &str) -> Result<String, TemplateError> {
+    let target = policy
+        .get("deadLetterTargetArn")
+        .ok_or_else(|| TemplateError::Unsupported { at: at.into(), reason: "deadLetterTargetArn is required".into() })?;
+    let target = resolver.resolve_string(target, &format!("{at}.deadLetterTargetArn"))?;
+    let count =
+        policy.get("maxReceiveCount").ok_or_else(|| TemplateError::Unsupported { at: at.into(), reason: "maxReceiveCount is required".into() })?;
+    let count = resolver.resolve_string(count, &format!("{at}.maxReceiveCount"))?;
+    Ok(serde_json::json!({"deadLetterTargetArn": target, "maxReceiveCount": count}).to_string())
+}
+
 /// Creates `spec` (CreateQueue is idempotent for equal attributes) or looks it up.
 async fn queue(sqs: &aws_sdk_sqs::Client, spec: &QueueSpec, region: &str, account: &str, mode: Mode) -> Result<QueueInfo, StackError> {
     let url = match mode {
@@ -408,7 +516,7 @@ async fn queue(sqs: &aws_sdk_sqs::Client, spec: &QueueSpec, region: &str, accoun
         Mode::LookUp => sqs.get_queue_url().queue_name(&spec.name).send().await.map_err(aws_err(format!("GetQueueUrl {}", spec.name)))?.queue_url,
     };
     let url = url.ok_or_else(|| StackError::Aws { action: format!("queue {}", spec.name), reason: "no QueueUrl in the answer".into() })?;
-    Ok(QueueInfo { logical_id: spec.logical_id.clone(), name: spec.name.clone(), arn: format!("arn:aws:sqs:{region}:{account}:{}", spec.name), url })
+    Ok(QueueInfo { logical_id: spec.logical_id.clone(), name: spec.name.clone(), arn: queue_arn(region, account, &spec.name), url })
 }
 
 #[cfg(test)]
@@ -450,6 +558,7 @@ mod tests {
             functions,
             skipped_functions: Vec::new(),
             rules: Vec::new(),
+            queue_rules: Vec::new(),
         };
         assert_eq!(stack.pipelines(), ["stream of T → Relay"]);
         stack.rules.push(LocalRule {
@@ -460,6 +569,30 @@ mod tests {
             delivery_queue: queue,
         });
         assert_eq!(stack.pipelines(), ["stream of T → Relay", "rule s-RelayR on bus b → Relay"]);
+        stack.queue_rules.push(QueueRule {
+            logical_id: "ToWork".into(),
+            rule_name: "s-ToWork".into(),
+            bus_name: "b".into(),
+            queues: vec!["Work".into()],
+        });
+        stack.functions[0].events.push(FunctionEvent::Sqs(crate::template::SqsMappingSpec {
+            name: "Q".into(),
+            queue_logical_id: "Work".into(),
+            batch_size: 10,
+            max_batching_window_secs: 0,
+            report_batch_item_failures: true,
+            filters: Vec::new(),
+        }));
+        assert_eq!(
+            stack.pipelines(),
+            [
+                "stream of T → Relay",
+                "rule s-RelayR on bus b → Relay",
+                "rule s-ToWork on bus b → queue Work",
+                "queue Work → Relay (SQS mapping, batch 10)"
+            ]
+        );
+        stack.queue_rules.clear();
         stack.functions.clear();
         stack.rules.clear();
         assert!(stack.pipelines().is_empty());

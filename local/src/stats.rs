@@ -57,6 +57,20 @@ pub struct Counts {
     /// per function logical id, per metric name, the sum of the values (for counters such as
     /// the relay's `EventsPublished`, `PutEventsCalls`, `RecordsSeen`: the totals).
     pub metrics: BTreeMap<String, BTreeMap<String, f64>>,
+    /// Messages the SQS event source mappings received ([`crate::sqs_mapping`]; every receive
+    /// of a message counts, redeliveries included).
+    pub sqs_messages_received: usize,
+    /// Received messages that matched no `FilterCriteria` (deleted without invoking).
+    pub sqs_messages_filtered: usize,
+    /// SQS mapping invocations.
+    pub sqs_invocations: usize,
+    /// SQS mapping invocations that failed (nothing deleted).
+    pub sqs_invocation_errors: usize,
+    /// Messages an SQS mapping invocation did not settle (reported in `batchItemFailures`, or in a
+    /// failed invocation): they come back after their visibility timeout.
+    pub sqs_messages_failed: usize,
+    /// Messages the SQS mappings deleted (settled or filtered out).
+    pub sqs_messages_deleted: usize,
     /// Consumer invocations (all attempts).
     pub consumer_invocations: usize,
     /// Consumer invocations that failed.

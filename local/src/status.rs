@@ -21,6 +21,9 @@ const STAGE_METRICS: &[(&str, &str)] = &[
     ("EventsFailed", "invocations failed"),
     ("EventsDeadLettered", "dead-lettered"),
     ("SequenceGaps", "sequence gaps"),
+    ("WebhooksDelivered", "webhooks delivered"),
+    ("WebhookRetries", "webhook retries"),
+    ("WebhooksDeadLettered", "webhooks dead-lettered"),
 ];
 
 /// Per function, the figures of [`STAGE_METRICS`] it reported (totals since start).
@@ -47,8 +50,8 @@ pub fn format_stage_figures(figures: &BTreeMap<String, BTreeMap<String, u64>>) -
 }
 
 /// The status line of `up`: events published per second since `before` (taken `secs` ago),
-/// consumer outcomes, the latest commit → effect latency window, and the dead-letter queues'
-/// depths.
+/// consumer outcomes, the latest commit → effect latency window, what the SQS event source
+/// mappings did (once they invoked anything), and the dead-letter queues' depths.
 pub fn status_line(before: &Counts, now: &Counts, secs: f64, dlq_depths: &[(String, u64)]) -> String {
     let total = |c: &Counts, name: &str| c.metrics.values().filter_map(|m| m.get(name)).sum::<f64>();
     let rate = (total(now, "EventsPublished") - total(before, "EventsPublished")) / secs.max(0.001);
@@ -56,8 +59,17 @@ pub fn status_line(before: &Counts, now: &Counts, secs: f64, dlq_depths: &[(Stri
     latencies.sort_unstable();
     let p50 = crate::stats::percentile(&latencies, 0.5).map(|v| format!("{v} ms")).unwrap_or_else(|| "-".into());
     let depths: Vec<String> = dlq_depths.iter().map(|(q, n)| format!("{q} {n}")).collect();
+    // The SQS mappings (e.g. webhook deliveries), once they invoked anything.
+    let sqs = if now.sqs_invocations > 0 {
+        format!(
+            " · SQS mappings: {} messages in {} invocations, {} back to the queue, {} invocations failed",
+            now.sqs_messages_received, now.sqs_invocations, now.sqs_messages_failed, now.sqs_invocation_errors
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "[up] {rate:.1} events/s published ({} total) · applied {} · duplicates {} · dead-lettered {} · commit→effect p50 {p50} · DLQs: {}",
+        "[up] {rate:.1} events/s published ({} total) · applied {} · duplicates {} · dead-lettered {} · commit→effect p50 {p50}{sqs} · DLQs: {}",
         total(now, "EventsPublished") as u64,
         now.outcome_count("reserved") + now.outcome_count("rejected") + now.outcome_count("released"),
         now.outcome_count("duplicate"),
@@ -92,5 +104,10 @@ mod tests {
         let line = status_line(&counts(10.0, 0.0), &counts(30.0, 0.0), 5.0, &[("consumer-dlq".into(), 2)]);
         assert!(line.contains("4.0 events/s published (30 total)"), "{line}");
         assert!(line.contains("DLQs: consumer-dlq 2"), "{line}");
+        assert!(!line.contains("SQS"), "no SQS mapping ran: {line}");
+        let mut now = counts(30.0, 0.0);
+        (now.sqs_messages_received, now.sqs_invocations, now.sqs_messages_failed, now.sqs_invocation_errors) = (7, 3, 2, 1);
+        let line = status_line(&counts(10.0, 0.0), &now, 5.0, &[]);
+        assert!(line.contains("SQS mappings: 7 messages in 3 invocations, 2 back to the queue, 1 invocations failed"), "{line}");
     }
 }

@@ -103,6 +103,9 @@ pub struct QueueSpec {
     pub name: String,
     /// Attributes the emulator understands (`MessageRetentionPeriod`, `VisibilityTimeout`, …).
     pub attributes: BTreeMap<String, String>,
+    /// `RedrivePolicy` (`deadLetterTargetArn`, `maxReceiveCount`), unresolved: the dead-letter
+    /// queue's ARN is resolved once every queue of the stack has one.
+    pub redrive_policy: Option<Value>,
 }
 
 /// A serverless function and the triggers the local runtime plays.
@@ -164,6 +167,42 @@ pub enum FunctionEvent {
     DynamoDb(StreamMappingSpec),
     /// `Type: EventBridgeRule`.
     EventBridgeRule(RuleSpec),
+    /// `Type: SQS` (an SQS event source mapping).
+    Sqs(SqsMappingSpec),
+}
+
+/// An SQS event source mapping (SAM event `Type: SQS`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SqsMappingSpec {
+    /// Event name.
+    pub name: String,
+    /// Logical id of the queue whose `Arn` is the `Queue`.
+    pub queue_logical_id: String,
+    /// `BatchSize` (1 to 10,000, default 10).
+    pub batch_size: usize,
+    /// `MaximumBatchingWindowInSeconds` (0 to 300, default 0): how long Lambda gathers messages
+    /// before invoking with fewer than `BatchSize`.
+    pub max_batching_window_secs: u64,
+    /// `FunctionResponseTypes` contains `ReportBatchItemFailures`.
+    pub report_batch_item_failures: bool,
+    /// `FilterCriteria.Filters[].Pattern`, parsed.
+    pub filters: Vec<serde_json::Value>,
+}
+
+/// A standalone `AWS::Events::Rule` (not a function's `EventBridgeRule` event), with the targets
+/// the local stack can wire: SQS queues of the template.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StandaloneRuleSpec {
+    /// Logical id (the rule's name on the bus is `<stack>-<logical id>`, unless `Name` is set).
+    pub logical_id: String,
+    /// `Name`, unresolved.
+    pub name: Option<Value>,
+    /// `EventBusName`, unresolved (default: the `default` bus).
+    pub bus: Option<Value>,
+    /// `EventPattern`, as JSON.
+    pub pattern: serde_json::Value,
+    /// `Targets[]`: `(Id, Arn unresolved)`.
+    pub targets: Vec<(String, Value)>,
 }
 
 /// A DynamoDB stream event source mapping.
@@ -351,7 +390,47 @@ impl Template {
                         attributes.insert(key.to_owned(), r.resolve_string(v, &format!("{id}.Properties.{key}"))?);
                     }
                 }
-                Ok(QueueSpec { logical_id: id, name, attributes })
+                Ok(QueueSpec { logical_id: id, name, attributes, redrive_policy: p.get("RedrivePolicy").cloned() })
+            })
+            .collect()
+    }
+
+    /// Every standalone `AWS::Events::Rule` (functions' `EventBridgeRule` events are read with the
+    /// functions).
+    ///
+    /// # Errors
+    /// [`TemplateError`] when a rule has no `EventPattern` or a target no `Arn`.
+    pub fn standalone_rules(&self) -> Result<Vec<StandaloneRuleSpec>, TemplateError> {
+        self.resources_of("AWS::Events::Rule")
+            .into_iter()
+            .map(|(id, p)| {
+                let pattern = p.get("EventPattern").ok_or_else(|| unsupported(format!("{id}.Properties.EventPattern"), "is required locally"))?;
+                let pattern = match pattern {
+                    Value::String(text) => serde_json::from_str(text),
+                    other => serde_json::to_value(other),
+                }
+                .map_err(|e| unsupported(format!("{id}.Properties.EventPattern"), format!("is not JSON: {e}")))?;
+                let targets = p
+                    .get("Targets")
+                    .and_then(Value::as_sequence)
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                    .map(|(i, t)| {
+                        let arn = t.get("Arn").cloned().ok_or_else(|| unsupported(format!("{id}.Properties.Targets[{i}].Arn"), "is required"))?;
+                        // moto ignores Input and InputPath and fails on some InputTransformers:
+                        // the local queue would get a different body than on AWS.
+                        if let Some(key) = ["Input", "InputPath", "InputTransformer"].into_iter().find(|k| t.get(*k).is_some()) {
+                            return Err(unsupported(
+                                format!("{id}.Properties.Targets[{i}].{key}"),
+                                "is not played locally (the target gets the whole event)",
+                            ));
+                        }
+                        let target_id = t.get("Id").and_then(Value::as_str).map_or_else(|| format!("target-{i}"), str::to_owned);
+                        Ok((target_id, arn))
+                    })
+                    .collect::<Result<Vec<_>, TemplateError>>()?;
+                Ok(StandaloneRuleSpec { logical_id: id, name: p.get("Name").cloned(), bus: p.get("EventBusName").cloned(), pattern, targets })
             })
             .collect()
     }
@@ -493,23 +572,7 @@ fn parse_event(function: &str, name: &str, event: &Value) -> Result<Option<Funct
                 Some((table, attr)) if attr == "StreamArn" => table,
                 _ => return Err(unsupported(at("Stream"), "must be !GetAtt <Table>.StreamArn")),
             };
-            let filters = props
-                .get("FilterCriteria")
-                .and_then(|f| f.get("Filters"))
-                .and_then(Value::as_sequence)
-                .map(|seq| {
-                    seq.iter()
-                        .map(|f| {
-                            let text = f
-                                .get("Pattern")
-                                .and_then(Value::as_str)
-                                .ok_or_else(|| unsupported(at("FilterCriteria"), "Pattern must be a JSON string"))?;
-                            serde_json::from_str(text).map_err(|e| unsupported(at("FilterCriteria"), format!("Pattern is not JSON: {e}")))
-                        })
-                        .collect::<Result<Vec<_>, _>>()
-                })
-                .transpose()?
-                .unwrap_or_default();
+            let filters = filter_patterns(&props, &at("FilterCriteria"))?;
             Some(FunctionEvent::DynamoDb(StreamMappingSpec {
                 name: name.to_owned(),
                 table_logical_id,
@@ -518,10 +581,7 @@ fn parse_event(function: &str, name: &str, event: &Value) -> Result<Option<Funct
                 max_retry_attempts: props.get("MaximumRetryAttempts").and_then(Value::as_i64).unwrap_or(-1),
                 max_record_age_secs: props.get("MaximumRecordAgeInSeconds").and_then(Value::as_i64).unwrap_or(-1),
                 bisect_on_error: props.get("BisectBatchOnFunctionError").and_then(Value::as_bool).unwrap_or(false),
-                report_batch_item_failures: props
-                    .get("FunctionResponseTypes")
-                    .and_then(Value::as_sequence)
-                    .is_some_and(|s| s.iter().any(|t| t.as_str() == Some("ReportBatchItemFailures"))),
+                report_batch_item_failures: reports_batch_item_failures(&props),
                 on_failure: props.get("DestinationConfig").and_then(|d| d.get("OnFailure")).and_then(|o| o.get("Destination")).cloned(),
                 filters,
             }))
@@ -539,8 +599,41 @@ fn parse_event(function: &str, name: &str, event: &Value) -> Result<Option<Funct
                 dead_letter_arn: props.get("DeadLetterConfig").and_then(|d| d.get("Arn")).cloned(),
             }))
         }
+        "SQS" => {
+            let queue = props.get("Queue").ok_or_else(|| unsupported(at("Queue"), "is required"))?;
+            let queue_logical_id = match get_att(queue) {
+                Some((queue, attr)) if attr == "Arn" => queue,
+                _ => return Err(unsupported(at("Queue"), "must be !GetAtt <Queue>.Arn (a queue of the template)")),
+            };
+            Some(FunctionEvent::Sqs(SqsMappingSpec {
+                name: name.to_owned(),
+                queue_logical_id,
+                batch_size: props.get("BatchSize").and_then(Value::as_u64).unwrap_or(10).clamp(1, 10_000) as usize,
+                max_batching_window_secs: props.get("MaximumBatchingWindowInSeconds").and_then(Value::as_u64).unwrap_or(0).min(300),
+                report_batch_item_failures: reports_batch_item_failures(&props),
+                filters: filter_patterns(&props, &at("FilterCriteria"))?,
+            }))
+        }
         _ => None,
     })
+}
+
+/// Whether an event source mapping's `FunctionResponseTypes` has `ReportBatchItemFailures`.
+fn reports_batch_item_failures(props: &Value) -> bool {
+    props.get("FunctionResponseTypes").and_then(Value::as_sequence).is_some_and(|s| s.iter().any(|t| t.as_str() == Some("ReportBatchItemFailures")))
+}
+
+/// An event source mapping's `FilterCriteria.Filters[].Pattern`, parsed; `at` names the property
+/// in errors.
+fn filter_patterns(props: &Value, at: &str) -> Result<Vec<serde_json::Value>, TemplateError> {
+    let Some(filters) = props.get("FilterCriteria").and_then(|f| f.get("Filters")).and_then(Value::as_sequence) else { return Ok(Vec::new()) };
+    filters
+        .iter()
+        .map(|f| {
+            let text = f.get("Pattern").and_then(Value::as_str).ok_or_else(|| unsupported(at, "Pattern must be a JSON string"))?;
+            serde_json::from_str(text).map_err(|e| unsupported(at, format!("Pattern is not JSON: {e}")))
+        })
+        .collect()
 }
 
 fn scalar(v: &Value) -> Option<String> {
@@ -775,6 +868,51 @@ Resources:
         let FunctionEvent::EventBridgeRule(rule) = &f.events[1] else { panic!() };
         assert_eq!(rule.pattern["detail-type"][0], "B");
         assert_eq!(rule.retry_attempts, 4);
+    }
+
+    #[test]
+    fn reads_sqs_mappings_standalone_rules_and_redrive_policies() {
+        let text = r#"
+Resources:
+  Work:
+    Type: AWS::SQS::Queue
+    Properties:
+      RedrivePolicy: {deadLetterTargetArn: !GetAtt Dead.Arn, maxReceiveCount: 3}
+  Dead:
+    Type: AWS::SQS::Queue
+  ToWork:
+    Type: AWS::Events::Rule
+    Properties:
+      EventPattern: {detail-type: [A]}
+      Targets: [{Id: w, Arn: !GetAtt Work.Arn}]
+  Fn:
+    Type: AWS::Serverless::Function
+    Metadata: {BuildProperties: {Binary: b}}
+    Properties:
+      Events:
+        Q:
+          Type: SQS
+          Properties:
+            Queue: !GetAtt Work.Arn
+            MaximumBatchingWindowInSeconds: 2
+            FunctionResponseTypes: [ReportBatchItemFailures]
+            FilterCriteria: {Filters: [{Pattern: '{"body": {"a": [1]}}'}]}
+"#;
+        let t = Template::parse(Path::new("t.yaml"), text).unwrap();
+        let FunctionEvent::Sqs(m) = &t.functions().unwrap()[0].events[0] else { panic!("an SQS mapping") };
+        assert_eq!((m.queue_logical_id.as_str(), m.batch_size, m.max_batching_window_secs, m.report_batch_item_failures), ("Work", 10, 2, true));
+        assert_eq!(m.filters[0]["body"]["a"][0], 1);
+        let rules = t.standalone_rules().unwrap();
+        assert_eq!(
+            (rules[0].logical_id.as_str(), rules[0].pattern["detail-type"][0].as_str(), rules[0].targets[0].0.as_str()),
+            ("ToWork", Some("A"), "w")
+        );
+        let queues = t.queues(&resolver()).unwrap();
+        let work = queues.iter().find(|q| q.logical_id == "Work").unwrap();
+        assert_eq!(work.redrive_policy.as_ref().and_then(|p| p.get("maxReceiveCount")).and_then(Value::as_u64), Some(3));
+        let transformed = text.replace("Targets: [{Id: w, Arn: !GetAtt Work.Arn}]", "Targets: [{Id: w, Arn: !GetAtt Work.Arn, InputPath: $.detail}]");
+        let err = Template::parse(Path::new("t.yaml"), &transformed).unwrap().standalone_rules().unwrap_err().to_string();
+        assert!(err.starts_with("ToWork.Properties.Targets[0].InputPath: is not played locally"), "{err}");
     }
 
     #[test]

@@ -8,6 +8,9 @@
 //!   still reads every item: [Scan](https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html));
 //! * each consumer's inbox row (a function with `INBOX_TABLE` and an EventBridge rule): one
 //!   `GetItem` of `<CONSUMER_NAME>#<event id>` in the table its `INBOX_TABLE` names (the key [`outbox::Inbox::key`] writes);
+//! * each webhook subscriber's delivery (a function with `INBOX_TABLE` and
+//!   `WEBHOOK_SUBSCRIBERS_TABLE`): a `Scan` of the subscriber table, then one `GetItem` of
+//!   `<WEBHOOK_CONSUMER_NAME>#<subscriber>#<event id>` per subscriber of the event's type;
 //! * every dead-letter queue of the template, read without consuming ([`crate::dlq::peek`]).
 //!
 //! Whether the relay published the event is not stored anywhere: it is inferred (a consumer
@@ -47,12 +50,13 @@ pub struct OutboxRow {
 pub struct ConsumerRow {
     /// The consumer function's logical id.
     pub function: String,
-    /// Its `CONSUMER_NAME`.
+    /// Its `CONSUMER_NAME` (`<WEBHOOK_CONSUMER_NAME> → subscriber <id>` for a webhook delivery).
     pub consumer: String,
     /// Inbox table name.
     pub table: String,
-    /// `applied`, `in progress …`, `absent`, or `not subscribed` (none of its rules match the
-    /// outbox item's source and type).
+    /// `applied` (`delivered` for a webhook subscriber), `in progress …`, `absent`, or `not
+    /// subscribed` (none of its rules match the outbox item's source and type; a subscriber
+    /// without the type in its `event_types`).
     pub state: String,
     /// When it was applied (`processed_at`, as stored).
     pub at: Option<String>,
@@ -162,27 +166,36 @@ pub async fn trace(sdk: &aws_config::SdkConfig, stack: &Stack, event_id: &str) -
                 continue;
             }
         }
-        let key = format!("{consumer}#{event_id}");
-        let row = dynamodb
-            .get_item()
-            .table_name(table)
-            .key("pk", AttributeValue::S(key))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| format!("GetItem on {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?
-            .item;
-        let (state, at) = match row {
-            None => ("absent".to_owned(), None),
-            Some(item) => {
-                let text = |k: &str| item.get(k).and_then(|v| v.as_s().or_else(|_| v.as_n()).ok()).cloned();
-                match text("status").as_deref() {
-                    Some("IN_PROGRESS") => (format!("in progress (lease until {} epoch ms)", text("lease_expires_at").unwrap_or_default()), None),
-                    _ => ("applied".to_owned(), text("processed_at")),
-                }
-            }
-        };
+        let (state, at) = inbox_state(&dynamodb, table, &format!("{consumer}#{event_id}"), "applied").await?;
         consumers.push(ConsumerRow { function: f.logical_id.clone(), consumer, table: table.clone(), state, at });
+    }
+
+    // Webhook deliveries: a function with a subscriber table records one delivery per
+    // subscriber, `<WEBHOOK_CONSUMER_NAME>#<subscriber>#<event id>` in its inbox table.
+    for f in &stack.functions {
+        let env = stack.environment(f).map_err(|e| e.to_string())?;
+        let (Some(table), Some(subscribers)) = (env.get("INBOX_TABLE"), env.get("WEBHOOK_SUBSCRIBERS_TABLE")) else { continue };
+        let consumer = env.get("WEBHOOK_CONSUMER_NAME").cloned().unwrap_or_else(|| "webhook-dispatcher".into());
+        let mut pages = dynamodb.scan().table_name(subscribers).into_paginator().items().send();
+        while let Some(item) = pages.next().await {
+            let item = item.map_err(|e| format!("Scan on {subscribers}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+            let Some(id) = item.get("id").and_then(|v| v.as_s().ok()) else { continue };
+            let types: Vec<&str> =
+                item.get("event_types").and_then(|v| v.as_l().ok()).into_iter().flatten().filter_map(|t| t.as_s().ok()).map(String::as_str).collect();
+            let wanted = outbox.as_ref().and_then(|o| o.event_type.as_deref()).is_none_or(|t| types.iter().any(|w| *w == "*" || *w == t));
+            let (state, at) = if wanted {
+                inbox_state(&dynamodb, table, &format!("{consumer}#{id}#{event_id}"), "delivered").await?
+            } else {
+                ("not subscribed".to_owned(), None)
+            };
+            consumers.push(ConsumerRow {
+                function: f.logical_id.clone(),
+                consumer: format!("{consumer} → subscriber {id}"),
+                table: table.clone(),
+                state,
+                at,
+            });
+        }
     }
 
     // Dead letters.
@@ -203,6 +216,30 @@ pub async fn trace(sdk: &aws_config::SdkConfig, stack: &Stack, event_id: &str) -
         "not known".to_owned()
     };
     Ok(Trace { event_id: event_id.to_owned(), outbox, relay, consumers, dead_letters })
+}
+
+/// The state of inbox row `key` in `table`: `absent`, `in progress (…)`, or `done` (e.g.
+/// `applied`) with its `processed_at`.
+async fn inbox_state(dynamodb: &aws_sdk_dynamodb::Client, table: &str, key: &str, done: &str) -> Result<(String, Option<String>), String> {
+    let row = dynamodb
+        .get_item()
+        .table_name(table)
+        .key("pk", AttributeValue::S(key.to_owned()))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| format!("GetItem on {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?
+        .item;
+    Ok(match row {
+        None => ("absent".to_owned(), None),
+        Some(item) => {
+            let text = |k: &str| item.get(k).and_then(|v| v.as_s().or_else(|_| v.as_n()).ok()).cloned();
+            match text("status").as_deref() {
+                Some("IN_PROGRESS") => (format!("in progress (lease until {} epoch ms)", text("lease_expires_at").unwrap_or_default()), None),
+                _ => (done.to_owned(), text("processed_at")),
+            }
+        }
+    })
 }
 
 /// Whether one of `f`'s EventBridge rules matches the event the relay makes of `o` (its

@@ -132,13 +132,17 @@ pub fn short_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
 }
 
-/// Short delays, so retries and polls take milliseconds.
+/// Short delays, so retries and polls take milliseconds; the functions' local settings of
+/// `local/env.json` (as `outbox-local` runs them: e.g. the webhook dispatcher's short backoff).
 pub fn fast_options() -> RuntimeOptions {
+    let template = Template::load(&root().join("template.yaml")).expect("template.yaml loads");
+    let environment = outbox_local::env_vars::load(&root().join("local/env.json"), &template.function_ids()).unwrap_or_else(|e| panic!("{e}"));
     RuntimeOptions {
         stream_poll_interval: Duration::from_millis(50),
         stream_retry_delay: Duration::from_millis(50),
         async_retry_delay: Duration::from_millis(20),
         verbose: std::env::var_os("OUTBOX_LOCAL_VERBOSE").is_some(),
+        environment,
         ..RuntimeOptions::default()
     }
 }
