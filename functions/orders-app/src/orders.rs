@@ -448,8 +448,12 @@ impl OrdersApi {
         // Inline when the event fits an outbox item and a PutEvents entry; otherwise (claim check
         // configured) its payload is uploaded to S3 here, before the transaction.
         let (event, event_put) = self.writer.prepare(order_created_event(&data, &self.source, correlation_id, trace_header)).await?;
+        // The event's lines carry its fields (outbox::envelope::event_span).
+        let span = event.span();
         if let Some(reference) = &event.payload_ref {
-            tracing::info!(order_id = %order_id, event_id = %event.event_id, bucket = %reference.bucket, key = %reference.key, size = reference.size, "payload stored by claim check");
+            span.in_scope(
+                || tracing::info!(bucket = %reference.bucket, key = %reference.key, size = reference.size, "payload stored by claim check"),
+            );
         }
         let created = CreatedOrder { order_id: order_id.clone(), status: STATUS_CREATED.into(), version: 1, event_id: event.event_id.clone() };
 
@@ -479,7 +483,7 @@ impl OrdersApi {
         let (items, key_at) = self.with_key(idempotent, stored, now, vec![TransactWriteItem::builder().put(put).build(), event_put]);
         match transact_write(&self.dynamodb, items).await {
             Ok(()) => {
-                tracing::info!(order_id = %created.order_id, event_id = %created.event_id, "order created");
+                span.in_scope(|| tracing::info!(order_id = %created.order_id, "order created"));
                 Ok(Answer::Done(created))
             }
             Err(TransactionError::ConditionFailed { index, item }) if Some(index) == key_at => self.after_key_taken(idempotent, item).await,
@@ -546,7 +550,7 @@ impl OrdersApi {
             self.with_key(idempotent, stored, now, vec![TransactWriteItem::builder().update(update).build(), self.writer.put(&event)]);
         match transact_write(&self.dynamodb, items).await {
             Ok(()) => {
-                tracing::info!(order_id = %cancelled.order_id, event_id = %cancelled.event_id, version = next, "order cancelled");
+                event.span().in_scope(|| tracing::info!(order_id = %cancelled.order_id, version = next, "order cancelled"));
                 Ok(Answer::Done(cancelled))
             }
             Err(TransactionError::ConditionFailed { index, item }) if Some(index) == key_at => self.after_key_taken(idempotent, item).await,
