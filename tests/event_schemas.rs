@@ -65,7 +65,7 @@ fn lines() -> Vec<OrderLine> {
 }
 
 fn created(order_id: &str) -> OrderCreated {
-    OrderCreated { order_id: order_id.into(), customer_id: "Zoë 🚀 c-1".into(), currency: "EUR".into(), lines: lines() }
+    OrderCreated { order_id: order_id.into(), customer_id: "Zoë 🚀 c-1".into(), currency: "EUR".into(), lines: lines(), attachment: None }
 }
 
 fn created_detail() -> Value {

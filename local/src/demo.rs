@@ -9,6 +9,7 @@
 //! 4. injects a duplicate delivery: the first order's event published again (a new EventBridge
 //!    envelope id, the same `detail.metadata.id`) — the inbox must absorb it;
 //! 5. cancels one order through `POST /orders/{id}/cancel` — its stock must come back once;
+//!    then sends one order with a 1 MiB attachment, carried by claim check ([`large`]);
 //! 6. injects a poison event the consumer can never accept — dead-lettered on the first try;
 //! 7. injects an event that fails every attempt (a sequence gap) — it must end in the consumer's
 //!    dead-letter queue after the configured retries;
@@ -21,6 +22,7 @@
 //!     quantities of the reserved, uncancelled orders, nothing lost, the webhooks as expected —
 //!     and lists the dead-letter queue.
 
+pub mod large;
 pub(crate) mod stock;
 pub mod subscriber;
 mod webhooks;
@@ -107,6 +109,8 @@ pub struct DemoReport {
     /// events written, the relay's published and retried, the consumer's applied, duplicates
     /// and dead-lettered ([`crate::status::stage_figures`]).
     pub stages: BTreeMap<String, BTreeMap<String, u64>>,
+    /// The order too large for an outbox item, carried by claim check ([`large::LargeEvents`]).
+    pub large_events: large::LargeEvents,
     /// Whether everything adds up.
     pub ok: bool,
 }
@@ -372,6 +376,8 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         cancelled.order_id, cancelled.quantity
     ));
 
+    let large_events = large::run(&runtime, api, &say, options.timeout).await?;
+
     // 6. A poison event: no retry can fix it, so the consumer dead-letters it on the first try.
     let function = runtime.function(&rule.function)?;
     let poison_id = format!("poison-{}", uuid::Uuid::now_v7());
@@ -503,9 +509,11 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         webhooks_dead_lettered: outbound.as_ref().map_or(0, |o| o.dead_lettered.len()),
         webhooks_received: inbound.as_ref().map_or(0, |i| i.received),
         webhooks_rejected: inbound.as_ref().map_or(0, |i| i.rejected),
+        large_events: large_events.clone(),
         stages: crate::status::stage_figures(&counts),
         ok: webhooks_ok
             && lost == 0
+            && large_events.ok()
             && applied_twice == 0
             && stock_reserved == stock_expected
             && poison.is_some()
@@ -523,7 +531,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
     say.line(format!("\n{} holds {} message(s) (what `outbox-local dlq list` shows):", consumer_dlq.name, dead.len()));
     say.line(dlq::format_listing(&dead).trim_end());
     say.line(if report.ok {
-        "\nresult: every committed order took effect exactly once; the cancellation released its stock once; the duplicate was absorbed; the poison and the never-succeeding events are in the dead-letter queue; the webhooks were delivered, retried and dead-lettered as their subscribers answered, the partner's received once; nothing lost."
+        "\nresult: every committed order took effect exactly once; the cancellation released its stock once; the 1 MiB order went by claim check and was applied once; the duplicate was absorbed; the poison and the never-succeeding events are in the dead-letter queue; the webhooks were delivered, retried and dead-lettered as their subscribers answered, the partner's received once; nothing lost."
     } else {
         "\nresult: MISMATCH — see the figures above."
     });

@@ -39,6 +39,7 @@ pub mod glue;
 pub mod http_api;
 pub mod lanes;
 pub mod ordering;
+pub mod practice;
 pub mod proof;
 pub mod runtime;
 pub mod runtime_api;

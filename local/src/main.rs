@@ -6,6 +6,7 @@
 //! outbox-local invoke <LogicalId> -e <event>   # one handler, one event; response on stdout
 //! outbox-local dlq list [--json] | show <id> | redrive [--dry-run] [--force] | purge | archive <file>
 //!                  [--id ID]… [--cause CAUSE] [--older-than 7d]   # select messages
+//! outbox-local dlq practice                    # make one real dead letter on a running `up`
 //! outbox-local trace <event-id> [--json]      # where is event X: outbox, consumers, DLQs
 //! outbox-local ordering release --consumer C --aggregate Order#o-1 --through N   # unblock a sequence gap
 //! outbox-local provision                       # create the stack on --endpoint and exit
@@ -237,6 +238,17 @@ enum DlqCommand {
         queue: Option<String>,
         #[command(flatten)]
         select: SelectArgs,
+    },
+    /// Make one real dead letter to practise on: put a malformed event on the bus of a running
+    /// stack (`outbox-local up`), wait until its consumer has dead-lettered it, and print the
+    /// commands to try next. Emulator only (--endpoint / AWS_ENDPOINT_URL) unless --allow-aws.
+    Practice {
+        /// Do it against AWS (no --endpoint): puts a malformed event on the real bus.
+        #[arg(long)]
+        allow_aws: bool,
+        /// Longest wait for the dead letter, seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
     },
     /// Append the selected messages to FILE (JSON lines, bodies included), then delete them.
     Archive {
@@ -617,6 +629,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 println!("  try:        {hint}");
             }
             println!("  DLQs:       AWS_ENDPOINT_URL={} cargo run -p outbox-local -- dlq list", local.endpoint);
+            println!("  practise:   AWS_ENDPOINT_URL={} cargo run -p outbox-local -- dlq practice   # one real dead letter", local.endpoint);
             println!("Ctrl-C stops. A status line every {STATUS_EVERY_SECS} s on stderr.");
             seed_sample_stock(&local.runtime).await;
             let status = tokio::spawn(print_status(local.runtime.clone(), stopped.clone()));
@@ -712,6 +725,13 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Dlq { command } => {
+            if let DlqCommand::Practice { allow_aws: false, .. } = command {
+                if cli.endpoint.is_none() {
+                    return Err(format!(
+                        "dlq practice puts a malformed event on the bus: give the emulator's --endpoint (or AWS_ENDPOINT_URL), as `outbox-local up` prints it; against AWS stack {stack_name:?}, add --allow-aws"
+                    ));
+                }
+            }
             let (sdk, stack) = existing_stack(&cli, template, &stack_name).await?;
             let sqs = aws_sdk_sqs::Client::new(&sdk);
             let queues: Vec<_> = stack
@@ -760,6 +780,11 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 }
                 DlqCommand::Purge { select, .. } => dlq_purge(&sqs, &queues, &select.selection(), None).await,
                 DlqCommand::Archive { file, select, .. } => dlq_purge(&sqs, &queues, &select.selection(), Some(file)).await,
+                DlqCommand::Practice { timeout, .. } => {
+                    let practice = outbox_local::practice::run(&sdk, &stack, Duration::from_secs(*timeout)).await?;
+                    print!("{}", outbox_local::practice::next_steps(&practice, cli.endpoint.as_deref()));
+                    Ok(ExitCode::SUCCESS)
+                }
                 DlqCommand::Show { message_id } => {
                     dlq_show(&sqs, &queues, &aws_sdk_s3::Client::new(&sdk), &s3_destinations(&stack), message_id).await
                 }

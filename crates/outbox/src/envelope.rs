@@ -149,6 +149,11 @@ impl OutboxItem {
         format!("{aggregate_type}#{aggregate_id}")
     }
 
+    /// The [`event_span`] of this item's event.
+    pub fn span(&self) -> tracing::Span {
+        event_span(&self.event_id, &self.event_type, &self.aggregate_type, &self.aggregate_id, &self.correlation_id)
+    }
+
     /// Decodes an outbox item from a DynamoDB item (stream image or table item).
     ///
     /// # Errors
@@ -211,6 +216,25 @@ impl OutboxItem {
             detail,
             trace_header: self.trace_header.clone().filter(|t| !t.is_empty()),
         })
+    }
+}
+
+/// The `tracing` span of one event, named `event`, with the fields every function logs an event
+/// by: `event_id`, `event_type`, `aggregate_type`, `aggregate_id`, `correlation_id`, and
+/// `attempt` (empty until [`tracing::Span::record`]ed: the consumer's attempt within the
+/// invocation, the relay's `PutEvents` attempt, the webhook delivery's receive count). Every line
+/// logged inside it carries them; with Lambda's JSON log format (`LoggingConfig.LogFormat: JSON`,
+/// which sets `AWS_LAMBDA_LOG_FORMAT=JSON` for `lambda_runtime::tracing::init_default_subscriber`)
+/// they are the line's `span.event_id`, `span.event_type`, … (README, "Operating it": the Logs
+/// Insights query).
+pub fn event_span(event_id: &str, event_type: &str, aggregate_type: &str, aggregate_id: &str, correlation_id: &str) -> tracing::Span {
+    tracing::info_span!("event", event_id, event_type, aggregate_type, aggregate_id, correlation_id, attempt = tracing::field::Empty)
+}
+
+impl EventMetadata {
+    /// The [`event_span`] of this event (`aggregate_id` is [`EventMetadata::subject`]).
+    pub fn span(&self) -> tracing::Span {
+        event_span(&self.id, &self.event_type, &self.aggregate_type, &self.subject, &self.correlation_id)
     }
 }
 

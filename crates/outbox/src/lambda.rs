@@ -16,6 +16,23 @@ pub async fn load_sdk_config(env: &Env) -> Result<aws_config::SdkConfig, ConfigE
     Ok(aws_config::from_env().timeout_config(timeouts.timeout_config()).load().await)
 }
 
+/// The claim check the function's environment configures (feature `claim-check`):
+/// [`ClaimCheck::from_env`](crate::claim_check::ClaimCheck::from_env) (`CLAIM_CHECK_BUCKET`,
+/// `CLAIM_CHECK_PREFIX`, `CLAIM_CHECK_MAX_BYTES`) over an S3 client built from `sdk`; `None`
+/// without a bucket. When `sdk` has an endpoint override (`AWS_ENDPOINT_URL`, e.g. the moto
+/// emulator) the client addresses buckets by path (`http://host/<bucket>/<key>`): a local
+/// endpoint has no DNS for `<bucket>.host`. Against AWS (no override) S3's virtual-hosted style
+/// is kept ("Virtual hosting of buckets",
+/// <https://docs.aws.amazon.com/AmazonS3/latest/userguide/VirtualHosting.html>).
+///
+/// # Errors
+/// [`ConfigError`] when `CLAIM_CHECK_MAX_BYTES` is not a positive number.
+#[cfg(feature = "claim-check")]
+pub fn claim_check(sdk: &aws_config::SdkConfig, env: &Env) -> Result<Option<crate::claim_check::ClaimCheck>, ConfigError> {
+    let s3 = aws_sdk_s3::config::Builder::from(sdk).force_path_style(sdk.endpoint_url().is_some()).build();
+    crate::claim_check::ClaimCheck::from_env(aws_sdk_s3::Client::from_conf(s3), env)
+}
+
 /// The Embedded Metric Format recorder of a function (feature `metrics`): installed as the
 /// `metrics` facade's global recorder, CloudWatch namespace `METRICS_NAMESPACE` (default
 /// `default_namespace`), one dimension `function` = `AWS_LAMBDA_FUNCTION_NAME`, a `ColdStart`

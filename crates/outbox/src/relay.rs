@@ -568,19 +568,25 @@ impl Relay {
             report.put_events_calls += 1;
             let mut retry = Vec::new();
             for (work, outcome) in pending.into_iter().zip(outcomes) {
+                // One line per event, inside its span (`event_id`, `event_type`, `aggregate_type`,
+                // `aggregate_id`, `correlation_id`, `attempt`: envelope::event_span).
+                let span = match &work.action {
+                    Action::Publish { item, .. } => Some(item.span()),
+                    _ => None,
+                };
+                if let Some(span) = &span {
+                    span.record("attempt", attempt);
+                }
                 match outcome {
-                    Ok(()) => done.push((work, Ok(()))),
+                    Ok(()) => {
+                        if let Some(span) = &span {
+                            span.in_scope(|| tracing::info!("event published"));
+                        }
+                        done.push((work, Ok(())))
+                    }
                     Err(failure) => {
-                        if let Action::Publish { item, .. } = &work.action {
-                            tracing::warn!(
-                                event_id = %item.event_id,
-                                event_type = %item.event_type,
-                                aggregate_id = %item.aggregate_id,
-                                error_code = %failure.code,
-                                error_message = %failure.message,
-                                attempt,
-                                "PutEvents entry failed"
-                            );
+                        if let Some(span) = &span {
+                            span.in_scope(|| tracing::warn!(error_code = %failure.code, error_message = %failure.message, "PutEvents entry failed"));
                         }
                         if failure.is_retryable() {
                             retry.push((work, failure));

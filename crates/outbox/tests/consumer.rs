@@ -5,6 +5,7 @@
 
 #[cfg(feature = "metrics")]
 mod common;
+mod logs;
 
 use std::time::Duration;
 
@@ -394,4 +395,35 @@ async fn a_permanently_missing_sequence_is_released_by_the_operator() {
     assert_eq!(applied(&inbox), ["evt-1", "evt-3"]);
     assert_eq!(inbox.release_through("Order#o-1", 2), 3, "a release never moves the sequence back");
     assert_eq!(inbox.last_sequence("Order#o-1"), Some(3));
+}
+
+/// Every line the consumer logs about an event carries the event's fields, as Lambda's JSON log
+/// format writes them (`lambda_runtime::tracing::init_default_subscriber` with
+/// `AWS_LAMBDA_LOG_FORMAT=JSON`: `tracing_subscriber::fmt().json()`, the current span under
+/// `span`), so one Logs Insights filter on `span.event_id` finds them all; `attempt` follows the
+/// retries within the invocation.
+#[tokio::test]
+async fn every_log_line_of_an_event_carries_its_fields() {
+    let captured = logs::Captured::global();
+    let (inbox, dlq) = (MemoryInbox::new("reserve"), MemoryDeadLetters::new());
+    let consumer = consumer_with(&inbox, &dlq, RetryPolicy::default());
+    inbox.fail_next(Injected::Conflict).fail_next(Injected::Conflict);
+    consumer.handle(created("t-log", 1)).await.expect("applied after two conflicts");
+    consumer.handle(event("t-bad", "OrderCreated", json!({"order_id": 7}))).await.expect("dead-lettered");
+
+    let (text, lines) = (captured.text(), captured.lines());
+    let of = |id: &str| lines.iter().filter(|l| l["span"]["event_id"] == id).collect::<Vec<_>>();
+    for line in of("t-log") {
+        let span = &line["span"];
+        assert_eq!(
+            (&span["name"], &span["event_type"], &span["aggregate_type"], &span["aggregate_id"], &span["correlation_id"]),
+            (&json!("event"), &json!("OrderCreated"), &json!("Order"), &json!("o-1"), &json!("corr-1")),
+            "{line}"
+        );
+    }
+    let attempts = captured.attempts_of("t-log");
+    let retried = "transient failure; retrying within the invocation".to_owned();
+    assert_eq!(attempts, [(retried.clone(), 1), (retried, 2), ("event handled".to_owned(), 3)], "{text}");
+    let bad = of("t-bad");
+    assert!(bad.iter().any(|l| l["fields"]["error_type"] == "MalformedEvent"), "the dead-lettering line names the cause: {text}");
 }

@@ -236,6 +236,8 @@ mod support {
     }
 }
 
+mod logs;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -288,6 +290,36 @@ async fn throttling_that_clears_after_two_retries_resends_only_the_failed_entry(
     assert_eq!(bus.entry_counts(), [2, 1, 1]);
     assert_eq!(bus.sent(), [("a".into(), 1), ("b".into(), 1), ("a".into(), 1), ("a".into(), 1)]);
     assert_eq!(outcome.report.put_events_calls, 3);
+}
+
+/// Each published event gets one log line in its span (`event_id`, `event_type`,
+/// `aggregate_type`, `aggregate_id`, `correlation_id`), with the `PutEvents` attempt that
+/// published it; a failed entry's line is in the same span.
+#[tokio::test]
+async fn every_event_is_logged_in_its_span_with_the_attempt() {
+    let captured = logs::Captured::global();
+    let throttles_left = AtomicUsize::new(2);
+    let bus = Bus::new(move |e| {
+        let throttle = subject(e) == "logged-a" && throttles_left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
+        throttle.then_some("ThrottlingException")
+    });
+    let dlq = Dlq::ok();
+    let relay = relay(&bus, &dlq, config());
+    let outcome = run(&relay, &inserts(&[item("logged-a", 1), item("logged-b", 1)])).await;
+    assert_eq!(outcome.report.published, 2);
+
+    let failed = "PutEvents entry failed".to_owned();
+    let published = "event published".to_owned();
+    assert_eq!(captured.attempts_of("evt-logged-a-1"), [(failed.clone(), 1), (failed, 2), (published.clone(), 3)], "{}", captured.text());
+    assert_eq!(captured.attempts_of("evt-logged-b-1"), [(published, 1)], "{}", captured.text());
+    let line = captured.lines().into_iter().find(|l| l["span"]["event_id"] == "evt-logged-b-1").expect("a line of evt-logged-b-1");
+    let span = &line["span"];
+    assert_eq!(
+        (&span["event_type"], &span["aggregate_type"], &span["aggregate_id"]),
+        (&json!("OrderCreated"), &json!("Order"), &json!("logged-b")),
+        "{line}"
+    );
+    assert!(span["correlation_id"].is_string(), "{line}");
 }
 
 /// 3. An entry rejected with a permanent code is dead-lettered with its stream record, not

@@ -17,7 +17,7 @@
 //! (`lines[0].quantity`, `body`, `reason`, or the `Idempotency-Key` / `content-type` header):
 //! 400 malformed or invalid body or key, 404 no such order or route, 405 wrong method (`Allow`),
 //! 409 the order exists / is not cancellable / a concurrent change won, 413 body over
-//! [`MAX_BODY_BYTES`], 415 not JSON, 422 key reused for another request, 503 + `Retry-After` when
+//! [`MAX_BODY_BYTES`] (plus the attachment maximum for `POST /orders`), 415 not JSON, 422 key reused for another request, 503 + `Retry-After` when
 //! DynamoDB conflicts or throttles. A rejected request writes nothing; bad input is never a 500.
 //!
 //! What `lambda_http` does before the router sees a request, and what the router does about it
@@ -184,7 +184,7 @@ async fn not_found(Extension(meta): Extension<Meta>, method: Method, uri: Uri) -
 
 async fn create(State(api): Api, Extension(meta): Extension<Meta>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
     let outcome = async {
-        let idempotent = check_post(&uri, &headers, &body)?;
+        let idempotent = check_post(&uri, &headers, &body, api.body_limit())?;
         let answer = api.create_order(parse_create(&body)?, idempotent.as_ref(), &meta.correlation_id, meta.trace_header.clone()).await?;
         Ok(answer.map(|c| StoredResponse { status: 201, body: to_json(&c), location: Some(location_of(&c.order_id)) }))
     };
@@ -202,7 +202,7 @@ async fn get(State(api): Api, Extension(meta): Extension<Meta>, id: Id) -> Respo
 async fn cancel(State(api): Api, Extension(meta): Extension<Meta>, id: Id, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
     let outcome = async {
         let id = order_id(id)?;
-        let idempotent = check_post(&uri, &headers, &body)?;
+        let idempotent = check_post(&uri, &headers, &body, MAX_BODY_BYTES)?;
         let answer = api.cancel_order(&id, parse_cancel(&body)?, idempotent.as_ref(), &meta.correlation_id, meta.trace_header.clone()).await?;
         Ok(answer.map(|c| StoredResponse { status: 200, body: to_json(&c), location: None }))
     };
@@ -221,11 +221,12 @@ fn order_id(id: Id) -> Result<String, Problem> {
 }
 
 /// The checks of a POST before its body is parsed: the `Idempotency-Key` header, the content type
-/// (JSON, any `+json` type, or absent) of a non-empty body, and the body's size.
+/// (JSON, any `+json` type, or absent) of a non-empty body, and the body's size (at most `limit`
+/// bytes: [`MAX_BODY_BYTES`], or [`OrdersApi::body_limit`] for `POST /orders`).
 ///
 /// # Errors
-/// 400 for a bad key, 415 for a body that is not JSON, 413 for a body over [`MAX_BODY_BYTES`].
-pub fn check_post(uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Result<Option<IdempotentRequest>, Problem> {
+/// 400 for a bad key, 415 for a body that is not JSON, 413 for a body over `limit`.
+pub fn check_post(uri: &Uri, headers: &HeaderMap, body: &[u8], limit: usize) -> Result<Option<IdempotentRequest>, Problem> {
     let key = IdempotencyKey::from_headers(headers)?;
     if let Some(value) = headers.get(CONTENT_TYPE).filter(|_| !body.is_empty()) {
         let content_type = String::from_utf8_lossy(value.as_bytes());
@@ -235,8 +236,8 @@ pub fn check_post(uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Result<Option<
             return Err(Problem { field: Some("content-type".into()), ..Problem::new(415, "Unsupported media type", detail) });
         }
     }
-    if body.len() > MAX_BODY_BYTES {
-        let detail = format!("the body is {} bytes; the limit is {MAX_BODY_BYTES}", body.len());
+    if body.len() > limit {
+        let detail = format!("the body is {} bytes; the limit is {limit}", body.len());
         return Err(Problem { field: Some("body".into()), ..Problem::new(413, "Body too large", detail) });
     }
     Ok(key.map(|key| IdempotentRequest { key, request_hash: request_hash("POST", uri.path(), body) }))
@@ -315,7 +316,7 @@ mod tests {
 
     use super::*;
     use crate::idempotency::{IdempotencyRecord, DEFAULT_TTL, KEY_PREFIX};
-    use crate::orders::{order_key, OrderCancelled, OrderLine, OrderView, MAX_LINES, STATUS_CANCELLED, STATUS_CREATED};
+    use crate::orders::{order_key, OrderCancelled, OrderLine, OrderView, DEFAULT_MAX_ATTACHMENT_BYTES, MAX_LINES, STATUS_CANCELLED, STATUS_CREATED};
     use outbox::config::DEFAULT_RETENTION;
     use outbox::envelope::OutboxItem;
     use outbox::writer::OutboxWriter;
@@ -367,10 +368,14 @@ mod tests {
         }
 
         fn router(&self) -> Router {
+            router(self.api())
+        }
+
+        fn api(&self) -> OrdersApi {
             let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, self.rules.iter(), |c| {
                 c.retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
             });
-            router(OrdersApi::new(client, "orders", OutboxWriter::new("outbox", DEFAULT_RETENTION), "example.orders", DEFAULT_TTL))
+            OrdersApi::new(client, "orders", OutboxWriter::new("outbox", DEFAULT_RETENTION), "example.orders", DEFAULT_TTL)
         }
 
         fn sent(&self) -> Vec<Vec<TransactWriteItem>> {
@@ -458,6 +463,7 @@ mod tests {
             status: status.into(),
             version,
             created_at: "2026-11-29T08:00:00.000Z".into(),
+            attachment_bytes: None,
         };
         let mut item: Item = serde_dynamo::to_item(view).unwrap();
         item.insert("pk".into(), AttributeValue::S(order_key(id)));
@@ -512,6 +518,35 @@ mod tests {
         assert_eq!(r.header("location"), Some(format!("/orders/{}", r.json()["order_id"].as_str().unwrap()).as_str()));
     }
 
+    /// An attachment rides in the `OrderCreated` event and only its size in the order item; over
+    /// the configured maximum it is a 400 naming `attachment`; one too large for the event
+    /// without a claim check is a 413; neither writes anything.
+    #[tokio::test]
+    async fn attachments_travel_in_the_event_and_are_bounded() {
+        let with = |attachment: &str| GOOD.replace(r#""lines""#, &format!(r#""attachment":"{attachment}","lines""#));
+        let table = Table::new(vec![], None, None);
+        let small = "a purchase order, 38 bytes long........";
+        let r = send(&table.router(), "POST", "/orders", Some(&with(small)), None, &[]).await;
+        assert_eq!(r.status, 201, "{}", r.body);
+        let sent = table.sent();
+        let put = |i: usize| sent[0][i].put().expect("a put").item().clone();
+        assert_eq!(put(0).get("attachment_bytes"), Some(&AttributeValue::N(small.len().to_string())), "the order item keeps the size only");
+        assert!(!put(0).contains_key("attachment"));
+        let payload: Value = serde_json::from_str(put(1)["payload"].as_s().unwrap()).unwrap();
+        assert_eq!(payload["attachment"], small, "the event carries the attachment");
+
+        let table = Table::new(vec![], None, None);
+        let router = router(table.api().with_max_attachment_bytes(1024));
+        let r = send(&router, "POST", "/orders", Some(&with(&"x".repeat(1025))), None, &[]).await;
+        assert_eq!((r.status, r.field().as_deref()), (400, Some("attachment")), "{}", r.body);
+        assert!(r.body.contains("is 1025 bytes; the limit is 1024"), "{}", r.body);
+        assert_eq!(send(&router, "POST", "/orders", Some(&with(&"x".repeat(1024))), None, &[]).await.status, 201);
+        // 500 KB fits the attachment maximum but not an outbox item (400 KB), and there is no claim check.
+        let r = send(&table.router(), "POST", "/orders", Some(&with(&"x".repeat(500_000))), None, &[]).await;
+        assert_eq!((r.status, r.field().as_deref()), (413, Some("body")), "{}", r.body);
+        assert_eq!(table.sent().len(), 1, "only the 1024-byte order was written");
+    }
+
     #[tokio::test]
     async fn bad_transport_is_415_413_or_400_and_writes_nothing() {
         let table = Table::new(vec![order_item("o-1", STATUS_CREATED, 1)], None, None);
@@ -522,7 +557,7 @@ mod tests {
         let form = [(CONTENT_TYPE.as_str(), "application/x-www-form-urlencoded")];
         assert_eq!(send(&router, "POST", "/orders", Some(GOOD), None, &form).await.status, 415);
         assert_eq!(send(&router, "POST", "/orders/o-1/cancel", Some("please"), None, &text).await.status, 415);
-        let big = format!(r#"{{"customer_id":"{}"}}"#, "x".repeat(MAX_BODY_BYTES));
+        let big = format!(r#"{{"customer_id":"{}"}}"#, "x".repeat(MAX_BODY_BYTES + DEFAULT_MAX_ATTACHMENT_BYTES));
         let r = send(&router, "POST", "/orders", Some(&big), None, &[]).await;
         assert_eq!((r.status, r.field().as_deref()), (413, Some("body")));
         let r = send(&router, "POST", "/orders", None, None, &[]).await;
@@ -810,7 +845,7 @@ mod tests {
         let problem: Value = serde_json::from_str(answer["body"].as_str().unwrap()).unwrap();
         assert_eq!((answer["statusCode"].as_u64(), problem["field"].as_str()), (Some(400), Some("lines[0].quantity")));
         // Over the limit once decoded, though its base64 text would be under twice the limit.
-        let big = format!(r#"{{"customer_id":"{}"}}"#, "x".repeat(MAX_BODY_BYTES));
+        let big = format!(r#"{{"customer_id":"{}"}}"#, "x".repeat(MAX_BODY_BYTES + DEFAULT_MAX_ATTACHMENT_BYTES));
         assert_eq!(invoke(&router, &encoded(&big), Context::default()).await["statusCode"], 413);
         let no_headers = json!({"rawPath": "/orders", "headers": null, "body": null, "requestContext": {"http": {"method": "POST"}}});
         let answer = invoke(&router, &no_headers, Context::default()).await;

@@ -31,6 +31,7 @@ use lambda_runtime::LambdaEvent;
 use serde::Serialize;
 
 use crate::orders::{OrderCreated, OrderLine};
+use outbox::claim_check::ClaimCheck;
 use outbox::config::{inbox_retention, ConfigError, Env, DEFAULT_RETENTION};
 use outbox::consumer::{ConsumerResponse, MalformedEvent, RawEvent};
 use outbox::{ConditionFailed, Consumer, ConsumerDeadLetterQueue, ConsumerError, DeliveredEvent, Event, EventHandler, Fallback, HandlerError};
@@ -98,7 +99,10 @@ impl InventoryConsumer {
     /// `reserve-inventory`), `EVENT_SOURCE` (default `example.inventory`), the inbox retention by
     /// the retention rule ([`outbox::config::inbox_retention`]: `DEAD_LETTER_RETENTION_SECONDS`,
     /// `REDRIVE_MARGIN_SECONDS`, `INBOX_RETENTION_SECONDS`), `OUTBOX_RETENTION_SECONDS` (default
-    /// 7 days), and `DEAD_LETTER_QUEUE_URL` (optional: where events no retry can fix go at once).
+    /// 7 days), `DEAD_LETTER_QUEUE_URL` (optional: where events no retry can fix go at once), and
+    /// the claim check's variables ([`outbox::lambda::claim_check`]: with `CLAIM_CHECK_BUCKET` set,
+    /// an event carrying `detail.data_ref` is fetched from S3 and verified before the handler
+    /// sees it).
     ///
     /// # Errors
     /// [`ConfigError`] naming the variable.
@@ -111,11 +115,14 @@ impl InventoryConsumer {
         };
         let inbox = Inbox::new(client.clone(), env.required("INBOX_TABLE")?, name, inbox_retention(env)?).ordered_by_types(HANDLED_TYPES);
         let outbox = OutboxWriter::new(env.required("OUTBOX_TABLE")?, env.seconds("OUTBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?);
-        Ok(Self::new(client, inbox, dead_letters, env.required("INVENTORY_TABLE")?, env.optional("EVENT_SOURCE", "example.inventory"), outbox))
+        let source = env.optional("EVENT_SOURCE", "example.inventory");
+        let claim_check = outbox::lambda::claim_check(sdk, env)?;
+        Ok(Self::new(client, inbox, dead_letters, env.required("INVENTORY_TABLE")?, source, outbox, claim_check))
     }
 
     /// The consumer over `inventory_table` (read and written with `client`), recording events in
-    /// `inbox`, emitting its own events with `source` to `outbox`, dead-lettering to `dead_letters`.
+    /// `inbox`, emitting its own events with `source` to `outbox`, dead-lettering to `dead_letters`,
+    /// fetching payloads carried by reference (`detail.data_ref`) through `claim_check`.
     pub fn new(
         client: aws_sdk_dynamodb::Client,
         inbox: Inbox,
@@ -123,14 +130,17 @@ impl InventoryConsumer {
         inventory_table: String,
         source: String,
         outbox: OutboxWriter,
+        claim_check: Option<ClaimCheck>,
     ) -> Self {
         let stock = Arc::new(Stock { client, table: inventory_table, source });
-        let consumer = Consumer::builder(inbox, dead_letters)
+        let mut builder = Consumer::builder(inbox, dead_letters)
             .outbox(outbox)
             .handler::<OrderCreated, _>(HANDLED_TYPES[0], stock.clone())
-            .handler::<OrderCancelledData, _>(HANDLED_TYPES[1], stock)
-            .build();
-        Self { consumer }
+            .handler::<OrderCancelledData, _>(HANDLED_TYPES[1], stock);
+        if let Some(claim_check) = claim_check {
+            builder = builder.claim_check(claim_check);
+        }
+        Self { consumer: builder.build() }
     }
 
     /// Lambda handler for one EventBridge event (`OrderCreated` or `OrderCancelled`).
@@ -448,7 +458,15 @@ mod tests {
             c.retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
         });
         let inbox = Inbox::new(client.clone(), "inbox", "reserve-inventory", DEFAULT_RETENTION).ordered();
-        InventoryConsumer::new(client, inbox, None, "inventory".into(), "example.inventory".into(), OutboxWriter::new("outbox", DEFAULT_RETENTION))
+        InventoryConsumer::new(
+            client,
+            inbox,
+            None,
+            "inventory".into(),
+            "example.inventory".into(),
+            OutboxWriter::new("outbox", DEFAULT_RETENTION),
+            None,
+        )
     }
 
     fn cancelled() -> LambdaEvent<RawEvent> {

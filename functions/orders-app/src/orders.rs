@@ -33,7 +33,14 @@
 //! JSON): `{"order_id"?: string, "customer_id": string, "currency": "EUR", "lines": [{"sku":
 //! string, "quantity": 1..=1000, "unit_price": "12.50"}]}` — amounts are decimal *strings*, never
 //! JSON numbers, so no client or server ever rounds them; `order_id` (1–64 of `A-Z a-z 0-9 - _`)
-//! is generated (UUIDv7) when absent; 1 to [`MAX_LINES`] lines.
+//! is generated (UUIDv7) when absent; 1 to [`MAX_LINES`] lines; `"attachment"?: string`, a
+//! document attached to the order (free text, or a file as base64), up to
+//! `ORDER_ATTACHMENT_MAX_BYTES` bytes ([`DEFAULT_MAX_ATTACHMENT_BYTES`] by default; above it a 400
+//! naming `attachment`). The attachment travels in the `OrderCreated` event; the order item keeps
+//! only its size (`attachment_bytes`: a DynamoDB item holds at most 400 KB). An order whose event
+//! does not fit an outbox item or one `PutEvents` entry goes by claim check: with
+//! `CLAIM_CHECK_BUCKET` set ([`outbox::lambda::claim_check`]) its payload is stored in S3 before
+//! the transaction and the event carries `detail.data_ref`; without it the order is refused (413).
 //!
 //! `POST /orders/{id}/cancel`: no body, or `{"reason"?: string}` (1–[`MAX_REASON_CHARS`]
 //! characters).
@@ -60,8 +67,14 @@ use outbox::config::{ConfigError, Env, DEFAULT_RETENTION};
 use outbox::transaction::{transact_write, TransactionError};
 use outbox::writer::{Event, OutboxWriter, WriteError, DEFAULT_MAX_PUT_EVENTS_BYTES};
 
-/// Largest accepted request body, bytes (after base64 decoding).
+/// Largest accepted request body, bytes (after base64 decoding), not counting the attachment:
+/// `POST /orders` accepts this plus the configured attachment maximum
+/// ([`OrdersApi::body_limit`]).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Default largest `attachment`, bytes: 4 MiB, so a whole order stays under Lambda's 6 MB
+/// synchronous request payload (<https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html>)
+/// and the claim check's 10 MiB maximum.
+pub const DEFAULT_MAX_ATTACHMENT_BYTES: usize = 4 * 1024 * 1024;
 /// Most line items in one order.
 pub const MAX_LINES: usize = 50;
 /// Largest quantity of one line.
@@ -92,6 +105,10 @@ pub struct CreateOrderRequest {
     pub currency: String,
     /// Line items, 1 to [`MAX_LINES`].
     pub lines: Vec<OrderLine>,
+    /// A document attached to the order (free text or base64), at most the API's configured
+    /// maximum ([`OrdersApi::max_attachment_bytes`]).
+    #[serde(default)]
+    pub attachment: Option<String>,
 }
 
 /// One line of an order.
@@ -117,6 +134,9 @@ pub struct OrderCreated {
     pub currency: String,
     /// Line items.
     pub lines: Vec<OrderLine>,
+    /// The order's attachment, when it has one (absent from the JSON otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attachment: Option<String>,
 }
 
 /// `POST /orders/{id}/cancel` request body (optional: no body means no reason).
@@ -184,6 +204,10 @@ pub struct OrderView {
     pub version: u64,
     /// RFC 3339 UTC with milliseconds.
     pub created_at: String,
+    /// Size of the attachment in bytes, when the order has one (the attachment itself is in the
+    /// `OrderCreated` event).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attachment_bytes: Option<u64>,
 }
 
 /// The result of a POST: done now, or an earlier answer replayed for its idempotency key.
@@ -246,6 +270,9 @@ pub enum OrderError {
     /// The transaction failed: 503 when retryable, else 500.
     #[error(transparent)]
     Transaction(#[from] TransactionError),
+    /// Storing the event's payload in S3 (claim check) failed: 503 when retryable, else 500.
+    #[error(transparent)]
+    PayloadStore(outbox::claim_check::ClaimCheckError),
     /// A read failed: 503 when retryable, else 500.
     #[error("{message}")]
     Read {
@@ -259,7 +286,8 @@ pub enum OrderError {
 impl From<WriteError> for OrderError {
     fn from(e: WriteError) -> Self {
         match e {
-            WriteError::EventTooLarge { .. } | WriteError::ItemTooLarge { .. } => OrderError::TooLarge(e),
+            WriteError::EventTooLarge { .. } | WriteError::ItemTooLarge { .. } | WriteError::PayloadTooLarge { .. } => OrderError::TooLarge(e),
+            WriteError::ClaimCheck(e) => OrderError::PayloadStore(e),
             other => OrderError::Event(other),
         }
     }
@@ -285,7 +313,8 @@ impl OrderError {
             OrderError::TooLarge(_) => 413,
             OrderError::Transaction(e) if e.is_retryable() => 503,
             OrderError::Read { retryable: true, .. } => 503,
-            OrderError::Transaction(_) | OrderError::Read { .. } | OrderError::Event(_) => 500,
+            OrderError::PayloadStore(e) if e.is_retryable() => 503,
+            OrderError::Transaction(_) | OrderError::Read { .. } | OrderError::Event(_) | OrderError::PayloadStore(_) => 500,
         }
     }
 
@@ -327,25 +356,50 @@ pub struct OrdersApi {
     writer: OutboxWriter,
     source: String,
     idempotency: IdempotencyStore,
+    max_attachment_bytes: usize,
 }
 
 impl OrdersApi {
     /// Reads `ORDERS_TABLE`, `OUTBOX_TABLE`, `EVENT_SOURCE` (default `example.orders`),
     /// `OUTBOX_RETENTION_SECONDS` (default 7 days), `PUT_EVENTS_MAX_REQUEST_BYTES` and
-    /// `IDEMPOTENCY_TTL_SECONDS` (default 86400 = 24 h).
+    /// `IDEMPOTENCY_TTL_SECONDS` (default 86400 = 24 h), `ORDER_ATTACHMENT_MAX_BYTES` (default
+    /// [`DEFAULT_MAX_ATTACHMENT_BYTES`]) and the claim check's variables
+    /// ([`outbox::lambda::claim_check`]: `CLAIM_CHECK_BUCKET`, unset = no claim check).
     ///
     /// # Errors
     /// [`ConfigError`] naming the variable.
     pub fn from_env(sdk: &aws_config::SdkConfig, env: &Env) -> Result<Self, ConfigError> {
         let writer = OutboxWriter::new(env.required("OUTBOX_TABLE")?, env.seconds("OUTBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?)
             .with_max_event_bytes(env.bytes("PUT_EVENTS_MAX_REQUEST_BYTES", DEFAULT_MAX_PUT_EVENTS_BYTES)?);
-        Ok(Self::new(
+        let writer = match outbox::lambda::claim_check(sdk, env)? {
+            Some(claim_check) => writer.with_claim_check(claim_check),
+            None => writer,
+        };
+        let api = Self::new(
             aws_sdk_dynamodb::Client::new(sdk),
             env.required("ORDERS_TABLE")?,
             writer,
             env.optional("EVENT_SOURCE", "example.orders"),
             env.seconds("IDEMPOTENCY_TTL_SECONDS", DEFAULT_TTL)?,
-        ))
+        );
+        Ok(api.with_max_attachment_bytes(env.bytes("ORDER_ATTACHMENT_MAX_BYTES", DEFAULT_MAX_ATTACHMENT_BYTES)?))
+    }
+
+    /// Sets the largest `attachment` accepted, bytes (default [`DEFAULT_MAX_ATTACHMENT_BYTES`]).
+    pub fn with_max_attachment_bytes(mut self, bytes: usize) -> Self {
+        self.max_attachment_bytes = bytes;
+        self
+    }
+
+    /// The largest `attachment` accepted, bytes.
+    pub fn max_attachment_bytes(&self) -> usize {
+        self.max_attachment_bytes
+    }
+
+    /// The largest `POST /orders` body accepted, bytes: [`MAX_BODY_BYTES`] plus the attachment
+    /// maximum (an attachment written with many JSON escapes can make a body over it: 413).
+    pub fn body_limit(&self) -> usize {
+        MAX_BODY_BYTES.saturating_add(self.max_attachment_bytes)
     }
 
     /// An API over `dynamodb` writing orders (and idempotency key records, remembered for
@@ -359,7 +413,7 @@ impl OrdersApi {
     ) -> Self {
         let orders_table = orders_table.into();
         let idempotency = IdempotencyStore::new(dynamodb.clone(), orders_table.clone(), idempotency_ttl);
-        Self { dynamodb, orders_table, writer, source: source.into(), idempotency }
+        Self { dynamodb, orders_table, writer, source: source.into(), idempotency, max_attachment_bytes: DEFAULT_MAX_ATTACHMENT_BYTES }
     }
 
     /// Validates `request` and writes the order and its `OrderCreated` event atomically, with
@@ -375,13 +429,32 @@ impl OrdersApi {
         trace_header: Option<String>,
     ) -> Result<Answer<CreatedOrder>, OrderError> {
         validate(&request)?;
+        let attachment_bytes = request.attachment.as_ref().map(|a| a.len());
+        if let Some(bytes) = attachment_bytes.filter(|b| *b > self.max_attachment_bytes) {
+            return Err(invalid("attachment", format!("is {bytes} bytes; the limit is {}", self.max_attachment_bytes)));
+        }
         let now = chrono::Utc::now();
         if let Some(stored) = self.replay_if_known(idempotent, now.timestamp()).await? {
             return Ok(Answer::Replayed(stored));
         }
         let order_id = request.order_id.clone().unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-        let data = OrderCreated { order_id: order_id.clone(), customer_id: request.customer_id, currency: request.currency, lines: request.lines };
-        let event = self.writer.outbox_item(order_created_event(&data, &self.source, correlation_id, trace_header), now)?;
+        let data = OrderCreated {
+            order_id: order_id.clone(),
+            customer_id: request.customer_id,
+            currency: request.currency,
+            lines: request.lines,
+            attachment: request.attachment,
+        };
+        // Inline when the event fits an outbox item and a PutEvents entry; otherwise (claim check
+        // configured) its payload is uploaded to S3 here, before the transaction.
+        let (event, event_put) = self.writer.prepare(order_created_event(&data, &self.source, correlation_id, trace_header)).await?;
+        // The event's lines carry its fields (outbox::envelope::event_span).
+        let span = event.span();
+        if let Some(reference) = &event.payload_ref {
+            span.in_scope(
+                || tracing::info!(bucket = %reference.bucket, key = %reference.key, size = reference.size, "payload stored by claim check"),
+            );
+        }
         let created = CreatedOrder { order_id: order_id.clone(), status: STATUS_CREATED.into(), version: 1, event_id: event.event_id.clone() };
 
         let order_item = serde_dynamo::to_item(OrderItem {
@@ -394,6 +467,7 @@ impl OrdersApi {
             version: 1,
             created_at: now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             correlation_id: correlation_id.to_owned(),
+            attachment_bytes: attachment_bytes.map(|b| b as u64),
         })
         // Strings, integers and a list of such structs: serde_dynamo cannot fail on them.
         .expect("OrderItem serialises");
@@ -406,10 +480,10 @@ impl OrdersApi {
             .expect("Put has its required fields");
 
         let stored = StoredResponse { status: 201, body: to_json(&created), location: Some(location_of(&order_id)) };
-        let (items, key_at) = self.with_key(idempotent, stored, now, vec![TransactWriteItem::builder().put(put).build(), self.writer.put(&event)]);
+        let (items, key_at) = self.with_key(idempotent, stored, now, vec![TransactWriteItem::builder().put(put).build(), event_put]);
         match transact_write(&self.dynamodb, items).await {
             Ok(()) => {
-                tracing::info!(order_id = %created.order_id, event_id = %created.event_id, "order created");
+                span.in_scope(|| tracing::info!(order_id = %created.order_id, "order created"));
                 Ok(Answer::Done(created))
             }
             Err(TransactionError::ConditionFailed { index, item }) if Some(index) == key_at => self.after_key_taken(idempotent, item).await,
@@ -476,7 +550,7 @@ impl OrdersApi {
             self.with_key(idempotent, stored, now, vec![TransactWriteItem::builder().update(update).build(), self.writer.put(&event)]);
         match transact_write(&self.dynamodb, items).await {
             Ok(()) => {
-                tracing::info!(order_id = %cancelled.order_id, event_id = %cancelled.event_id, version = next, "order cancelled");
+                event.span().in_scope(|| tracing::info!(order_id = %cancelled.order_id, version = next, "order cancelled"));
                 Ok(Answer::Done(cancelled))
             }
             Err(TransactionError::ConditionFailed { index, item }) if Some(index) == key_at => self.after_key_taken(idempotent, item).await,
@@ -602,6 +676,8 @@ struct OrderItem {
     version: u64,
     created_at: String,
     correlation_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attachment_bytes: Option<u64>,
 }
 
 /// Partition key of an order in the orders table: `ORDER#<order_id>`.

@@ -302,7 +302,8 @@ impl PartnerWebhooks {
         let writes = vec![TransactWriteItem::builder().update(update).build(), self.writer.put(&item)];
         match self.inbox.apply(&metadata, &payload_hash(&body_text), writes).await {
             Ok(InboxOutcome::Applied) => {
-                tracing::info!(partner, webhook_id, order_id = %payment.order_id, version = next, "order paid");
+                // In the span of the event it emitted (outbox::envelope::event_span).
+                item.span().in_scope(|| tracing::info!(partner, webhook_id, order_id = %payment.order_id, version = next, "order paid"));
                 Ok(Accepted { webhook_id: webhook_id.to_owned(), duplicate: false, status: Some(STATUS_PAID.into()), event_id: Some(item.event_id) })
             }
             Ok(InboxOutcome::Duplicate) => {

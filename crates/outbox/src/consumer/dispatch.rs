@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
 
-use super::dead_letters::event_id_of;
+use super::dead_letters::{event_id_of, span_of};
 use super::handler::FnHandler;
 use super::metrics;
 use super::{
@@ -23,6 +23,7 @@ use super::{
 use crate::envelope::EventMetadata;
 use crate::inbox::{payload_hash, InboxOutcome, InboxStore};
 use crate::writer::OutboxWriter;
+use tracing::Instrument;
 
 /// How a delivery ended. Serialises as the outcome `O` itself when applied, else as
 /// `"duplicate"` or `"dead_lettered"`.
@@ -248,10 +249,20 @@ where
     /// # Errors
     /// A retryable [`ConsumerError`] (Lambda retries it, then sends it to the on-failure
     /// destination), or a non-retryable one when the dead-letter sink refused it.
+    ///
+    /// Every line logged meanwhile is inside the event's span
+    /// ([`event_span`](crate::envelope::event_span): `event_id`, `event_type`, `aggregate_type`,
+    /// `aggregate_id`, `correlation_id`, `attempt`).
     pub async fn handle_payload_until(&self, payload: &RawValue, deadline: Instant) -> Result<ConsumerResponse<O>, ConsumerError> {
+        let span = span_of(payload);
+        self.handle_in_span(payload, deadline, &span).instrument(span.clone()).await
+    }
+
+    async fn handle_in_span(&self, payload: &RawValue, deadline: Instant, span: &tracing::Span) -> Result<ConsumerResponse<O>, ConsumerError> {
         let policy = &self.inner.retry;
         let mut attempt = 1u32;
         let error = loop {
+            span.record("attempt", attempt);
             let error = match self.process(payload).await {
                 Ok((metadata, outcome)) => {
                     let kind = match &outcome {
@@ -268,17 +279,8 @@ where
                             "dead_lettered"
                         }
                     };
-                    tracing::info!(
-                        event_id = %metadata.id,
-                        event_type = %metadata.event_type,
-                        aggregate_type = %metadata.aggregate_type,
-                        aggregate_id = %metadata.subject,
-                        sequence = metadata.sequence,
-                        correlation_id = %metadata.correlation_id,
-                        outcome = kind,
-                        attempt,
-                        "event handled"
-                    );
+                    // The event's fields are the span's (handle_payload_until).
+                    tracing::info!(sequence = metadata.sequence, outcome = kind, "event handled");
                     return Ok(ConsumerResponse { outcome, event_id: metadata.id });
                 }
                 Err(e) => e,
@@ -300,11 +302,11 @@ where
             crate::inbox::report_gap(self.inner.store.consumer(), gap);
         }
         if error.is_retryable() {
-            tracing::error!(event_id = %event_id, error_type = error.error_type(), error = %error, "event failed; Lambda retries it");
+            tracing::error!(error_type = error.error_type(), error = %error, "event failed; Lambda retries it");
             metrics::failed();
             return Err(error);
         }
-        tracing::error!(event_id = %event_id, error_type = error.error_type(), error = %error, "event can never be processed; dead-lettering it now");
+        tracing::error!(error_type = error.error_type(), error = %error, "event can never be processed; dead-lettering it now");
         let reason = error.to_string();
         // Boxed for the same reason as the store's `apply` in `commit`.
         let sent: BoxFuture<'_, _> = Box::pin(self.inner.dead_letters.send(payload, error.error_type(), &reason));

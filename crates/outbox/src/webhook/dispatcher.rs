@@ -42,6 +42,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -551,6 +552,23 @@ impl<S: InboxStore> Dispatcher<S> {
                 return self.dead_letter(body, None, "WebhookMalformedEvent", &e.to_string(), report).await;
             }
         };
+        // Every line about this event is inside its span (envelope::event_span); the attempt is
+        // the queue message's receive count.
+        let receive_count: u32 = message.attributes.get("ApproximateReceiveCount").and_then(|c| c.parse().ok()).unwrap_or(1);
+        let span = event.metadata.span();
+        span.record("attempt", receive_count);
+        self.handle_event(message, body, &event, receive_count, lease_until, report).instrument(span).await
+    }
+
+    async fn handle_event(
+        &self,
+        message: &SqsMessage,
+        body: &str,
+        event: &WebhookEvent,
+        receive_count: u32,
+        lease_until: DateTime<Utc>,
+        report: &mut DispatchReport,
+    ) -> MessageResult {
         let subscribers = match self.subscribers.all().await {
             Ok(list) => list,
             Err(e) => {
@@ -560,7 +578,7 @@ impl<S: InboxStore> Dispatcher<S> {
         };
         let target = message.message_attributes.get(SUBSCRIBER_ATTRIBUTE).and_then(|a| a.string_value.clone());
         let Some(target) = target else {
-            return self.fan_out(body, &event, &subscribers, report).await;
+            return self.fan_out(body, event, &subscribers, report).await;
         };
         let Some(subscriber) = subscribers.iter().find(|s| s.id == target && s.enabled) else {
             let reason = format!("subscriber {target} is unknown or disabled");
@@ -573,9 +591,8 @@ impl<S: InboxStore> Dispatcher<S> {
                 return MessageResult::Failed;
             }
         };
-        let receive_count = message.attributes.get("ApproximateReceiveCount").and_then(|c| c.parse().ok()).unwrap_or(1);
         let trace = message.attributes.get("AWSTraceHeader").map(String::as_str);
-        let decision = self.deliverer.deliver(subscriber, &secrets, &event, receive_count, lease_until, trace).await;
+        let decision = self.deliverer.deliver(subscriber, &secrets, event, receive_count, lease_until, trace).await;
         record_metrics(&subscriber.id, &decision);
         match decision {
             Decision::Delivered { status, latency } => {
