@@ -675,3 +675,54 @@ pub fn format_report(report: &ProofReport) -> String {
     out.push_str(if report.ok { "\nresult: every invariant held\n" } else { "\nresult: an invariant is BROKEN\n" });
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> ProofReport {
+        let mut stages = BTreeMap::new();
+        stages.insert("OutboxRelayFunction".to_owned(), BTreeMap::from([("EventsPublished".to_owned(), 250), ("PutEventsCalls".to_owned(), 43)]));
+        ProofReport {
+            orders_sent: 100,
+            orders_answered: 100,
+            orders_committed: 100,
+            cancellations_sent: 25,
+            orders_cancelled: 25,
+            requests_failed: 0,
+            aws_calls: 529,
+            faults: vec![Injected { fault: "crash events:PutEvents".into(), count: 1 }],
+            faults_by_kind: BTreeMap::from([("crash".to_owned(), 1)]),
+            dead_lettered: 0,
+            redriven: 0,
+            dead_letters_left: 0,
+            stream_events: 250,
+            published_events: 250,
+            wall_secs: 36.0,
+            phases_secs: vec![("orders", 5.6), ("quiet", 20.1), ("redrive", 9.1), ("verdict", 1.0)],
+            peak_rss_mb: Some(45.2),
+            emulator_peak_rss_mb: Some(104.9),
+            stages,
+            invariants: vec![Invariant { name: "the pipeline went quiet", held: true, detail: "no AWS call for 8 s".into() }],
+            ok: true,
+        }
+    }
+
+    #[test]
+    fn the_report_gives_the_phases_peak_memory_and_the_functions_stage_figures() {
+        let text = format_report(&report());
+        assert!(text.contains("time: orders 6 s, quiet 20 s, redrive 9 s, verdict 1 s"), "{text}");
+        assert!(text.contains("peak memory: outbox-local 45 MB, emulator 105 MB"), "{text}");
+        assert!(text.contains("OutboxRelayFunction: 250 published, 43 PutEvents calls"), "{text}");
+        let json = serde_json::to_value(report()).expect("the report serialises");
+        assert_eq!(json["stages"]["OutboxRelayFunction"]["EventsPublished"], 250);
+        assert_eq!(json["phases_secs"][0], json!(["orders", 5.6]));
+        assert_eq!(json["emulator_peak_rss_mb"], 104.9);
+    }
+
+    #[test]
+    fn peak_memory_is_read_from_proc() {
+        assert!(peak_rss_mb("self").is_some_and(|mb| mb > 0.0), "this process has a VmHWM");
+        assert_eq!(peak_rss_mb("no-such-process"), None);
+    }
+}
