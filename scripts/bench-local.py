@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Scaling benchmark of the local stack: the whole pipeline (`outbox-local demo`) at several sizes.
 
-    scripts/bench-local [--orders 1000,5000,10000] [--timeout SECONDS]
+    scripts/bench-local [--orders 1000,5000,10000] [--timeout SECONDS] [--proof]
 
 For each N it runs `outbox-local demo --orders N --json` (the binary cargo built; run
 `cargo build -p outbox-local` first, or use scripts/bench-local, which does) and samples, every
@@ -11,6 +11,10 @@ wall time, emulator CPU, emulator peak RSS, outbox-local peak RSS, the demo's `o
 per order relative to the first size (wall and emulator CPU), so "roughly constant per order"
 can be read off. Figures are printed, never asserted (timings depend on the machine). A run that
 exceeds --timeout is stopped and reported as such. Stdlib only; Linux (/proc).
+
+With --proof it runs `outbox-local proof --orders N --json` (the default fault plan) instead,
+and prints, after the table, each run's invariants held, faults injected by kind and seconds
+per phase, from the proof's own report.
 """
 
 import argparse
@@ -77,9 +81,10 @@ def target_dir():
     return Path(json.loads(out.stdout)["target_directory"])
 
 
-def run(binary, n, timeout):
+def run(binary, n, timeout, proof):
     start = time.monotonic()
-    proc = subprocess.Popen([str(binary), "demo", "--orders", str(n), "--json", "--timeout", str(timeout)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    verb = ["proof", "--orders", str(n), "--json"] if proof else ["demo", "--orders", str(n), "--json", "--timeout", str(timeout)]
+    proc = subprocess.Popen([str(binary), *verb], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     emu = {"rss": 0.0, "cpu": 0.0}
     local = {"rss": 0.0, "cpu": 0.0}
     timed_out = False
@@ -109,13 +114,14 @@ def run(binary, n, timeout):
         report = json.loads(out)
     except json.JSONDecodeError:
         report = {}
-    return {"n": n, "wall": wall, "emu_cpu": emu["cpu"], "emu_rss": emu["rss"], "local_rss": local["rss"], "ok": report.get("ok"), "timed_out": timed_out}
+    return {"n": n, "wall": wall, "emu_cpu": emu["cpu"], "emu_rss": emu["rss"], "local_rss": local["rss"], "ok": report.get("ok"), "timed_out": timed_out, "report": report}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--orders", default="1000,5000,10000", help="comma-separated sizes (default 1000,5000,10000)")
     parser.add_argument("--timeout", type=int, default=1200, help="longest run, seconds (default 1200)")
+    parser.add_argument("--proof", action="store_true", help="run `outbox-local proof` (default fault plan) instead of `demo`")
     args = parser.parse_args()
     sizes = [int(s) for s in args.orders.split(",") if s.strip()]
     binary = target_dir() / "debug" / "outbox-local"
@@ -123,7 +129,7 @@ def main():
         sys.exit(f"bench-local: {binary} not found; run `cargo build -p outbox-local` first")
     rows = []
     for n in sizes:
-        rows.append(run(binary, n, args.timeout))
+        rows.append(run(binary, n, args.timeout, args.proof))
     first = rows[0]
     print(f"cores: {os.cpu_count()}")
     print("| orders | wall s | emulator CPU s | emulator peak RSS MB | outbox-local peak RSS MB | ok | wall/order vs first | emulator CPU/order vs first |")
@@ -133,6 +139,13 @@ def main():
         cpu_ratio = (r["emu_cpu"] / r["n"]) / (first["emu_cpu"] / first["n"]) if first["emu_cpu"] else float("nan")
         ok = "timed out" if r["timed_out"] else r["ok"]
         print(f"| {r['n']} | {r['wall']:.0f} | {r['emu_cpu']:.0f} | {r['emu_rss']:.0f} | {r['local_rss']:.0f} | {ok} | {wall_ratio:.2f} | {cpu_ratio:.2f} |")
+    if args.proof:
+        for r in rows:
+            report = r["report"]
+            held = sum(1 for i in report.get("invariants", []) if i.get("held"))
+            phases = ", ".join(f"{name} {secs:.0f} s" for name, secs in report.get("phases_secs", []))
+            kinds = ", ".join(f"{kind} {n}" for kind, n in report.get("faults_by_kind", {}).items())
+            print(f"N={r['n']}: invariants held {held}/{len(report.get('invariants', []))}; faults by kind: {kinds}; phases: {phases}")
 
 
 if __name__ == "__main__":

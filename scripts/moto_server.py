@@ -1,7 +1,7 @@
 """The moto server (pinned in requirements/emulator.txt) with AWS's transaction semantics and
 bounded memory.
 
-Four changes to moto, each installed by a function below and each written so that it could be
+Six changes to moto, each installed by a function below and each written so that it could be
 offered upstream as it stands:
 
 1. `install_transaction_undo_log`: a cancelled TransactWriteItems is undone key by key.
@@ -35,6 +35,27 @@ offered upstream as it stands:
    such a deletion carries `userIdentity` {"type": "Service", "principalId":
    "dynamodb.amazonaws.com"}, as AWS marks TTL deletions
    (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/time-to-live-ttl-streams.html).
+
+5. `install_uncounted_sqs_send_and_receive`: moto's `Queue.attributes` property computes
+   every attribute, the three `ApproximateNumberOfMessages*` counts included, each a pass over
+   every message of the queue; `SQSBackend.send_message` reads it once per message (for
+   `ContentBasedDeduplication`) and `receive_message` three times per message received (for
+   `MessageRetentionPeriod`, through `get_queue_attributes`) (moto/sqs/models.py). A send or a
+   receive on a queue holding N messages costs O(N), so filling a queue, or reading it back, is
+   quadratic: EventBridge delivers to SQS inside `PutEvents`, and with 2,000 messages waiting
+   in a rule's target queue one `PutEvents` of 10 entries took 1.2-1.5 s on the shared 2-core
+   machine, 57 % of the emulator's CPU in those counts. While a send or a receive runs (in its
+   request's thread), the counts answer 0 without the pass: neither reads them, and
+   `GetQueueAttributes` (another request) still counts. The upstream fix is for both to read
+   the attribute they need (`queue.content_based_deduplication`,
+   `queue.message_retention_period`) directly.
+
+6. `install_jsonpath_cache`: EventBridge delivery to each target renders the target's input
+   (moto/events/utils.py, `EventTemplateParser.parse`) with `jsonpath_ng.ext.parse` on every
+   path of the input map, once per event and target, and each `parse` builds a new parser (its
+   yacc tables included): 22 % of the emulator's CPU with two targets per event. Parsed paths
+   are kept by their text (a bounded cache; a parsed path is not changed by `find`), as a
+   module-level parser would in moto.
 
 Usage: python scripts/moto_server.py -H 127.0.0.1 -p PORT
 """
@@ -244,6 +265,57 @@ def install_ttl_deletion_marking():
     StreamRecord.__init__ = __init__
 
 
+_UNCOUNTED = threading.local()
+
+
+def install_uncounted_sqs_send_and_receive():
+    """While `SQSBackend.send_message` or `receive_message` runs in a thread, the queue's
+    message counts answer 0 there instead of passing over every message (see the docstring)."""
+    from moto.sqs.models import Queue, SQSBackend
+
+    for name in (
+        "approximate_number_of_messages",
+        "approximate_number_of_messages_delayed",
+        "approximate_number_of_messages_not_visible",
+    ):
+        counted = getattr(Queue, name).fget
+
+        def count(self, counted=counted):
+            return 0 if getattr(_UNCOUNTED, "active", False) else counted(self)
+
+        setattr(Queue, name, property(count))
+
+    for name in ("send_message", "receive_message"):
+        original = getattr(SQSBackend, name)
+
+        def uncounted(self, *args, original=original, **kwargs):
+            _UNCOUNTED.active = True
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                _UNCOUNTED.active = False
+
+        setattr(SQSBackend, name, uncounted)
+
+
+def install_jsonpath_cache():
+    """`jsonpath_ng.ext.parse` keeps what it parsed by the path's text (see the docstring)."""
+    import functools
+
+    import jsonpath_ng.ext
+
+    jsonpath_ng.ext.parse = functools.lru_cache(maxsize=1024)(jsonpath_ng.ext.parse)
+
+
+class QuietRequestHandler(MotoRequestHandler):
+    """moto's request handler without werkzeug's line per request: the local runtime discards
+    the server's output, and formatting and writing a log line for every request took ~10 % of
+    the emulator's CPU under load."""
+
+    def log_request(self, code="-", size="-"):
+        pass
+
+
 class SerialiseDynamoDB:
     """WSGI middleware: one DynamoDB / DynamoDB Streams request at a time."""
 
@@ -274,13 +346,15 @@ def main():
     install_weak_instance_tracking()
     install_transaction_undo_log()
     install_ttl_deletion_marking()
+    install_uncounted_sqs_send_and_receive()
+    install_jsonpath_cache()
     app = DomainDispatcherApplication(create_backend_app)
     run_simple(
         args.host,
         args.port,
         SerialiseDynamoDB(app),
         threaded=True,
-        request_handler=MotoRequestHandler,
+        request_handler=QuietRequestHandler,
     )
 
 

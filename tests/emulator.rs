@@ -2,6 +2,8 @@
 //! TransactWriteItems leaves every item it would have written (updated, put or deleted; in
 //! hash-only and hash + range tables) as it was, never appears as a stream record, not even
 //! through a shard iterator taken before it ran, and the next committed write is read normally.
+//! Its SQS sends and receives skip moto's per-message pass over the queue, and the queue's
+//! counts (`GetQueueAttributes`) stay right.
 
 mod common;
 
@@ -152,4 +154,40 @@ async fn a_cancelled_transaction_leaves_every_item_it_would_have_written_as_it_w
     assert_eq!(local.scan(&inventory).await.len(), 2);
     assert_eq!(records().await, ["updated"], "a cancelled transaction's write reached the stream");
     local.shutdown().await;
+}
+
+/// The shim's cheap SQS send and receive (moto_server.py, change 5) leave `GetQueueAttributes`
+/// counting as SQS does: messages sent, then received (in flight), then deleted.
+#[tokio::test]
+async fn queue_counts_stay_right_through_sends_and_receives() {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let target = outbox_local::aws::Target { endpoint: Some(common::endpoint().to_owned()), region: "us-east-1".into() };
+    let sqs = aws_sdk_sqs::Client::new(&outbox_local::aws::sdk_config(&target).await);
+    let url = sqs.create_queue().queue_name(format!("counts-{}", common::short_id())).send().await.unwrap().queue_url.unwrap();
+    for i in 0..25 {
+        sqs.send_message().queue_url(&url).message_body(i.to_string()).send().await.unwrap();
+    }
+    let counts = || {
+        let (sqs, url) = (sqs.clone(), url.clone());
+        async move {
+            let out = sqs
+                .get_queue_attributes()
+                .queue_url(url)
+                .attribute_names(A::ApproximateNumberOfMessages)
+                .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+                .send()
+                .await
+                .unwrap();
+            let get = |a: A| out.attributes().and_then(|m| m.get(&a)).and_then(|v| v.parse::<u32>().ok()).unwrap();
+            (get(A::ApproximateNumberOfMessages), get(A::ApproximateNumberOfMessagesNotVisible))
+        }
+    };
+    assert_eq!(counts().await, (25, 0));
+    let received = sqs.receive_message().queue_url(&url).max_number_of_messages(10).send().await.unwrap().messages.unwrap_or_default();
+    assert_eq!(received.len(), 10, "a receive still returns up to its maximum");
+    assert_eq!(counts().await, (15, 10), "the received messages are in flight");
+    for m in &received {
+        sqs.delete_message().queue_url(&url).receipt_handle(m.receipt_handle().unwrap()).send().await.unwrap();
+    }
+    assert_eq!(counts().await, (15, 0));
 }

@@ -41,6 +41,10 @@ struct InvocationRecord<'a> {
     request_payload: &'a RawValue,
 }
 
+/// Most events of one rule received from its delivery queue and not yet settled (SQS's largest
+/// receive).
+const IN_FLIGHT: usize = 10;
+
 /// Delivery of one rule's events to its function.
 pub struct RuleDelivery {
     function: Arc<LocalFunction>,
@@ -65,12 +69,23 @@ impl RuleDelivery {
     /// Runs until `shutdown` is true.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let this = Arc::new(self);
+        // Lambda runs asynchronous invocations concurrently, each event on its own: an event
+        // that is retried (or waits for an instance) does not hold back the ones received with
+        // it. At most IN_FLIGHT events are received and not yet settled; as each settles,
+        // another is received.
+        let mut in_flight = tokio::task::JoinSet::new();
         while !*shutdown.borrow() {
+            while in_flight.try_join_next().is_some() {}
+            if in_flight.len() >= IN_FLIGHT {
+                let _ = in_flight.join_next().await;
+                continue;
+            }
+            let room = (IN_FLIGHT - in_flight.len()) as i32;
             let received = this
                 .sqs
                 .receive_message()
                 .queue_url(&this.rule.delivery_queue.url)
-                .max_number_of_messages(10)
+                .max_number_of_messages(room)
                 .wait_time_seconds(1)
                 .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
                 .send()
@@ -83,18 +98,12 @@ impl RuleDelivery {
                     continue;
                 }
             };
-            // Lambda runs asynchronous invocations concurrently.
-            let tasks: Vec<_> = messages
-                .into_iter()
-                .map(|m| {
-                    let this = this.clone();
-                    tokio::spawn(async move { this.deliver(m).await })
-                })
-                .collect();
-            for task in tasks {
-                let _ = task.await;
+            for m in messages {
+                let this = this.clone();
+                in_flight.spawn(async move { this.deliver(m).await });
             }
         }
+        while in_flight.join_next().await.is_some() {}
     }
 
     async fn deliver(&self, message: aws_sdk_sqs::types::Message) {

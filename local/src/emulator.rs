@@ -38,6 +38,11 @@ pub struct Emulator {
 }
 
 impl Emulator {
+    /// The server's process id (`None` once it has exited).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// Starts `moto_server` on a free port of 127.0.0.1 and waits until it answers (about a
     /// second). `root` is the project root (where `scripts/venv` lives).
     ///

@@ -584,6 +584,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 json: *json,
                 timeout: Duration::from_secs(*timeout),
                 quiet: Duration::from_secs(*quiet),
+                emulator_pid: local._emulator.as_ref().and_then(Emulator::pid),
             };
             let result = proof::run(local.runtime.clone(), api, injector, &options).await;
             let _ = stop.send(true);

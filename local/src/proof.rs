@@ -61,6 +61,8 @@ pub struct ProofOptions {
     pub timeout: Duration,
     /// How long without an AWS call from any function counts as quiet.
     pub quiet: Duration,
+    /// The emulator's process id, to report its peak memory (`None`: an emulator of its own).
+    pub emulator_pid: Option<u32>,
 }
 
 /// One invariant, held or broken.
@@ -107,8 +109,17 @@ pub struct ProofReport {
     pub published_events: usize,
     /// Seconds from the first order to the verdict.
     pub wall_secs: f64,
+    /// Seconds per phase, in order: `orders` (orders and cancellations answered), `quiet`
+    /// (until the pipeline went quiet), `redrive` (the redrive and quiet again), `verdict`
+    /// (reading the tables, the stream and the queues, and checking).
+    pub phases_secs: Vec<(&'static str, f64)>,
     /// Peak resident memory of this process (`VmHWM`), MB.
     pub peak_rss_mb: Option<f64>,
+    /// Peak resident memory of the emulator process (`VmHWM`), MB, when this process started it.
+    pub emulator_peak_rss_mb: Option<f64>,
+    /// Per function, the figures it reported through its EMF metrics (totals), as in
+    /// `demo --json` ([`crate::status::stage_figures`]).
+    pub stages: BTreeMap<String, BTreeMap<String, u64>>,
     /// The invariants.
     pub invariants: Vec<Invariant>,
     /// Whether every invariant held.
@@ -180,18 +191,22 @@ async fn archive(runtime: &Runtime, bus: &str) -> Result<String, String> {
     Ok(url)
 }
 
-/// Reads (and deletes) everything in the archive queue; returns the events' `detail.metadata.id`.
-async fn drain_archive(sqs: &aws_sdk_sqs::Client, url: &str, into: &mut HashSet<String>) -> Result<(), String> {
+/// Reads (and deletes) the archive queue's messages as they come, until `stop` is true and the
+/// queue answered empty twice; returns the events' `detail.metadata.id`. The queue is read while
+/// the proof runs, not once at the end: the emulator's SQS passes over every message of a queue
+/// on each receive and delete, so a queue left to fill up makes reading it back quadratic.
+async fn drain_archive(sqs: aws_sdk_sqs::Client, url: String, stop: tokio::sync::watch::Receiver<bool>) -> Result<HashSet<String>, String> {
+    let mut into = HashSet::new();
     let mut empty = 0;
-    while empty < 2 {
-        let out = sqs.receive_message().queue_url(url).max_number_of_messages(10).wait_time_seconds(1).send().await;
+    while !(*stop.borrow() && empty >= 2) {
+        let out = sqs.receive_message().queue_url(&url).max_number_of_messages(10).wait_time_seconds(1).send().await;
         let messages = out.map_err(|e| sdk_error("ReceiveMessage", e))?.messages.unwrap_or_default();
         if messages.is_empty() {
             empty += 1;
             continue;
         }
         empty = 0;
-        let mut batch = sqs.delete_message_batch().queue_url(url);
+        let mut batch = sqs.delete_message_batch().queue_url(&url);
         for (i, m) in messages.iter().enumerate() {
             if let Some(id) = m
                 .body()
@@ -207,7 +222,7 @@ async fn drain_archive(sqs: &aws_sdk_sqs::Client, url: &str, into: &mut HashSet<
         }
         batch.send().await.map_err(|e| sdk_error("DeleteMessageBatch", e))?;
     }
-    Ok(())
+    Ok(into)
 }
 
 /// `(event_id, event_type)` of every `INSERT` the stream `arn` carried (every shard, from its
@@ -257,9 +272,16 @@ async fn stream_events(runtime: &Runtime, arn: &str) -> Result<Vec<(String, Stri
     Ok(events)
 }
 
-async fn scan(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Result<Vec<HashMap<String, AttributeValue>>, String> {
+/// Every item of `table`, with the `attributes` the verdict reads only (the emulator's cost of a
+/// Scan answer grows with every attribute of every item in it).
+async fn scan(dynamodb: &aws_sdk_dynamodb::Client, table: &str, attributes: &[&str]) -> Result<Vec<HashMap<String, AttributeValue>>, String> {
     let mut items = Vec::new();
-    let mut pages = dynamodb.scan().table_name(table).consistent_read(true).into_paginator().items().send();
+    let names: Vec<String> = (0..attributes.len()).map(|i| format!("#a{i}")).collect();
+    let mut scan = dynamodb.scan().table_name(table).consistent_read(true).projection_expression(names.join(", "));
+    for (name, attribute) in names.iter().zip(attributes) {
+        scan = scan.expression_attribute_names(name, *attribute);
+    }
+    let mut pages = scan.into_paginator().items().send();
     while let Some(item) = pages.next().await {
         items.push(item.map_err(|e| sdk_error(&format!("Scan {table}"), e))?);
     }
@@ -335,7 +357,15 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
         stock::put(&dynamodb, &names.inventory, sku, STOCK).await?;
     }
     let archive_url = archive(&runtime, &names.bus).await?;
+    let (stop_archive, archive_stopped) = tokio::sync::watch::channel(false);
+    let archived = tokio::spawn(drain_archive(sqs.clone(), archive_url, archive_stopped));
     let started = Instant::now();
+    let mut phases = Vec::new();
+    let mut phase = Instant::now();
+    let mut lap = |name: &'static str, phases: &mut Vec<(&'static str, f64)>| {
+        phases.push((name, phase.elapsed().as_secs_f64()));
+        phase = Instant::now();
+    };
     injector.arm();
 
     // Orders, then cancellations, through the HTTP API.
@@ -402,7 +432,9 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
         say.progress(format!("POST /orders/{{id}}/cancel {done}/{}", to_cancel.len()));
     }
     say.end_progress();
+    lap("orders", &mut phases);
     let quiet = wait_quiet(&injector, options, &say, "orders sent").await;
+    lap("quiet", &mut phases);
 
     // Dead letters: their reasons, what a redrive would do, and the redrive when the plan says so.
     let mut dead = Vec::new();
@@ -438,15 +470,16 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
     for q in &names.dead_letter_queues {
         left += dlq::peek(&sqs, q).await?.len();
     }
+    lap("redrive", &mut phases);
 
     // The verdict, from the tables, the stream and the queues.
     say.progress("reading the tables, the stream and the archive");
-    let mut published = HashSet::new();
-    drain_archive(&sqs, &archive_url, &mut published).await?;
+    let _ = stop_archive.send(true);
+    let published = archived.await.map_err(|e| format!("reading the archive queue: {e}"))??;
     let carried = stream_events(&runtime, &names.outbox_stream).await?;
-    let orders = scan(&dynamodb, &names.orders).await?;
-    let inventory = scan(&dynamodb, &names.inventory).await?;
-    let inbox = scan(&dynamodb, &names.inbox).await?;
+    let orders = scan(&dynamodb, &names.orders, &["pk", "order_id", "status"]).await?;
+    let inventory = scan(&dynamodb, &names.inventory, &["pk", "status", "lines", "available", "reserved"]).await?;
+    let inbox = scan(&dynamodb, &names.inbox, &["event_id", "status"]).await?;
     say.end_progress();
 
     let orders: HashMap<String, String> =
@@ -579,15 +612,21 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
         stream_events: carried_ids.len(),
         published_events: published.len(),
         wall_secs: started.elapsed().as_secs_f64(),
-        peak_rss_mb: peak_rss_mb(),
+        phases_secs: {
+            lap("verdict", &mut phases);
+            phases
+        },
+        peak_rss_mb: peak_rss_mb("self"),
+        emulator_peak_rss_mb: options.emulator_pid.and_then(|pid| peak_rss_mb(&pid.to_string())),
+        stages: crate::status::stage_figures(&runtime.stats.snapshot()),
         invariants,
         ok,
     })
 }
 
-/// `VmHWM` of this process, MB (Linux).
-fn peak_rss_mb() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+/// `VmHWM` of process `pid` (a number or `self`), MB (Linux).
+fn peak_rss_mb(pid: &str) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kb: f64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
     Some(kb / 1024.0)
 }
@@ -610,6 +649,17 @@ pub fn format_report(report: &ProofReport) -> String {
         "dead letters: {} before the redrive, {} redriven, {} left; stream carried {} events, {} reached the bus\n\n",
         report.dead_lettered, report.redriven, report.dead_letters_left, report.stream_events, report.published_events
     ));
+    let phases: Vec<String> = report.phases_secs.iter().map(|(name, secs)| format!("{name} {secs:.0} s")).collect();
+    let mb = |v: Option<f64>| v.map(|v| format!("{v:.0} MB")).unwrap_or_else(|| "-".into());
+    out.push_str(&format!(
+        "time: {}; peak memory: outbox-local {}, emulator {}\n\n",
+        phases.join(", "),
+        mb(report.peak_rss_mb),
+        mb(report.emulator_peak_rss_mb)
+    ));
+    out.push_str("per stage, as each function reported it (EMF metrics):\n");
+    out.push_str(&crate::status::format_stage_figures(&report.stages));
+    out.push('\n');
     out.push_str(&format!("{:<72} {:>7}\n", "fault injected", "count"));
     for f in &report.faults {
         out.push_str(&format!("{:<72} {:>7}\n", f.fault, f.count));
@@ -624,4 +674,55 @@ pub fn format_report(report: &ProofReport) -> String {
     }
     out.push_str(if report.ok { "\nresult: every invariant held\n" } else { "\nresult: an invariant is BROKEN\n" });
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> ProofReport {
+        let mut stages = BTreeMap::new();
+        stages.insert("OutboxRelayFunction".to_owned(), BTreeMap::from([("EventsPublished".to_owned(), 250), ("PutEventsCalls".to_owned(), 43)]));
+        ProofReport {
+            orders_sent: 100,
+            orders_answered: 100,
+            orders_committed: 100,
+            cancellations_sent: 25,
+            orders_cancelled: 25,
+            requests_failed: 0,
+            aws_calls: 529,
+            faults: vec![Injected { fault: "crash events:PutEvents".into(), count: 1 }],
+            faults_by_kind: BTreeMap::from([("crash".to_owned(), 1)]),
+            dead_lettered: 0,
+            redriven: 0,
+            dead_letters_left: 0,
+            stream_events: 250,
+            published_events: 250,
+            wall_secs: 36.0,
+            phases_secs: vec![("orders", 5.6), ("quiet", 20.1), ("redrive", 9.1), ("verdict", 1.0)],
+            peak_rss_mb: Some(45.2),
+            emulator_peak_rss_mb: Some(104.9),
+            stages,
+            invariants: vec![Invariant { name: "the pipeline went quiet", held: true, detail: "no AWS call for 8 s".into() }],
+            ok: true,
+        }
+    }
+
+    #[test]
+    fn the_report_gives_the_phases_peak_memory_and_the_functions_stage_figures() {
+        let text = format_report(&report());
+        assert!(text.contains("time: orders 6 s, quiet 20 s, redrive 9 s, verdict 1 s"), "{text}");
+        assert!(text.contains("peak memory: outbox-local 45 MB, emulator 105 MB"), "{text}");
+        assert!(text.contains("OutboxRelayFunction: 250 published, 43 PutEvents calls"), "{text}");
+        let json = serde_json::to_value(report()).expect("the report serialises");
+        assert_eq!(json["stages"]["OutboxRelayFunction"]["EventsPublished"], 250);
+        assert_eq!(json["phases_secs"][0], json!(["orders", 5.6]));
+        assert_eq!(json["emulator_peak_rss_mb"], 104.9);
+    }
+
+    #[test]
+    fn peak_memory_is_read_from_proc() {
+        assert!(peak_rss_mb("self").is_some_and(|mb| mb > 0.0), "this process has a VmHWM");
+        assert_eq!(peak_rss_mb("no-such-process"), None);
+    }
 }

@@ -30,15 +30,20 @@ pub async fn delete_expired(dynamodb: &aws_sdk_dynamodb::Client, table: &TableSp
     let keys: Vec<String> = table.key_schema.iter().map(|(name, _)| name.clone()).collect();
     let now = AttributeValue::N(now_s.to_string());
     let mut expired = Vec::new();
-    let mut pages = dynamodb
+    // Only the keys come back: the emulator's cost of a Scan answer grows with every attribute
+    // of every item in it.
+    let projection: Vec<String> = (0..keys.len()).map(|i| format!("#k{i}")).collect();
+    let mut scan = dynamodb
         .scan()
         .table_name(&table.name)
         .filter_expression("#ttl < :now")
+        .projection_expression(projection.join(", "))
         .expression_attribute_names("#ttl", attribute)
-        .expression_attribute_values(":now", now.clone())
-        .into_paginator()
-        .items()
-        .send();
+        .expression_attribute_values(":now", now.clone());
+    for (name, key) in projection.iter().zip(&keys) {
+        scan = scan.expression_attribute_names(name, key);
+    }
+    let mut pages = scan.into_paginator().items().send();
     while let Some(item) = pages.next().await {
         let item = item.map_err(|e| format!("Scan {}: {}", table.name, aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
         expired.push(keys.iter().filter_map(|k| item.get(k).map(|v| (k.clone(), v.clone()))).collect::<std::collections::HashMap<_, _>>());
