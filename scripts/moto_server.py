@@ -286,6 +286,10 @@ class KeepAliveRequestHandler(MotoRequestHandler):
     """
 
     protocol_version = "HTTP/1.1"
+    # TCP_NODELAY: the headers and the body are two writes; with Nagle's algorithm the body
+    # waits for the client's (delayed, ~40 ms) ACK of the headers on a connection that stays
+    # open. A closing connection flushed it at once, which is why the old server never waited.
+    disable_nagle_algorithm = True
 
     def run_wsgi(self):
         if self.headers.get("Expect", "").lower().strip(" \t") == "100-continue":
