@@ -24,13 +24,14 @@
 //! With `--bootstrap DIR` (the output of `cargo lambda build --release`: `DIR/<binary>/bootstrap`)
 //! it also starts the relay's bootstrap binary the way Lambda does, through a Lambda Runtime API
 //! served by `outbox-local`, and reports process start → first response (one stream record, one
-//! `PutEvents`) and the process's RSS after that first invocation, per run.
+//! `PutEvents`), the process's CPU time until then and its peak RSS (`VmHWM`) after that first
+//! invocation, min / median / max over the runs (one cold start per run).
 //!
 //! `--endpoint URL` uses a running emulator (e.g. behind a proxy that delays its answers) instead
 //! of starting one; `--only relay|consumer` runs one workload.
 //!
-//! `--flavor current|multi` picks the tokio runtime the handlers run on (default `multi`, what
-//! `#[tokio::main]` gives the function binaries).
+//! `--flavor current|multi` picks the tokio runtime the handlers run on (default `current`, the
+//! relay's and the consumer's `#[tokio::main(flavor = "current_thread")]`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -212,13 +213,13 @@ struct Args {
 }
 
 fn args() -> Args {
-    let mut a = Args { runs: 5, bootstrap: None, current_thread: false, only: None, endpoint: None };
+    let mut a = Args { runs: 5, bootstrap: None, current_thread: true, only: None, endpoint: None };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--runs" => a.runs = it.next().and_then(|n| n.parse().ok()).unwrap_or(a.runs),
             "--bootstrap" => a.bootstrap = it.next().map(PathBuf::from),
-            "--flavor" => a.current_thread = it.next().as_deref() == Some("current"),
+            "--flavor" => a.current_thread = it.next().as_deref() != Some("multi"),
             "--only" => a.only = it.next(),
             "--endpoint" => a.endpoint = it.next(),
             // `cargo bench` passes `--bench`.
@@ -332,17 +333,18 @@ async fn bench(args: Args) {
 }
 
 /// Process start → first response of the relay's release bootstrap through a Lambda Runtime
-/// API, and its RSS after that invocation.
+/// API, the process's CPU time until then, and its peak RSS (`VmHWM`) after that invocation.
 async fn cold_starts(dir: &Path, stack: &Stack, sdk: &aws_config::SdkConfig, runs: usize) {
     let spec = stack.functions.iter().find(|f| f.logical_id == RELAY).cloned().unwrap_or_else(|| panic!("{RELAY} in the template"));
+    // Absolute: the instance runs in its program's directory (as Lambda runs /var/task/bootstrap).
+    let dir = dir.canonicalize().unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     let program = dir.join(&spec.binary).join("bootstrap");
     let size = std::fs::metadata(&program).map(|m| m.len()).unwrap_or_else(|e| panic!("{}: {e}", program.display()));
     let template_env = stack.environment(&spec).unwrap_or_else(|e| panic!("{RELAY}'s environment: {e}"));
     let r = &stack.resolver;
     let placement = Placement { region: r.region.clone(), endpoint: sdk.endpoint_url().map(str::to_owned), function_name: format!("bench-{RELAY}") };
     let env = lambda_environment(&spec, &template_env, &placement);
-    let mut start_ms = Vec::new();
-    let mut rss_kb = Vec::new();
+    let (mut start_ms, mut cpu_ms, mut rss_mb) = (Vec::new(), Vec::new(), Vec::new());
     for run in 0..runs {
         let f = LocalFunction::new(
             spec.clone(),
@@ -360,34 +362,45 @@ async fn cold_starts(dir: &Path, stack: &Stack, sdk: &aws_config::SdkConfig, run
         let invocation = f.invoke(&event.to_string()).await;
         start_ms.push(started.elapsed().as_secs_f64() * 1e3);
         invocation.result.unwrap_or_else(|d| panic!("{}: {}", d.error_type, d.error_message));
-        rss_kb.push(child_rss_kb("bootstrap").unwrap_or(0));
+        let (peak_kb, cpu) = child_figures("bootstrap").unwrap_or_else(|| panic!("the bootstrap process is gone"));
+        rss_mb.push(peak_kb as f64 / 1024.0);
+        cpu_ms.push(cpu.as_secs_f64() * 1e3);
         f.stop();
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    start_ms.sort_by(f64::total_cmp);
-    rss_kb.sort_unstable();
-    let n = start_ms.len();
     println!(
-        "\n{}: {:.1} MB; process start → first response (one PutEvents): median {:.1} ms (min {:.1} / max {:.1}); RSS after it: median {:.1} MB (min {:.1} / max {:.1})",
+        "\n{}: {:.1} MB, {runs} cold starts\n  process start → first response (one PutEvents): {}\n  its CPU time until then: {}\n  peak RSS (VmHWM) after it: {} MB",
         program.display(),
         size as f64 / 1e6,
-        start_ms[n / 2],
-        start_ms[0],
-        start_ms[n - 1],
-        rss_kb[n / 2] as f64 / 1024.0,
-        rss_kb[0] as f64 / 1024.0,
-        rss_kb[n - 1] as f64 / 1024.0
+        spread(&mut start_ms, "ms"),
+        spread(&mut cpu_ms, "ms"),
+        spread(&mut rss_mb, "")
     );
 }
 
-/// VmRSS (kB) of this process's child named `comm`.
-fn child_rss_kb(comm: &str) -> Option<u64> {
+/// `median (min / max)` of `values`, each followed by `unit`.
+fn spread(values: &mut [f64], unit: &str) -> String {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    format!("median {:.1}{unit} (min {:.1} / max {:.1})", values[n / 2], values[0], values[n - 1])
+}
+
+/// Of this process's child named `comm`: its peak resident set (`VmHWM`, kB) and the CPU time
+/// all its threads have spent (the first field of each `/proc/PID/task/TID/schedstat`, ns).
+fn child_figures(comm: &str) -> Option<(u64, Duration)> {
     let me = std::process::id().to_string();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
         let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim).map(str::to_owned);
         if field("Name:").as_deref() == Some(comm) && field("PPid:").as_deref() == Some(me.as_str()) {
-            return field("VmRSS:").and_then(|v| v.trim_end_matches("kB").trim().parse().ok());
+            let peak = field("VmHWM:").and_then(|v| v.trim_end_matches("kB").trim().parse().ok())?;
+            let cpu_ns: u64 = std::fs::read_dir(entry.path().join("task"))
+                .ok()?
+                .flatten()
+                .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+                .filter_map(|stat| stat.split_whitespace().next().and_then(|ns| ns.parse::<u64>().ok()))
+                .sum();
+            return Some((peak, Duration::from_nanos(cpu_ns)));
         }
     }
     None

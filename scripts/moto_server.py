@@ -1,7 +1,7 @@
 """The moto server (pinned in requirements/emulator.txt) with AWS's transaction semantics and
 bounded memory.
 
-Six changes to moto, each installed by a function below and each written so that it could be
+Seven changes to moto, each installed by a function (or class) below and each written so that it could be
 offered upstream as it stands:
 
 1. `install_transaction_undo_log`: a cancelled TransactWriteItems is undone key by key.
@@ -57,6 +57,17 @@ offered upstream as it stands:
    are kept by their text (a bounded cache; a parsed path is not changed by `find`), as a
    module-level parser would in moto.
 
+7. `KeepAliveRequestHandler`: HTTP/1.1 keep-alive connections, as AWS's endpoints keep them.
+   werkzeug's development server (which `moto_server` runs) answers every request with
+   `Connection: close`, so every SDK call pays a new TCP connection (a quarter of a Rust
+   function's CPU per call, README "The functions' cost, measured"). Dropping that header alone
+   hangs the connection's second request: after each response werkzeug drains "any remaining
+   data in the read socket" with `rfile.read(10_000_000)` (werkzeug/serving.py, `run_wsgi`),
+   which on a kept-alive connection swallows the next request line and blocks until 10 MB or
+   EOF arrive (py-spy: the thread waits in `SocketIO.readinto` under that `execute`). The
+   handler reads exactly the request's body (its Content-Length, or its chunks) and answers
+   with a Content-Length, so the next request starts where this one ended.
+
 Usage: python scripts/moto_server.py -H 127.0.0.1 -p PORT
 """
 
@@ -66,7 +77,9 @@ import itertools
 import threading
 import weakref
 
+from werkzeug.exceptions import InternalServerError
 from werkzeug.serving import run_simple
+from werkzeug.wsgi import LimitedStream
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
     MotoRequestHandler,
@@ -335,6 +348,91 @@ class SerialiseDynamoDB:
         return self.app(environ, start_response)
 
 
+class KeepAliveRequestHandler(QuietRequestHandler):
+    """moto's request handler on HTTP/1.1 keep-alive connections (see the module's docstring).
+
+    A connection closes when the client asks (`Connection: close`, or an HTTP/1.0 request
+    without keep-alive: `http.server` decides), when a request's body cannot be delimited, or
+    after an error. One thread per open connection, as before per request (`threaded=True`);
+    an idle connection's thread waits for its next request line and holds no lock.
+    """
+
+    protocol_version = "HTTP/1.1"
+    # TCP_NODELAY: the headers and the body are two writes; with Nagle's algorithm the body
+    # waits for the client's (delayed, ~40 ms) ACK of the headers on a connection that stays
+    # open. A closing connection flushed it at once, which is why the old server never waited.
+    disable_nagle_algorithm = True
+
+    def run_wsgi(self):
+        if self.headers.get("Expect", "").lower().strip(" \t") == "100-continue":
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        self.environ = environ = self.make_environ()
+        if environ.get("wsgi.input_terminated"):
+            body = environ["wsgi.input"]  # chunked: werkzeug's DechunkedInput ends at the last chunk
+        else:
+            try:
+                length = int(environ.get("CONTENT_LENGTH") or 0)
+            except ValueError:
+                length = -1
+            if length < 0:
+                self.close_connection = True  # the body's end is unknown: this connection ends with it
+                length = 0
+            body = environ["wsgi.input"] = LimitedStream(self.rfile, length)
+        try:
+            status, headers, chunks = self._call(self.server.app, environ)
+        except Exception:  # noqa: BLE001 -- werkzeug's answer to an application error
+            import traceback
+
+            self.server.log("error", "Error on request:\n%s", traceback.format_exc())
+            self.close_connection = True
+            status, headers, chunks = self._call(InternalServerError(), environ)
+        # What the application left unread of this request's body, so that the next request
+        # starts at its request line.
+        while body.read(65536):
+            pass
+        self._send(status, headers, b"".join(chunks))
+
+    @staticmethod
+    def _call(app, environ):
+        """Runs the WSGI `app`; its status, headers and body chunks."""
+        started = {}
+        chunks = []
+
+        def start_response(status, headers, exc_info=None):
+            # Nothing is sent before the application returns, so a second call (with exc_info,
+            # PEP 3333) simply replaces the first.
+            started["status"], started["headers"] = status, headers
+            return chunks.append  # WSGI's legacy write()
+
+        application_iter = app(environ, start_response)
+        try:
+            chunks.extend(application_iter)
+        finally:
+            if hasattr(application_iter, "close"):
+                application_iter.close()
+        return started["status"], started["headers"], chunks
+
+    def _send(self, status, headers, data):
+        code_str, _, message = status.partition(" ")
+        code = int(code_str)
+        self.send_response(code, message)
+        names = set()
+        for name, value in headers:
+            if name.lower() == "transfer-encoding":
+                continue  # a hop-by-hop header (PEP 3333): the body is sent whole, with its length
+            self.send_header(name, value)
+            names.add(name.lower())
+        bodiless = self.command == "HEAD" or 100 <= code < 200 or code in (204, 304)
+        if not bodiless and "content-length" not in names:
+            self.send_header("Content-Length", str(len(data)))
+        if self.close_connection and "connection" not in names:
+            self.send_header("Connection", "close")  # so the client does not reuse it
+        self.end_headers()
+        if data and self.command != "HEAD":
+            self.wfile.write(data)
+        self.wfile.flush()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-H", "--host", default="127.0.0.1")
@@ -354,7 +452,7 @@ def main():
         args.port,
         SerialiseDynamoDB(app),
         threaded=True,
-        request_handler=QuietRequestHandler,
+        request_handler=KeepAliveRequestHandler,
     )
 
 

@@ -4,10 +4,12 @@
 //! through a shard iterator taken before it ran, and the next committed write is read normally.
 //! Its SQS sends and receives skip moto's per-message pass over the queue, and the queue's
 //! counts (`GetQueueAttributes`) stay right.
+//! It keeps HTTP/1.1 connections open, as AWS's endpoints do, and answers every request on them.
 
 mod common;
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Delete, Put, TransactWriteItem, Update};
 use aws_sdk_dynamodbstreams::types::{AttributeValue as StreamValue, Record, ShardIteratorType};
@@ -190,4 +192,55 @@ async fn queue_counts_stay_right_through_sends_and_receives() {
         sqs.delete_message().queue_url(&url).receipt_handle(m.receipt_handle().unwrap()).send().await.unwrap();
     }
     assert_eq!(counts().await, (15, 0));
+}
+
+/// One HTTP/1.1 request on `stream` and its answer: (status code, lower-cased header names and
+/// values, body). The answer must be delimited by its Content-Length.
+async fn exchange(stream: &mut tokio::io::BufReader<tokio::net::TcpStream>, request: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    stream.get_mut().write_all(request).await.unwrap();
+    let mut status = String::new();
+    stream.read_line(&mut status).await.unwrap();
+    let code = status.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("a status line, got {status:?}"));
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        stream.read_line(&mut line).await.unwrap();
+        let Some((name, value)) = line.trim_end().split_once(':') else { break };
+        headers.push((name.to_ascii_lowercase(), value.trim().to_owned()));
+    }
+    let length: usize = headers.iter().find(|(n, _)| n == "content-length").and_then(|(_, v)| v.parse().ok()).expect("a Content-Length");
+    let mut body = vec![0; length];
+    stream.read_exact(&mut body).await.unwrap();
+    (code, headers, body)
+}
+
+/// werkzeug's development server (under moto) closes every connection, and only dropping its
+/// `Connection: close` hangs the second request: werkzeug drains the socket after each answer
+/// and swallows the next request (scripts/moto_server.py, `KeepAliveRequestHandler`). On one
+/// connection: a DynamoDB call, a request whose body moto never reads, a chunked body, and a
+/// last call: each answered, none closing the connection.
+#[tokio::test]
+async fn the_emulator_answers_every_request_on_one_kept_alive_connection() {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let emulator = outbox_local::emulator::Emulator::start(&root).await.unwrap();
+    let address = emulator.endpoint.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::io::BufReader::new(tokio::net::TcpStream::connect(&address).await.unwrap());
+    let dynamodb = "x-amz-target: DynamoDB_20120810.ListTables\r\ncontent-type: application/x-amz-json-1.0\r\n\
+                    authorization: AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=0";
+    let list_tables = format!("POST / HTTP/1.1\r\nhost: {address}\r\n{dynamodb}\r\ncontent-length: 2\r\n\r\n{{}}");
+    let unread = format!("GET /moto-api/data.json HTTP/1.1\r\nhost: {address}\r\ncontent-length: 100000\r\n\r\n{}", "x".repeat(100_000));
+    let chunked = format!("POST / HTTP/1.1\r\nhost: {address}\r\n{dynamodb}\r\ntransfer-encoding: chunked\r\n\r\n1\r\n{{\r\n1\r\n}}\r\n0\r\n\r\n");
+    for (name, request) in
+        [("ListTables", &list_tables), ("unread body", &unread), ("chunked ListTables", &chunked), ("ListTables again", &list_tables)]
+    {
+        // A guard against the hang this test is about, not a timing: the answer comes or the test fails.
+        let answer = tokio::time::timeout(Duration::from_secs(60), exchange(&mut stream, request.as_bytes())).await;
+        let (code, headers, body) = answer.unwrap_or_else(|_| panic!("{name}: no answer on the kept-alive connection"));
+        assert_eq!(code, 200, "{name}: {}", String::from_utf8_lossy(&body));
+        assert!(!headers.iter().any(|(n, v)| n == "connection" && v.eq_ignore_ascii_case("close")), "{name} closed the connection: {headers:?}");
+        if name.contains("ListTables") {
+            assert!(String::from_utf8_lossy(&body).contains("TableNames"), "{name}: {}", String::from_utf8_lossy(&body));
+        }
+    }
 }
