@@ -273,3 +273,30 @@ fn messages_that_are_not_bus_events_are_named() {
     assert!(all.wants("OrderPaid"));
     assert!(!Subscriber { enabled: false, ..all }.wants("OrderPaid"));
 }
+
+/// A claim-checked event (`detail.data_ref`, no `detail.data`) is an event, not a malformed
+/// message; with its payload put inline the subscriber's body is the metadata as the producer
+/// wrote it and the payload as `data`, never the S3 reference. A detail with neither is named.
+#[test]
+fn a_claim_checked_event_is_delivered_with_its_payload_inline() {
+    let metadata = r#"{"id":"evt-big","type":"OrderCreated","version":1,"source":"example.orders","time":"2026-12-01T06:00:00.000Z","subject":"o-9","aggregate_type":"Order","sequence":1,"correlation_id":"corr-9"}"#;
+    let data_ref = r#"{"bucket":"payloads","key":"outbox/evt-big","size":27,"sha256":"00"}"#;
+    let bus_event =
+        format!(r#"{{"version":"0","id":"bus-9","detail-type":"OrderCreated","detail":{{"metadata":{metadata},"data_ref":{data_ref}}}}}"#);
+    let event = WebhookEvent::parse(&bus_event).unwrap();
+    let reference = event.data_ref.clone().expect("the reference is kept");
+    assert_eq!((reference.key.as_str(), reference.size), ("outbox/evt-big", 27));
+    assert_eq!(event.metadata.id, "evt-big");
+
+    let inline = event.with_payload(br#"{"order_id":"o-9","n":[1,2]}"#).unwrap();
+    assert_eq!(inline.data_ref, None);
+    assert_eq!(inline.body, format!(r#"{{"metadata":{metadata},"data":{{"order_id":"o-9","n":[1,2]}}}}"#));
+    assert!(!inline.body.contains("data_ref") && !inline.body.contains("payloads"), "{}", inline.body);
+
+    let err = event.with_payload(b"not json").unwrap_err();
+    assert!(err.to_string().contains("not JSON"), "{err}");
+    let err = WebhookEvent::parse(&format!(r#"{{"detail":{{"metadata":{metadata}}}}}"#)).unwrap_err();
+    assert!(err.to_string().contains("neither `data` nor `data_ref`"), "{err}");
+    // An inline event stays as it was.
+    assert_eq!(self::event().data_ref, None);
+}

@@ -26,7 +26,14 @@
 //! **Dead letters** carry the original EventBridge event as body (so the existing `dlq redrive`
 //! re-publishes it; the fan-out then skips subscribers that already have it, through the inbox)
 //! and attributes `ERROR_CODE` (`WebhookRejected`, `WebhookGone`, `WebhookRetriesExhausted`,
-//! `WebhookUnknownSubscriber`), `ERROR_MESSAGE`, `subscriber`.
+//! `WebhookUnknownSubscriber`, `WebhookMalformedEvent`; for a claim-checked payload
+//! `PayloadMissing`, `PayloadCorrupt`, `WebhookClaimCheckUnavailable`), `ERROR_MESSAGE`, `subscriber`.
+//!
+//! **Claim-checked events** (`detail.data_ref`, feature `claim-check`): a subscriber receives the
+//! payload inline, `{"metadata": …, "data": …}`, fetched from S3 and verified (size, SHA-256)
+//! for each delivery ([`Dispatcher::with_claim_check`]; `run_from_env` sets it up from
+//! `CLAIM_CHECK_BUCKET`); the signature and the inbox's payload hash are over that body. A
+//! subscriber never sees the S3 reference.
 //!
 //! **Subscribers live in a DynamoDB table** (not SSM Parameter Store): one item per subscriber
 //! (`id`, `url`, `event_types` — `*` for all —, `secret_id`, `enabled`), changed with a `PutItem`
@@ -56,7 +63,7 @@ use super::client::{ClientConfig, SignedPost, WebhookClient};
 use super::outcome::Outcome;
 use super::signature::Secret;
 use crate::config::{ConfigError, Env};
-use crate::envelope::{EventDetail, EventMetadata};
+use crate::envelope::EventMetadata;
 use crate::inbox::{payload_hash, GuardedError, InboxError, InboxStore};
 
 /// The message attribute naming the subscriber of a fanned-out message.
@@ -97,8 +104,11 @@ impl Subscriber {
 pub struct WebhookEvent {
     /// The envelope metadata (`detail.metadata`): `id` is the `webhook-id`.
     pub metadata: EventMetadata,
-    /// The request body: the event's `detail`, verbatim.
+    /// The request body: the event's `detail`, verbatim (for a claim-checked event, until the
+    /// dispatcher replaced its `data_ref` with the payload: [`WebhookEvent::with_payload`]).
     pub body: String,
+    /// `detail.data_ref` of a claim-checked event (its payload is in S3, `detail.data` absent).
+    pub data_ref: Option<crate::envelope::PayloadRef>,
 }
 
 /// Why a queue message could not be read as a bus event.
@@ -117,9 +127,43 @@ impl WebhookEvent {
             #[serde(borrow)]
             detail: &'a RawValue,
         }
+        /// `detail`: the envelope's metadata and its payload, inline (`data`) or claim-checked (`data_ref`).
+        #[derive(Deserialize)]
+        struct Detail<'a> {
+            metadata: EventMetadata,
+            #[serde(borrow)]
+            data: Option<&'a RawValue>,
+            data_ref: Option<crate::envelope::PayloadRef>,
+        }
         let routed: Routed<'_> = serde_json::from_str(message_body).map_err(|e| NotAnEvent(e.to_string()))?;
-        let detail: EventDetail<&RawValue> = serde_json::from_str(routed.detail.get()).map_err(|e| NotAnEvent(format!("detail: {e}")))?;
-        Ok(Self { metadata: detail.metadata, body: routed.detail.get().to_owned() })
+        let detail: Detail<'_> = serde_json::from_str(routed.detail.get()).map_err(|e| NotAnEvent(format!("detail: {e}")))?;
+        let data_ref = match (detail.data, detail.data_ref) {
+            (Some(_), _) => None,
+            (None, Some(reference)) => Some(reference),
+            (None, None) => return Err(NotAnEvent("detail: neither `data` nor `data_ref`".to_owned())),
+        };
+        Ok(Self { metadata: detail.metadata, body: routed.detail.get().to_owned(), data_ref })
+    }
+
+    /// This claim-checked event with its payload inline: the body becomes
+    /// `{"metadata": …, "data": <payload>}`, what the subscriber would have received had the
+    /// payload fitted in the event (a subscriber never sees the S3 reference).
+    ///
+    /// # Errors
+    /// [`NotAnEvent`] when `payload` is not JSON.
+    pub fn with_payload(&self, payload: &[u8]) -> Result<Self, NotAnEvent> {
+        /// The detail's metadata as the producer wrote it, and the payload.
+        #[derive(Deserialize, Serialize)]
+        struct Inline<'a> {
+            #[serde(borrow)]
+            metadata: &'a RawValue,
+            #[serde(borrow, default)]
+            data: Option<&'a RawValue>,
+        }
+        let mut detail: Inline<'_> = serde_json::from_str(&self.body).map_err(|e| NotAnEvent(format!("detail: {e}")))?;
+        detail.data = Some(serde_json::from_slice(payload).map_err(|e| NotAnEvent(format!("the claim-checked payload is not JSON: {e}")))?);
+        let body = serde_json::to_string(&detail).map_err(|e| NotAnEvent(format!("the event with its payload cannot be written: {e}")))?;
+        Ok(Self { metadata: self.metadata.clone(), body, data_ref: None })
     }
 }
 
@@ -481,12 +525,22 @@ pub struct Dispatcher<S> {
     subscribers: SubscriberTable,
     secrets: SecretCache,
     config: DispatcherConfig,
+    #[cfg(feature = "claim-check")]
+    claim_check: Option<crate::claim_check::ClaimCheck>,
 }
 
 enum MessageResult {
     Done,
     Retry(Duration),
     Failed,
+}
+
+/// Why a claim-checked event's payload could not be put inline.
+enum Unresolved {
+    /// S3 failed in a way a later attempt can get past.
+    Transient(String),
+    /// It can never be delivered: the dead letter's code and reason.
+    Permanent(&'static str, String),
 }
 
 impl<S: InboxStore> Dispatcher<S> {
@@ -502,7 +556,41 @@ impl<S: InboxStore> Dispatcher<S> {
             subscribers: SubscriberTable::new(aws_sdk_dynamodb::Client::new(sdk), &config.subscribers_table, config.subscribers_ttl),
             secrets: SecretCache::new(aws_sdk_secretsmanager::Client::new(sdk), config.secrets_ttl),
             config,
+            #[cfg(feature = "claim-check")]
+            claim_check: None,
         })
+    }
+
+    /// Delivers claim-checked events (`detail.data_ref`) with their payload inline, fetched from
+    /// S3 and verified (size, SHA-256) for each delivery: a subscriber never sees the reference.
+    /// Without it such an event is dead-lettered (`WebhookClaimCheckUnavailable`). Needs
+    /// `s3:GetObject` on the payloads.
+    #[cfg(feature = "claim-check")]
+    pub fn with_claim_check(mut self, claim_check: crate::claim_check::ClaimCheck) -> Self {
+        self.claim_check = Some(claim_check);
+        self
+    }
+
+    /// `event` with its claim-checked payload inline.
+    async fn inline_payload(&self, event: &WebhookEvent, reference: &crate::envelope::PayloadRef) -> Result<WebhookEvent, Unresolved> {
+        #[cfg(feature = "claim-check")]
+        if let Some(claim_check) = &self.claim_check {
+            let payload = claim_check.fetch(reference).await.map_err(|e| {
+                if e.is_retryable() {
+                    Unresolved::Transient(e.to_string())
+                } else {
+                    Unresolved::Permanent(e.error_type(), e.to_string())
+                }
+            })?;
+            return event.with_payload(&payload).map_err(|e| Unresolved::Permanent("PayloadCorrupt", e.to_string()));
+        }
+        Err(Unresolved::Permanent(
+            "WebhookClaimCheckUnavailable",
+            format!(
+                "the event's payload is claim-checked (s3://{}/{}, {} bytes) and this dispatcher has no claim check to fetch it (CLAIM_CHECK_BUCKET)",
+                reference.bucket, reference.key, reference.size
+            ),
+        ))
     }
 
     /// Handles one batch. Messages that must come back later are in `batchItemFailures` (their
@@ -590,6 +678,21 @@ impl<S: InboxStore> Dispatcher<S> {
                 tracing::warn!(subscriber = %subscriber.id, error = %e, "cannot read the subscriber's secret");
                 return MessageResult::Failed;
             }
+        };
+        let inline;
+        let event = match &event.data_ref {
+            None => event,
+            Some(reference) => match self.inline_payload(event, reference).await {
+                Ok(resolved) => {
+                    inline = resolved;
+                    &inline
+                }
+                Err(Unresolved::Transient(reason)) => {
+                    tracing::warn!(subscriber = %subscriber.id, %reason, "cannot fetch the claim-checked payload");
+                    return MessageResult::Failed;
+                }
+                Err(Unresolved::Permanent(code, reason)) => return self.dead_letter(body, Some(&subscriber.id), code, &reason, report).await,
+            },
         };
         let trace = message.attributes.get("AWSTraceHeader").map(String::as_str);
         let decision = self.deliverer.deliver(subscriber, &secrets, event, receive_count, lease_until, trace).await;
@@ -744,7 +847,13 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
             env.optional("WEBHOOK_CONSUMER_NAME", "webhook-dispatcher"),
             crate::config::inbox_retention(&env)?,
         );
-        Ok(Dispatcher::new(&sdk, inbox, DispatcherConfig::from_env(&env)?)?)
+        let dispatcher = Dispatcher::new(&sdk, inbox, DispatcherConfig::from_env(&env)?)?;
+        #[cfg(feature = "claim-check")]
+        let dispatcher = match crate::lambda::claim_check(&sdk, &env)? {
+            Some(claim_check) => dispatcher.with_claim_check(claim_check),
+            None => dispatcher,
+        };
+        Ok(dispatcher)
     })();
     let dispatcher = match built {
         Ok(d) => d,
