@@ -31,7 +31,7 @@
 //!
 //! **Claim-checked events** (`detail.data_ref`, feature `claim-check`): a subscriber receives the
 //! payload inline, `{"metadata": …, "data": …}`, fetched from S3 and verified (size, SHA-256)
-//! for each delivery ([`Dispatcher::with_claim_check`]; `run_from_env` sets it up from
+//! for each delivery (`Dispatcher::with_claim_check`; `run_from_env` sets it up from
 //! `CLAIM_CHECK_BUCKET`); the signature and the inbox's payload hash are over that body. A
 //! subscriber never sees the S3 reference.
 //!
@@ -538,6 +538,7 @@ enum MessageResult {
 /// Why a claim-checked event's payload could not be put inline.
 enum Unresolved {
     /// S3 failed in a way a later attempt can get past.
+    #[cfg_attr(not(feature = "claim-check"), allow(dead_code))]
     Transient(String),
     /// It can never be delivered: the dead letter's code and reason.
     Permanent(&'static str, String),
@@ -584,6 +585,8 @@ impl<S: InboxStore> Dispatcher<S> {
             })?;
             return event.with_payload(&payload).map_err(|e| Unresolved::Permanent("PayloadCorrupt", e.to_string()));
         }
+        #[cfg(not(feature = "claim-check"))]
+        let _ = event;
         Err(Unresolved::Permanent(
             "WebhookClaimCheckUnavailable",
             format!(
