@@ -125,7 +125,9 @@ async fn every_rejected_request_answers_its_status_names_the_field_and_writes_no
         "lines": (0..51).map(|i| json!({"sku": format!("S-{i}"), "quantity": 1, "unit_price": "1.00"})).collect::<Vec<_>>()
     })
     .to_string();
-    let too_large = format!(r#"{{"customer_id":"{}","currency":"EUR","lines":[]}}"#, "x".repeat(70 * 1024));
+    // POST /orders takes 64 KiB plus the attachment maximum (the template's
+    // ORDER_ATTACHMENT_MAX_BYTES, 4 MiB): one byte-string 70 KiB over that.
+    let too_large = format!(r#"{{"customer_id":"{}","currency":"EUR","lines":[]}}"#, "x".repeat(4 * 1024 * 1024 + 70 * 1024));
     // "Zoë" in ISO-8859-1: not UTF-8, so the HTTP API hands it over base64-encoded.
     let latin1: Vec<u8> = order(None, 1).replace("c-1001", "Zo#").into_bytes().into_iter().map(|b| if b == b'#' { 0xeb } else { b }).collect();
     let long_key = "k".repeat(256);
@@ -139,7 +141,7 @@ async fn every_rejected_request_answers_its_status_names_the_field_and_writes_no
         ("no body", "POST", "/orders".into(), vec![JSON], None, 400, Some("body")),
         ("not JSON", "POST", "/orders".into(), vec![JSON], Some(b"{\"customer_id\":".to_vec()), 400, Some("body")),
         ("text/plain", "POST", "/orders".into(), vec![text], Some(order(None, 1).into_bytes()), 415, Some("content-type")),
-        ("over 64 KiB", "POST", "/orders".into(), vec![JSON], Some(too_large.into_bytes()), 413, Some("body")),
+        ("over 64 KiB + the attachment maximum", "POST", "/orders".into(), vec![JSON], Some(too_large.into_bytes()), 413, Some("body")),
         ("51 lines", "POST", "/orders".into(), vec![JSON], Some(too_many_lines.into_bytes()), 400, Some("lines")),
         ("quantity 0", "POST", "/orders".into(), vec![JSON], Some(order(None, 0).into_bytes()), 400, Some("lines[0].quantity")),
         ("quantity -3", "POST", "/orders".into(), vec![JSON], Some(order(None, -3).into_bytes()), 400, Some("lines[0].quantity")),
