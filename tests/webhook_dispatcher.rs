@@ -3,7 +3,8 @@
 //! per subscriber; a 2xx is delivered once (a redelivery sends nothing); 500 and 429 are retried
 //! through the message's visibility timeout until the subscriber answers 200; a 410 disables the
 //! subscriber and a 400 dead-letters, both with a readable reason; secrets come from Secrets
-//! Manager.
+//! Manager. A claim-checked event reaches its subscriber with the payload inline (fetched from
+//! the emulator's S3 and verified); an altered object is dead-lettered `PayloadCorrupt`.
 
 mod common;
 
@@ -145,23 +146,119 @@ impl Harness {
     }
 }
 
+impl Harness {
+    /// The dispatcher as `WebhookDispatcherFunction` builds it from the template's environment
+    /// (plain http allowed, backoff 1 s / cap 2 s), on a fresh stack.
+    async fn start() -> (Self, Env) {
+        let local = Local::start().await;
+        let mut env = local.env_of("WebhookDispatcherFunction");
+        env.insert("WEBHOOK_ALLOW_HTTP".into(), "true".into());
+        env.insert("WEBHOOK_BACKOFF_BASE_SECONDS".into(), "1".into());
+        env.insert("WEBHOOK_BACKOFF_CAP_SECONDS".into(), "2".into());
+        let config = DispatcherConfig::from_env(&Env::from_map(env.clone())).expect("the dispatcher's settings");
+        let inbox = Inbox::new(local.dynamodb.clone(), env["INBOX_TABLE"].clone(), "webhook-dispatcher", DEFAULT_RETENTION);
+        let dispatcher = Dispatcher::new(&local.runtime.sdk, inbox, config).expect("a dispatcher");
+        let h = Harness {
+            queue: env["WEBHOOK_DELIVERY_QUEUE_URL"].clone(),
+            dlq: env["WEBHOOK_DLQ_URL"].clone(),
+            subscribers: env["WEBHOOK_SUBSCRIBERS_TABLE"].clone(),
+            dispatcher,
+            local,
+        };
+        (h, Env::from_map(env))
+    }
+
+    /// Fans `bus_event` out and hands over the `n` per-subscriber messages in one invocation.
+    async fn deliver(&self, bus_event: &str, n: usize) -> DispatchReport {
+        self.local.sqs.send_message().queue_url(&self.queue).message_body(bus_event).send().await.expect("SendMessage");
+        let (report, _) = self.invoke(self.receive(&self.queue, Duration::from_secs(5)).await).await;
+        assert_eq!(report.fan_out_messages, n, "{report:?}");
+        let mut fanned = Vec::new();
+        while fanned.len() < n {
+            let got = self.receive(&self.queue, Duration::from_secs(5)).await;
+            assert!(!got.is_empty(), "only {} of {n} fanned-out messages arrived", fanned.len());
+            fanned.extend(got);
+        }
+        self.invoke(fanned).await.0
+    }
+
+    /// A secret (one `whsec_`) named `<stack>-webhook-<name>` in Secrets Manager.
+    async fn secret(&self, name: &str) -> (Secret, String) {
+        let secret = Secret::generate();
+        let secret_name = format!("{}-webhook-{name}", self.local.stack_name);
+        let secrets = aws_sdk_secretsmanager::Client::new(&self.local.runtime.sdk);
+        secrets.create_secret().name(&secret_name).secret_string(secret.to_whsec()).send().await.expect("CreateSecret");
+        (secret, secret_name)
+    }
+
+    /// `(subscriber, ERROR_CODE, ERROR_MESSAGE)` of the dead letters, sorted.
+    async fn dead_letters(&self) -> Vec<(String, String, String)> {
+        let dead = self.receive(&self.dlq, Duration::from_secs(5)).await;
+        let mut reasons: Vec<(String, String, String)> = dead
+            .iter()
+            .map(|m| {
+                let a = m.message_attributes().cloned().unwrap_or_default();
+                let text = |k: &str| a.get(k).and_then(|v| v.string_value.clone()).unwrap_or_default();
+                (text("subscriber"), text("ERROR_CODE"), text("ERROR_MESSAGE"))
+            })
+            .collect();
+        reasons.sort();
+        reasons
+    }
+}
+
+/// A claim-checked event (`detail.data_ref`, its payload in the template's
+/// `OutboxPayloadBucket`) reaches the subscriber with the payload inline, signed over that body,
+/// never the S3 reference; a redelivery sends nothing; an object altered after the commit is
+/// dead-lettered `PayloadCorrupt`, and nothing is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_checked_event_is_delivered_with_its_payload_inline() {
+    let (h, env) = Harness::start().await;
+    let claim_check =
+        outbox::lambda::claim_check(&h.local.runtime.sdk, &env).expect("claim check settings").expect("CLAIM_CHECK_BUCKET in the template");
+    let h = Harness { dispatcher: h.dispatcher.with_claim_check(claim_check.clone()), ..h };
+    let (secret, secret_name) = h.secret("big").await;
+    let (endpoint, url) = Endpoint::start(vec![(200, None)]).await;
+    h.subscriber("big", &url, &secret_name).await;
+
+    let metadata = r#"{"id":"evt-large-1","type":"OrderCreated","version":1,"source":"example.orders","time":"2026-12-01T06:00:00.000Z","subject":"o-l1","aggregate_type":"Order","sequence":1,"correlation_id":"c-l1"}"#;
+    let payload = format!(r#"{{"order_id":"o-l1","attachment":"{}"}}"#, "a".repeat(600 * 1024));
+    let reference = claim_check.store("evt-large-1", payload.clone().into_bytes()).await.expect("PutObject");
+    let bus_event = |metadata: &str, reference: &outbox::envelope::PayloadRef| {
+        let detail = format!(r#"{{"metadata":{metadata},"data_ref":{}}}"#, serde_json::to_string(reference).unwrap());
+        format!(r#"{{"version":"0","id":"bus-l","detail-type":"OrderCreated","source":"example.orders","detail":{detail}}}"#)
+    };
+    let report = h.deliver(&bus_event(metadata, &reference), 1).await;
+    assert_eq!((report.delivered, report.dead_lettered), (1, 0), "{report:?}");
+    let (headers, body) = endpoint.seen.lock().unwrap()[0].clone();
+    assert_eq!(body, format!(r#"{{"metadata":{metadata},"data":{payload}}}"#), "the payload inline");
+    assert!(!body.contains("data_ref"), "the subscriber never sees the reference");
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let (id, ts, sig) = (get("webhook-id").unwrap(), get("webhook-timestamp").unwrap(), get("webhook-signature").unwrap());
+    let signed = SignedHeaders { id: Some(&id), timestamp: Some(&ts), signature: Some(&sig) };
+    assert_eq!(Verifier::new(vec![secret]).verify(&signed, body.as_bytes(), chrono::Utc::now().timestamp()), Ok("evt-large-1"));
+    let report = h.deliver(&bus_event(metadata, &reference), 1).await;
+    assert_eq!(report.already_delivered, 1, "{report:?}");
+    assert_eq!(endpoint.count(), 1, "no second POST");
+
+    // An object altered after the commit: the SHA-256 no longer matches.
+    let metadata = metadata.replace("evt-large-1", "evt-large-2");
+    let reference = claim_check.store("evt-large-2", payload.clone().into_bytes()).await.expect("PutObject");
+    let s3 = aws_sdk_s3::Client::from_conf(aws_sdk_s3::config::Builder::from(&h.local.runtime.sdk).force_path_style(true).build());
+    let tampered = payload.replacen('a', "b", 1);
+    s3.put_object().bucket(&reference.bucket).key(&reference.key).body(tampered.into_bytes().into()).send().await.expect("PutObject");
+    let report = h.deliver(&bus_event(&metadata, &reference), 1).await;
+    assert_eq!((report.delivered, report.dead_lettered), (0, 1), "{report:?}");
+    let dead = h.dead_letters().await;
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!((dead[0].0.as_str(), dead[0].1.as_str()), ("big", "PayloadCorrupt"), "{dead:?}");
+    assert_eq!(endpoint.count(), 1, "nothing sent for the altered object");
+    h.local.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn events_fan_out_deliver_once_retry_and_dead_letter() {
-    let local = Local::start().await;
-    let mut env = local.env_of("WebhookDispatcherFunction");
-    env.insert("WEBHOOK_ALLOW_HTTP".into(), "true".into());
-    env.insert("WEBHOOK_BACKOFF_BASE_SECONDS".into(), "1".into());
-    env.insert("WEBHOOK_BACKOFF_CAP_SECONDS".into(), "2".into());
-    let config = DispatcherConfig::from_env(&Env::from_map(env.clone())).expect("the dispatcher's settings");
-    let inbox = Inbox::new(local.dynamodb.clone(), env["INBOX_TABLE"].clone(), "webhook-dispatcher", DEFAULT_RETENTION);
-    let dispatcher = Dispatcher::new(&local.runtime.sdk, inbox, config).expect("a dispatcher");
-    let h = Harness {
-        queue: env["WEBHOOK_DELIVERY_QUEUE_URL"].clone(),
-        dlq: env["WEBHOOK_DLQ_URL"].clone(),
-        subscribers: env["WEBHOOK_SUBSCRIBERS_TABLE"].clone(),
-        dispatcher,
-        local,
-    };
+    let (h, _) = Harness::start().await;
     // One secret for every subscriber, current and previous (a rotation in progress).
     let (current, previous) = (Secret::generate(), Secret::generate());
     let secret_name = format!("{}-webhook-partners", h.local.stack_name);
@@ -222,18 +319,8 @@ async fn events_fan_out_deliver_once_retry_and_dead_letter() {
     }
 
     // The dead letters say why; the 410 subscriber is disabled.
-    let dead = h.receive(&h.dlq, Duration::from_secs(5)).await;
-    let mut reasons: Vec<(String, String, String)> = dead
-        .iter()
-        .map(|m| {
-            let a = m.message_attributes().cloned().unwrap_or_default();
-            let text = |k: &str| a.get(k).and_then(|v| v.string_value.clone()).unwrap_or_default();
-            (text("subscriber"), text("ERROR_CODE"), text("ERROR_MESSAGE"))
-        })
-        .collect();
-    reasons.sort();
     assert_eq!(
-        reasons,
+        h.dead_letters().await,
         [
             ("bad".into(), "WebhookRejected".into(), "HTTP 400: answer body".into()),
             ("gone".into(), "WebhookGone".into(), "HTTP 410 Gone: subscriber disabled".into()),

@@ -274,29 +274,99 @@ fn messages_that_are_not_bus_events_are_named() {
     assert!(!Subscriber { enabled: false, ..all }.wants("OrderPaid"));
 }
 
-/// A claim-checked event (`detail.data_ref`, no `detail.data`) is an event, not a malformed
-/// message; with its payload put inline the subscriber's body is the metadata as the producer
-/// wrote it and the payload as `data`, never the S3 reference. A detail with neither is named.
-#[test]
-fn a_claim_checked_event_is_delivered_with_its_payload_inline() {
-    let metadata = r#"{"id":"evt-big","type":"OrderCreated","version":1,"source":"example.orders","time":"2026-12-01T06:00:00.000Z","subject":"o-9","aggregate_type":"Order","sequence":1,"correlation_id":"corr-9"}"#;
+const BIG_METADATA: &str = r#"{"id":"evt-big","type":"OrderCreated","version":1,"source":"example.orders","time":"2026-12-01T06:00:00.000Z","subject":"o-9","aggregate_type":"Order","sequence":1,"correlation_id":"corr-9"}"#;
+
+/// The bus event of a claim-checked payload: `detail.data_ref`, no `detail.data`.
+fn claim_checked() -> WebhookEvent {
     let data_ref = r#"{"bucket":"payloads","key":"outbox/evt-big","size":27,"sha256":"00"}"#;
     let bus_event =
-        format!(r#"{{"version":"0","id":"bus-9","detail-type":"OrderCreated","detail":{{"metadata":{metadata},"data_ref":{data_ref}}}}}"#);
-    let event = WebhookEvent::parse(&bus_event).unwrap();
+        format!(r#"{{"version":"0","id":"bus-9","detail-type":"OrderCreated","detail":{{"metadata":{BIG_METADATA},"data_ref":{data_ref}}}}}"#);
+    WebhookEvent::parse(&bus_event).unwrap()
+}
+
+/// A claim-checked event is an event, not a malformed message; with its payload put inline the
+/// subscriber's body is the metadata as the producer wrote it and the payload as `data`, never
+/// the S3 reference. `"data": null` is a payload; a detail with neither or both is named.
+#[test]
+fn a_claim_checked_event_is_read_and_its_payload_put_inline() {
+    let event = claim_checked();
     let reference = event.data_ref.clone().expect("the reference is kept");
     assert_eq!((reference.key.as_str(), reference.size), ("outbox/evt-big", 27));
     assert_eq!(event.metadata.id, "evt-big");
 
     let inline = event.with_payload(br#"{"order_id":"o-9","n":[1,2]}"#).unwrap();
     assert_eq!(inline.data_ref, None);
-    assert_eq!(inline.body, format!(r#"{{"metadata":{metadata},"data":{{"order_id":"o-9","n":[1,2]}}}}"#));
+    assert_eq!(inline.body, format!(r#"{{"metadata":{BIG_METADATA},"data":{{"order_id":"o-9","n":[1,2]}}}}"#));
     assert!(!inline.body.contains("data_ref") && !inline.body.contains("payloads"), "{}", inline.body);
-
     let err = event.with_payload(b"not json").unwrap_err();
     assert!(err.to_string().contains("not JSON"), "{err}");
-    let err = WebhookEvent::parse(&format!(r#"{{"detail":{{"metadata":{metadata}}}}}"#)).unwrap_err();
+
+    let detail = |d: &str| WebhookEvent::parse(&format!(r#"{{"detail":{d}}}"#));
+    let null = detail(&format!(r#"{{"metadata":{BIG_METADATA},"data":null}}"#)).expect("a null payload is a payload");
+    assert_eq!(null.data_ref, None);
+    let err = detail(&format!(r#"{{"metadata":{BIG_METADATA}}}"#)).unwrap_err();
     assert!(err.to_string().contains("neither `data` nor `data_ref`"), "{err}");
-    // An inline event stays as it was.
-    assert_eq!(self::event().data_ref, None);
+    let both = format!(r#"{{"metadata":{BIG_METADATA},"data":{{}},"data_ref":{{"bucket":"b","key":"k","size":2,"sha256":"00"}}}}"#);
+    let err = detail(&both).unwrap_err();
+    assert!(err.to_string().contains("both `data` and `data_ref`"), "{err}");
+    assert_eq!(self::event().data_ref, None, "an inline event stays as it was");
+}
+
+/// Delivering a claim-checked event: the payload is fetched only when a request is about to be
+/// sent (a delivery the inbox holds reads nothing), the subscriber gets it inline and signed; a
+/// transient fetch failure backs off like a 5xx and gives up after the last attempt; a
+/// permanent one dead-letters with its code, sending nothing; without a fetcher, the event is
+/// dead-lettered `WebhookClaimCheckUnavailable`.
+#[tokio::test]
+async fn a_claim_checked_delivery_fetches_only_to_send_and_fails_like_any_attempt() {
+    use outbox::webhook::dispatcher::Unresolved;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (server, url) = Server::start(vec![answer(200)]).await;
+    let d = deliverer(MemoryInbox::new("webhook-dispatcher"), Duration::from_secs(10));
+    let secrets = vec![Secret::generate()];
+    let event = claim_checked();
+    let payload = br#"{"order_id":"o-9","attachment":"xyz"}"#;
+    let fetches = AtomicUsize::new(0);
+    let fetch = || async {
+        fetches.fetch_add(1, Ordering::SeqCst);
+        event.with_payload(payload).map_err(|e| Unresolved::Permanent("PayloadCorrupt", e.to_string()))
+    };
+    let decision = d.deliver_resolved(&subscriber(&url), &secrets, &event, fetch, 1, lease(), None).await;
+    assert!(matches!(decision, Decision::Delivered { status: 200, .. }), "{decision:?}");
+    let decision = d.deliver_resolved(&subscriber(&url), &secrets, &event, fetch, 2, lease(), None).await;
+    assert_eq!(decision, Decision::AlreadyDelivered);
+    assert_eq!(fetches.load(Ordering::SeqCst), 1, "a redelivery of a recorded delivery reads nothing from S3");
+    let seen = server.requests();
+    assert_eq!(seen.len(), 1);
+    let (headers, body) = &seen[0];
+    let expected = format!(r#"{{"metadata":{BIG_METADATA},"data":{}}}"#, std::str::from_utf8(payload).unwrap());
+    assert_eq!(body.as_ref(), expected.as_bytes(), "the payload inline, never the reference");
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let (id, ts, sig) = (get("webhook-id").unwrap(), get("webhook-timestamp").unwrap(), get("webhook-signature").unwrap());
+    let signed = SignedHeaders { id: Some(&id), timestamp: Some(&ts), signature: Some(&sig) };
+    assert_eq!(Verifier::new(secrets.clone()).verify(&signed, body, Utc::now().timestamp()), Ok("evt-big"), "signed over the inline body");
+
+    // S3 unavailable: retried with the backoff, then given up with a reason; nothing recorded, nothing sent.
+    let (server, url) = Server::start(vec![answer(200)]).await;
+    let d = deliverer(MemoryInbox::new("webhook-dispatcher"), Duration::from_secs(10));
+    let unavailable = || async { Err(Unresolved::Transient("S3 503 SlowDown".into())) };
+    let decision = d.deliver_resolved(&subscriber(&url), &secrets, &event, unavailable, 1, lease(), None).await;
+    assert_eq!(decision, Decision::Retry { delay: Duration::from_secs(5), reason: "S3 503 SlowDown".into() });
+    let decision = d.deliver_resolved(&subscriber(&url), &secrets, &event, unavailable, 4, lease(), None).await;
+    assert_eq!(
+        decision,
+        Decision::DeadLetter { code: "WebhookRetriesExhausted", reason: "gave up after 4 attempts; last: S3 503 SlowDown".into(), disable: false }
+    );
+    // The object is gone or altered: dead-lettered at once with its code.
+    let missing = || async { Err(Unresolved::Permanent("PayloadMissing", "no object outbox/evt-big".into())) };
+    let decision = d.deliver_resolved(&subscriber(&url), &secrets, &event, missing, 1, lease(), None).await;
+    assert_eq!(decision, Decision::DeadLetter { code: "PayloadMissing", reason: "no object outbox/evt-big".into(), disable: false });
+    // No claim check configured.
+    let decision = d.deliver(&subscriber(&url), &secrets, &event, 1, lease(), None).await;
+    assert!(
+        matches!(decision, Decision::DeadLetter { code: "WebhookClaimCheckUnavailable", ref reason, .. } if reason.contains("s3://payloads/outbox/evt-big")),
+        "{decision:?}"
+    );
+    assert!(server.requests().is_empty(), "nothing is sent without the payload");
+    assert!(!d.inbox().contains("webhook-dispatcher#evt-big") && !d.inbox().contains("partner-a#evt-big"), "nothing recorded");
 }

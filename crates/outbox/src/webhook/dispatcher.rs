@@ -26,14 +26,18 @@
 //! **Dead letters** carry the original EventBridge event as body (so the existing `dlq redrive`
 //! re-publishes it; the fan-out then skips subscribers that already have it, through the inbox)
 //! and attributes `ERROR_CODE` (`WebhookRejected`, `WebhookGone`, `WebhookRetriesExhausted`,
-//! `WebhookUnknownSubscriber`, `WebhookMalformedEvent`; for a claim-checked payload
-//! `PayloadMissing`, `PayloadCorrupt`, `WebhookClaimCheckUnavailable`), `ERROR_MESSAGE`, `subscriber`.
+//! `WebhookUnknownSubscriber`, `WebhookMalformedEvent`, `WebhookInboxError`; for a
+//! claim-checked payload `PayloadMissing`, `PayloadCorrupt`, `PayloadStoreError` (S3 refused:
+//! without `s3:ListBucket` a missing object is a 403, so it lands here, not as
+//! `PayloadMissing`), `WebhookClaimCheckUnavailable`), `ERROR_MESSAGE`, `subscriber`.
 //!
 //! **Claim-checked events** (`detail.data_ref`, feature `claim-check`): a subscriber receives the
 //! payload inline, `{"metadata": …, "data": …}`, fetched from S3 and verified (size, SHA-256)
-//! for each delivery (`Dispatcher::with_claim_check`; `run_from_env` sets it up from
-//! `CLAIM_CHECK_BUCKET`); the signature and the inbox's payload hash are over that body. A
-//! subscriber never sees the S3 reference.
+//! only when a request is about to be sent (a delivery the inbox already holds reads nothing;
+//! `Dispatcher::with_claim_check`, which `run_from_env` sets up from `CLAIM_CHECK_BUCKET`). The
+//! signature is over that body; the inbox's payload hash over the event as published (its
+//! reference carries the payload's SHA-256). A transient S3 failure is retried with the backoff
+//! like a 5xx. A subscriber never sees the S3 reference.
 //!
 //! **Subscribers live in a DynamoDB table** (not SSM Parameter Store): one item per subscriber
 //! (`id`, `url`, `event_types` — `*` for all —, `secret_id`, `enabled`), changed with a `PutItem`
@@ -131,15 +135,20 @@ impl WebhookEvent {
         #[derive(Deserialize)]
         struct Detail<'a> {
             metadata: EventMetadata,
-            #[serde(borrow)]
+            // `deserialize_with` runs only for a present key: `"data": null` is a payload.
+            #[serde(borrow, default, deserialize_with = "present")]
             data: Option<&'a RawValue>,
             data_ref: Option<crate::envelope::PayloadRef>,
+        }
+        fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+            <&RawValue>::deserialize(d).map(Some)
         }
         let routed: Routed<'_> = serde_json::from_str(message_body).map_err(|e| NotAnEvent(e.to_string()))?;
         let detail: Detail<'_> = serde_json::from_str(routed.detail.get()).map_err(|e| NotAnEvent(format!("detail: {e}")))?;
         let data_ref = match (detail.data, detail.data_ref) {
-            (Some(_), _) => None,
+            (Some(_), None) => None,
             (None, Some(reference)) => Some(reference),
+            (Some(_), Some(_)) => return Err(NotAnEvent("detail: both `data` and `data_ref`".to_owned())),
             (None, None) => return Err(NotAnEvent("detail: neither `data` nor `data_ref`".to_owned())),
         };
         Ok(Self { metadata: detail.metadata, body: routed.detail.get().to_owned(), data_ref })
@@ -198,6 +207,30 @@ pub enum Decision {
     },
 }
 
+/// Why a claim-checked event's payload could not be put inline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unresolved {
+    /// S3 failed in a way a later attempt can get past: retried like a 5xx.
+    Transient(String),
+    /// It can never be delivered: the dead letter's `ERROR_CODE` and `ERROR_MESSAGE`.
+    Permanent(&'static str, String),
+}
+
+/// `WebhookClaimCheckUnavailable`: a claim-checked event and nothing to fetch its payload with.
+fn no_claim_check(reference: Option<&crate::envelope::PayloadRef>) -> Unresolved {
+    let what = reference.map_or_else(String::new, |r| format!(" (s3://{}/{}, {} bytes)", r.bucket, r.key, r.size));
+    Unresolved::Permanent(
+        "WebhookClaimCheckUnavailable",
+        format!("the event's payload is claim-checked{what} and this dispatcher has no claim check to fetch it (CLAIM_CHECK_BUCKET)"),
+    )
+}
+
+/// Why an attempt failed inside the inbox guard.
+enum Failure {
+    Http(Outcome),
+    Payload(Unresolved),
+}
+
 /// The delivery core, without queues: one attempt to one subscriber, guarded by the inbox.
 #[derive(Debug, Clone)]
 pub struct Deliverer<S> {
@@ -229,6 +262,8 @@ impl<S: InboxStore> Deliverer<S> {
 
     /// Attempt number `receive_count` (1 for the first) of delivering `event` to `subscriber`.
     /// `lease_until` bounds how long a crash here blocks the next attempt (the invocation's deadline).
+    /// A claim-checked `event` (`data_ref`) is dead-lettered `WebhookClaimCheckUnavailable`:
+    /// the dispatcher delivers those with [`Deliverer::deliver_resolved`].
     pub async fn deliver(
         &self,
         subscriber: &Subscriber,
@@ -238,25 +273,52 @@ impl<S: InboxStore> Deliverer<S> {
         lease_until: DateTime<Utc>,
         trace_header: Option<&str>,
     ) -> Decision {
+        let resolve = || async { Err(no_claim_check(event.data_ref.as_ref())) };
+        self.deliver_resolved(subscriber, secrets, event, resolve, receive_count, lease_until, trace_header).await
+    }
+
+    /// [`Deliverer::deliver`], where a claim-checked `event` is first given its payload by
+    /// `resolve` (fetch and verify), only when a request is about to be sent: a delivery the
+    /// inbox already holds reads nothing from S3. A transient failure of `resolve` is retried with
+    /// the same backoff and attempt limit as a 5xx; a permanent one dead-letters with its code.
+    /// The inbox's payload hash is over the event as published (its reference carries the
+    /// payload's SHA-256), so it is the same on every redelivery.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn deliver_resolved<F, Fut>(
+        &self,
+        subscriber: &Subscriber,
+        secrets: &[Secret],
+        event: &WebhookEvent,
+        resolve: F,
+        receive_count: u32,
+        lease_until: DateTime<Utc>,
+        trace_header: Option<&str>,
+    ) -> Decision
+    where
+        F: FnOnce() -> Fut + Send,
+        Fut: std::future::Future<Output = Result<WebhookEvent, Unresolved>> + Send,
+    {
         let mut claim = event.metadata.clone();
         claim.id = format!("{}#{}", subscriber.id, event.metadata.id);
         let hash = payload_hash(&event.body);
-        let post = SignedPost {
-            url: &subscriber.url,
-            id: &event.metadata.id,
-            body: &event.body,
-            secrets,
-            correlation_id: Some(&event.metadata.correlation_id).filter(|c| !c.is_empty()).map(String::as_str),
-            trace_header,
-        };
+        let correlation_id = Some(&event.metadata.correlation_id).filter(|c| !c.is_empty()).map(String::as_str);
         let attempt = receive_count.max(1);
         let result = self
             .inbox
             .guarded(&claim, &hash, lease_until, || async {
+                let inline;
+                let body = match event.data_ref {
+                    None => &event.body,
+                    Some(_) => {
+                        inline = resolve().await.map_err(Failure::Payload)?;
+                        &inline.body
+                    }
+                };
+                let post = SignedPost { url: &subscriber.url, id: &event.metadata.id, body, secrets, correlation_id, trace_header };
                 let sent = self.client.post(&post, Utc::now().timestamp()).await;
                 match sent.outcome {
                     Outcome::Delivered { status } => Ok((DeliveryRecord { status, attempt }, sent.latency)),
-                    other => Err(other),
+                    other => Err(Failure::Http(other)),
                 }
             })
             .await;
@@ -266,26 +328,33 @@ impl<S: InboxStore> Deliverer<S> {
                 let (record, latency) = guarded.into_inner();
                 Decision::Delivered { status: record.status, latency }
             }
-            Err(GuardedError::Effect(Outcome::Retry { reason, retry_after })) => {
-                if attempt >= self.max_attempts {
-                    Decision::DeadLetter {
-                        code: "WebhookRetriesExhausted",
-                        reason: format!("gave up after {attempt} attempts; last: {reason}"),
-                        disable: false,
-                    }
-                } else {
-                    Decision::Retry { delay: self.backoff.delay(attempt - 1, retry_after), reason }
-                }
-            }
-            Err(GuardedError::Effect(gone @ Outcome::Gone { .. })) => {
+            Err(GuardedError::Effect(Failure::Payload(Unresolved::Permanent(code, reason)))) => Decision::DeadLetter { code, reason, disable: false },
+            Err(GuardedError::Effect(Failure::Payload(Unresolved::Transient(reason)))) => self.retry(attempt, reason, None),
+            Err(GuardedError::Effect(Failure::Http(Outcome::Retry { reason, retry_after }))) => self.retry(attempt, reason, retry_after),
+            Err(GuardedError::Effect(Failure::Http(gone @ Outcome::Gone { .. }))) => {
                 Decision::DeadLetter { code: "WebhookGone", reason: gone.reason(), disable: true }
             }
-            Err(GuardedError::Effect(other)) => Decision::DeadLetter { code: "WebhookRejected", reason: other.reason(), disable: false },
+            Err(GuardedError::Effect(Failure::Http(other))) => {
+                Decision::DeadLetter { code: "WebhookRejected", reason: other.reason(), disable: false }
+            }
             Err(GuardedError::Inbox(e @ InboxError::InProgress { .. })) => {
                 Decision::Retry { delay: self.backoff.delay(attempt - 1, None), reason: e.to_string() }
             }
             Err(e) if e.is_retryable() => Decision::Retry { delay: self.backoff.delay(attempt - 1, None), reason: e.to_string() },
             Err(e) => Decision::DeadLetter { code: "WebhookInboxError", reason: e.to_string(), disable: false },
+        }
+    }
+
+    /// Attempt `attempt` failed in a way worth retrying: back off, or give up after the last.
+    fn retry(&self, attempt: u32, reason: String, retry_after: Option<Duration>) -> Decision {
+        if attempt >= self.max_attempts {
+            Decision::DeadLetter {
+                code: "WebhookRetriesExhausted",
+                reason: format!("gave up after {attempt} attempts; last: {reason}"),
+                disable: false,
+            }
+        } else {
+            Decision::Retry { delay: self.backoff.delay(attempt - 1, retry_after), reason }
         }
     }
 }
@@ -535,15 +604,6 @@ enum MessageResult {
     Failed,
 }
 
-/// Why a claim-checked event's payload could not be put inline.
-enum Unresolved {
-    /// S3 failed in a way a later attempt can get past.
-    #[cfg_attr(not(feature = "claim-check"), allow(dead_code))]
-    Transient(String),
-    /// It can never be delivered: the dead letter's code and reason.
-    Permanent(&'static str, String),
-}
-
 impl<S: InboxStore> Dispatcher<S> {
     /// Builds the dispatcher.
     ///
@@ -572,10 +632,10 @@ impl<S: InboxStore> Dispatcher<S> {
         self
     }
 
-    /// `event` with its claim-checked payload inline.
-    async fn inline_payload(&self, event: &WebhookEvent, reference: &crate::envelope::PayloadRef) -> Result<WebhookEvent, Unresolved> {
+    /// `event` with its claim-checked payload inline: fetched and verified (size, SHA-256).
+    async fn inline_payload(&self, event: &WebhookEvent) -> Result<WebhookEvent, Unresolved> {
         #[cfg(feature = "claim-check")]
-        if let Some(claim_check) = &self.claim_check {
+        if let (Some(claim_check), Some(reference)) = (&self.claim_check, &event.data_ref) {
             let payload = claim_check.fetch(reference).await.map_err(|e| {
                 if e.is_retryable() {
                     Unresolved::Transient(e.to_string())
@@ -585,15 +645,7 @@ impl<S: InboxStore> Dispatcher<S> {
             })?;
             return event.with_payload(&payload).map_err(|e| Unresolved::Permanent("PayloadCorrupt", e.to_string()));
         }
-        #[cfg(not(feature = "claim-check"))]
-        let _ = event;
-        Err(Unresolved::Permanent(
-            "WebhookClaimCheckUnavailable",
-            format!(
-                "the event's payload is claim-checked (s3://{}/{}, {} bytes) and this dispatcher has no claim check to fetch it (CLAIM_CHECK_BUCKET)",
-                reference.bucket, reference.key, reference.size
-            ),
-        ))
+        Err(no_claim_check(event.data_ref.as_ref()))
     }
 
     /// Handles one batch. Messages that must come back later are in `batchItemFailures` (their
@@ -682,23 +734,9 @@ impl<S: InboxStore> Dispatcher<S> {
                 return MessageResult::Failed;
             }
         };
-        let inline;
-        let event = match &event.data_ref {
-            None => event,
-            Some(reference) => match self.inline_payload(event, reference).await {
-                Ok(resolved) => {
-                    inline = resolved;
-                    &inline
-                }
-                Err(Unresolved::Transient(reason)) => {
-                    tracing::warn!(subscriber = %subscriber.id, %reason, "cannot fetch the claim-checked payload");
-                    return MessageResult::Failed;
-                }
-                Err(Unresolved::Permanent(code, reason)) => return self.dead_letter(body, Some(&subscriber.id), code, &reason, report).await,
-            },
-        };
         let trace = message.attributes.get("AWSTraceHeader").map(String::as_str);
-        let decision = self.deliverer.deliver(subscriber, &secrets, event, receive_count, lease_until, trace).await;
+        let resolve = || self.inline_payload(event);
+        let decision = self.deliverer.deliver_resolved(subscriber, &secrets, event, resolve, receive_count, lease_until, trace).await;
         record_metrics(&subscriber.id, &decision);
         match decision {
             Decision::Delivered { status, latency } => {
@@ -831,8 +869,10 @@ fn record_metrics(subscriber: &str, decision: &Decision) {
 /// `OutboxWebhooks`), the configuration of [`DispatcherConfig::from_env`] plus `INBOX_TABLE`
 /// (deliveries are recorded there as consumer `WEBHOOK_CONSUMER_NAME`, default
 /// `webhook-dispatcher`, kept as the retention rule says, [`crate::config::inbox_retention`]: a
-/// delivery redriven from the webhook dead-letter queue still finds its record), and
-/// [`Dispatcher::handle`] per batch; the guarded lease ends at the invocation's deadline.
+/// delivery redriven from the webhook dead-letter queue still finds its record), with feature
+/// `claim-check` the claim check of `CLAIM_CHECK_BUCKET` / `CLAIM_CHECK_PREFIX` (claim-checked
+/// events delivered inline), and [`Dispatcher::handle`] per batch; the guarded lease ends at the
+/// invocation's deadline.
 ///
 /// # Errors
 /// A missing or invalid variable ends the cold start with a Lambda init error naming it.
