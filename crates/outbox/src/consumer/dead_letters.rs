@@ -36,8 +36,25 @@ pub trait DeadLetterSink: Send + Sync {
     fn send(&self, event: &RawValue, error_type: &str, reason: &str) -> impl Future<Output = Result<(), DeadLetterError>> + Send;
 }
 
-/// `detail.metadata.id` of an invocation payload, if it has one.
-pub(crate) fn event_id_of(event: &RawValue) -> Option<String> {
+type Text<'a> = Option<std::borrow::Cow<'a, str>>;
+
+/// Whatever of `detail.metadata` an invocation payload has, read leniently (a malformed event
+/// still gives what it carries); `data` is skipped without being built.
+#[derive(Deserialize, Default)]
+struct LooseMetadata<'a> {
+    #[serde(borrow)]
+    id: Text<'a>,
+    #[serde(borrow, rename = "type")]
+    event_type: Text<'a>,
+    #[serde(borrow)]
+    aggregate_type: Text<'a>,
+    #[serde(borrow)]
+    subject: Text<'a>,
+    #[serde(borrow)]
+    correlation_id: Text<'a>,
+}
+
+fn loose_metadata(event: &RawValue) -> LooseMetadata<'_> {
     #[derive(Deserialize)]
     struct Envelope<'a> {
         #[serde(borrow)]
@@ -46,50 +63,20 @@ pub(crate) fn event_id_of(event: &RawValue) -> Option<String> {
     #[derive(Deserialize)]
     struct Detail<'a> {
         #[serde(borrow)]
-        metadata: Option<Metadata<'a>>,
+        metadata: Option<LooseMetadata<'a>>,
     }
-    #[derive(Deserialize)]
-    struct Metadata<'a> {
-        #[serde(borrow)]
-        id: Option<std::borrow::Cow<'a, str>>,
-    }
-    serde_json::from_str::<Envelope<'_>>(event.get())
-        .ok()
-        .and_then(|e| e.detail)
-        .and_then(|d| d.metadata)
-        .and_then(|m| m.id)
-        .map(|id| id.into_owned())
+    serde_json::from_str::<Envelope<'_>>(event.get()).ok().and_then(|e| e.detail).and_then(|d| d.metadata).unwrap_or_default()
+}
+
+/// `detail.metadata.id` of an invocation payload, if it has one.
+pub(crate) fn event_id_of(event: &RawValue) -> Option<String> {
+    loose_metadata(event).id.map(std::borrow::Cow::into_owned)
 }
 
 /// The [`event_span`](crate::envelope::event_span) of an invocation payload, from whatever of
 /// `detail.metadata` it has (a malformed event's span still carries its id when it has one).
-/// Only the metadata is decoded (`data` is skipped without being built).
 pub(crate) fn span_of(event: &RawValue) -> tracing::Span {
-    type Text<'a> = Option<std::borrow::Cow<'a, str>>;
-    #[derive(Deserialize)]
-    struct Envelope<'a> {
-        #[serde(borrow)]
-        detail: Option<Detail<'a>>,
-    }
-    #[derive(Deserialize)]
-    struct Detail<'a> {
-        #[serde(borrow)]
-        metadata: Option<Metadata<'a>>,
-    }
-    #[derive(Deserialize, Default)]
-    struct Metadata<'a> {
-        #[serde(borrow)]
-        id: Text<'a>,
-        #[serde(borrow, rename = "type")]
-        event_type: Text<'a>,
-        #[serde(borrow)]
-        aggregate_type: Text<'a>,
-        #[serde(borrow)]
-        subject: Text<'a>,
-        #[serde(borrow)]
-        correlation_id: Text<'a>,
-    }
-    let m = serde_json::from_str::<Envelope<'_>>(event.get()).ok().and_then(|e| e.detail).and_then(|d| d.metadata).unwrap_or_default();
+    let m = loose_metadata(event);
     let text = |t: &Text<'_>| t.as_deref().unwrap_or_default().to_owned();
     crate::envelope::event_span(&text(&m.id), &text(&m.event_type), &text(&m.aggregate_type), &text(&m.subject), &text(&m.correlation_id))
 }
