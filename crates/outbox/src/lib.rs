@@ -60,6 +60,8 @@ pub mod inbox;
 pub mod lambda;
 #[cfg(feature = "relay")]
 pub mod relay;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
 #[cfg(feature = "writer")]
 pub mod transaction;
 #[cfg(feature = "webhook")]

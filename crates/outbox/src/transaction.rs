@@ -367,66 +367,7 @@ mod tests {
         assert!(err.to_string().contains("ValidationError"));
     }
 
-    /// A DynamoDB stand-in at the HTTP level that plays a lost answer: the first attempt of
-    /// `TransactWriteItems` commits but is answered HTTP 500; a later attempt with the token that
-    /// committed is answered success (DynamoDB's idempotent replay), one with any other token (or
-    /// none) is cancelled with `ConditionalCheckFailed` (the item now exists), as DynamoDB would.
-    #[derive(Debug, Default, Clone)]
-    struct LostAnswer {
-        tokens: std::sync::Arc<std::sync::Mutex<Vec<Option<String>>>>,
-    }
-
-    impl aws_sdk_dynamodb::config::Intercept for LostAnswer {
-        fn name(&self) -> &'static str {
-            "LostAnswer"
-        }
-
-        fn read_before_transmit(
-            &self,
-            context: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
-            _: &aws_sdk_dynamodb::config::RuntimeComponents,
-            _: &mut aws_sdk_dynamodb::config::ConfigBag,
-        ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
-            let body: serde_json::Value = serde_json::from_slice(context.request().body().bytes().unwrap_or_default()).unwrap_or_default();
-            self.tokens.lock().unwrap().push(body["ClientRequestToken"].as_str().map(str::to_owned));
-            Ok(())
-        }
-
-        fn modify_before_deserialization(
-            &self,
-            context: &mut aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorContextMut<'_>,
-            _: &aws_sdk_dynamodb::config::RuntimeComponents,
-            _: &mut aws_sdk_dynamodb::config::ConfigBag,
-        ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
-            let tokens = self.tokens.lock().unwrap();
-            let token = tokens.last().cloned().flatten();
-            let (status, body) = if tokens.len() == 1 {
-                (500, r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"answer lost"}"#.to_owned())
-            } else if token.is_some() && token == tokens[0] {
-                (200, "{}".to_owned())
-            } else {
-                (
-                    400,
-                    r#"{"__type":"com.amazonaws.dynamodb.v20120810#TransactionCanceledException","Message":"Transaction cancelled","CancellationReasons":[{"Code":"ConditionalCheckFailed","Message":"The conditional request failed"}]}"#.to_owned(),
-                )
-            };
-            *context.response_mut() =
-                aws_sdk_dynamodb::config::http::HttpResponse::new(status.try_into().unwrap(), aws_smithy_types::body::SdkBody::from(body));
-            Ok(())
-        }
-    }
-
-    fn client_with(interceptor: LostAnswer) -> Client {
-        let retry =
-            aws_sdk_dynamodb::config::retry::RetryConfig::standard().with_max_attempts(3).with_initial_backoff(std::time::Duration::from_millis(1));
-        let config = aws_sdk_dynamodb::Config::builder()
-            .with_test_defaults_v2()
-            .http_client(aws_smithy_mocks::create_mock_http_client())
-            .interceptor(interceptor)
-            .retry_config(retry)
-            .build();
-        Client::from_conf(config)
-    }
+    use crate::testing::LostAnswer;
 
     fn put() -> TransactWriteItem {
         let put = aws_sdk_dynamodb::types::Put::builder()
@@ -440,10 +381,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_commit_whose_answer_is_lost_succeeds_on_the_sdk_retry_with_the_same_token() {
-        let fake = LostAnswer::default();
-        let client = client_with(fake.clone());
+        let fake = LostAnswer::new(1);
+        let client = fake.client();
         transact_write(&client, vec![put()]).await.expect("the retry is DynamoDB's idempotent replay: success, not a failed condition");
-        let tokens = fake.tokens.lock().unwrap().clone();
+        let tokens = fake.tokens();
         assert_eq!(tokens.len(), 2, "one lost answer, one retry by the SDK");
         assert!(tokens[0].as_ref().is_some_and(|t| !t.is_empty() && t.len() <= 36), "{tokens:?}");
         assert_eq!(tokens[0], tokens[1], "the SDK's retry carries the same ClientRequestToken");
@@ -454,12 +395,12 @@ mod tests {
         // `with_test_defaults` installs a fixed idempotency-token provider: left to the SDK, two
         // different transactions within 10 minutes would share a token, and DynamoDB would answer
         // the second as a replay of the first without writing it.
-        let fake = LostAnswer::default();
-        let client = client_with(fake.clone());
+        let fake = LostAnswer::new(1);
+        let client = fake.client();
         transact_write(&client, vec![put()]).await.unwrap();
         let err = transact_write(&client, vec![put()]).await.unwrap_err();
         assert!(matches!(err, TransactionError::ConditionFailed { index: 0, .. }), "a second logical write is a new transaction: {err:?}");
-        let tokens = fake.tokens.lock().unwrap().clone();
+        let tokens = fake.tokens();
         assert_ne!(tokens[0], tokens[2], "{tokens:?}");
     }
 

@@ -707,75 +707,15 @@ mod tests {
         assert_eq!((r.status, r.header("retry-after")), (500, None));
     }
 
-    /// DynamoDB at the HTTP level, losing the answer of the first `TransactWriteItems` (it
-    /// committed; HTTP 500 is returned) and answering a retry as DynamoDB does: success for the
-    /// token that committed (idempotent replay), `ConditionalCheckFailed` for any other.
-    #[derive(Debug, Default, Clone)]
-    struct LostAnswer {
-        tokens: Arc<Mutex<Vec<Option<String>>>>,
-    }
-
-    impl aws_sdk_dynamodb::config::Intercept for LostAnswer {
-        fn name(&self) -> &'static str {
-            "LostAnswer"
-        }
-
-        fn read_before_transmit(
-            &self,
-            context: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
-            _: &aws_sdk_dynamodb::config::RuntimeComponents,
-            _: &mut aws_sdk_dynamodb::config::ConfigBag,
-        ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
-            let body: Value = serde_json::from_slice(context.request().body().bytes().unwrap_or_default()).unwrap_or_default();
-            self.tokens.lock().unwrap().push(body["ClientRequestToken"].as_str().map(str::to_owned));
-            Ok(())
-        }
-
-        fn modify_before_deserialization(
-            &self,
-            context: &mut aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorContextMut<'_>,
-            _: &aws_sdk_dynamodb::config::RuntimeComponents,
-            _: &mut aws_sdk_dynamodb::config::ConfigBag,
-        ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
-            let tokens = self.tokens.lock().unwrap();
-            let (status, body) = if tokens.len() == 1 {
-                (500, r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"answer lost"}"#)
-            } else if tokens.last().cloned().flatten().is_some() && tokens.last() == tokens.first() {
-                (200, "{}")
-            } else {
-                (
-                    400,
-                    r#"{"__type":"com.amazonaws.dynamodb.v20120810#TransactionCanceledException","Message":"cancelled","CancellationReasons":[{"Code":"ConditionalCheckFailed"},{"Code":"None"}]}"#,
-                )
-            };
-            *context.response_mut() =
-                aws_sdk_dynamodb::config::http::HttpResponse::new(status.try_into().unwrap(), aws_smithy_types::body::SdkBody::from(body));
-            Ok(())
-        }
-    }
-
     #[tokio::test]
     async fn a_create_whose_commit_answer_is_lost_is_a_201_not_a_409() {
-        let fake = LostAnswer::default();
-        let retry =
-            aws_sdk_dynamodb::config::retry::RetryConfig::standard().with_max_attempts(3).with_initial_backoff(std::time::Duration::from_millis(1));
-        let config = aws_sdk_dynamodb::Config::builder()
-            .with_test_defaults_v2()
-            .http_client(aws_smithy_mocks::create_mock_http_client())
-            .interceptor(fake.clone())
-            .retry_config(retry)
-            .build();
-        let api = OrdersApi::new(
-            aws_sdk_dynamodb::Client::from_conf(config),
-            "orders",
-            OutboxWriter::new("outbox", DEFAULT_RETENTION),
-            "example.orders",
-            DEFAULT_TTL,
-        );
+        // DynamoDB losing the answer of the first TransactWriteItems (the order and its event: 2 items).
+        let fake = outbox::testing::LostAnswer::new(2);
+        let api = OrdersApi::new(fake.client(), "orders", OutboxWriter::new("outbox", DEFAULT_RETENTION), "example.orders", DEFAULT_TTL);
         // Without an Idempotency-Key: only the transaction's ClientRequestToken makes the SDK's retry safe.
         let r = send(&router(api), "POST", "/orders", Some(GOOD), None, &[]).await;
         assert_eq!(r.status, 201, "{}", r.body);
-        let tokens = fake.tokens.lock().unwrap().clone();
+        let tokens = fake.tokens();
         assert_eq!(tokens.len(), 2);
         assert!(tokens[0].is_some() && tokens[0] == tokens[1], "{tokens:?}");
     }
