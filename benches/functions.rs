@@ -47,7 +47,6 @@ use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_runtime_api::shared::IntoShared;
 use lambda_runtime::{Context, LambdaEvent};
 use orders_app::inventory::InventoryConsumer;
-use outbox::envelope::OutboxItem;
 use outbox::relay::lambda::RelayFunction;
 use outbox::Env;
 use outbox_local::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
@@ -115,34 +114,10 @@ fn root() -> PathBuf {
 }
 
 fn stream_batch(run: usize, first: usize, payload_bytes: usize) -> DynamoDbEvent {
-    let filler = "x".repeat(payload_bytes.saturating_sub(60));
     let records: Vec<Value> = (first..first + RELAY_BATCH)
         .map(|i| {
-            let item = OutboxItem {
-                pk: OutboxItem::partition_key("Order", &format!("bench-{run}-{i}")),
-                sk: OutboxItem::sort_key(1),
-                event_id: format!("bench-{run}-{payload_bytes}-{i}"),
-                event_type: "BenchHappened".into(),
-                event_version: 1,
-                source: "bench.relay".into(),
-                aggregate_type: "Order".into(),
-                aggregate_id: format!("bench-{run}-{i}"),
-                sequence: 1,
-                occurred_at: "2026-12-01T06:00:00.000Z".into(),
-                payload: json!({"order_id": format!("o-{i}"), "total": "19.99", "note": filler}).to_string(),
-                correlation_id: "bench".into(),
-                trace_header: None,
-                expires_at: 1_900_000_000,
-                previous: Default::default(),
-                payload_ref: None,
-            };
-            let image: serde_dynamo::Item = item.to_item().unwrap_or_else(|e| panic!("an outbox item converts: {e}"));
-            json!({
-                "eventID": format!("e{i}"), "eventName": "INSERT", "eventVersion": "1.1", "eventSource": "aws:dynamodb",
-                "awsRegion": "us-east-1", "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/x",
-                "dynamodb": {"ApproximateCreationDateTime": 1.0, "Keys": {}, "NewImage": image,
-                             "SequenceNumber": format!("{:021}", i + 1), "SizeBytes": payload_bytes, "StreamViewType": "NEW_IMAGE"}
-            })
+            let item = outbox::testing::sample_item(&format!("bench-{run}-{payload_bytes}-{i}"), &format!("bench-{run}-{i}"), payload_bytes);
+            outbox::testing::insert_record(&item, i as u64 + 1).unwrap_or_else(|e| panic!("an outbox item converts: {e}"))
         })
         .collect();
     serde_json::from_value(json!({ "Records": records })).unwrap_or_else(|e| panic!("a stream event: {e}"))

@@ -1,6 +1,6 @@
 //! Relay benchmark (prints figures; asserts nothing).
 //!
-//!     cargo bench -p outbox --bench relay
+//!     cargo bench -p outbox --bench relay --features test-util
 //!
 //! EventBridge and SQS are mocked in-process with `aws-smithy-mocks`, so the figures are the
 //! relay's own cost: decoding stream records, building entries, batching, bookkeeping and the
@@ -20,45 +20,17 @@ use aws_sdk_eventbridge::operation::put_events::PutEventsOutput;
 use aws_sdk_eventbridge::types::PutEventsResultEntry;
 use aws_sdk_sqs::operation::send_message::SendMessageOutput;
 use aws_smithy_mocks::{mock, mock_client, RuleMode};
-use outbox::envelope::OutboxItem;
 use outbox::relay::{Relay, RelayConfig};
 use serde_json::json;
 
 const RECORDS: usize = 1000;
 const RUNS: usize = 7;
 
-fn item(i: usize, payload_bytes: usize) -> OutboxItem {
-    let filler = "x".repeat(payload_bytes.saturating_sub(60));
-    OutboxItem {
-        pk: OutboxItem::partition_key("Order", &format!("o-{i}")),
-        sk: OutboxItem::sort_key(1),
-        event_id: format!("01a22651-6c7b-7e1a-89c3-{i:012}"),
-        event_type: "OrderCreated".into(),
-        event_version: 1,
-        source: "example.orders".into(),
-        aggregate_type: "Order".into(),
-        aggregate_id: format!("o-{i}"),
-        sequence: 1,
-        occurred_at: "2026-11-29T08:00:00.000Z".into(),
-        payload: json!({"order_id": format!("o-{i}"), "total": "19.99", "note": filler}).to_string(),
-        payload_ref: None,
-        correlation_id: "bench".into(),
-        trace_header: None,
-        expires_at: 1_900_000_000,
-        previous: Default::default(),
-    }
-}
-
 fn batch(payload_bytes: usize) -> DynamoDbEvent {
     let records: Vec<_> = (0..RECORDS)
         .map(|i| {
-            let image: serde_dynamo::Item = item(i, payload_bytes).to_item().expect("converts");
-            json!({
-                "eventID": format!("e{i}"), "eventName": "INSERT", "eventVersion": "1.1", "eventSource": "aws:dynamodb",
-                "awsRegion": "us-east-1", "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/x",
-                "dynamodb": {"ApproximateCreationDateTime": 1.0, "Keys": {}, "NewImage": image,
-                             "SequenceNumber": format!("{:021}", i + 1), "SizeBytes": payload_bytes, "StreamViewType": "NEW_IMAGE"}
-            })
+            let item = outbox::testing::sample_item(&format!("01a22651-6c7b-7e1a-89c3-{i:012}"), &format!("o-{i}"), payload_bytes);
+            outbox::testing::insert_record(&item, i as u64 + 1).expect("converts")
         })
         .collect();
     serde_json::from_value(json!({ "Records": records })).expect("a stream event")

@@ -104,3 +104,46 @@ impl Intercept for LostAnswer {
         Ok(())
     }
 }
+
+/// A sample outbox item (aggregate `Order` `aggregate_id`, sequence 1, type `OrderCreated`,
+/// source `example.orders`) whose JSON payload is about `payload_bytes` bytes (at least ~60):
+/// the same inputs for benchmarks and tests.
+pub fn sample_item(event_id: &str, aggregate_id: &str, payload_bytes: usize) -> crate::envelope::OutboxItem {
+    use crate::envelope::OutboxItem;
+    let filler = "x".repeat(payload_bytes.saturating_sub(60));
+    OutboxItem {
+        pk: OutboxItem::partition_key("Order", aggregate_id),
+        sk: OutboxItem::sort_key(1),
+        event_id: event_id.to_owned(),
+        event_type: "OrderCreated".into(),
+        event_version: 1,
+        source: "example.orders".into(),
+        aggregate_type: "Order".into(),
+        aggregate_id: aggregate_id.to_owned(),
+        sequence: 1,
+        occurred_at: "2026-12-01T06:00:00.000Z".into(),
+        payload: serde_json::json!({"order_id": aggregate_id, "total": "19.99", "note": filler}).to_string(),
+        payload_ref: None,
+        correlation_id: "bench".into(),
+        trace_header: None,
+        expires_at: 1_900_000_000,
+        previous: Default::default(),
+    }
+}
+
+/// The DynamoDB Streams `INSERT` record of `item` (stream view `NEW_IMAGE`, stream sequence
+/// number `sequence_number`), as the relay's event source mapping delivers it in a
+/// `DynamoDbEvent`'s `Records` ("Amazon DynamoDB Streams", Lambda developer guide,
+/// <https://docs.aws.amazon.com/lambda/latest/dg/with-ddb.html>).
+///
+/// # Errors
+/// When `item` does not convert to a DynamoDB item.
+pub fn insert_record(item: &crate::envelope::OutboxItem, sequence_number: u64) -> Result<serde_json::Value, serde_dynamo::Error> {
+    let image: serde_dynamo::Item = item.to_item()?;
+    Ok(serde_json::json!({
+        "eventID": format!("e{sequence_number}"), "eventName": "INSERT", "eventVersion": "1.1", "eventSource": "aws:dynamodb",
+        "awsRegion": "us-east-1", "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/x",
+        "dynamodb": {"ApproximateCreationDateTime": 1.0, "Keys": {}, "NewImage": image,
+                     "SequenceNumber": format!("{sequence_number:021}"), "SizeBytes": item.payload.len(), "StreamViewType": "NEW_IMAGE"}
+    }))
+}
