@@ -8,7 +8,6 @@
 
 mod common;
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use common::{Deadline, Local};
 use outbox::webhook::Secret;
 use outbox_local::demo::subscriber::SubscriberServer;
@@ -27,22 +26,6 @@ fn order_created(bus: &str) -> aws_sdk_eventbridge::types::PutEventsRequestEntry
         .build()
 }
 
-async fn add_subscriber(local: &Local, id: &str, url: &str, secret_name: &str) {
-    let table = local.env_of("WebhookDispatcherFunction")["WEBHOOK_SUBSCRIBERS_TABLE"].clone();
-    local
-        .dynamodb
-        .put_item()
-        .table_name(table)
-        .item("id", AttributeValue::S(id.into()))
-        .item("url", AttributeValue::S(url.into()))
-        .item("event_types", AttributeValue::L(vec![AttributeValue::S("OrderCreated".into())]))
-        .item("secret_id", AttributeValue::S(secret_name.into()))
-        .item("enabled", AttributeValue::Bool(true))
-        .send()
-        .await
-        .expect("PutItem subscriber");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failed_items_come_back_after_their_visibility_and_settled_ones_are_deleted() {
     let mut local = Local::start().await;
@@ -59,8 +42,8 @@ async fn failed_items_come_back_after_their_visibility_and_settled_ones_are_dele
         .expect("CreateSecret");
     let good = server.add("good", vec![secret.clone()], vec![(204, None)]);
     let flaky = server.add("flaky", vec![secret.clone()], vec![(500, None), (200, None)]);
-    add_subscriber(&local, "good", &good, &secret_name).await;
-    add_subscriber(&local, "flaky", &flaky, &secret_name).await;
+    local.add_webhook_subscriber("good", &good, &secret_name).await;
+    local.add_webhook_subscriber("flaky", &flaky, &secret_name).await;
     local.spawn_pipelines();
 
     let bus = local.runtime.stack.buses[0].name.clone();

@@ -129,21 +129,6 @@ impl Harness {
         }
         (report, failed.len())
     }
-
-    async fn subscriber(&self, id: &str, url: &str, secret_name: &str) {
-        self.local
-            .dynamodb
-            .put_item()
-            .table_name(&self.subscribers)
-            .item("id", AttributeValue::S(id.into()))
-            .item("url", AttributeValue::S(url.into()))
-            .item("event_types", AttributeValue::L(vec![AttributeValue::S("OrderCreated".into())]))
-            .item("secret_id", AttributeValue::S(secret_name.into()))
-            .item("enabled", AttributeValue::Bool(true))
-            .send()
-            .await
-            .expect("PutItem subscriber");
-    }
 }
 
 impl Harness {
@@ -219,7 +204,7 @@ async fn a_claim_checked_event_is_delivered_with_its_payload_inline() {
     let h = Harness { dispatcher: h.dispatcher.with_claim_check(claim_check.clone()), ..h };
     let (secret, secret_name) = h.secret("big").await;
     let (endpoint, url) = Endpoint::start(vec![(200, None)]).await;
-    h.subscriber("big", &url, &secret_name).await;
+    h.local.add_webhook_subscriber("big", &url, &secret_name).await;
 
     let metadata = r#"{"id":"evt-large-1","type":"OrderCreated","version":1,"source":"example.orders","time":"2026-12-01T06:00:00.000Z","subject":"o-l1","aggregate_type":"Order","sequence":1,"correlation_id":"c-l1"}"#;
     let payload = format!(r#"{{"order_id":"o-l1","attachment":"{}"}}"#, "a".repeat(600 * 1024));
@@ -275,7 +260,7 @@ async fn events_fan_out_deliver_once_retry_and_dead_letter() {
     let (gone, gone_url) = Endpoint::start(vec![(410, None)]).await;
     let (bad, bad_url) = Endpoint::start(vec![(400, None)]).await;
     for (id, url) in [("good", &good_url), ("flaky", &flaky_url), ("gone", &gone_url), ("bad", &bad_url)] {
-        h.subscriber(id, url, &secret_name).await;
+        h.local.add_webhook_subscriber(id, url, &secret_name).await;
     }
 
     // The rule's delivery: the EventBridge event as the message body.

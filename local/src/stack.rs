@@ -32,6 +32,12 @@ pub enum StackError {
     },
 }
 
+/// Creates (or updates) the rule `name` on `bus` with event pattern `pattern` (`PutRule`).
+async fn put_rule(events: &aws_sdk_eventbridge::Client, name: &str, bus: &str, pattern: &serde_json::Value) -> Result<(), StackError> {
+    events.put_rule().name(name).event_bus_name(bus).event_pattern(pattern.to_string()).send().await.map_err(aws_err(format!("PutRule {name}")))?;
+    Ok(())
+}
+
 fn aws_err<E: std::error::Error + 'static>(action: impl Into<String>) -> impl FnOnce(E) -> StackError {
     let action = action.into();
     move |e| StackError::Aws { action, reason: aws_sdk_sqs::error::DisplayErrorContext(e).to_string() }
@@ -232,14 +238,7 @@ impl Stack {
                         redrive_policy: None,
                     };
                     let delivery_queue = queue(&sqs, &queue_spec, &region, account, mode).await?;
-                    events
-                        .put_rule()
-                        .name(&rule_name)
-                        .event_bus_name(&bus_name)
-                        .event_pattern(spec.pattern.to_string())
-                        .send()
-                        .await
-                        .map_err(aws_err(format!("PutRule {rule_name}")))?;
+                    put_rule(&events, &rule_name, &bus_name, &spec.pattern).await?;
                     let target = aws_sdk_eventbridge::types::Target::builder()
                         .id("local-delivery")
                         .arn(&delivery_queue.arn)
@@ -283,14 +282,7 @@ impl Stack {
                     let target = aws_sdk_eventbridge::types::Target::builder().id(id).arn(&q.arn).build().map_err(aws_err("Target"))?;
                     targets.push((target, q.logical_id.clone()));
                 }
-                events
-                    .put_rule()
-                    .name(&rule_name)
-                    .event_bus_name(&bus_name)
-                    .event_pattern(spec.pattern.to_string())
-                    .send()
-                    .await
-                    .map_err(aws_err(format!("PutRule {rule_name}")))?;
+                put_rule(&events, &rule_name, &bus_name, &spec.pattern).await?;
                 if !targets.is_empty() {
                     events
                         .put_targets()

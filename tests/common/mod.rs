@@ -162,6 +162,23 @@ pub struct Local {
 }
 
 impl Local {
+    /// Registers a webhook subscriber of `OrderCreated` in the stack's subscriber table (the
+    /// `PutItem` the README's "Adding a subscriber" gives): `url`, its secret `secret_name`.
+    pub async fn add_webhook_subscriber(&self, id: &str, url: &str, secret_name: &str) {
+        let table = self.env_of("WebhookDispatcherFunction")["WEBHOOK_SUBSCRIBERS_TABLE"].clone();
+        self.dynamodb
+            .put_item()
+            .table_name(table)
+            .item("id", AttributeValue::S(id.into()))
+            .item("url", AttributeValue::S(url.into()))
+            .item("event_types", AttributeValue::L(vec![AttributeValue::S("OrderCreated".into())]))
+            .item("secret_id", AttributeValue::S(secret_name.into()))
+            .item("enabled", AttributeValue::Bool(true))
+            .send()
+            .await
+            .expect("PutItem subscriber");
+    }
+
     /// Provisions the template as a fresh stack on the emulator and builds its functions.
     pub async fn start() -> Self {
         let template = Template::load(&root().join("template.yaml")).expect("template.yaml loads");
