@@ -24,7 +24,7 @@ use outbox_local::template::Template;
 use serde_json::value::RawValue;
 
 /// What the consumer's handler saw.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 struct Seen {
     order_id: String,
     blob_bytes: usize,

@@ -50,8 +50,15 @@
 //!   [`HandlerError::Reject`] or [`HandlerError::Malformed`] — is sent to the dead-letter queue
 //!   on the first attempt and answered `{"outcome": "dead_lettered"}` (the asynchronous-invocation
 //!   retries are for what may pass).
-//! * What **may succeed later** — a conflict, throttling, a 5xx or time-out, a sequence gap, a
-//!   [`HandlerError::Retry`] — fails the invocation, so Lambda retries it and, when retries run
+//! * An ordered consumer's event that arrives **before its predecessor** is parked in the inbox
+//!   table and answered `{"outcome": "parked"}`; it is applied, in its own transaction, right
+//!   after its predecessor ([`crate::inbox::parked`]).
+//! * A fallback that finds **nothing to do** ([`Fallback::Duplicate`], [`Fallback::NothingToDo`])
+//!   still records the event (inbox row with the outcome and reason, the aggregate's sequence)
+//!   and answers `{"outcome": "nothing_to_do"}`.
+//! * What **may succeed later** — a conflict, throttling, a 5xx or time-out, a
+//!   [`HandlerError::Retry`] — fails the invocation (behind an SQS queue: the message is reported
+//!   in `batchItemFailures`, [`sqs`]), so Lambda retries it and, when retries run
 //!   out, sends it to the function's on-failure destination. Transient failures (conflicts,
 //!   throttling, 5xx, time-outs, a condition without fallback, [`HandlerError::Retry`]) are first
 //!   retried inside the invocation, with backoff and full jitter, bounded by the time left before
@@ -82,13 +89,15 @@ pub mod dispatch;
 pub mod error;
 pub mod handler;
 pub mod metrics;
+pub mod sqs;
 pub mod tx;
 
 pub use dead_letters::{ConsumerDeadLetterQueue, DeadLetterError, DeadLetterSink, MemoryDeadLetters};
-pub use dispatch::{Consumer, ConsumerBuilder, ConsumerResponse, Handled, RetryPolicy};
+pub use dispatch::{Consumer, ConsumerBuilder, ConsumerResponse, Handled, RetryPolicy, SettledEvent, DEFAULT_PARKED_BUDGET};
 pub use error::{ConsumerError, HandlerError};
 pub use handler::EventHandler;
-pub use tx::{Fallback, Tx};
+pub use sqs::{InvocationAnswer, ItemFailure, SqsBatchAnswer};
+pub use tx::{Fallback, Tx, SETTLED_ELSEWHERE};
 
 /// An event as a Lambda EventBridge target receives it, with `detail` kept as raw JSON so that
 /// nothing in it is rounded before the consumer decodes it.

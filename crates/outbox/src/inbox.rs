@@ -42,14 +42,14 @@
 //!
 //! The condition is `last_sequence` in `[required, sequence − 1]` (absent counts as 0). An
 //! event at or below `last_sequence` is a duplicate; one whose predecessor is missing is
-//! [`InboxError::SequenceGap`] (retryable: the predecessor may still arrive, in any order
-//! EventBridge delivers them). **A sequence that never comes** (dead-lettered at the relay,
-//! lost to an expired retry) is reported, not waited for silently: every gap is logged (with
-//! the release command to run) and counted (metric `SequenceGaps`, namespace `OutboxConsumer`);
-//! when Lambda's retries run out the event lands in the dead-letter queue with the reason
-//! `SequenceGap … waits for sequence N`. An operator releases the aggregate with
-//! [`Inbox::release_through`] (`outbox-local ordering release`), after which the waiting event
-//! applies on its next retry or `dlq redrive`.
+//! [`InboxError::SequenceGap`]. The [`Consumer`](crate::consumer::Consumer) does not fail such
+//! an event: it **parks** it in this table and applies it when its predecessor is applied
+//! ([`parked`]: what is stored, why nothing is stranded). **A sequence that never comes**
+//! (dead-lettered at the relay, lost to an expired retry) leaves its successor parked, listed
+//! with its age by `outbox-local ordering parked`; an operator releases the aggregate with
+//! [`Inbox::release_through`] (`outbox-local ordering release`, which also re-publishes what
+//! was parked behind it). A store that does not park ([`InboxStore::parks`]) fails the
+//! invocation instead, logging the release command and counting `SequenceGaps`.
 //!
 //! Ordering rows **never expire**: they carry no `expires_at` (an old row that had one loses it
 //! on the next event), because an aggregate can emit its next event months later and a deleted
@@ -78,10 +78,12 @@ use aws_sdk_dynamodb::error::SdkError;
 
 pub mod guarded;
 pub mod memory;
+pub mod parked;
 pub mod store;
 
 pub use guarded::{Guarded, GuardedError};
 pub use memory::MemoryInbox;
+pub use parked::ParkedEvent;
 pub use store::InboxStore;
 
 /// How one delivery ended.
@@ -101,6 +103,32 @@ pub enum InboxOutcome {
         item: Option<crate::transaction::Item>,
     },
 }
+
+/// What an applied event did, recorded on its inbox row (attributes `outcome` and `reason`) so
+/// that `trace` can say it: the handler's outcome (e.g. `reserved`), or `nothing_to_do` with the
+/// reason a fallback gave (e.g. "settled by another event").
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RecordedOutcome {
+    /// Short machine-readable outcome (`reserved`, `nothing_to_do`, …).
+    pub outcome: String,
+    /// Why, in words (for `nothing_to_do`).
+    pub reason: Option<String>,
+}
+
+impl RecordedOutcome {
+    /// The outcome `outcome`, without a reason.
+    pub fn new(outcome: impl Into<String>) -> Self {
+        Self { outcome: outcome.into(), reason: None }
+    }
+
+    /// `nothing_to_do`, because of `reason`.
+    pub fn nothing_to_do(reason: impl Into<String>) -> Self {
+        Self { outcome: NOTHING_TO_DO.into(), reason: Some(reason.into()) }
+    }
+}
+
+/// The outcome recorded for an event a fallback found nothing to do for.
+pub const NOTHING_TO_DO: &str = "nothing_to_do";
 
 /// A delivery that could not be settled.
 #[derive(Debug, thiserror::Error)]
@@ -221,6 +249,22 @@ pub(crate) fn report_gap(consumer: &str, error: &InboxError) {
     metrics::counter!("SequenceGaps").increment(1);
 }
 
+/// A parked row as stored ([`parked`]), `None` when it lacks a field.
+pub fn parked_from_item(item: &std::collections::HashMap<String, AttributeValue>) -> Option<ParkedEvent> {
+    let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
+    let num = |k: &str| item.get(k).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<u64>().ok());
+    Some(ParkedEvent {
+        event_id: text("event_id")?,
+        event_type: text("event_type").unwrap_or_default(),
+        aggregate_type: text("aggregate_type")?,
+        aggregate_id: text("subject")?,
+        sequence: num("sequence")?,
+        waits_for: num("waits_for")?,
+        payload: text("payload")?,
+        parked_at: text("parked_at").unwrap_or_default(),
+    })
+}
+
 /// SHA-256 (hex, 64 characters) of `data`, the event's `detail.data` as delivered (JSON text,
 /// byte for byte): stored with the claim to detect an event id reused for a different payload.
 pub fn payload_hash(data: &str) -> String {
@@ -294,6 +338,124 @@ impl Inbox {
         TransactWriteItem::builder().update(update).build()
     }
 
+    /// Whether the inbox is ordered ([`Inbox::ordered`], [`Inbox::ordered_by_types`]).
+    pub fn is_ordered(&self) -> bool {
+        self.ordered
+    }
+
+    /// Partition key of the parked row of the event of `aggregate_type`/`aggregate_id` that
+    /// waits for `waits_for` ([`parked`]).
+    pub fn parked_key(&self, aggregate_type: &str, aggregate_id: &str, waits_for: u64) -> String {
+        format!("{}#parked#{aggregate_type}#{aggregate_id}#{waits_for}", self.consumer)
+    }
+
+    /// Parks the event of `metadata`, waiting for `waits_for` ([`parked`]): a conditional put of
+    /// the parked row (absent, or held by the same event). Returns `false` when another event id
+    /// waits for the same sequence.
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] if DynamoDB fails (e.g. a payload over the 400 KB item limit).
+    pub async fn park(&self, metadata: &EventMetadata, waits_for: u64, payload: &str) -> Result<bool, InboxError> {
+        let s = |v: &str| AttributeValue::S(v.to_owned());
+        let n = |v: u64| AttributeValue::N(v.to_string());
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s(&self.parked_key(&metadata.aggregate_type, &metadata.subject, waits_for)))
+            .item("kind", s(parked::PARKED_KIND))
+            .item("consumer", s(&self.consumer))
+            .item("event_id", s(&metadata.id))
+            .item("event_type", s(&metadata.event_type))
+            .item("aggregate_type", s(&metadata.aggregate_type))
+            .item("subject", s(&metadata.subject))
+            .item("sequence", n(metadata.sequence))
+            .item("waits_for", n(waits_for))
+            .item("payload", s(payload))
+            .item("parked_at", s(&Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)))
+            .condition_expression("attribute_not_exists(pk) OR event_id = :id")
+            .expression_attribute_values(":id", s(&metadata.id))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) => match e.as_service_error() {
+                Some(aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(_)) => Ok(false),
+                _ => Err(sdk("park", "PutItem", &e)),
+            },
+        }
+    }
+
+    /// The event parked on the aggregate waiting for `waits_for`, if any (consistent read).
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] if DynamoDB fails.
+    pub async fn parked(&self, aggregate_type: &str, aggregate_id: &str, waits_for: u64) -> Result<Option<ParkedEvent>, InboxError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(self.parked_key(aggregate_type, aggregate_id, waits_for)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| sdk("read parked", "GetItem", &e))?;
+        Ok(out.item.as_ref().and_then(parked_from_item))
+    }
+
+    /// Deletes the parked row of `parked`, if that event still holds it.
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] if DynamoDB fails.
+    pub async fn unpark(&self, parked: &ParkedEvent) -> Result<(), InboxError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(self.parked_key(&parked.aggregate_type, &parked.aggregate_id, parked.waits_for)))
+            .condition_expression("event_id = :id")
+            .expression_attribute_values(":id", AttributeValue::S(parked.event_id.clone()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => match e.as_service_error() {
+                Some(aws_sdk_dynamodb::operation::delete_item::DeleteItemError::ConditionalCheckFailedException(_)) => Ok(()),
+                _ => Err(sdk("unpark", "DeleteItem", &e)),
+            },
+        }
+    }
+
+    /// Removes the parked row of the event of `metadata`, if it holds one
+    /// ([`InboxStore::unpark_settled`]).
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] if DynamoDB fails.
+    pub async fn unpark_settled(&self, metadata: &EventMetadata) -> Result<(), InboxError> {
+        let waits_for = required_predecessor(metadata, self.types.as_ref());
+        match self.parked(&metadata.aggregate_type, &metadata.subject, waits_for).await? {
+            Some(parked) if parked.event_id == metadata.id => self.unpark(&parked).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// The aggregate's `last_sequence` (0: no row), a consistent read.
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] if DynamoDB fails.
+    pub async fn last_sequence(&self, aggregate_type: &str, aggregate_id: &str) -> Result<u64, InboxError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(format!("{}#aggregate#{aggregate_type}#{aggregate_id}", self.consumer)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| sdk("read the ordering row", "GetItem", &e))?;
+        Ok(out.item().and_then(|i| i.get("last_sequence")).and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or(0))
+    }
+
     /// The DynamoDB client.
     pub fn client(&self) -> &Client {
         &self.client
@@ -317,9 +479,27 @@ impl Inbox {
 
     /// The conditional put that claims `metadata.id` for this consumer.
     pub fn claim(&self, metadata: &EventMetadata, payload_hash: &str, now: DateTime<Utc>) -> TransactWriteItem {
+        self.claim_recording(metadata, payload_hash, now, None)
+    }
+
+    /// [`Inbox::claim`] with the event's `outcome` (attributes `outcome`, `reason`).
+    pub fn claim_recording(
+        &self,
+        metadata: &EventMetadata,
+        payload_hash: &str,
+        now: DateTime<Utc>,
+        outcome: Option<&RecordedOutcome>,
+    ) -> TransactWriteItem {
         let s = |v: &str| AttributeValue::S(v.to_owned());
         let n = |v: i64| AttributeValue::N(v.to_string());
-        let put = Put::builder()
+        let mut put = Put::builder();
+        if let Some(o) = outcome {
+            put = put.item("outcome", s(&o.outcome));
+            if let Some(reason) = &o.reason {
+                put = put.item("reason", s(reason));
+            }
+        }
+        let put = put
             .table_name(&self.table)
             .item("pk", s(&self.key(&metadata.id)))
             .item("consumer", s(&self.consumer))
@@ -346,9 +526,23 @@ impl Inbox {
     /// [`InboxError::PayloadMismatch`] if the event id was applied with another payload;
     /// [`InboxError::Transaction`] otherwise (check [`InboxError::is_retryable`]).
     pub async fn apply(&self, metadata: &EventMetadata, payload_hash: &str, writes: Vec<TransactWriteItem>) -> Result<InboxOutcome, InboxError> {
+        self.apply_recording(metadata, payload_hash, writes, None).await
+    }
+
+    /// [`Inbox::apply`], recording `outcome` on the inbox row.
+    ///
+    /// # Errors
+    /// As [`Inbox::apply`].
+    pub async fn apply_recording(
+        &self,
+        metadata: &EventMetadata,
+        payload_hash: &str,
+        writes: Vec<TransactWriteItem>,
+        outcome: Option<&RecordedOutcome>,
+    ) -> Result<InboxOutcome, InboxError> {
         let now = Utc::now();
         let mut items = Vec::with_capacity(writes.len() + 2);
-        items.push(self.claim(metadata, payload_hash, now));
+        items.push(self.claim_recording(metadata, payload_hash, now, outcome));
         if self.ordered {
             items.push(self.advance_sequence(metadata, now));
         }

@@ -13,6 +13,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem}
 use lambda_runtime::{Context, LambdaEvent};
 use outbox::consumer::{ConsumerResponse, MemoryDeadLetters, RawEvent, RetryPolicy};
 use outbox::inbox::memory::Injected;
+use outbox::inbox::RecordedOutcome;
 use outbox::{ConditionFailed, Consumer, ConsumerError, Event, Fallback, Handled, HandlerError, MemoryInbox, OutboxWriter};
 use serde_json::{json, Value};
 
@@ -228,10 +229,18 @@ async fn a_failed_business_condition_runs_the_fallback_in_a_new_transaction() {
     assert_eq!(response.outcome, Handled::Applied(Outcome::Rejected));
     assert_eq!(inbox.applied().len(), 1);
     assert_eq!(event_types(&inbox, 0), ["StockRejected"], "only the fallback's writes");
-    // Position 1, the outbox put, fails: its sequence is taken, the fallback answers duplicate.
+    // Position 1, the outbox put, fails: its sequence is taken, the fallback finds nothing to do.
     inbox.fail_next(Injected::ConditionFailed { index: 1 });
+    let response = consumer.handle(created("b-2", 3)).await.unwrap();
+    assert_eq!(response.outcome, Handled::NothingToDo(outbox::consumer::SETTLED_ELSEWHERE.into()));
+    assert_eq!(serde_json::to_value(&response).unwrap(), json!({"outcome": "nothing_to_do", "event_id": "b-2"}));
+    assert!(inbox.contains("b-2"), "the event is recorded");
+    let recorded = inbox.applied().into_iter().find(|a| a.event_id == "b-2").unwrap();
+    assert!(recorded.writes.is_empty(), "none of the handler's writes");
+    assert_eq!(recorded.outcome, Some(RecordedOutcome::nothing_to_do(outbox::consumer::SETTLED_ELSEWHERE)));
+    assert_eq!(inbox.outcome("b-1"), Some(RecordedOutcome::new("rejected")), "an applied event records its outcome");
+    // A real duplicate stays a duplicate.
     assert_eq!(consumer.handle(created("b-2", 3)).await.unwrap().outcome, Handled::Duplicate);
-    assert!(!inbox.contains("b-2"), "nothing written, not even the claim");
     assert!(dlq.messages().is_empty());
 }
 
@@ -331,8 +340,9 @@ fn sequenced(detail_type: &str, sequence: u64, previous: Value) -> LambdaEvent<R
     LambdaEvent::new(raw, Context::default())
 }
 
-/// Deliveries in EventBridge's order 3, 1, 2 (every type handled): 3 waits (a retryable
-/// `SequenceGap`, reported), then 1, 2 and the retried 3 apply — in order 1, 2, 3.
+/// Deliveries in EventBridge's order 3, 1, 2 (every type handled): 3 is parked (acknowledged,
+/// not failed), 1 applies, 2 applies and the same invocation applies the parked 3 — in order
+/// 1, 2, 3, each in its own transaction with its inbox claim.
 #[tokio::test]
 async fn events_delivered_3_1_2_are_applied_1_2_3() {
     let inbox = MemoryInbox::new("ordered").ordered_by_types(["OrderCreated", "OrderUpdated"]);
@@ -341,21 +351,25 @@ async fn events_delivered_3_1_2_are_applied_1_2_3() {
     let two = || sequenced("OrderUpdated", 2, json!({"OrderCreated": 1}));
     let three = || sequenced("OrderUpdated", 3, json!({"OrderCreated": 1, "OrderUpdated": 2}));
 
-    let err = consumer.handle(three()).await.unwrap_err();
-    assert_eq!(err.error_type(), "SequenceGap");
-    assert!(err.is_retryable(), "a gap waits: Lambda retries it");
-    assert!(err.to_string().contains("sequence 3 waits for sequence 2"), "{err}");
+    let parked = consumer.handle(three()).await.expect("an early event is parked, not failed");
+    assert_eq!(parked.outcome, Handled::Parked { waits_for: 2 });
+    assert_eq!(serde_json::to_value(&parked).unwrap(), json!({"outcome": "parked", "event_id": "evt-3"}));
+    assert_eq!(inbox.parked_events().len(), 1);
+    assert_eq!(consumer.handle(three()).await.unwrap().outcome, Handled::Parked { waits_for: 2 }, "a duplicate of a parked event stays parked once");
     consumer.handle(one()).await.expect("1 applies");
-    consumer.handle(two()).await.expect("2 applies");
-    consumer.handle(three()).await.expect("the retried 3 applies");
+    assert_eq!(applied(&inbox), ["evt-1"], "3 still waits for 2");
+    assert_eq!(consumer.handle(two()).await.expect("2 applies").outcome, Handled::Applied(2));
+    assert_eq!(applied(&inbox), ["evt-1", "evt-2", "evt-3"], "the parked 3 applied right after 2, in the same invocation");
+    assert!(inbox.parked_events().is_empty());
     assert!(matches!(consumer.handle(two()).await.unwrap().outcome, Handled::Duplicate), "a late copy of 2 is a duplicate");
-    assert_eq!(applied(&inbox), ["evt-1", "evt-2", "evt-3"], "committed in sequence order");
+    assert!(matches!(consumer.handle(three()).await.unwrap().outcome, Handled::Duplicate), "a late copy of 3 is a duplicate");
     assert_eq!(inbox.last_sequence("Order#o-1"), Some(3));
+    assert!(consumer.dead_letters().messages().is_empty());
 }
 
 /// A consumer of 2 of the aggregate's 3 event types: `OrderShipped` (sequence 2) never reaches
 /// it, and `OrderCancelled` (3) does not wait for it; but a cancellation delivered before its
-/// creation still waits for the creation.
+/// creation still waits (parked) for the creation.
 #[tokio::test]
 async fn a_consumer_of_2_of_3_types_applies_in_order_without_waiting_for_the_third() {
     let types = ["OrderCreated", "OrderCancelled"];
@@ -363,10 +377,8 @@ async fn a_consumer_of_2_of_3_types_applies_in_order_without_waiting_for_the_thi
     let consumer = ordered_consumer(&inbox, &types);
     let cancelled = || sequenced("OrderCancelled", 3, json!({"OrderCreated": 1, "OrderShipped": 2}));
 
-    let err = consumer.handle(cancelled()).await.unwrap_err();
-    assert!(err.to_string().contains("waits for sequence 1"), "the cancellation waits for the creation only: {err}");
-    consumer.handle(sequenced("OrderCreated", 1, json!({}))).await.expect("1 applies");
-    consumer.handle(cancelled()).await.expect("3 applies without 2, a type this consumer never receives");
+    assert_eq!(consumer.handle(cancelled()).await.unwrap().outcome, Handled::Parked { waits_for: 1 }, "the cancellation waits for the creation only");
+    consumer.handle(sequenced("OrderCreated", 1, json!({}))).await.expect("1 applies, then the parked 3 without 2");
     assert_eq!(applied(&inbox), ["evt-1", "evt-3"]);
 
     // The same deliveries to a consumer ordered over every sequence (the old rule) would wait
@@ -374,11 +386,12 @@ async fn a_consumer_of_2_of_3_types_applies_in_order_without_waiting_for_the_thi
     let dense = MemoryInbox::new("dense").ordered();
     let dense_consumer = ordered_consumer(&dense, &types);
     dense_consumer.handle(sequenced("OrderCreated", 1, json!({}))).await.expect("1 applies");
-    assert!(dense_consumer.handle(cancelled()).await.unwrap_err().to_string().contains("waits for sequence 2"));
+    assert_eq!(dense_consumer.handle(cancelled()).await.unwrap().outcome, Handled::Parked { waits_for: 2 });
 }
 
-/// A sequence that never comes: the waiting event is reported on every attempt and, after the
-/// operator's release through the missing sequence, applies; nothing before it is re-applied.
+/// A sequence that never comes: the waiting event stays parked (never dead-lettered) and, after
+/// the operator's release through the missing sequence, applies on its next delivery; nothing
+/// before it is re-applied.
 #[tokio::test]
 async fn a_permanently_missing_sequence_is_released_by_the_operator() {
     let inbox = MemoryInbox::new("ordered").ordered();
@@ -387,14 +400,98 @@ async fn a_permanently_missing_sequence_is_released_by_the_operator() {
     // Sequence 2 was dead-lettered at the relay: it never comes.
     let three = || sequenced("OrderUpdated", 3, json!({}));
     for _ in 0..3 {
-        let err = consumer.handle(three()).await.unwrap_err();
-        assert!(err.is_retryable() && err.to_string().contains("waits for sequence 2 (last applied 1)"), "{err}");
+        assert_eq!(consumer.handle(three()).await.unwrap().outcome, Handled::Parked { waits_for: 2 });
     }
+    assert_eq!(inbox.parked_events().len(), 1);
+    assert!(consumer.dead_letters().messages().is_empty(), "a gap is not poison");
     assert_eq!(inbox.release_through("Order#o-1", 2), 1);
     consumer.handle(three()).await.expect("3 applies once 2 is released");
     assert_eq!(applied(&inbox), ["evt-1", "evt-3"]);
+    assert!(inbox.parked_events().is_empty());
     assert_eq!(inbox.release_through("Order#o-1", 2), 3, "a release never moves the sequence back");
     assert_eq!(inbox.last_sequence("Order#o-1"), Some(3));
+}
+
+/// 100 events of one aggregate, three types repeating, one of them settled by its fallback
+/// (`Fallback::Duplicate`: nothing to do): every event is recorded and applied in sequence order,
+/// the settled one with its outcome, and nothing waits for it.
+#[tokio::test]
+async fn a_hot_aggregate_with_a_duplicate_fallback_applies_all_100_in_order() {
+    let types = ["OrderCreated", "OrderUpdated", "OrderNoted"];
+    let inbox = MemoryInbox::new("hot").ordered();
+    let dead_letters = MemoryDeadLetters::new();
+    let mut builder = Consumer::builder(inbox.clone(), dead_letters.clone());
+    for t in types {
+        builder = builder.on::<Value, _, _>(t, |event, tx| async move {
+            tx.write(stock_check("SKU-1"));
+            tx.on_condition_failed(|_, _| Ok(Fallback::Duplicate));
+            Ok::<_, HandlerError>(event.metadata.sequence)
+        });
+    }
+    let consumer = builder.build();
+    for sequence in 1..=100u64 {
+        if sequence == 3 {
+            inbox.fail_next(Injected::ConditionFailed { index: 0 });
+        }
+        let response = consumer.handle(sequenced(types[(sequence % 3) as usize], sequence, json!({}))).await.expect("handled");
+        let expected = if sequence == 3 { Handled::NothingToDo(outbox::consumer::SETTLED_ELSEWHERE.into()) } else { Handled::Applied(sequence) };
+        assert_eq!(response.outcome, expected);
+    }
+    let ids = applied(&inbox);
+    assert_eq!(ids, (1..=100).map(|s| format!("evt-{s}")).collect::<Vec<_>>(), "all 100, in sequence order");
+    assert_eq!(inbox.outcome("evt-3").map(|o| o.outcome), Some("nothing_to_do".into()));
+    assert_eq!(inbox.outcome("evt-4"), Some(RecordedOutcome::new("4")));
+    assert_eq!(inbox.last_sequence("Order#o-1"), Some(100));
+    assert!(dead_letters.messages().is_empty() && inbox.parked_events().is_empty());
+}
+
+/// The same 100 events delivered shuffled, each twice: nothing dead-lettered, nothing failed,
+/// every event applied exactly once and in sequence order, nothing left parked.
+#[tokio::test]
+async fn shuffled_duplicated_deliveries_are_applied_once_each_in_order() {
+    let types = ["OrderCreated", "OrderUpdated", "OrderNoted"];
+    let inbox = MemoryInbox::new("shuffled").ordered();
+    let consumer = ordered_consumer(&inbox, &types);
+    let mut deliveries: Vec<u64> = (1..=100u64).chain(1..=100u64).collect();
+    // Fisher–Yates with a fixed xorshift seed: the same shuffle on every run.
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    for i in (1..deliveries.len()).rev() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        deliveries.swap(i, (state % (i as u64 + 1)) as usize);
+    }
+    for sequence in deliveries {
+        let response = consumer.handle(sequenced(types[(sequence % 3) as usize], sequence, json!({}))).await.expect("never fails");
+        assert_ne!(response.outcome, Handled::DeadLettered);
+    }
+    assert_eq!(applied(&inbox), (1..=100).map(|s| format!("evt-{s}")).collect::<Vec<_>>());
+    assert!(inbox.parked_events().is_empty() && consumer.dead_letters().messages().is_empty());
+}
+
+/// A budget smaller than the parked backlog: the invocation that applies the predecessor fails
+/// with `ParkedPending` (retryable), and the redelivery of that event — a duplicate — applies the rest.
+#[tokio::test]
+async fn parked_events_beyond_the_budget_are_applied_by_the_redelivery() {
+    let types = ["OrderCreated", "OrderUpdated"];
+    let inbox = MemoryInbox::new("budget").ordered();
+    let consumer = Consumer::builder(inbox.clone(), MemoryDeadLetters::new())
+        .parked_budget(2)
+        .on::<Value, _, _>(types[0], |event, _tx| async move { Ok::<_, HandlerError>(event.metadata.sequence) })
+        .on::<Value, _, _>(types[1], |event, _tx| async move { Ok::<_, HandlerError>(event.metadata.sequence) })
+        .build();
+    for sequence in (2..=6u64).rev() {
+        assert_eq!(consumer.handle(sequenced(types[1], sequence, json!({}))).await.unwrap().outcome, Handled::Parked { waits_for: sequence - 1 });
+    }
+    let err = consumer.handle(sequenced(types[0], 1, json!({}))).await.expect_err("more parked than the budget");
+    assert_eq!(err.error_type(), "ParkedPending");
+    assert!(err.is_retryable());
+    assert_eq!(applied(&inbox), ["evt-1", "evt-2", "evt-3"]);
+    let err = consumer.handle(sequenced(types[0], 1, json!({}))).await.expect_err("the redelivery applies two more");
+    assert_eq!(err.error_type(), "ParkedPending");
+    assert_eq!(consumer.handle(sequenced(types[0], 1, json!({}))).await.unwrap().outcome, Handled::Duplicate);
+    assert_eq!(applied(&inbox), (1..=6).map(|s| format!("evt-{s}")).collect::<Vec<_>>());
+    assert!(inbox.parked_events().is_empty());
 }
 
 /// Every line the consumer logs about an event carries the event's fields, as Lambda's JSON log
@@ -423,7 +520,60 @@ async fn every_log_line_of_an_event_carries_its_fields() {
     }
     let attempts = captured.attempts_of("t-log");
     let retried = "transient failure; retrying within the invocation".to_owned();
-    assert_eq!(attempts, [(retried.clone(), 1), (retried, 2), ("event handled".to_owned(), 3)], "{text}");
+    assert_eq!(attempts, [(retried.clone(), 1), (retried, 2), ("invocation handled".to_owned(), 3)], "{text}");
     let bad = of("t-bad");
     assert!(bad.iter().any(|l| l["fields"]["error_type"] == "MalformedEvent"), "the dead-lettering line names the cause: {text}");
+}
+
+// ----- Behind an SQS queue -----
+
+/// An SQS batch (`Records[]`) whose message bodies are the EventBridge events `bodies`.
+fn sqs_batch(bodies: &[LambdaEvent<RawEvent>]) -> Box<serde_json::value::RawValue> {
+    let records: Vec<Value> = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, e)| json!({"messageId": format!("m-{i}"), "receiptHandle": "r", "body": e.payload.get(), "eventSource": "aws:sqs"}))
+        .collect();
+    serde_json::value::to_raw_value(&json!({"Records": records})).expect("JSON")
+}
+
+/// A batch in one invocation: its messages in order (the early one parked, then applied after
+/// its predecessor), a transient failure reported in `batchItemFailures` (it comes back after
+/// the visibility timeout), a malformed body dead-lettered (and deleted), the rest settled.
+#[tokio::test]
+async fn an_sqs_batch_reports_only_what_may_pass_later_as_item_failures() {
+    let inbox = MemoryInbox::new("queued").ordered();
+    let handler = |event: outbox::DeliveredEvent<Value>, _tx| async move { Ok::<_, HandlerError>(event.metadata.sequence) };
+    let consumer: Consumer<MemoryInbox, MemoryDeadLetters, u64> = Consumer::builder(inbox.clone(), MemoryDeadLetters::new())
+        .retry(RetryPolicy::none())
+        .on::<Value, _, _>("OrderCreated", handler)
+        .on::<Value, _, _>("OrderUpdated", handler)
+        .build();
+    let mut bodies = vec![sequenced("OrderUpdated", 2, json!({})), sequenced("OrderCreated", 1, json!({}))];
+    let not_json = LambdaEvent::new(serde_json::value::RawValue::from_string("\"not an event\"".into()).unwrap(), Context::default());
+    bodies.push(not_json);
+    bodies.push(sequenced("OrderUpdated", 3, json!({})));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    inbox.fail_next(Injected::Conflict); // the first commit that reaches the store: sequence 1's
+    let answer = consumer.handle_invocation(&sqs_batch(&bodies), deadline).await.expect("a batch never fails as a whole");
+    let outbox::consumer::InvocationAnswer::Batch(answer) = answer else { panic!("an SQS event is a batch") };
+    let failures: Vec<&str> = answer.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
+    assert_eq!(failures, ["m-1"], "only the conflicted message comes back: {answer:?}");
+    let outcomes: Vec<(&str, &str)> = answer.outcomes.iter().map(|o| (o.event_id.as_str(), o.outcome.as_str())).collect();
+    assert_eq!(outcomes, [("evt-2", "parked"), ("", "dead_lettered"), ("evt-3", "parked")]);
+    assert_eq!(consumer.dead_letters().messages().len(), 1, "the malformed body");
+    // SQS brings m-1 back: 1 applies, then the parked 2 and 3, in order.
+    let again = consumer.handle_invocation(&sqs_batch(&bodies[1..2]), deadline).await.unwrap();
+    let outbox::consumer::InvocationAnswer::Batch(again) = again else { panic!() };
+    assert!(again.batch_item_failures.is_empty());
+    assert_eq!(again.outcomes.iter().map(|o| o.event_id.as_str()).collect::<Vec<_>>(), ["evt-1", "evt-2", "evt-3"]);
+    assert_eq!(applied(&inbox), ["evt-1", "evt-2", "evt-3"]);
+    assert_eq!(
+        serde_json::to_value(outbox::consumer::InvocationAnswer::<u64>::Batch(outbox::consumer::SqsBatchAnswer::default())).unwrap(),
+        json!({"batchItemFailures": [], "outcomes": []}),
+        "the shape Lambda's ReportBatchItemFailures reads"
+    );
+    // An EventBridge event is still one event.
+    let single = consumer.handle_invocation(sequenced("OrderUpdated", 3, json!({})).payload.as_ref(), deadline).await.unwrap();
+    assert!(matches!(single, outbox::consumer::InvocationAnswer::Event(r) if r.outcome == Handled::Duplicate));
 }

@@ -9,11 +9,12 @@
 //! emits `InventoryRejected` instead (a business outcome: no retry, no dead-letter queue). A
 //! cancellation releases exactly what was reserved (`InventoryReleased`), and only for a
 //! reservation in status `RESERVED`; an `OrderCancelled` that arrives before its `OrderCreated`
-//! was applied is a sequence gap and is retried. The ordering is by [`HANDLED_TYPES`]
-//! (`Inbox::ordered_by_types`): an `OrderCancelled` waits for the `OrderCreated` its
-//! `metadata.previous` names, never for other order event types this consumer does not
-//! receive; the ordering row never expires; a gap that never closes is logged, counted
-//! (`SequenceGaps`) and released with `outbox-local ordering release` (README, "Ordering").
+//! was applied is parked in the inbox table and applied right after it (`outbox::inbox::parked`).
+//! The ordering is by [`HANDLED_TYPES`] (`Inbox::ordered_by_types`): an `OrderCancelled` waits
+//! for the `OrderCreated` its `metadata.previous` names, never for other order event types this
+//! consumer does not receive; the ordering row never expires; a gap that never closes stays
+//! parked, listed by `outbox-local ordering parked` and released with `outbox-local ordering
+//! release` (README, "Ordering").
 //! The release decision is read, then committed on the condition that what was read still
 //! holds (the reservation's `status`), so an `OrderCreated` applied in between cannot leave
 //! stock reserved forever. Events no retry can fix go to the dead-letter queue on the first

@@ -16,33 +16,81 @@ use serde_json::value::RawValue;
 use super::dead_letters::{event_id_of, span_of};
 use super::handler::FnHandler;
 use super::metrics;
+use super::tx::SETTLED_ELSEWHERE;
 use super::{
     decode_envelope, decode_event, ConsumerError, DeadLetterSink, DeliveredEvent, EventHandler, Fallback, HandlerError, MalformedEvent,
     RawEventBridgeEvent, Tx,
 };
 use crate::envelope::EventMetadata;
-use crate::inbox::{payload_hash, InboxOutcome, InboxStore};
+use crate::inbox::{payload_hash, InboxError, InboxOutcome, InboxStore, ParkedEvent, RecordedOutcome};
 use crate::writer::OutboxWriter;
 use tracing::Instrument;
 
 /// How a delivery ended. Serialises as the outcome `O` itself when applied, else as
-/// `"duplicate"` or `"dead_lettered"`.
+/// `"nothing_to_do"`, `"duplicate"`, `"parked"` or `"dead_lettered"`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Handled<O> {
     /// The handler's writes committed with the inbox claim; its outcome.
     Applied(O),
-    /// The event was applied before (or a fallback said so): nothing was written.
+    /// A fallback found nothing to do ([`Fallback::Duplicate`], [`Fallback::NothingToDo`]): the
+    /// inbox claim was recorded with this reason (and the aggregate's sequence advanced), none of
+    /// the handler's writes.
+    NothingToDo(String),
+    /// The event was applied before (same consumer, same event id): nothing was written.
     Duplicate,
+    /// Ordering: the event arrived before its predecessor (sequence `waits_for`) was applied; it
+    /// was parked in the inbox table and is applied when the predecessor is
+    /// ([`crate::inbox::parked`]).
+    Parked {
+        /// The sequence it waits for.
+        waits_for: u64,
+    },
     /// The event can never be processed and was sent to the dead-letter queue.
     DeadLettered,
+}
+
+impl<O> Handled<O> {
+    /// The outcome's kind: `applied`, `nothing_to_do`, `duplicate`, `parked`, `dead_lettered`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Handled::Applied(_) => "applied",
+            Handled::NothingToDo(_) => "nothing_to_do",
+            Handled::Duplicate => "duplicate",
+            Handled::Parked { .. } => "parked",
+            Handled::DeadLettered => "dead_lettered",
+        }
+    }
+}
+
+/// What [`Consumer`]'s drain of parked events did.
+#[derive(Default)]
+struct Drained {
+    /// Parked events settled.
+    applied: u32,
+    /// Their outcomes, in order.
+    settled: Vec<SettledEvent>,
+    /// Why some still wait (the invocation then fails).
+    pending: Option<ConsumerError>,
+}
+
+/// `detail.metadata` of an invocation payload, when it decodes.
+fn metadata_of(payload: &RawValue) -> Option<EventMetadata> {
+    #[derive(serde::Deserialize)]
+    struct Detail {
+        metadata: EventMetadata,
+    }
+    let envelope = decode_envelope(payload).ok()?;
+    serde_json::from_str::<Detail>(envelope.detail.get()).ok().map(|d| d.metadata)
 }
 
 impl<O: Serialize> Serialize for Handled<O> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             Handled::Applied(o) => o.serialize(serializer),
+            Handled::NothingToDo(_) => serializer.serialize_str("nothing_to_do"),
             Handled::Duplicate => serializer.serialize_str("duplicate"),
+            Handled::Parked { .. } => serializer.serialize_str("parked"),
             Handled::DeadLettered => serializer.serialize_str("dead_lettered"),
         }
     }
@@ -57,6 +105,32 @@ pub struct ConsumerResponse<O> {
     pub outcome: Handled<O>,
     /// `detail.metadata.id` (empty when the event had none).
     pub event_id: String,
+    /// Ordering: the events parked behind this one that this invocation applied after it, in
+    /// sequence ([`crate::inbox::parked`]); omitted when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub parked_applied: Vec<SettledEvent>,
+}
+
+/// An event settled in passing (a parked event applied after its predecessor, a message of
+/// an SQS batch).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct SettledEvent {
+    /// `detail.metadata.id`.
+    pub event_id: String,
+    /// Its outcome as [`Handled`] serialises it (e.g. `released`, `duplicate`).
+    pub outcome: String,
+}
+
+impl SettledEvent {
+    /// The event and outcome of `response`.
+    pub fn of<O: Serialize>(response: &ConsumerResponse<O>) -> Self {
+        let outcome = match serde_json::to_value(&response.outcome) {
+            Ok(serde_json::Value::String(s)) => s,
+            _ => response.outcome.kind().to_owned(),
+        };
+        Self { event_id: response.event_id.clone(), outcome }
+    }
 }
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -152,9 +226,14 @@ struct Inner<S, D, O> {
     writer: Option<Arc<OutboxWriter>>,
     routes: BTreeMap<String, Box<dyn Route<O>>>,
     retry: RetryPolicy,
+    parked_budget: u32,
     #[cfg(feature = "claim-check")]
     claim_check: Option<crate::claim_check::ClaimCheck>,
 }
+
+/// Default most parked events one invocation applies after their predecessor
+/// ([`ConsumerBuilder::parked_budget`]).
+pub const DEFAULT_PARKED_BUDGET: u32 = 100;
 
 /// A consumer: an inbox store `S`, a dead-letter sink `D` and one handler per event type, all
 /// answering the outcome `O`. Build it once per cold start with [`Consumer::builder`]; clones
@@ -186,6 +265,7 @@ pub struct ConsumerBuilder<S, D, O> {
     writer: Option<Arc<OutboxWriter>>,
     routes: BTreeMap<String, Box<dyn Route<O>>>,
     retry: RetryPolicy,
+    parked_budget: u32,
     #[cfg(feature = "claim-check")]
     claim_check: Option<crate::claim_check::ClaimCheck>,
 }
@@ -200,7 +280,7 @@ impl<S, D, O> Consumer<S, D, O>
 where
     S: InboxStore,
     D: DeadLetterSink,
-    O: Send + 'static,
+    O: Serialize + Send + 'static,
 {
     /// Starts a consumer recording events in `store` (the DynamoDB [`Inbox`](crate::Inbox), or a
     /// [`MemoryInbox`](crate::inbox::MemoryInbox) in tests) and dead-lettering to `dead_letters`
@@ -213,6 +293,7 @@ where
             writer: None,
             routes: BTreeMap::new(),
             retry: RetryPolicy::default(),
+            parked_budget: DEFAULT_PARKED_BUDGET,
             #[cfg(feature = "claim-check")]
             claim_check: None,
         }
@@ -254,11 +335,137 @@ where
     /// ([`event_span`](crate::envelope::event_span): `event_id`, `event_type`, `aggregate_type`,
     /// `aggregate_id`, `correlation_id`, `attempt`).
     pub async fn handle_payload_until(&self, payload: &RawValue, deadline: Instant) -> Result<ConsumerResponse<O>, ConsumerError> {
-        let span = span_of(payload);
-        self.handle_in_span(payload, deadline, &span).instrument(span.clone()).await
+        self.handle_one(payload, deadline, true).await
     }
 
-    async fn handle_in_span(&self, payload: &RawValue, deadline: Instant, span: &tracing::Span) -> Result<ConsumerResponse<O>, ConsumerError> {
+    /// One event and the parked events it unblocks; the summary line at INFO for an invocation
+    /// of its own (`summary`), at DEBUG for a message of a batch (the batch logs its own).
+    pub(crate) async fn handle_one(&self, payload: &RawValue, deadline: Instant, summary: bool) -> Result<ConsumerResponse<O>, ConsumerError> {
+        let span = span_of(payload);
+        let response = match self.deliver(payload, deadline, &span).instrument(span.clone()).await {
+            Ok(response) => response,
+            Err(error) => {
+                if summary {
+                    tracing::info!(parent: &span, outcome = "failed", error_type = error.error_type(), "invocation handled");
+                } else {
+                    tracing::debug!(parent: &span, outcome = "failed", error_type = error.error_type(), "event handled");
+                }
+                return Err(error);
+            }
+        };
+        // Ordering: what waits for this event (or, after a park, for the predecessor that may
+        // have been applied meanwhile) is applied now.
+        let drained = match (&response.outcome, metadata_of(payload)) {
+            (Handled::DeadLettered, _) | (_, None) => Drained::default(),
+            (outcome, Some(m)) if self.inner.store.parks() => {
+                if !matches!(outcome, Handled::Parked { .. }) {
+                    // Settled by this delivery: a parked copy of it (from an earlier delivery) goes.
+                    let unparked: BoxFuture<'_, _> = Box::pin(self.inner.store.unpark_settled(&m));
+                    if let Err(e) = unparked.await {
+                        tracing::warn!(parent: &span, error = %e, "could not remove the event's own parked row; `ordering parked` lists it");
+                    }
+                }
+                self.drain(&m.aggregate_type, &m.subject, deadline).instrument(span.clone()).await
+            }
+            _ => Drained::default(),
+        };
+        if summary {
+            tracing::info!(
+                parent: &span,
+                outcome = response.outcome.kind(),
+                parked_applied = drained.applied,
+                parked_pending = drained.pending.is_some(),
+                "invocation handled"
+            );
+        } else {
+            tracing::debug!(parent: &span, outcome = response.outcome.kind(), parked_applied = drained.applied, "event handled");
+        }
+        match drained.pending {
+            Some(pending) => {
+                tracing::warn!(parent: &span, error = %pending, "parked events still wait; failing the invocation so its redelivery applies them");
+                metrics::failed();
+                Err(pending)
+            }
+            None => Ok(ConsumerResponse { parked_applied: drained.settled, ..response }),
+        }
+    }
+
+    /// Applies the events parked on the aggregate behind its last applied sequence, in sequence,
+    /// each as its own delivery ([`Consumer::deliver`]: its handler, its transaction with its
+    /// inbox claim), until none waits, the parked budget is spent or the deadline nears.
+    async fn drain(&self, aggregate_type: &str, aggregate_id: &str, deadline: Instant) -> Drained {
+        let store = &self.inner.store;
+        let aggregate = format!("{aggregate_type}#{aggregate_id}");
+        let mut drained = Drained::default();
+        loop {
+            let next: BoxFuture<'_, Result<(u64, Option<ParkedEvent>), InboxError>> = Box::pin(async move {
+                let last = store.last_sequence(aggregate_type, aggregate_id).await?;
+                Ok((last, store.parked(aggregate_type, aggregate_id, last).await?))
+            });
+            let pending = |after: u64, why: String| Some(ConsumerError::ParkedPending { aggregate: aggregate.clone(), after, why });
+            let (last, parked) = match next.await {
+                Ok((_, None)) => return drained,
+                Ok((last, Some(parked))) => (last, parked),
+                Err(e) => {
+                    drained.pending = pending(0, format!("reading the parked events failed: {e}"));
+                    return drained;
+                }
+            };
+            if drained.applied >= self.inner.parked_budget {
+                drained.pending = pending(last, format!("this invocation applied its budget of {} parked events", self.inner.parked_budget));
+                return drained;
+            }
+            if Instant::now() + self.inner.retry.margin >= deadline {
+                drained.pending = pending(last, "the invocation's time ran out".into());
+                return drained;
+            }
+            let settled = match RawValue::from_string(parked.payload.clone()) {
+                Ok(payload) => {
+                    let span = span_of(&payload);
+                    tracing::debug!(parent: &span, waits_for = parked.waits_for, "applying a parked event");
+                    let delivered: BoxFuture<'_, _> = Box::pin(self.deliver(&payload, deadline, &span).instrument(span.clone()));
+                    delivered.await
+                }
+                // The row holds what a RawValue once was, so this is a corrupted row: it can never succeed.
+                Err(e) => self.dead_letter_text(&parked.payload, &format!("parked event {} is not JSON: {e}", parked.event_id)).await,
+            };
+            match settled {
+                // Parked again: its predecessor moved meanwhile; whoever moved it drains.
+                Ok(ConsumerResponse { outcome: Handled::Parked { .. }, .. }) => return drained,
+                Ok(response) => {
+                    let unparked: BoxFuture<'_, _> = Box::pin(store.unpark(&parked));
+                    if let Err(e) = unparked.await {
+                        drained.pending = pending(last, format!("removing the parked row of {} failed: {e}", parked.event_id));
+                        return drained;
+                    }
+                    drained.applied += 1;
+                    drained.settled.push(SettledEvent { event_id: parked.event_id.clone(), ..SettledEvent::of(&response) });
+                }
+                Err(e) => {
+                    drained.pending = pending(last, format!("parked event {} failed: {e}", parked.event_id));
+                    return drained;
+                }
+            }
+        }
+    }
+
+    /// Dead-letters `text` (not a JSON event) with `reason`, as `MalformedEvent`.
+    pub(crate) async fn dead_letter_text(&self, text: &str, reason: &str) -> Result<ConsumerResponse<O>, ConsumerError> {
+        let event = serde_json::value::to_raw_value(text).map_err(|e| ConsumerError::Malformed(MalformedEvent(e.to_string())))?;
+        let sent: BoxFuture<'_, _> = Box::pin(self.inner.dead_letters.send(&event, "MalformedEvent", reason));
+        match sent.await {
+            Ok(()) => {
+                metrics::dead_lettered("MalformedEvent");
+                Ok(ConsumerResponse { outcome: Handled::DeadLettered, event_id: String::new(), parked_applied: Vec::new() })
+            }
+            Err(e) => Err(HandlerError::retry(format!("{reason}; the dead-letter queue refused it: {e}")).into()),
+        }
+    }
+
+    /// One delivery: the event's handler and transaction, retried within the invocation while
+    /// transient; parked when its predecessor is missing (an ordered store that parks);
+    /// dead-lettered when it can never succeed.
+    async fn deliver(&self, payload: &RawValue, deadline: Instant, span: &tracing::Span) -> Result<ConsumerResponse<O>, ConsumerError> {
         let policy = &self.inner.retry;
         let mut attempt = 1u32;
         let error = loop {
@@ -270,18 +477,24 @@ where
                             metrics::applied(&metadata.time);
                             "applied"
                         }
+                        Handled::NothingToDo(_) => {
+                            metrics::nothing_to_do();
+                            "nothing_to_do"
+                        }
                         Handled::Duplicate => {
                             metrics::duplicate();
                             "duplicate"
                         }
+                        Handled::Parked { .. } => "parked",
                         Handled::DeadLettered => {
                             metrics::dead_lettered("Rejected");
                             "dead_lettered"
                         }
                     };
-                    // The event's fields are the span's (handle_payload_until).
-                    tracing::info!(sequence = metadata.sequence, outcome = kind, "event handled");
-                    return Ok(ConsumerResponse { outcome, event_id: metadata.id });
+                    // The event's fields are the span's (handle_payload_until); one INFO line per
+                    // invocation summarises ("invocation handled").
+                    tracing::debug!(sequence = metadata.sequence, outcome = kind, "event handled");
+                    return Ok(ConsumerResponse { outcome, event_id: metadata.id, parked_applied: Vec::new() });
                 }
                 Err(e) => e,
             };
@@ -298,7 +511,10 @@ where
             attempt += 1;
         };
         let event_id = event_id_of(payload).unwrap_or_default();
-        if let ConsumerError::Inbox(gap @ crate::inbox::InboxError::SequenceGap { .. }) = &error {
+        if let ConsumerError::Inbox(gap @ InboxError::SequenceGap { expected, .. }) = &error {
+            if let Some(parked) = self.park(payload, *expected).await {
+                return Ok(parked);
+            }
             crate::inbox::report_gap(self.inner.store.consumer(), gap);
         }
         if error.is_retryable() {
@@ -313,12 +529,41 @@ where
         match sent.await {
             Ok(()) => {
                 metrics::dead_lettered(error.error_type());
-                Ok(ConsumerResponse { outcome: Handled::DeadLettered, event_id })
+                Ok(ConsumerResponse { outcome: Handled::DeadLettered, event_id, parked_applied: Vec::new() })
             }
             Err(send_error) => {
                 tracing::error!(error = %send_error, "could not dead-letter the event; failing the invocation instead");
                 metrics::failed();
                 Err(error)
+            }
+        }
+    }
+
+    /// Parks the event of `payload`, which waits for sequence `waits_for`, when the store parks;
+    /// `None` when it did not (the invocation then fails as before).
+    async fn park(&self, payload: &RawValue, waits_for: u64) -> Option<ConsumerResponse<O>> {
+        if !self.inner.store.parks() {
+            return None;
+        }
+        let metadata = metadata_of(payload)?;
+        let parked: BoxFuture<'_, _> = Box::pin(self.inner.store.park(&metadata, waits_for, payload.get()));
+        match parked.await {
+            Ok(true) => {
+                metrics::parked();
+                tracing::debug!(sequence = metadata.sequence, waits_for, "event parked: it waits for its predecessor");
+                Some(ConsumerResponse { outcome: Handled::Parked { waits_for }, event_id: metadata.id, parked_applied: Vec::new() })
+            }
+            Ok(false) => {
+                tracing::warn!(
+                    sequence = metadata.sequence,
+                    waits_for,
+                    "another event id is parked for the same predecessor; failing the invocation instead"
+                );
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not park the event; failing the invocation instead");
+                None
             }
         }
     }
@@ -385,21 +630,24 @@ where
         Ok(envelope)
     }
 
-    /// Commits `tx` with the inbox claim; on a false business condition, runs the fallback and
-    /// commits what it wrote instead (as many rounds as fallbacks are chained).
+    /// Commits `tx` with the inbox claim (recording the outcome on it); on a false business
+    /// condition, runs the fallback and commits what it wrote instead (as many rounds as
+    /// fallbacks are chained). A fallback that finds nothing to do still records the event: its
+    /// inbox claim alone, so an ordered aggregate's sequence advances past it.
     async fn commit(&self, metadata: &EventMetadata, hash: &str, mut tx: Tx<O>, mut outcome: O) -> Result<Handled<O>, ConsumerError> {
         loop {
             let (mut batch, fallback) = tx.take();
             let items = std::mem::take(&mut batch.items);
+            let recorded = RecordedOutcome::new(outcome_text(&outcome));
             // Boxed: the SDK's futures are deeply nested, and without a box the future of a whole
             // Lambda `main` exceeds rustc's default query depth when computing its layout.
-            let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.apply(metadata, hash, items));
+            let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.apply_recording(metadata, hash, items, &recorded));
             match applied.await? {
                 InboxOutcome::Applied => return Ok(Handled::Applied(outcome)),
                 InboxOutcome::Duplicate => return Ok(Handled::Duplicate),
                 InboxOutcome::BusinessConditionFailed { index, item } => {
                     let failed = batch.failed_at(index, item);
-                    tracing::info!(event_id = %metadata.id, failed = %failed, "a business condition failed");
+                    tracing::debug!(event_id = %metadata.id, failed = %failed, "a business condition failed");
                     let Some(fallback) = fallback else { return Err(ConsumerError::ConditionFailed { event_id: metadata.id.clone(), failed }) };
                     let next = tx.fresh();
                     match fallback(failed, next.clone())? {
@@ -407,11 +655,40 @@ where
                             outcome = o;
                             tx = next;
                         }
-                        Fallback::Duplicate => return Ok(Handled::Duplicate),
+                        Fallback::Duplicate => return self.nothing_to_do(metadata, hash, SETTLED_ELSEWHERE.to_owned()).await,
+                        Fallback::NothingToDo(reason) => return self.nothing_to_do(metadata, hash, reason).await,
                     }
                 }
             }
         }
+    }
+
+    /// Records the event with nothing to do (`reason`): the inbox claim and the aggregate's
+    /// sequence, none of the handler's writes.
+    async fn nothing_to_do(&self, metadata: &EventMetadata, hash: &str, reason: String) -> Result<Handled<O>, ConsumerError> {
+        let recorded = RecordedOutcome::nothing_to_do(reason.clone());
+        let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.apply_recording(metadata, hash, Vec::new(), &recorded));
+        match applied.await? {
+            InboxOutcome::Applied => Ok(Handled::NothingToDo(reason)),
+            // Another delivery of the same event recorded it meanwhile.
+            InboxOutcome::Duplicate => Ok(Handled::Duplicate),
+            // No business writes, so no business condition: only a store that misreports gets here.
+            InboxOutcome::BusinessConditionFailed { index, .. } => Err(HandlerError::retry(format!(
+                "event {}: the inbox store reported write {index} failed in a transaction without writes",
+                metadata.id
+            ))
+            .into()),
+        }
+    }
+}
+
+/// The outcome's text for the inbox row: a JSON string as is (`"reserved"` → `reserved`),
+/// anything else as JSON.
+fn outcome_text<O: Serialize>(outcome: &O) -> String {
+    match serde_json::to_value(outcome) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "applied".to_owned(),
     }
 }
 
@@ -419,7 +696,7 @@ impl<S, D, O> ConsumerBuilder<S, D, O>
 where
     S: InboxStore,
     D: DeadLetterSink,
-    O: Send + 'static,
+    O: Serialize + Send + 'static,
 {
     /// The outbox the handlers' [`Tx::emit`] writes to (needed only by consumers that emit).
     pub fn outbox(mut self, writer: OutboxWriter) -> Self {
@@ -466,6 +743,15 @@ where
         self
     }
 
+    /// Ordering: the most parked events one invocation applies after their predecessor (default
+    /// [`DEFAULT_PARKED_BUDGET`]; the invocation's deadline less the retry policy's margin bounds
+    /// it too). Beyond it the invocation fails with [`ConsumerError::ParkedPending`] and the
+    /// redelivery of its event carries on ([`crate::inbox::parked`]).
+    pub fn parked_budget(mut self, events: u32) -> Self {
+        self.parked_budget = events;
+        self
+    }
+
     /// The consumer.
     pub fn build(self) -> Consumer<S, D, O> {
         Consumer {
@@ -475,6 +761,7 @@ where
                 writer: self.writer,
                 routes: self.routes,
                 retry: self.retry,
+                parked_budget: self.parked_budget,
                 #[cfg(feature = "claim-check")]
                 claim_check: self.claim_check,
             }),

@@ -74,6 +74,19 @@ pub enum ConsumerError {
     /// The handler failed: [`HandlerError::Retry`] or [`HandlerError::Reject`].
     #[error(transparent)]
     Handler(HandlerError),
+    /// Ordering: this invocation's event was settled, but events parked behind it on its
+    /// aggregate are still waiting (the invocation's budget ended, or one failed transiently;
+    /// see [`crate::inbox::parked`]). Retryable: the redelivery of this event finds it a
+    /// duplicate and applies the parked events.
+    #[error("events parked on {aggregate} still wait after sequence {after}: {why}")]
+    ParkedPending {
+        /// `<aggregate_type>#<aggregate_id>`.
+        aggregate: String,
+        /// The aggregate's last applied sequence.
+        after: u64,
+        /// Why the invocation stopped applying them.
+        why: String,
+    },
     /// The claim-checked payload (`detail.data_ref`) could not be fetched or is corrupt:
     /// missing and corrupt objects are dead-lettered, transient S3 failures retried.
     #[cfg(feature = "claim-check")]
@@ -93,7 +106,7 @@ impl From<HandlerError> for ConsumerError {
 
 impl ConsumerError {
     /// Short machine-readable name: `MalformedEvent`, `PayloadMismatch`, `SequenceGap`,
-    /// `InProgress`, `Retryable`, `InboxError`, `WriteError`, `ConditionFailed`, `Rejected`;
+    /// `ParkedPending`, `InProgress`, `Retryable`, `InboxError`, `WriteError`, `ConditionFailed`, `Rejected`;
     /// with a claim check also `PayloadMissing`, `PayloadCorrupt`, `PayloadTooLarge`,
     /// `PayloadStoreError`.
     pub fn error_type(&self) -> &'static str {
@@ -107,6 +120,7 @@ impl ConsumerError {
             ConsumerError::Write(_) => "WriteError",
             ConsumerError::ConditionFailed { .. } => "ConditionFailed",
             ConsumerError::Handler(HandlerError::Retry(_)) => "Retryable",
+            ConsumerError::ParkedPending { .. } => "ParkedPending",
             ConsumerError::Handler(_) => "Rejected",
             #[cfg(feature = "claim-check")]
             ConsumerError::ClaimCheck(e) => e.error_type(),
@@ -134,7 +148,7 @@ impl ConsumerError {
         match self {
             ConsumerError::Malformed(_) | ConsumerError::Write(_) => false,
             ConsumerError::Inbox(e) => e.is_retryable(),
-            ConsumerError::ConditionFailed { .. } => true,
+            ConsumerError::ConditionFailed { .. } | ConsumerError::ParkedPending { .. } => true,
             ConsumerError::Handler(h) => h.is_retryable(),
             #[cfg(feature = "claim-check")]
             ConsumerError::ClaimCheck(e) => e.is_retryable(),

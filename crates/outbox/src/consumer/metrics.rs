@@ -7,11 +7,13 @@
 //! |---|---|---|
 //! | `EventsApplied` | count | the event took effect (its writes committed with the inbox claim) |
 //! | `DuplicatesAbsorbed` | count | the inbox already held the event: nothing written |
+//! | `NothingToDo` | count | a fallback found nothing to do: the event was recorded (inbox row, sequence) without the handler's writes |
 //! | `EventsDeadLettered` | count | sent to the dead-letter queue (never succeeds) |
 //! | `DeadLetteredByReason` (dimension `reason`: the error type, e.g. `MalformedEvent`) | count | the same, by cause |
+//! | `EventsParked` | count | an ordered event arrived before its predecessor and was parked ([`crate::inbox::parked`]) |
 //! | `EventsRetried` | count | a transient failure retried inside the invocation |
 //! | `EventsFailed` | count | the invocation failed (Lambda retries it) |
-//! | `SequenceGaps` | count | an ordered event arrived before its predecessor (it waits; counted by the inbox, [`crate::inbox`]) |
+//! | `SequenceGaps` | count | an ordered event arrived before its predecessor and a store that does not park failed it (counted by the inbox, [`crate::inbox`]) |
 //! | `CommitToEffectMilliseconds` | milliseconds | from the event's `time` (the producer's commit) to the consumer's commit, for applied events |
 //!
 //! The alarmed metrics (`EventsDeadLettered`, `CommitToEffectMilliseconds`) carry only the
@@ -42,6 +44,12 @@ pub(crate) fn duplicate() {
     metrics::counter!("DuplicatesAbsorbed").increment(1);
 }
 
+/// A fallback found nothing to do; the event was recorded.
+pub(crate) fn nothing_to_do() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("NothingToDo").increment(1);
+}
+
 /// An event was dead-lettered because of `reason` (an error type).
 pub(crate) fn dead_lettered(reason: &'static str) {
     #[cfg(feature = "metrics")]
@@ -51,6 +59,12 @@ pub(crate) fn dead_lettered(reason: &'static str) {
     }
     #[cfg(not(feature = "metrics"))]
     let _ = reason;
+}
+
+/// An event was parked to wait for its predecessor.
+pub(crate) fn parked() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("EventsParked").increment(1);
 }
 
 /// A transient failure is retried inside the invocation.

@@ -21,10 +21,19 @@ const INBOX_ITEMS: usize = 2;
 pub enum Fallback<O> {
     /// Commit what the fallback added to its [`Tx`] (with the inbox claim), then answer `O`.
     Commit(O),
-    /// Write nothing, not even the inbox claim, and answer `duplicate`: the effect happened
-    /// already (e.g. settled by another event id).
+    /// Nothing to do: the effect happened already (e.g. settled by another event id). None of
+    /// the handler's writes are committed, but the event is still **recorded**: its inbox claim
+    /// (with the outcome `nothing_to_do` and the reason "settled by another event") and, for an
+    /// ordered inbox, the aggregate's sequence, so later events of the aggregate do not wait for
+    /// it. Answers `nothing_to_do`. The same as [`Fallback::NothingToDo`] with that reason.
     Duplicate,
+    /// Nothing to do, for the reason given: records the inbox claim (outcome `nothing_to_do`,
+    /// this reason) and advances the aggregate's sequence, without the handler's writes.
+    NothingToDo(String),
 }
+
+/// The reason recorded for [`Fallback::Duplicate`].
+pub const SETTLED_ELSEWHERE: &str = "settled by another event";
 
 type FallbackFn<O> = Box<dyn FnOnce(ConditionFailed, Tx<O>) -> Result<Fallback<O>, HandlerError> + Send>;
 

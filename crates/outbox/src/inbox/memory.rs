@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use aws_sdk_dynamodb::types::TransactWriteItem;
 use chrono::{DateTime, Utc};
 
-use super::{Claim, InboxError, InboxOutcome, InboxStore, Lease};
+use super::{Claim, InboxError, InboxOutcome, InboxStore, Lease, ParkedEvent, RecordedOutcome};
 use crate::envelope::EventMetadata;
 use crate::transaction::TransactionError;
 
@@ -39,6 +39,8 @@ pub struct AppliedEvent {
     pub payload_hash: String,
     /// The consumer's writes, outbox puts included, in request order (without the inbox claim).
     pub writes: Vec<TransactWriteItem>,
+    /// What the event did, as recorded on its inbox row ([`InboxStore::apply_recording`]).
+    pub outcome: Option<RecordedOutcome>,
 }
 
 /// An answer to give instead of committing, queued with [`MemoryInbox::fail_next`].
@@ -76,6 +78,8 @@ struct State {
     last_sequence: HashMap<String, u64>,
     applied: Vec<AppliedEvent>,
     injected: VecDeque<Injected>,
+    /// Parked events by `<aggregate_type>#<aggregate_id>#<waits_for>`.
+    parked: HashMap<String, ParkedEvent>,
 }
 
 /// The in-memory [`InboxStore`] (see the [module docs](self)). Clones share one state.
@@ -146,7 +150,44 @@ impl MemoryInbox {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn apply_now(&self, metadata: &EventMetadata, payload_hash: &str, writes: Vec<TransactWriteItem>) -> Result<InboxOutcome, InboxError> {
+    /// The events parked now (waiting for their predecessor), in no particular order.
+    pub fn parked_events(&self) -> Vec<ParkedEvent> {
+        self.lock().parked.values().cloned().collect()
+    }
+
+    fn park_now(&self, metadata: &EventMetadata, waits_for: u64, payload: &str) -> bool {
+        let key = format!("{}#{}#{waits_for}", metadata.aggregate_type, metadata.subject);
+        let mut state = self.lock();
+        if let Some(held) = state.parked.get(&key) {
+            return held.event_id == metadata.id;
+        }
+        let at = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let parked = ParkedEvent::new(
+            &metadata.id,
+            &metadata.event_type,
+            &metadata.aggregate_type,
+            &metadata.subject,
+            metadata.sequence,
+            waits_for,
+            payload,
+            at,
+        );
+        state.parked.insert(key, parked);
+        true
+    }
+
+    /// The outcome recorded for `event_id` (None: not applied, or applied without one).
+    pub fn outcome(&self, event_id: &str) -> Option<RecordedOutcome> {
+        self.lock().applied.iter().find(|a| a.event_id == event_id).and_then(|a| a.outcome.clone())
+    }
+
+    fn apply_now(
+        &self,
+        metadata: &EventMetadata,
+        payload_hash: &str,
+        writes: Vec<TransactWriteItem>,
+        outcome: Option<&RecordedOutcome>,
+    ) -> Result<InboxOutcome, InboxError> {
         let mut state = self.lock();
         if let Some(row) = state.rows.get(&metadata.id) {
             if row.payload_hash() != payload_hash {
@@ -174,7 +215,7 @@ impl MemoryInbox {
             state.last_sequence.insert(aggregate, metadata.sequence);
         }
         state.rows.insert(metadata.id.clone(), Row::Applied { payload_hash: payload_hash.to_owned() });
-        state.applied.push(AppliedEvent { event_id: metadata.id.clone(), payload_hash: payload_hash.to_owned(), writes });
+        state.applied.push(AppliedEvent { event_id: metadata.id.clone(), payload_hash: payload_hash.to_owned(), writes, outcome: outcome.cloned() });
         Ok(InboxOutcome::Applied)
     }
 
@@ -231,7 +272,57 @@ impl InboxStore for MemoryInbox {
         payload_hash: &str,
         writes: Vec<TransactWriteItem>,
     ) -> impl Future<Output = Result<InboxOutcome, InboxError>> + Send {
-        std::future::ready(self.apply_now(metadata, payload_hash, writes))
+        std::future::ready(self.apply_now(metadata, payload_hash, writes, None))
+    }
+
+    fn apply_recording(
+        &self,
+        metadata: &EventMetadata,
+        payload_hash: &str,
+        writes: Vec<TransactWriteItem>,
+        outcome: &RecordedOutcome,
+    ) -> impl Future<Output = Result<InboxOutcome, InboxError>> + Send {
+        std::future::ready(self.apply_now(metadata, payload_hash, writes, Some(outcome)))
+    }
+
+    fn parks(&self) -> bool {
+        self.ordered
+    }
+
+    fn park(&self, metadata: &EventMetadata, waits_for: u64, payload: &str) -> impl Future<Output = Result<bool, InboxError>> + Send {
+        std::future::ready(Ok(self.park_now(metadata, waits_for, payload)))
+    }
+
+    fn parked(
+        &self,
+        aggregate_type: &str,
+        aggregate_id: &str,
+        waits_for: u64,
+    ) -> impl Future<Output = Result<Option<ParkedEvent>, InboxError>> + Send {
+        std::future::ready(Ok(self.lock().parked.get(&format!("{aggregate_type}#{aggregate_id}#{waits_for}")).cloned()))
+    }
+
+    fn unpark(&self, parked: &ParkedEvent) -> impl Future<Output = Result<(), InboxError>> + Send {
+        let key = format!("{}#{}", parked.aggregate(), parked.waits_for);
+        let mut state = self.lock();
+        if state.parked.get(&key).is_some_and(|p| p.event_id == parked.event_id) {
+            state.parked.remove(&key);
+        }
+        std::future::ready(Ok(()))
+    }
+
+    fn unpark_settled(&self, metadata: &EventMetadata) -> impl Future<Output = Result<(), InboxError>> + Send {
+        let waits_for = super::required_predecessor(metadata, self.types.as_ref());
+        let key = format!("{}#{}#{waits_for}", metadata.aggregate_type, metadata.subject);
+        let mut state = self.lock();
+        if state.parked.get(&key).is_some_and(|p| p.event_id == metadata.id) {
+            state.parked.remove(&key);
+        }
+        std::future::ready(Ok(()))
+    }
+
+    fn last_sequence(&self, aggregate_type: &str, aggregate_id: &str) -> impl Future<Output = Result<u64, InboxError>> + Send {
+        std::future::ready(Ok(self.lock().last_sequence.get(&format!("{aggregate_type}#{aggregate_id}")).copied().unwrap_or(0)))
     }
 
     fn begin(

@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::guarded::{self, Guarded, GuardedError};
-use super::{Claim, Inbox, InboxError, InboxOutcome, Lease};
+use super::{Claim, Inbox, InboxError, InboxOutcome, Lease, ParkedEvent, RecordedOutcome};
 use crate::envelope::EventMetadata;
 
 /// Where a consumer records the events it applied. See the [module docs](self) for why it is
@@ -43,6 +43,85 @@ pub trait InboxStore: Send + Sync {
         payload_hash: &str,
         writes: Vec<TransactWriteItem>,
     ) -> impl Future<Output = Result<InboxOutcome, InboxError>> + Send;
+
+    /// [`InboxStore::apply`], recording what the event did (`outcome`) on its inbox row, for
+    /// `trace`. The default implementation ignores `outcome`.
+    ///
+    /// # Errors
+    /// As [`InboxStore::apply`].
+    fn apply_recording(
+        &self,
+        metadata: &EventMetadata,
+        payload_hash: &str,
+        writes: Vec<TransactWriteItem>,
+        outcome: &RecordedOutcome,
+    ) -> impl Future<Output = Result<InboxOutcome, InboxError>> + Send {
+        let _ = outcome;
+        self.apply(metadata, payload_hash, writes)
+    }
+
+    /// Whether this store parks events that arrive before their predecessor ([`super::parked`]):
+    /// an ordered store that implements the three parking methods. Default `false`.
+    fn parks(&self) -> bool {
+        false
+    }
+
+    /// Ordering: stores `payload` (the invocation payload, verbatim) of the event of `metadata`,
+    /// which waits for sequence `waits_for` of its aggregate. Idempotent for the same event.
+    /// Returns `false` when it did not park it (the default: the store does not park; or another
+    /// event id already waits for `waits_for`), and the consumer then fails the invocation as
+    /// for any retryable error.
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] if the store fails.
+    fn park(&self, metadata: &EventMetadata, waits_for: u64, payload: &str) -> impl Future<Output = Result<bool, InboxError>> + Send {
+        let _ = (metadata, waits_for, payload);
+        std::future::ready(Ok(false))
+    }
+
+    /// Ordering: the event parked on the aggregate that waits for sequence `waits_for`, if any
+    /// (a strongly consistent read).
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] if the store fails.
+    fn parked(
+        &self,
+        aggregate_type: &str,
+        aggregate_id: &str,
+        waits_for: u64,
+    ) -> impl Future<Output = Result<Option<ParkedEvent>, InboxError>> + Send {
+        let _ = (aggregate_type, aggregate_id, waits_for);
+        std::future::ready(Ok(None))
+    }
+
+    /// Ordering: removes `parked` once its event is settled (only if that event still holds the row).
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] if the store fails.
+    fn unpark(&self, parked: &ParkedEvent) -> impl Future<Output = Result<(), InboxError>> + Send {
+        let _ = parked;
+        std::future::ready(Ok(()))
+    }
+
+    /// Ordering: removes the parked row of the event of `metadata` if it still holds one — the
+    /// event was settled by a delivery of its own rather than by the drain (e.g. redelivered
+    /// after an operator's release). One consistent read; a delete only when the row is there.
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] if the store fails.
+    fn unpark_settled(&self, metadata: &EventMetadata) -> impl Future<Output = Result<(), InboxError>> + Send {
+        let _ = metadata;
+        std::future::ready(Ok(()))
+    }
+
+    /// Ordering: the aggregate's `last_sequence` (0: none), a strongly consistent read.
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] if the store fails.
+    fn last_sequence(&self, aggregate_type: &str, aggregate_id: &str) -> impl Future<Output = Result<u64, InboxError>> + Send {
+        let _ = (aggregate_type, aggregate_id);
+        std::future::ready(Ok(0))
+    }
 
     /// Guarded mode: claims `metadata.id` with a lease until `lease_until`.
     ///
@@ -130,6 +209,45 @@ impl InboxStore for Inbox {
         Inbox::apply(self, metadata, payload_hash, writes)
     }
 
+    fn apply_recording(
+        &self,
+        metadata: &EventMetadata,
+        payload_hash: &str,
+        writes: Vec<TransactWriteItem>,
+        outcome: &RecordedOutcome,
+    ) -> impl Future<Output = Result<InboxOutcome, InboxError>> + Send {
+        Inbox::apply_recording(self, metadata, payload_hash, writes, Some(outcome))
+    }
+
+    fn parks(&self) -> bool {
+        self.is_ordered()
+    }
+
+    fn park(&self, metadata: &EventMetadata, waits_for: u64, payload: &str) -> impl Future<Output = Result<bool, InboxError>> + Send {
+        Inbox::park(self, metadata, waits_for, payload)
+    }
+
+    fn parked(
+        &self,
+        aggregate_type: &str,
+        aggregate_id: &str,
+        waits_for: u64,
+    ) -> impl Future<Output = Result<Option<ParkedEvent>, InboxError>> + Send {
+        Inbox::parked(self, aggregate_type, aggregate_id, waits_for)
+    }
+
+    fn unpark(&self, parked: &ParkedEvent) -> impl Future<Output = Result<(), InboxError>> + Send {
+        Inbox::unpark(self, parked)
+    }
+
+    fn last_sequence(&self, aggregate_type: &str, aggregate_id: &str) -> impl Future<Output = Result<u64, InboxError>> + Send {
+        Inbox::last_sequence(self, aggregate_type, aggregate_id)
+    }
+
+    fn unpark_settled(&self, metadata: &EventMetadata) -> impl Future<Output = Result<(), InboxError>> + Send {
+        Inbox::unpark_settled(self, metadata)
+    }
+
     fn begin(
         &self,
         metadata: &EventMetadata,
@@ -160,6 +278,45 @@ impl<S: InboxStore> InboxStore for Arc<S> {
         writes: Vec<TransactWriteItem>,
     ) -> impl Future<Output = Result<InboxOutcome, InboxError>> + Send {
         (**self).apply(metadata, payload_hash, writes)
+    }
+
+    fn apply_recording(
+        &self,
+        metadata: &EventMetadata,
+        payload_hash: &str,
+        writes: Vec<TransactWriteItem>,
+        outcome: &RecordedOutcome,
+    ) -> impl Future<Output = Result<InboxOutcome, InboxError>> + Send {
+        (**self).apply_recording(metadata, payload_hash, writes, outcome)
+    }
+
+    fn parks(&self) -> bool {
+        (**self).parks()
+    }
+
+    fn park(&self, metadata: &EventMetadata, waits_for: u64, payload: &str) -> impl Future<Output = Result<bool, InboxError>> + Send {
+        (**self).park(metadata, waits_for, payload)
+    }
+
+    fn parked(
+        &self,
+        aggregate_type: &str,
+        aggregate_id: &str,
+        waits_for: u64,
+    ) -> impl Future<Output = Result<Option<ParkedEvent>, InboxError>> + Send {
+        (**self).parked(aggregate_type, aggregate_id, waits_for)
+    }
+
+    fn unpark(&self, parked: &ParkedEvent) -> impl Future<Output = Result<(), InboxError>> + Send {
+        (**self).unpark(parked)
+    }
+
+    fn last_sequence(&self, aggregate_type: &str, aggregate_id: &str) -> impl Future<Output = Result<u64, InboxError>> + Send {
+        (**self).last_sequence(aggregate_type, aggregate_id)
+    }
+
+    fn unpark_settled(&self, metadata: &EventMetadata) -> impl Future<Output = Result<(), InboxError>> + Send {
+        (**self).unpark_settled(metadata)
     }
 
     fn begin(

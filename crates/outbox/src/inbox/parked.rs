@@ -1,0 +1,102 @@
+//! Parking: an ordered consumer's answer to an event that arrives before its predecessor.
+//!
+//! Reordering is normal, not a failure: when the relay drains a backlog, an order's
+//! `OrderCreated` and `OrderCancelled` reach EventBridge within milliseconds of each other, and
+//! EventBridge invokes the consumer for both at once. Instead of failing the early event (and
+//! spending its retries while it waits), the consumer **parks** it — stores the invocation
+//! payload verbatim in the inbox table, beside the aggregate's ordering row — and acknowledges
+//! it. When the predecessor is applied, the same invocation applies the parked successors in
+//! sequence, each as its own delivery: its handler, its own `TransactWriteItems` with its inbox
+//! claim (so exactly once, as if EventBridge had delivered it then).
+//!
+//! | row | key (`pk`) | attributes |
+//! |---|---|---|
+//! | ordering | `<consumer>#aggregate#<aggregate_type>#<aggregate_id>` | `last_sequence` |
+//! | parked | `<consumer>#parked#<aggregate_type>#<aggregate_id>#<waits_for>` | `kind` = `parked`, `event_id`, `event_type`, `sequence`, `waits_for`, `payload`, `parked_at` |
+//!
+//! The parked row is keyed by the sequence it waits for (the event's required predecessor,
+//! [`super::required_predecessor`]), so "what waits for sequence n" is one consistent `GetItem`,
+//! with no index. Parked rows never expire (no `expires_at`): they are deleted once their event is
+//! settled (applied, found a duplicate, or dead-lettered as never-succeeding).
+//!
+//! **No event is stranded**, without a timer: the predecessor's delivery commits, then reads
+//! the parked row; the early event writes the parked row, then reads the ordering row. Both
+//! reads are strongly consistent, so whichever comes second sees the other's write and applies
+//! the parked event (if both do, the inbox claim lets one win and the other is a duplicate).
+//! When the invocation's budget ends before every parked successor is applied (or one of them
+//! fails transiently), the invocation fails with
+//! [`ConsumerError::ParkedPending`](crate::consumer::ConsumerError::ParkedPending): its event is
+//! delivered again (the SQS message stays unacknowledged until its visibility timeout; an
+//! asynchronous invocation is retried), finds itself a duplicate, and carries on draining.
+//!
+//! **A real gap** — a predecessor that never comes (dead-lettered at the relay, skipped) — leaves
+//! its successor parked, not dead-lettered among poison. Every parked row carries `parked_at`;
+//! `outbox-local ordering parked` and `trace` list the parked events with their age and flag those
+//! parked longer than the gap limit; `outbox-local ordering release` moves the aggregate past
+//! the missing sequence and applies what was parked behind it.
+
+use serde::{Deserialize, Serialize};
+
+/// An event waiting for its predecessor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ParkedEvent {
+    /// `detail.metadata.id`.
+    pub event_id: String,
+    /// `detail.metadata.type`.
+    pub event_type: String,
+    /// `detail.metadata.aggregate_type`.
+    pub aggregate_type: String,
+    /// `detail.metadata.subject` (the aggregate id).
+    pub aggregate_id: String,
+    /// The event's sequence.
+    pub sequence: u64,
+    /// The sequence that must be applied (or released) first.
+    pub waits_for: u64,
+    /// The invocation payload, verbatim (JSON text).
+    pub payload: String,
+    /// When it was parked (RFC 3339, milliseconds).
+    pub parked_at: String,
+}
+
+impl ParkedEvent {
+    /// A parked event (for stores and tests).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        event_id: impl Into<String>,
+        event_type: impl Into<String>,
+        aggregate_type: impl Into<String>,
+        aggregate_id: impl Into<String>,
+        sequence: u64,
+        waits_for: u64,
+        payload: impl Into<String>,
+        parked_at: impl Into<String>,
+    ) -> Self {
+        Self {
+            event_id: event_id.into(),
+            event_type: event_type.into(),
+            aggregate_type: aggregate_type.into(),
+            aggregate_id: aggregate_id.into(),
+            sequence,
+            waits_for,
+            payload: payload.into(),
+            parked_at: parked_at.into(),
+        }
+    }
+
+    /// `<aggregate_type>#<aggregate_id>`, as [`super::InboxError::SequenceGap`] names it.
+    pub fn aggregate(&self) -> String {
+        format!("{}#{}", self.aggregate_type, self.aggregate_id)
+    }
+
+    /// How long it has been parked, at `now` (zero when `parked_at` does not parse).
+    pub fn age(&self, now: chrono::DateTime<chrono::Utc>) -> std::time::Duration {
+        chrono::DateTime::parse_from_rfc3339(&self.parked_at)
+            .ok()
+            .and_then(|at| (now - at.with_timezone(&chrono::Utc)).to_std().ok())
+            .unwrap_or_default()
+    }
+}
+
+/// Value of the `kind` attribute of parked rows (for a filtered `Scan` of them).
+pub const PARKED_KIND: &str = "parked";
