@@ -6,6 +6,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use common::{s, Deadline, Local};
 use orders_app::inventory;
@@ -199,16 +200,15 @@ async fn a_malformed_event_is_dead_lettered_on_the_first_attempt() {
     local.shutdown().await;
 }
 
+/// Sequence 2 of an order whose sequence 1 never arrives (a real gap): parked on the first
+/// attempt, acknowledged, never dead-lettered among poison; `trace` and `ordering parked` show
+/// it; `ordering release` moves the order past 1 and re-publishes it, and it applies once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_event_failing_every_attempt_is_dead_lettered_after_the_configured_retries() {
+async fn an_event_whose_predecessor_never_comes_is_parked_not_dead_lettered() {
     let mut local = Local::start().await;
-    let function = local.runtime.function(CONSUMER).unwrap_or_else(|e| panic!("{e}"));
-    let attempts = 1 + function.spec.event_invoke.max_retry_attempts as usize;
-    assert!(attempts > 1, "the template should configure retries (EventInvokeConfig.MaximumRetryAttempts)");
     let bus = bus_of(&local);
     local.spawn_pipelines();
 
-    // Sequence 2 of an order whose sequence 1 never arrives: a sequence gap, retryable each time.
     let gap_id = format!("gap-{}", uuid::Uuid::now_v7());
     let order_id = format!("never-created-{}", common::short_id());
     let detail = json!({
@@ -221,20 +221,29 @@ async fn an_event_failing_every_attempt_is_dead_lettered_after_the_configured_re
 
     let settled = |c: &outbox_local::stats::Counts| c.recent.iter().any(|d| d.event_id == gap_id) || c.consumer_dead_lettered > 0;
     let counts = settle(&local, "the delivery of the sequence-gap event", settled).await;
-    assert_eq!(counts.consumer_invocations, attempts, "invocations (1 + EventInvokeConfig.MaximumRetryAttempts): {counts:?}");
-    assert_eq!(counts.consumer_errors, attempts, "{counts:?}");
-    assert_eq!(counts.consumer_dead_lettered, 1, "{counts:?}");
-    assert!(counts.recent.is_empty() && counts.outcomes.is_empty(), "the event had an outcome: {counts:?}");
+    assert_eq!((counts.consumer_invocations, counts.consumer_errors, counts.consumer_dead_lettered), (1, 0, 0), "{counts:?}");
+    let outcomes: Vec<&str> = counts.recent.iter().filter(|d| d.event_id == gap_id).map(|d| d.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["parked"], "{counts:?}");
 
-    let message = dead_letter_of(&local, &gap_id).await;
-    assert_eq!(message.shape, "invocation-record", "{message:?}");
-    assert!(message.reason.contains("SequenceGap"), "reason: {}", message.reason);
-    let record: Value = serde_json::from_str(&message.body).expect("the invocation record is JSON");
-    assert_eq!(record.pointer("/requestContext/condition").and_then(Value::as_str), Some("RetriesExhausted"), "{record}");
-    assert_eq!(record.pointer("/requestContext/approximateInvokeCount").and_then(Value::as_u64), Some(attempts as u64), "{record}");
-    assert_eq!(record.pointer("/requestPayload/detail/metadata/id").and_then(Value::as_str), Some(gap_id.as_str()), "{record}");
-    assert_eq!(record.pointer("/requestPayload/detail/data/order_id").and_then(Value::as_str), Some(order_id.as_str()), "{record}");
-    assert_eq!(record.pointer("/requestPayload/detail-type").and_then(Value::as_str), Some("OrderCancelled"), "{record}");
+    let inbox = local.table("InboxTable");
+    let parked = outbox_local::ordering::parked(&local.dynamodb, &inbox).await.expect("ordering parked");
+    assert_eq!(parked.len(), 1, "{parked:?}");
+    assert_eq!((parked[0].event.event_id.as_str(), parked[0].event.sequence, parked[0].event.waits_for), (gap_id.as_str(), 2, 1));
+    assert!(outbox_local::ordering::format_parked(&parked, Duration::ZERO).starts_with("GAP reserve-inventory"), "past the gap limit: flagged");
+    let trace = outbox_local::trace::trace(&local.runtime.sdk, &local.runtime.stack, &gap_id).await.expect("trace");
+    assert!(trace.consumers.iter().any(|c| c.state.starts_with("parked: sequence 2 waits for sequence 1")), "{}", trace.render());
+    let dlq = local.runtime.stack.queue("ConsumerDeadLetterQueue").cloned().expect("ConsumerDeadLetterQueue");
+    assert_eq!(outbox_local::dlq::depth(&local.sqs, &dlq).await.expect("depth"), 0, "a gap is not poison");
 
+    // The operator releases the order through 1: the parked event is re-published and applies.
+    let aggregate = format!("Order#{order_id}");
+    outbox_local::ordering::release(&local.dynamodb, &inbox, "reserve-inventory", &aggregate, 1, true).await.expect("release");
+    let sent = outbox_local::ordering::republish_parked(&local.dynamodb, &local.events, &inbox, "reserve-inventory", &aggregate, 1, &bus)
+        .await
+        .expect("re-published");
+    assert_eq!(sent, 1);
+    let applied = |c: &outbox_local::stats::Counts| c.recent.iter().any(|d| d.event_id == gap_id && d.outcome == "nothing_to_release");
+    settle(&local, "the released event applied", applied).await;
+    assert!(outbox_local::ordering::parked(&local.dynamodb, &inbox).await.expect("parked").is_empty());
     local.shutdown().await;
 }

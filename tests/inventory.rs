@@ -1,7 +1,7 @@
 //! The inventory consumer's effectively-once behaviour on the emulator: business rejection,
-//! release on cancellation, per-order ordering (a sequence gap is retried, then dead-lettered),
-//! payload conflicts dead-lettered on the first attempt, and a redrive after the fix that is
-//! applied once and is a no-op the second time.
+//! release on cancellation, per-order ordering (an early cancellation is parked, then applied
+//! after its creation, with no operator step), and payload conflicts and malformed envelopes
+//! dead-lettered on the first attempt.
 
 mod common;
 
@@ -92,11 +92,15 @@ async fn an_event_id_reused_with_another_payload_is_dead_lettered_on_the_first_a
     local.shutdown().await;
 }
 
+/// A cancellation delivered before its order's creation is parked (acknowledged, nothing
+/// dead-lettered, no operator step); the creation's invocation reserves the stock and then applies
+/// the parked cancellation, which gives it back. Checked from the tables and the queue.
 #[tokio::test]
-async fn a_sequence_gap_is_retried_then_dead_lettered_and_a_redrive_after_the_fix_applies_it_once() {
+async fn a_cancellation_before_its_creation_is_parked_then_applied_after_it() {
     let mut local = Local::start().await;
     local.spawn_pipelines();
     let table = local.table("InventoryTable");
+    let inbox = local.table("InboxTable");
     inventory::put_stock(&local.dynamodb, &table, "SKU-A", 10).await.unwrap();
     let bus = local.runtime.stack.buses[0].name.clone();
     let put = |detail_type: &'static str, body: String| {
@@ -114,53 +118,44 @@ async fn a_sequence_gap_is_retried_then_dead_lettered_and_a_redrive_after_the_fi
             assert_eq!(out.failed_entry_count(), 0);
         }
     };
-    // The cancellation arrives before the order was reserved: a gap, retried, then dead-lettered.
     put("OrderCancelled", cancelled("e-g2", "o-g", 2)).await;
-    let queue = consumer_dlq(&local);
-    let wait = Deadline::new("the gap event in the consumer DLQ");
-    while dlq::depth(&local.sqs, &queue).await.unwrap() < 1 {
-        wait.tick(|| format!("{:?}", local.runtime.stats.snapshot().consumer_invocations)).await;
-    }
-    let function = local.runtime.function("ReserveInventoryFunction").unwrap();
-    let attempts = 1 + function.spec.event_invoke.max_retry_attempts as usize;
-    assert_eq!(local.runtime.stats.snapshot().consumer_errors, attempts, "every attempt failed, then no more");
-    let dead = dlq::peek(&local.sqs, &queue).await.unwrap();
-    assert_eq!(dead[0].shape, "invocation-record");
-    assert!(dead[0].reason.contains("SequenceGap") && dead[0].reason.contains("sequence gap"), "{}", dead[0].reason);
-
-    // The fix: the order's OrderCreated is applied.
-    put("OrderCreated", created("e-g1", "o-g", "SKU-A", 4)).await;
-    let wait = Deadline::new("the order reserved");
-    while !local.runtime.stats.snapshot().recent.iter().any(|d| d.event_id == "e-g1") {
-        wait.tick(|| "not yet".into()).await;
-    }
-    // Redrive: applied once, the queue is empty, a second redrive is a no-op.
-    let report = dlq::redrive(
-        &local.sqs,
-        &local.events,
-        &queue,
-        &dlq::RedriveOptions { bus: &bus, replayer: None, dry_run: false, selection: &dlq::Selection::default(), force: false },
-        |_, _| {},
-    )
-    .await
-    .unwrap();
-    assert_eq!((report.redriven.len(), report.left.len()), (1, 0), "{report:?}");
-    let wait = Deadline::new("the redriven cancellation applied");
-    while !local.runtime.stats.snapshot().recent.iter().any(|d| d.event_id == "e-g2" && d.outcome == "released") {
+    let wait = Deadline::new("the early cancellation parked");
+    while !local.runtime.stats.snapshot().recent.iter().any(|d| d.event_id == "e-g2" && d.outcome == "parked") {
         wait.tick(|| format!("{:?}", local.runtime.stats.snapshot().recent)).await;
     }
-    assert_eq!(dlq::depth(&local.sqs, &queue).await.unwrap(), 0);
-    assert_eq!(inventory::stock(&local.dynamodb, &table, "SKU-A").await.unwrap(), Some((10, 0)));
-    let again = dlq::redrive(
-        &local.sqs,
-        &local.events,
-        &queue,
-        &dlq::RedriveOptions { bus: &bus, replayer: None, dry_run: false, selection: &dlq::Selection::default(), force: false },
-        |_, _| {},
-    )
-    .await
-    .unwrap();
-    assert_eq!((again.redriven.len(), again.left.len()), (0, 0));
+    let parked = outbox_local::ordering::parked(&local.dynamodb, &inbox).await.unwrap();
+    assert_eq!(parked.iter().map(|p| (p.event.event_id.as_str(), p.event.waits_for)).collect::<Vec<_>>(), [("e-g2", 1)]);
+    assert_eq!(local.runtime.stats.snapshot().consumer_errors, 0, "parking is not a failure");
+
+    put("OrderCreated", created("e-g1", "o-g", "SKU-A", 4)).await;
+    let wait = Deadline::new("the order reserved and the parked cancellation released");
+    loop {
+        let released = inventory::stock(&local.dynamodb, &table, "SKU-A").await.unwrap() == Some((10, 0));
+        let claimed = local
+            .dynamodb
+            .get_item()
+            .table_name(&inbox)
+            .key("pk", aws_sdk_dynamodb::types::AttributeValue::S("reserve-inventory#e-g2".into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item
+            .is_some();
+        if released && claimed {
+            break;
+        }
+        wait.tick(|| format!("{:?}", local.runtime.stats.snapshot().recent)).await;
+    }
+    assert!(outbox_local::ordering::parked(&local.dynamodb, &inbox).await.unwrap().is_empty(), "nothing left parked");
+    // `trace` shows what each event did, as the consumer recorded it.
+    for (id, state) in [("e-g1", "applied (reserved)"), ("e-g2", "applied (released)")] {
+        let trace = outbox_local::trace::trace(&local.runtime.sdk, &local.runtime.stack, id).await.unwrap();
+        let consumer = trace.consumers.iter().find(|c| c.consumer == "reserve-inventory").expect("the consumer's row");
+        assert_eq!(consumer.state, state, "{}", trace.render());
+    }
+    assert_eq!(dlq::depth(&local.sqs, &consumer_dlq(&local)).await.unwrap(), 0, "nothing dead-lettered");
+    assert_eq!(local.runtime.stats.snapshot().consumer_errors, 0);
     local.shutdown().await;
 }
 

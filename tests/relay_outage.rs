@@ -9,6 +9,8 @@
 //!   keys while the stream holds the range, by `occurred_at` once it does not.
 //! * A runtime restarted with the same state directory resumes after its checkpoint: it reads
 //!   only the records written since, and no event reaches the bus twice.
+//! * A broker outage during orders and cancellations drains with no operator step: every
+//!   cancellation released, nothing in the consumer's dead-letter queue.
 
 mod common;
 
@@ -311,4 +313,90 @@ async fn a_restarted_runtime_resumes_after_its_checkpoint() {
     }
     fresh.shutdown().await;
     let _ = std::fs::remove_dir_all(&state_dir);
+}
+
+/// Commits one order event (`OrderCreated` sequence 1, or `OrderCancelled` sequence 2 naming
+/// its creation in `previous`) in its own transaction, as the order API does.
+async fn order_event(local: &Local, order_id: &str, cancelled: bool) {
+    let writer = OutboxWriter::new(local.table("OutboxTable"), Duration::from_secs(3600));
+    let mut tx = writer.transaction();
+    let (event_type, sequence, payload, previous) = if cancelled {
+        ("OrderCancelled", 2, json!({"order_id": order_id}), BTreeMap::from([("OrderCreated".to_owned(), 1)]))
+    } else {
+        let lines = json!([{"sku": "SKU-OUTAGE", "quantity": 1, "unit_price": "1.00"}]);
+        ("OrderCreated", 1, json!({"order_id": order_id, "customer_id": "c", "currency": "EUR", "lines": lines}), BTreeMap::new())
+    };
+    tx.emit(Event {
+        event_type: event_type.into(),
+        event_version: 1,
+        source: "example.orders".into(),
+        aggregate_type: "Order".into(),
+        aggregate_id: order_id.into(),
+        sequence,
+        payload: payload.to_string(),
+        correlation_id: "outage-orders-test".into(),
+        trace_header: None,
+        previous,
+    })
+    .expect("a publishable event");
+    tx.execute(&local.dynamodb).await.expect("the outbox transaction commits");
+}
+
+/// A broker outage during orders and cancellations — 5 minutes of broker time compressed 60×
+/// into 5 s, the relay's mapping retrying every 50 ms (`fast_options`) without a count limit —
+/// ends with every cancellation released and nothing in the consumer's dead-letter queue, with
+/// no operator step: when the bus is back the backlog drains with each order's `OrderCreated`
+/// and `OrderCancelled` close together, and the ordered consumer parks whichever arrives early.
+/// Checked from the inventory table, the inbox table and the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_outage_during_orders_and_cancellations_needs_no_operator() {
+    let template = Template::load(&common::root().join("template.yaml")).expect("template.yaml");
+    let down = Arc::new(AtomicBool::new(true));
+    let proxy = broker_outage_proxy(common::endpoint().to_owned(), down.clone()).await;
+    let mut local = Local::start_with(template, &proxy, common::fast_options(), None).await;
+    let inventory = local.table("InventoryTable");
+    let inbox = local.table("InboxTable");
+    orders_app::inventory::put_stock(&local.dynamodb, &inventory, "SKU-OUTAGE", 1000).await.expect("stock");
+    local.spawn_pipelines();
+
+    let orders: Vec<String> = (0..20).map(|i| format!("outage-{i}-{}", common::short_id())).collect();
+    for (i, order) in orders.iter().enumerate() {
+        order_event(&local, order, false).await;
+        if i % 2 == 0 {
+            order_event(&local, order, true).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let counts = local.runtime.stats.snapshot();
+    assert!(counts.relay_failed_invocations >= 1 && counts.metric(RELAY, "EventsPublished") == 0.0, "the outage held: {counts:?}");
+    down.store(false, Ordering::SeqCst);
+
+    // 20 reserved, 10 released: 10 units reserved, 990 available; every event claimed once.
+    let deadline = Deadline::new("every order reserved and every cancellation released");
+    loop {
+        let stock = orders_app::inventory::stock(&local.dynamodb, &inventory, "SKU-OUTAGE").await.expect("stock");
+        let rows = local.scan(&inbox).await;
+        let claim = |pk: &str| pk.starts_with("reserve-inventory#") && !pk.contains("#aggregate#") && !pk.contains("#parked#");
+        let claimed = rows.iter().filter(|r| claim(common::s(r, "pk"))).count();
+        if stock == Some((990, 10)) && claimed >= 30 {
+            break;
+        }
+        deadline.tick(|| format!("stock {stock:?}, {claimed} claims, stats {:?}", local.runtime.stats.snapshot())).await;
+    }
+    let rows = local.scan(&inbox).await;
+    let parked = rows.iter().filter(|r| common::s(r, "kind") == "parked").count();
+    assert_eq!(parked, 0, "nothing left parked");
+    let released = local.scan(&inventory).await.iter().filter(|r| common::s(r, "status") == "RELEASED").count();
+    assert_eq!(released, 10, "every cancellation released");
+    let dlq = local.runtime.stack.queue("ConsumerDeadLetterQueue").cloned().expect("ConsumerDeadLetterQueue");
+    assert_eq!(outbox_local::dlq::depth(&local.sqs, &dlq).await.expect("depth"), 0, "nothing dead-lettered");
+    let counts = local.runtime.stats.snapshot();
+    assert_eq!(counts.consumer_dead_lettered, 0, "{counts:?}");
+    eprintln!(
+        "outage during orders: {} parked then applied, {} consumer invocations failed, {} dead-lettered",
+        counts.outcome_count("parked"),
+        counts.consumer_errors,
+        counts.consumer_dead_lettered
+    );
+    local.shutdown().await;
 }

@@ -140,6 +140,15 @@ impl RuleDelivery {
                     let outcome = response.get("outcome").and_then(Value::as_str).unwrap_or("ok");
                     let id = event_id.clone().unwrap_or_else(|| message.message_id().unwrap_or_default().to_owned());
                     self.stats.add_outcome(&id, outcome, event_time);
+                    // Ordering: parked events the invocation applied after this one
+                    // (`outbox::consumer::ConsumerResponse::parked_applied`).
+                    for settled in response.get("parked_applied").and_then(Value::as_array).into_iter().flatten() {
+                        if let (Some(id), Some(outcome)) =
+                            (settled.get("event_id").and_then(Value::as_str), settled.get("outcome").and_then(Value::as_str))
+                        {
+                            self.stats.add_outcome(id, outcome, None);
+                        }
+                    }
                     self.delete(&message).await;
                     return;
                 }

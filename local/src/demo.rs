@@ -11,8 +11,9 @@
 //! 5. cancels one order through `POST /orders/{id}/cancel` — its stock must come back once;
 //!    then sends one order with a 1 MiB attachment, carried by claim check ([`large`]);
 //! 6. injects a poison event the consumer can never accept — dead-lettered on the first try;
-//! 7. injects an event that fails every attempt (a sequence gap) — it must end in the consumer's
-//!    dead-letter queue after the configured retries;
+//! 7. injects an event whose predecessor never comes (a real sequence gap) — the ordered
+//!    consumer parks it (acknowledged, not dead-lettered among poison) and `ordering parked`
+//!    lists it;
 //! 8. a partner's signed webhook (`POST /webhooks/{partner}`) pays one order: received once,
 //!    its replay absorbed, a forged one refused with 401 ([`webhooks`]);
 //! 9. the `OrderPaid` it produced is delivered as signed webhooks to a local subscriber server:
@@ -379,7 +380,6 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
     let large_events = large::run(&runtime, api, &say, options.timeout).await?;
 
     // 6. A poison event: no retry can fix it, so the consumer dead-letters it on the first try.
-    let function = runtime.function(&rule.function)?;
     let poison_id = format!("poison-{}", uuid::Uuid::now_v7());
     let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     let poison = json!({
@@ -388,7 +388,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         "data": {"order_id": "poison-order", "customer_id": "c-0", "currency": "EUR", "lines": "three red mugs, please"}
     });
     put_event(&events, entry(&rule.bus_name, "OrderCreated", &poison)).await?;
-    // 7. An event that may succeed later but never does: retried, then the on-failure destination.
+    // 7. An event whose predecessor never comes: parked by the ordered consumer, not dead-lettered.
     let gap_id = format!("gap-{}", uuid::Uuid::now_v7());
     let gap = json!({
         "metadata": {"id": gap_id, "type": "OrderCancelled", "version": 1, "source": "example.orders", "time": now,
@@ -396,22 +396,37 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         "data": {"order_id": first.order_id, "reason": "sequence 2 to 4 never happened"}
     });
     put_event(&events, entry(&rule.bus_name, "OrderCancelled", &gap)).await?;
-    let attempts = 1 + function.spec.event_invoke.max_retry_attempts;
-    dlq::wait_for_depth(&sqs, &consumer_dlq, 2, options.timeout).await?;
+    dlq::wait_for_depth(&sqs, &consumer_dlq, 1, options.timeout).await?;
+    let inbox_table = consumer_env.get("INBOX_TABLE").cloned().ok_or("ReserveInventoryFunction has no INBOX_TABLE")?;
+    let parked_gap = {
+        let started = std::time::Instant::now();
+        loop {
+            let parked = crate::ordering::parked(&dynamodb, &inbox_table).await?;
+            if let Some(p) = parked.into_iter().find(|p| p.event.event_id == gap_id) {
+                break Some(p);
+            }
+            if started.elapsed() > options.timeout {
+                break None;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
     let dead = dlq::peek(&sqs, &consumer_dlq).await?;
     let poison = dead.iter().find(|m| m.event_id.as_deref() == Some(poison_id.as_str()));
-    let gap = dead.iter().find(|m| m.event_id.as_deref() == Some(gap_id.as_str()));
+    let gap = parked_gap.as_ref().filter(|_| !dead.iter().any(|m| m.event_id.as_deref() == Some(gap_id.as_str())));
     let reason = |m: Option<&dlq::DlqMessage>| m.map(|m| m.reason.clone()).unwrap_or_else(|| "(not found)".into());
     say.line(format!(
         "6. poison     event {poison_id} (detail.data.lines is a string) → dead-lettered by the consumer on the first attempt → {}: {}",
         consumer_dlq.name,
         reason(poison)
     ));
-    say.line(format!(
-        "7. retries    event {gap_id} (OrderCancelled sequence 5 of an order at sequence 1) failed {attempts} attempts (1 + EventInvokeConfig.MaximumRetryAttempts) → {}: {}",
-        consumer_dlq.name,
-        reason(gap)
-    ));
+    say.line(match gap {
+        Some(p) => format!(
+            "7. gap        event {gap_id} (OrderCancelled sequence 5 of an order at sequence 1) → parked by the ordered consumer, waiting for sequence {} (acknowledged, not dead-lettered; `outbox-local ordering parked` lists it)",
+            p.event.waits_for
+        ),
+        None => format!("7. gap        event {gap_id} was NOT parked (or was dead-lettered)"),
+    });
 
     // 8. and 9. Webhooks in and out.
     let (inbound, outbound) = match &webhooks {
@@ -485,7 +500,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
     let applied_twice = effects.values().filter(|n| **n > 1).count();
     // Commit → effect of the orders (exact: every order's first effect).
     let mut latencies: Vec<i64> =
-        orders.iter().filter_map(|o| counts.deliveries(&o.event_id).iter().find(|d| d.outcome != "duplicate")?.latency_ms).collect();
+        orders.iter().filter_map(|o| counts.deliveries(&o.event_id).iter().find(|d| crate::stats::has_effect(&d.outcome))?.latency_ms).collect();
     latencies.sort_unstable();
     let report = DemoReport {
         orders_committed: orders.len(),

@@ -362,6 +362,93 @@ pub struct RedriveReport {
     pub left: Vec<(String, String)>,
     /// Nothing was sent or deleted.
     pub dry_run: bool,
+    /// Event ids re-published for a consumer (consumer failures, invocation records, rule
+    /// dead letters), in the order sent: what [`watch`] follows.
+    pub event_ids: Vec<String>,
+}
+
+/// `(aggregate, sequence)` of the event a dead-letter message holds (consumer failure record,
+/// invocation record or raw event), to redrive one aggregate's events in sequence order.
+fn order_key(body: &str) -> Option<(String, u64)> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    let metadata = ["/event/detail/metadata", "/requestPayload/detail/metadata", "/detail/metadata"].iter().find_map(|p| v.pointer(p))?;
+    let text = |k: &str| metadata.get(k).and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
+    Some((format!("{}#{}", text("aggregate_type"), text("subject")), metadata.get("sequence")?.as_u64()?))
+}
+
+/// Whether `body` is not a failed stream batch (whose records are replayed through the relay).
+fn batch_is_none(body: &str) -> bool {
+    crate::failed_batch::parse(body).is_err()
+}
+
+/// What became of redriven events, watched for a bounded time ([`watch`]).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct WatchReport {
+    /// Applied: a consumer's inbox holds the event's claim row.
+    pub applied: Vec<String>,
+    /// Back in a dead-letter queue (a new message about it).
+    pub dead_lettered_again: Vec<String>,
+    /// Neither, when the time ran out (still retried, or parked behind its predecessor).
+    pub pending: Vec<String>,
+}
+
+/// Follows `event_ids` for at most `timeout`: an event is applied once the claim row
+/// `<consumer>#<event id>` is in one of the `inboxes` (inbox table, consumer name), dead-lettered
+/// again once a message about it that was not there before (`before`: the message ids at the
+/// start) is in one of `queues`.
+///
+/// # Errors
+/// A DynamoDB or SQS error as text.
+pub async fn watch(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    sqs: &aws_sdk_sqs::Client,
+    inboxes: &[(String, String)],
+    queues: &[QueueInfo],
+    before: &std::collections::HashSet<String>,
+    event_ids: &[String],
+    timeout: Duration,
+) -> Result<WatchReport, String> {
+    let started = std::time::Instant::now();
+    let mut report = WatchReport { pending: event_ids.to_vec(), ..Default::default() };
+    loop {
+        let mut back = std::collections::HashSet::new();
+        for q in queues {
+            for m in peek(sqs, q).await? {
+                if !before.contains(&m.message_id) {
+                    back.extend(m.event_id);
+                }
+            }
+        }
+        let mut still = Vec::new();
+        for id in std::mem::take(&mut report.pending) {
+            if back.contains(&id) {
+                report.dead_lettered_again.push(id);
+                continue;
+            }
+            let mut applied = false;
+            for (table, consumer) in inboxes {
+                let row = dynamodb
+                    .get_item()
+                    .table_name(table)
+                    .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(format!("{consumer}#{id}")))
+                    .consistent_read(true)
+                    .send()
+                    .await
+                    .map_err(|e| format!("GetItem on {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+                applied |= row.item.is_some();
+            }
+            if applied {
+                report.applied.push(id);
+            } else {
+                still.push(id);
+            }
+        }
+        report.pending = still;
+        if report.pending.is_empty() || started.elapsed() >= timeout {
+            return Ok(report);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// The `PutEvents` entry that re-publishes the event a dead-letter message holds, or why there
@@ -456,6 +543,9 @@ pub async fn redrive(
             unhide(sqs, queue, m).await;
         }
     }
+    // One aggregate's events in sequence order (the others keep their queue order), so the
+    // redrive does not re-create the race that may have dead-lettered them.
+    chosen.sort_by_cached_key(|(m, _)| order_key(m.body().unwrap_or_default()));
     let total = chosen.len();
     for (i, (m, d)) in chosen.into_iter().enumerate() {
         let id = m.message_id().unwrap_or_default().to_owned();
@@ -498,6 +588,9 @@ pub async fn redrive(
                     .await
                     .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
                 report.redriven.push(id);
+                if let (Some(event_id), true) = (&d.event_id, d.shape != "relay-failure" && batch_is_none(body)) {
+                    report.event_ids.push(event_id.clone());
+                }
             }
             Ok(false) => {
                 report.redriven.push(id);

@@ -73,6 +73,10 @@ struct Cli {
     /// Most instances of one function at once, unless it sets ReservedConcurrentExecutions.
     #[arg(long, global = true, default_value_t = 4)]
     max_instances: usize,
+    /// Compress retry waits to milliseconds (asynchronous invocation: 200 ms, 400 ms instead of
+    /// Lambda's ~1 min, 2 min). `demo` and `proof` always compress, and say so.
+    #[arg(long, global = true, env = "OUTBOX_LOCAL_COMPRESS_RETRIES", value_parser = clap::builder::FalseyValueParser::new())]
+    compress_retries: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -132,8 +136,8 @@ enum Command {
         command: OrderingCommand,
     },
     /// Run orders and cancellations through the HTTP API under a fault plan, redrive the
-    /// dead-letter queues once if the plan says so, and check the invariants from the tables
-    /// and queues; exits 1 when one is broken.
+    /// dead-letter queues once if the plan says so (never with --no-redrive), and check the
+    /// invariants from the tables and queues; exits 1 when one is broken.
     Proof {
         /// Orders sent.
         #[arg(long, default_value_t = 200)]
@@ -160,14 +164,32 @@ enum Command {
         /// Print only one JSON object with the figures.
         #[arg(long)]
         json: bool,
+        /// No operator: skip the redrive step even when the plan asks for it, and check that
+        /// everything but never-succeeding events took effect on its own.
+        #[arg(long)]
+        no_redrive: bool,
     },
 }
 
 #[derive(Debug, Subcommand)]
 enum OrderingCommand {
+    /// List the events ordered consumers parked (arrived before their predecessor), oldest
+    /// first, with how long each has waited; exits 1 when one waited longer than --gap-after
+    /// (a real gap: its predecessor may never come).
+    Parked {
+        /// How long a parked event may wait before it counts as a gap: a number and s, m, h or d.
+        #[arg(long, value_parser = outbox_local::dlq::parse_age, default_value = "15m")]
+        gap_after: Duration,
+        /// Physical name of the inbox table (default: the template's InboxTable in the stack).
+        #[arg(long)]
+        table: Option<String>,
+        /// One JSON array instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
     /// Release an aggregate whose consumer waits for a sequence that will never come: its last
-    /// sequence moves up to --through, and the waiting event applies on its next retry or
-    /// `dlq redrive`. The consumer's gap log line prints this command ready to run.
+    /// sequence moves up to --through, and the events parked behind it are re-published to the
+    /// bus, so the consumer applies them. The consumer's gap log line prints this command.
     Release {
         /// The consumer name (e.g. reserve-inventory, the CONSUMER_NAME of the function).
         #[arg(long)]
@@ -230,6 +252,11 @@ enum DlqCommand {
         /// only after fixing what made them fail.
         #[arg(long)]
         force: bool,
+        /// After re-publishing, watch the redriven events this many seconds and report how many
+        /// were applied, dead-lettered again or are still pending (0: do not watch). Exits 1
+        /// when one came back, 2 when one is still pending or left.
+        #[arg(long, default_value_t = 60)]
+        watch: u64,
     },
     /// Delete the selected messages (all of them without a filter).
     Purge {
@@ -345,6 +372,12 @@ async fn local_with_faults(
         state_dir,
         ..RuntimeOptions::default()
     };
+    // The demo and the proof must finish in minutes: they compress retry waits, and say so.
+    let compress = cli.compress_retries || matches!(cli.command, Command::Demo { .. } | Command::Proof { .. });
+    let options = if compress { options.compressed() } else { options };
+    if announce {
+        eprintln!("outbox-local: {}", options.retry_timing());
+    }
     let env_file = cli.env_vars.clone().unwrap_or_else(|| root.join("local").join("env.json"));
     let environment = if cli.env_vars.is_some() || env_file.is_file() {
         let ids: Vec<String> = stack.functions.iter().map(|f| f.logical_id.clone()).collect();
@@ -421,8 +454,9 @@ fn find_template(explicit: Option<&Path>) -> Result<PathBuf, String> {
 const STATUS_EVERY_SECS: u64 = 5;
 
 /// `up`'s status line on stderr every [`STATUS_EVERY_SECS`] while something changed
-/// ([`outbox_local::status::status_line`]): events/s, consumer outcomes, latency, DLQ depths.
-async fn print_status(runtime: Arc<Runtime>, mut stopped: watch::Receiver<bool>) {
+/// ([`outbox_local::status::status_line`]): events/s, consumer outcomes, latency, failing AWS
+/// calls per service (`health`: the pass-through proxy of every function), DLQ depths.
+async fn print_status(runtime: Arc<Runtime>, health: Option<Arc<Injector>>, mut stopped: watch::Receiver<bool>) {
     let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
     let queues: Vec<QueueInfo> = runtime.stack.queues.iter().filter(|q| q.logical_id.contains("DeadLetter")).cloned().collect();
     let mut before = runtime.stats.snapshot();
@@ -437,7 +471,8 @@ async fn print_status(runtime: Arc<Runtime>, mut stopped: watch::Receiver<bool>)
         for q in &queues {
             depths.push((q.name.clone(), outbox_local::dlq::depth(&sqs, q).await.unwrap_or(0)));
         }
-        let line = outbox_local::status::status_line(&before, &now, STATUS_EVERY_SECS as f64, &depths);
+        let calls = health.as_ref().map(|h| h.health()).unwrap_or_default();
+        let line = outbox_local::status::status_line(&before, &now, STATUS_EVERY_SECS as f64, &depths, &calls);
         // Quiet while nothing happens: the same figures are not repeated.
         let figures = line.split_once(" events/s").map(|(_, rest)| rest.to_owned()).unwrap_or_default();
         if figures != last_line {
@@ -539,7 +574,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             }
             Ok(if report.ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
-        Command::Proof { orders, cancel_every, plan, seed, concurrency, quiet, timeout, json } => {
+        Command::Proof { orders, cancel_every, plan, seed, concurrency, quiet, timeout, json, no_redrive } => {
             let mut plan = match plan.as_str() {
                 "default" => FaultPlan::parse(include_str!("../faults/default.toml")).map_err(|e| format!("the default plan: {e}"))?,
                 "ci" => FaultPlan::parse(include_str!("../faults/ci.toml")).map_err(|e| format!("the ci plan: {e}"))?,
@@ -548,6 +583,9 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             };
             if let Some(seed) = seed {
                 plan.seed = *seed;
+            }
+            if *no_redrive {
+                plan.redrive = false;
             }
             let (local, injector) = local_with_faults(&cli, template, &root, &stack_name, !json, None, Some(plan)).await?;
             let injector = injector.ok_or("no fault injector")?;
@@ -607,7 +645,9 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 None => "the template directory's name; --stack-name to choose".to_owned(),
             };
             println!("outbox-local up: stack {stack_name:?} ({named_by}) from {}", template_path.display());
-            let local = local(&cli, template, &root, &stack_name, true, None).await?;
+            // Every function's AWS calls go through a proxy with no faults, which counts them per
+            // service, so the status line can say which service fails and since when.
+            let (local, health) = local_with_faults(&cli, template, &root, &stack_name, true, None, Some(FaultPlan::default())).await?;
             let (stop, stopped) = watch::channel(false);
             let (api, server) = http_api::serve(&local.runtime, SocketAddr::from(([127, 0, 0, 1], *port)), stopped.clone())
                 .await
@@ -633,7 +673,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             println!("  practise:   AWS_ENDPOINT_URL={} cargo run -p outbox-local -- dlq practice   # one real dead letter", local.endpoint);
             println!("Ctrl-C stops. A status line every {STATUS_EVERY_SECS} s on stderr.");
             seed_sample_stock(&local.runtime).await;
-            let status = tokio::spawn(print_status(local.runtime.clone(), stopped.clone()));
+            let status = tokio::spawn(print_status(local.runtime.clone(), health, stopped.clone()));
             wait_for_stop_signal().await?;
             status.abort();
             let _ = stop.send(true);
@@ -706,23 +746,33 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             }
             Ok(if trace.found() { ExitCode::SUCCESS } else { ExitCode::from(2) })
         }
+        Command::Ordering { command: OrderingCommand::Parked { gap_after, table, json } } => {
+            let sdk = target_sdk(&cli).await;
+            let (table, _) = ordering_table(&sdk, template, &stack_name, &cli, table.as_deref()).await?;
+            let parked = outbox_local::ordering::parked(&aws_sdk_dynamodb::Client::new(&sdk), &table).await?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&parked).map_err(|e| e.to_string())?);
+            } else {
+                print!("{}", outbox_local::ordering::format_parked(&parked, *gap_after));
+            }
+            let gap = parked.iter().any(|p| p.age_secs >= gap_after.as_secs());
+            Ok(if gap { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+        }
         Command::Ordering { command: OrderingCommand::Release { consumer, aggregate, through, table, create } } => {
             let sdk = target_sdk(&cli).await;
-            let table = match table {
-                Some(t) => t.clone(),
-                None => {
-                    let stack = Stack::set_up(&sdk, template, &stack_name, lookup_account(&cli), Mode::LookUp)
-                        .await
-                        .map_err(|e| format!("{e}\n  hint: pass --table"))?;
-                    stack.table("InboxTable").map(|t| t.name.clone()).ok_or("the template has no InboxTable; pass --table")?
+            let (table, bus) = ordering_table(&sdk, template, &stack_name, &cli, table.as_deref()).await?;
+            let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+            let released = outbox_local::ordering::release(&dynamodb, &table, consumer, aggregate, *through, *create).await?;
+            println!("{consumer}: {aggregate} last sequence {} -> {} in {table}", released.before, released.after);
+            match bus {
+                Some(bus) => {
+                    let events = aws_sdk_eventbridge::Client::new(&sdk);
+                    let sent =
+                        outbox_local::ordering::republish_parked(&dynamodb, &events, &table, consumer, aggregate, released.after, &bus).await?;
+                    println!("{sent} parked event(s) behind it re-published to {bus}; the consumer applies them in sequence");
                 }
-            };
-            let released =
-                outbox_local::ordering::release(&aws_sdk_dynamodb::Client::new(&sdk), &table, consumer, aggregate, *through, *create).await?;
-            println!(
-                "{consumer}: {aggregate} last sequence {} -> {} in {table}; the waiting event applies on its next retry (or `dlq redrive`)",
-                released.before, released.after
-            );
+                None => println!("events parked behind it stay parked: no bus known (run without --table to look the stack up)"),
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Dlq { command } => {
@@ -752,7 +802,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 return Err("no dead-letter queue matches (queues are the template's *DeadLetter* queues)".into());
             }
             match command {
-                DlqCommand::Redrive { bus, dry_run, select, force, bucket, queue } => {
+                DlqCommand::Redrive { bus, dry_run, select, force, bucket, queue, watch } => {
                     let bus = match bus {
                         Some(b) => b.clone(),
                         None => stack.buses.first().map(|b| b.name.clone()).ok_or("the template has no event bus; pass --bus")?,
@@ -773,7 +823,16 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                         selection: &selection,
                         force: *force,
                     };
-                    dlq_redrive(&sqs, &aws_sdk_eventbridge::Client::new(&sdk), &queues, &failed_batches, &options).await
+                    // Every consumer's inbox (table, CONSUMER_NAME), where a redriven event shows it applied.
+                    let mut inboxes = Vec::new();
+                    for f in &stack.functions {
+                        let env = stack.environment(f).map_err(|e| e.to_string())?;
+                        if let (Some(table), Some(consumer)) = (env.get("INBOX_TABLE"), env.get("CONSUMER_NAME")) {
+                            inboxes.push((table.clone(), consumer.clone()));
+                        }
+                    }
+                    let watch = Watch { dynamodb: aws_sdk_dynamodb::Client::new(&sdk), inboxes, timeout: Duration::from_secs(*watch) };
+                    dlq_redrive(&sqs, &aws_sdk_eventbridge::Client::new(&sdk), &queues, &failed_batches, &options, &watch).await
                 }
                 DlqCommand::List { json, queue, select } => {
                     let buckets = if queue.is_some() { Vec::new() } else { s3_destinations(&stack) };
@@ -808,6 +867,24 @@ fn lookup_account(cli: &Cli) -> &'static str {
     } else {
         "000000000000"
     }
+}
+
+/// The inbox table for the `ordering` verbs (`--table`, else the template's InboxTable in the
+/// stack) and the stack's first bus (`None` with `--table`).
+async fn ordering_table(
+    sdk: &aws_config::SdkConfig,
+    template: Template,
+    stack_name: &str,
+    cli: &Cli,
+    table: Option<&str>,
+) -> Result<(String, Option<String>), String> {
+    if let Some(t) = table {
+        return Ok((t.to_owned(), None));
+    }
+    let stack =
+        Stack::set_up(sdk, template, stack_name, lookup_account(cli), Mode::LookUp).await.map_err(|e| format!("{e}\n  hint: pass --table"))?;
+    let table = stack.table("InboxTable").map(|t| t.name.clone()).ok_or("the template has no InboxTable; pass --table")?;
+    Ok((table, stack.buses.first().map(|b| b.name.clone())))
 }
 
 /// The SDK configuration and the names of a stack that already exists: on `--endpoint` (the
@@ -862,15 +939,31 @@ struct FailedBatches {
 }
 
 /// `dlq redrive`: exit code 2 when anything was left in a queue or bucket.
+/// Where `dlq redrive` looks for its redriven events afterwards, and for how long.
+struct Watch {
+    dynamodb: aws_sdk_dynamodb::Client,
+    /// (inbox table, consumer name) of every consumer.
+    inboxes: Vec<(String, String)>,
+    /// Zero: no watching.
+    timeout: Duration,
+}
+
 async fn dlq_redrive(
     sqs: &aws_sdk_sqs::Client,
     events: &aws_sdk_eventbridge::Client,
     queues: &[QueueInfo],
     failed_batches: &FailedBatches,
     options: &dlq::RedriveOptions<'_>,
+    watch: &Watch,
 ) -> Result<ExitCode, String> {
     let (bus, dry_run) = (options.bus, options.dry_run);
     let mut left = 0;
+    let mut redriven_events = Vec::new();
+    // The messages there before: a message about a redriven event that is not among them came back.
+    let mut before = std::collections::HashSet::new();
+    for q in queues {
+        before.extend(dlq::peek(sqs, q).await?.into_iter().map(|m| m.message_id));
+    }
     let verb = if dry_run { "checking" } else { "redriving" };
     if let Some(replayer) = &failed_batches.replayer {
         for bucket in &failed_batches.buckets {
@@ -897,8 +990,33 @@ async fn dlq_redrive(
             println!("  cause {cause}: {done} {}, {kept} left", if dry_run { "would be redriven" } else { "redriven" });
         }
         left += print_left(&report.left);
+        redriven_events.extend(report.event_ids);
     }
-    Ok(if left == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) })
+    if dry_run || redriven_events.is_empty() || watch.timeout.is_zero() {
+        return Ok(if left == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) });
+    }
+    eprintln!("watching {} redriven event(s) for at most {} s…", redriven_events.len(), watch.timeout.as_secs());
+    let watched = dlq::watch(&watch.dynamodb, sqs, &watch.inboxes, queues, &before, &redriven_events, watch.timeout).await?;
+    println!(
+        "redriven events after {} s at most: {} applied, {} dead-lettered again, {} pending",
+        watch.timeout.as_secs(),
+        watched.applied.len(),
+        watched.dead_lettered_again.len(),
+        watched.pending.len()
+    );
+    for id in &watched.dead_lettered_again {
+        println!("  dead-lettered again: {id} (`dlq show`, `trace {id}`)");
+    }
+    for id in &watched.pending {
+        println!("  pending: {id} (still retried, or parked behind its predecessor: `trace {id}`, `ordering parked`)");
+    }
+    Ok(if !watched.dead_lettered_again.is_empty() {
+        ExitCode::FAILURE
+    } else if left > 0 || !watched.pending.is_empty() {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// Every message of `queues` and failed-batch object of `buckets`, left in place.

@@ -1,16 +1,132 @@
-//! `outbox-local ordering release`: the operator's way out of a sequence gap that will never
-//! close. An ordered consumer ([`outbox::Inbox::ordered_by_types`]) applies an aggregate's
-//! events in sequence order; when a sequence it waits for never comes (the relay dead-lettered
-//! that event, or it is skipped on purpose), the waiting event is retried, logged with this
-//! command line, counted (`SequenceGaps`) and finally dead-lettered with the reason
-//! `SequenceGap … waits for sequence N`. Releasing moves the consumer's `last_sequence` for the
-//! aggregate up to `N` ([`outbox::Inbox::release_through`]); the waiting event then applies on
-//! its next retry, or with `outbox-local dlq redrive` once it was dead-lettered.
+//! `outbox-local ordering parked|release`: the operator's view of an ordered consumer's waiting
+//! events, and the way out of a sequence gap that will never close. An ordered consumer
+//! ([`outbox::Inbox::ordered_by_types`]) applies an aggregate's events in sequence order; an
+//! event that arrives before its predecessor is **parked** in the inbox table
+//! ([`outbox::inbox::parked`]) and applied when the predecessor is. Transient reordering
+//! (a backlog drained at once) parks events for milliseconds. When a sequence never comes (the
+//! relay dead-lettered that event, or it is skipped on purpose), its successor stays parked:
+//! `ordering parked` lists every parked event with its age and flags those parked longer than
+//! the gap limit (exit status 1 when there is one). Releasing moves the consumer's
+//! `last_sequence` for the aggregate up to `N` ([`outbox::Inbox::release_through`]) and
+//! re-publishes the events parked behind it to the bus, so the consumer applies them.
 //!
 //! It talks to the emulator with `--endpoint`/`AWS_ENDPOINT_URL`, else to AWS with your
 //! ordinary configuration (profile, region, credentials).
 
 use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use outbox::inbox::ParkedEvent;
+
+/// A consumer's parked event, as `ordering parked` lists it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Parked {
+    /// The consumer name.
+    pub consumer: String,
+    /// The event.
+    pub event: ParkedEvent,
+    /// How long it has been parked, seconds.
+    pub age_secs: u64,
+}
+
+/// Every parked event in the inbox `table` (a filtered `Scan`: `kind = parked`), oldest first.
+///
+/// # Errors
+/// The DynamoDB error as text.
+pub async fn parked(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Result<Vec<Parked>, String> {
+    let mut pages = dynamodb
+        .scan()
+        .table_name(table)
+        .filter_expression("kind = :parked")
+        .expression_attribute_values(":parked", AttributeValue::S(outbox::inbox::parked::PARKED_KIND.into()))
+        .consistent_read(true)
+        .into_paginator()
+        .items()
+        .send();
+    let now = chrono::Utc::now();
+    let mut found = Vec::new();
+    while let Some(item) = pages.next().await {
+        let item = item.map_err(|e| format!("Scan on {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+        let Some(event) = outbox::inbox::parked_from_item(&item) else { continue };
+        let consumer = item.get("consumer").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+        found.push(Parked { consumer, age_secs: event.age(now).as_secs(), event });
+    }
+    found.sort_by_key(|p| std::cmp::Reverse(p.age_secs));
+    Ok(found)
+}
+
+/// The lines `ordering parked` prints: one per parked event, `GAP` when parked longer than `gap_after`.
+pub fn format_parked(parked: &[Parked], gap_after: Duration) -> String {
+    if parked.is_empty() {
+        return "no parked events: every ordered consumer is caught up\n".into();
+    }
+    let mut out = String::new();
+    for p in parked {
+        let flag = if p.age_secs >= gap_after.as_secs() { "GAP " } else { "    " };
+        out.push_str(&format!(
+            "{flag}{} {} {} sequence {} waits for {} — parked {} s; event {}\n",
+            p.consumer,
+            p.event.aggregate(),
+            p.event.event_type,
+            p.event.sequence,
+            p.event.waits_for,
+            p.age_secs,
+            p.event.event_id
+        ));
+    }
+    let gaps = parked.iter().filter(|p| p.age_secs >= gap_after.as_secs()).count();
+    if gaps > 0 {
+        out.push_str(&format!(
+            "{gaps} parked longer than {} s: their predecessor may never come (see `dlq list`); release with `outbox-local ordering release --consumer C --aggregate A --through N`\n",
+            gap_after.as_secs()
+        ));
+    }
+    out
+}
+
+/// Re-publishes to `bus` the events of `consumer` parked on `aggregate` that a release through
+/// `through` unblocks (they wait for `through` or earlier), deleting each parked row first (and
+/// putting it back when the bus refuses the event). Returns how many were re-published.
+///
+/// # Errors
+/// A message naming the event when a call fails (the rest stay parked).
+pub async fn republish_parked(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    events: &aws_sdk_eventbridge::Client,
+    table: &str,
+    consumer: &str,
+    aggregate: &str,
+    through: u64,
+    bus: &str,
+) -> Result<usize, String> {
+    let inbox = outbox::Inbox::new(dynamodb.clone(), table, consumer, Duration::ZERO);
+    let mut sent = 0;
+    for p in parked(dynamodb, table).await? {
+        if p.consumer != consumer || p.event.aggregate() != aggregate || p.event.waits_for > through {
+            continue;
+        }
+        let entry = crate::dlq::redrive_entry(&p.event.payload, bus).map_err(|e| format!("parked event {}: {e}", p.event.event_id))?;
+        inbox.unpark(&p.event).await.map_err(|e| e.to_string())?;
+        let put = events.put_events().entries(entry).send().await;
+        let refused = match &put {
+            Ok(out) if out.failed_entry_count() == 0 => None,
+            Ok(out) => Some(format!("{:?}", out.entries().first().and_then(|e| e.error_message()))),
+            Err(e) => Some(aws_sdk_eventbridge::error::DisplayErrorContext(e).to_string()),
+        };
+        if let Some(why) = refused {
+            let metadata: Option<outbox::EventMetadata> = serde_json::from_str::<serde_json::Value>(&p.event.payload)
+                .ok()
+                .and_then(|v| v.pointer("/detail/metadata").cloned())
+                .and_then(|m| serde_json::from_value(m).ok());
+            if let Some(metadata) = metadata {
+                let _ = inbox.park(&metadata, p.event.waits_for, &p.event.payload).await;
+            }
+            return Err(format!("the bus refused parked event {}: {why} (it stays parked)", p.event.event_id));
+        }
+        sent += 1;
+    }
+    Ok(sent)
+}
 
 /// What a release did.
 #[derive(Debug, Clone, PartialEq, Eq)]

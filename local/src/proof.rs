@@ -8,8 +8,8 @@
 //!    says `cancel_after_quiet = true`);
 //! 3. waits until quiet: no function made an AWS call for `--quiet` seconds;
 //! 4. reads the dead-letter queues (each message's reason) and asks `dlq redrive --dry-run`
-//!    what it would do; when the plan says `redrive = true`, redrives them once, as an operator
-//!    would, and waits until quiet again;
+//!    what it would do; when the plan says `redrive = true` (and not `--no-redrive`), redrives
+//!    them once, as an operator would, and waits until quiet again;
 //! 5. checks the invariants from the tables, the outbox stream and the queues — never from its
 //!    own counters — and prints the faults injected and each invariant, held or broken.
 //!
@@ -25,7 +25,10 @@
 //! * **dead letters explained**: every dead-lettered message has a reason, and the redrive
 //!   would re-publish it or says why not;
 //! * **nothing missing**: every event the consumer subscribes to that the stream carried has a
-//!   row in the consumer's inbox (claimed with its effect, or `COMPLETED`);
+//!   row in the consumer's inbox (claimed with its effect, or `COMPLETED`; a parked event is not
+//!   applied); without a redrive, only events dead-lettered with a permanent cause are excused;
+//! * **dead letters hold only what can never succeed** (without a redrive): no dead letter whose
+//!   cause may pass later (a transient failure must heal without a person);
 //! * **quiet**: the pipeline went quiet within `--timeout`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -479,7 +482,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
     let carried = stream_events(&runtime, &names.outbox_stream).await?;
     let orders = scan(&dynamodb, &names.orders, &["pk", "order_id", "status"]).await?;
     let inventory = scan(&dynamodb, &names.inventory, &["pk", "status", "lines", "available", "reserved"]).await?;
-    let inbox = scan(&dynamodb, &names.inbox, &["event_id", "status"]).await?;
+    let inbox = scan(&dynamodb, &names.inbox, &["event_id", "status", "kind"]).await?;
     say.end_progress();
 
     let orders: HashMap<String, String> =
@@ -573,22 +576,46 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
         detail: format!("{} dead-lettered, {} unexplained [{}]", dead.len(), unexplained.len(), first(&unexplained)),
     });
     // A row per event: claimed in the effect's own transaction (no status), or COMPLETED.
+    // Parked rows (an event waiting for its predecessor) are not claims.
     let completed: HashSet<String> = inbox
         .iter()
-        .filter(|i| !text(i, "event_id").is_empty() && matches!(text(i, "status").as_str(), "" | "COMPLETED"))
+        .filter(|i| !text(i, "event_id").is_empty() && text(i, "kind") != outbox::inbox::parked::PARKED_KIND)
+        .filter(|i| matches!(text(i, "status").as_str(), "" | "COMPLETED"))
         .map(|i| text(i, "event_id"))
         .collect();
+    let parked: Vec<String> = inbox.iter().filter(|i| text(i, "kind") == outbox::inbox::parked::PARKED_KIND).map(|i| text(i, "event_id")).collect();
+    // Without a redrive, events that can never succeed (dead-lettered with a permanent cause)
+    // are the only ones allowed to be missing.
+    let never: HashSet<String> =
+        if injector.plan().redrive { HashSet::new() } else { dead.iter().filter(|m| m.permanent).filter_map(|m| m.event_id.clone()).collect() };
     let missing: Vec<String> = carried
         .iter()
-        .filter(|(id, kind)| names.consumer_types.contains(kind) && !completed.contains(id))
+        .filter(|(id, kind)| names.consumer_types.contains(kind) && !completed.contains(id) && !never.contains(id))
         .map(|(id, kind)| format!("{kind} {id}"))
         .collect();
     let subscribed = carried.iter().filter(|(_, kind)| names.consumer_types.contains(kind)).count();
     invariants.push(Invariant {
-        name: if injector.plan().redrive { "nothing missing after the redrive" } else { "nothing missing (no redrive in the plan)" },
+        name: if injector.plan().redrive { "nothing missing after the redrive" } else { "nothing missing without an operator (no redrive)" },
         held: missing.is_empty(),
-        detail: format!("{subscribed} events for the consumer, {} not applied [{}]; {left} dead letters left", missing.len(), first(&missing)),
+        detail: format!(
+            "{subscribed} events for the consumer, {} not applied [{}] ({} never-succeeding excused), {} still parked [{}]; {left} dead letters left",
+            missing.len(),
+            first(&missing),
+            never.len(),
+            parked.len(),
+            first(&parked)
+        ),
     });
+    if !injector.plan().redrive {
+        // What may pass later must never need a person: only never-succeeding causes in the queues.
+        let transient: Vec<String> =
+            dead.iter().filter(|m| !m.permanent).map(|m| format!("{} ({})", m.event_id.as_deref().unwrap_or(&m.message_id), m.cause)).collect();
+        invariants.push(Invariant {
+            name: "dead letters hold only what can never succeed",
+            held: transient.is_empty(),
+            detail: format!("{} dead-lettered, {} with a cause that may pass [{}]", dead.len(), transient.len(), first(&transient)),
+        });
+    }
     invariants.push(Invariant {
         name: "the pipeline went quiet",
         held: quiet && quiet_after_redrive,

@@ -111,9 +111,10 @@ impl Counts {
         self.deliveries(event_id).iter().any(|d| d.outcome == outcome)
     }
 
-    /// How many deliveries of `event_id` had an effect (outcome other than `duplicate`).
+    /// How many deliveries of `event_id` had an effect (outcome other than `duplicate` and
+    /// `parked`, which wait for a later delivery).
     pub fn effects(&self, event_id: &str) -> usize {
-        self.deliveries(event_id).iter().filter(|d| d.outcome != "duplicate").count()
+        self.deliveries(event_id).iter().filter(|d| has_effect(&d.outcome)).count()
     }
 
     /// The window of latencies (ms, event time → effect) of deliveries that had an effect, sorted.
@@ -122,6 +123,12 @@ impl Counts {
         v.sort_unstable();
         v
     }
+}
+
+/// Whether a delivery's outcome is an effect: not `duplicate` (applied before) nor `parked`
+/// (waiting for its predecessor; its effect comes with a later invocation).
+pub fn has_effect(outcome: &str) -> bool {
+    outcome != "duplicate" && outcome != "parked"
 }
 
 impl Stats {
@@ -165,7 +172,7 @@ impl Stats {
         self.update(|c| {
             let key = if c.outcomes.contains_key(outcome) || c.outcomes.len() < OUTCOME_NAMES { outcome } else { OTHER_OUTCOMES };
             *c.outcomes.entry(key.to_owned()).or_default() += 1;
-            if let (Some(latency), true) = (latency_ms, outcome != "duplicate") {
+            if let (Some(latency), true) = (latency_ms, has_effect(outcome)) {
                 if c.latencies.len() == LATENCY_WINDOW {
                     c.latencies.pop_front();
                 }

@@ -54,8 +54,8 @@ pub struct ConsumerRow {
     pub consumer: String,
     /// Inbox table name.
     pub table: String,
-    /// `applied` (`delivered` for a webhook subscriber), `in progress …`, `absent`, or `not
-    /// subscribed` (none of its rules match the outbox item's source and type; a subscriber
+    /// `applied (<outcome>)` (`delivered` for a webhook subscriber), `parked: …` (waiting for its
+    /// predecessor), `in progress …`, `absent`, or `not subscribed` (none of its rules match the outbox item's source and type; a subscriber
     /// without the type in its `event_types`).
     pub state: String,
     /// When it was applied (`processed_at`, as stored).
@@ -166,7 +166,12 @@ pub async fn trace(sdk: &aws_config::SdkConfig, stack: &Stack, event_id: &str) -
                 continue;
             }
         }
-        let (state, at) = inbox_state(&dynamodb, table, &format!("{consumer}#{event_id}"), "applied").await?;
+        let (mut state, mut at) = inbox_state(&dynamodb, table, &format!("{consumer}#{event_id}"), "applied").await?;
+        if state == "absent" {
+            if let Some(parked) = parked_state(&dynamodb, table, &consumer, event_id).await? {
+                (state, at) = parked;
+            }
+        }
         consumers.push(ConsumerRow { function: f.logical_id.clone(), consumer, table: table.clone(), state, at });
     }
 
@@ -234,12 +239,53 @@ async fn inbox_state(dynamodb: &aws_sdk_dynamodb::Client, table: &str, key: &str
         None => ("absent".to_owned(), None),
         Some(item) => {
             let text = |k: &str| item.get(k).and_then(|v| v.as_s().or_else(|_| v.as_n()).ok()).cloned();
-            match text("status").as_deref() {
-                Some("IN_PROGRESS") => (format!("in progress (lease until {} epoch ms)", text("lease_expires_at").unwrap_or_default()), None),
+            match (text("status").as_deref(), text("outcome")) {
+                (Some("IN_PROGRESS"), _) => (format!("in progress (lease until {} epoch ms)", text("lease_expires_at").unwrap_or_default()), None),
+                // What the event did, as the consumer recorded it (`outbox::inbox::RecordedOutcome`).
+                (_, Some(outcome)) => {
+                    let reason = text("reason").map(|r| format!(": {r}")).unwrap_or_default();
+                    (format!("{done} ({outcome}{reason})"), text("processed_at"))
+                }
                 _ => (done.to_owned(), text("processed_at")),
             }
         }
     })
+}
+
+/// The state of `event_id` when `consumer` parked it (it arrived before its predecessor;
+/// [`outbox::inbox::parked`]): a filtered `Scan` of the inbox table for its parked row.
+async fn parked_state(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    consumer: &str,
+    event_id: &str,
+) -> Result<Option<(String, Option<String>)>, String> {
+    let mut pages = dynamodb
+        .scan()
+        .table_name(table)
+        .filter_expression("kind = :parked AND event_id = :id AND consumer = :consumer")
+        .expression_attribute_values(":parked", AttributeValue::S(outbox::inbox::parked::PARKED_KIND.into()))
+        .expression_attribute_values(":id", AttributeValue::S(event_id.to_owned()))
+        .expression_attribute_values(":consumer", AttributeValue::S(consumer.to_owned()))
+        .into_paginator()
+        .items()
+        .send();
+    match pages.next().await {
+        Some(Ok(item)) => Ok(outbox::inbox::parked_from_item(&item).map(|p| {
+            let age = p.age(chrono::Utc::now()).as_secs();
+            (
+                format!(
+                    "parked: sequence {} waits for sequence {} of {} (for {age} s; `outbox-local ordering parked`)",
+                    p.sequence,
+                    p.waits_for,
+                    p.aggregate()
+                ),
+                Some(p.parked_at),
+            )
+        })),
+        Some(Err(e)) => Err(format!("Scan on {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e))),
+        None => Ok(None),
+    }
 }
 
 /// Whether one of `f`'s EventBridge rules matches the event the relay makes of `o` (its

@@ -132,7 +132,8 @@ pub fn short_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
 }
 
-/// Short delays, so retries and polls take milliseconds; the functions' local settings of
+/// Short delays, so retries and polls take milliseconds (retry waits compressed explicitly:
+/// the runtime's default is Lambda's ~1 min, 2 min); the functions' local settings of
 /// `local/env.json` (as `outbox-local` runs them: e.g. the webhook dispatcher's short backoff).
 pub fn fast_options() -> RuntimeOptions {
     let template = Template::load(&root().join("template.yaml")).expect("template.yaml loads");

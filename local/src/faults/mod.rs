@@ -14,4 +14,4 @@ pub mod proxy;
 pub mod ttl;
 
 pub use plan::{Fault, FaultKind, FaultPlan, TtlSweep};
-pub use proxy::{Attached, Injected, Injector};
+pub use proxy::{Attached, Injected, Injector, ServiceHealth};

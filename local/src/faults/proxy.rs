@@ -47,6 +47,42 @@ pub struct Injector {
     ttl_deleted: AtomicU64,
     calls: AtomicU64,
     tokens: Mutex<std::collections::HashMap<String, SeenToken>>,
+    health: Mutex<BTreeMap<String, Health>>,
+}
+
+/// Calls to one service and how they went.
+#[derive(Debug, Default)]
+struct Health {
+    calls: u64,
+    failed: u64,
+    /// When the current run of failed calls began (`None`: the last call succeeded).
+    failing_since: Option<Instant>,
+}
+
+/// One service's calls as the functions saw them through the proxies ([`Injector::health`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ServiceHealth {
+    /// `dynamodb`, `events`, `sqs`, `streams`, `s3`, …
+    pub service: String,
+    /// Calls made.
+    pub calls: u64,
+    /// Calls that failed: HTTP 5xx, 429, throttling (`ThrottlingException`,
+    /// `ProvisionedThroughputExceededException`, `RequestLimitExceeded`), or no answer.
+    pub failed: u64,
+    /// How long the current run of failed calls has lasted, seconds (`None`: the last call
+    /// succeeded).
+    pub failing_for_secs: Option<f64>,
+}
+
+/// Whether an answer counts as a failed call: 5xx, 429 or a throttling error type.
+fn is_failure(response: &Response) -> bool {
+    let status = response.status();
+    if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+        return true;
+    }
+    let error_type = response.headers().get("x-amzn-errortype").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    status.is_client_error()
+        && ["ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded"].iter().any(|t| error_type.contains(t))
 }
 
 /// A `ClientRequestToken` of a committed transaction: a digest of its request (the proof keeps
@@ -122,7 +158,36 @@ impl Injector {
             ttl_deleted: AtomicU64::new(0),
             calls: AtomicU64::new(0),
             tokens: Mutex::new(std::collections::HashMap::new()),
+            health: Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// Per service (`dynamodb`, `events`, …): calls, failed calls, and how long the current run
+    /// of failures has lasted — what `up`'s status line shows.
+    pub fn health(&self) -> Vec<ServiceHealth> {
+        let health = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        health
+            .iter()
+            .map(|(service, h)| ServiceHealth {
+                service: service.clone(),
+                calls: h.calls,
+                failed: h.failed,
+                failing_for_secs: h.failing_since.map(|t| t.elapsed().as_secs_f64()),
+            })
+            .collect()
+    }
+
+    fn observe(&self, op: &str, failed: bool) {
+        let service = op.split(':').next().unwrap_or("unknown").to_owned();
+        let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        let h = health.entry(service).or_default();
+        h.calls += 1;
+        if failed {
+            h.failed += 1;
+            h.failing_since.get_or_insert_with(Instant::now);
+        } else {
+            h.failing_since = None;
+        }
     }
 
     /// The plan.
@@ -392,6 +457,14 @@ async fn handle(State(instance): State<Arc<Instance>>, request: Request) -> Resp
     injector.calls.fetch_add(1, Ordering::SeqCst);
     let op = operation(&parts.headers, &body);
     let nth = instance.calls.fetch_add(1, Ordering::SeqCst) + 1;
+    let response = decided(&instance, &op, nth, parts, body).await;
+    injector.observe(&op, is_failure(&response));
+    response
+}
+
+async fn decided(instance: &Arc<Instance>, op: &str, nth: u64, parts: axum::http::request::Parts, body: Vec<u8>) -> Response {
+    let injector = &instance.injector;
+    let op = op.to_owned();
     let upstream_failed = |e: String| {
         tracing::warn!(error = %e, %op, "fault proxy: the emulator did not answer");
         error_answer(&op, ErrorCode::ServiceUnavailable, b"")
