@@ -342,9 +342,9 @@ async fn order_event(local: &Local, order_id: &str, cancelled: bool) {
     tx.execute(&local.dynamodb).await.expect("the outbox transaction commits");
 }
 
-/// A broker outage during orders and cancellations — 5 minutes of broker time compressed 60×
-/// into 5 s, the relay's mapping retrying every 50 ms (`fast_options`) without a count limit —
-/// ends with every cancellation released and nothing in the consumer's dead-letter queue, with
+/// A broker outage during orders and cancellations — every `PutEvents` failing until the relay
+/// has failed whole invocations (its in-invocation retries spent), the mapping retrying without
+/// a count limit, the local waits compressed (`fast_options`) — ends with every cancellation released and nothing in the consumer's dead-letter queue, with
 /// no operator step: when the bus is back the backlog drains with each order's `OrderCreated`
 /// and `OrderCancelled` close together, and the ordered consumer parks whichever arrives early.
 /// Checked from the inventory table, the inbox table and the queue.
@@ -366,9 +366,15 @@ async fn a_broker_outage_during_orders_and_cancellations_needs_no_operator() {
             order_event(&local, order, true).await;
         }
     }
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The outage lasts at least 5 s and until the relay failed whole invocations twice (each
+    // spends its in-invocation retries first): the backlog of creations and cancellations waits.
+    let started = std::time::Instant::now();
+    let deadline = Deadline::new("the relay failing during the outage");
+    while started.elapsed() < Duration::from_secs(5) || local.runtime.stats.snapshot().relay_failed_invocations < 2 {
+        deadline.tick(|| format!("{:?}", local.runtime.stats.snapshot())).await;
+    }
     let counts = local.runtime.stats.snapshot();
-    assert!(counts.relay_failed_invocations >= 1 && counts.metric(RELAY, "EventsPublished") == 0.0, "the outage held: {counts:?}");
+    assert_eq!(counts.metric(RELAY, "EventsPublished"), 0.0, "nothing published during the outage: {counts:?}");
     down.store(false, Ordering::SeqCst);
 
     // 20 reserved, 10 released: 10 units reserved, 990 available; every event claimed once.

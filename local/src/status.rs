@@ -18,6 +18,8 @@ const STAGE_METRICS: &[(&str, &str)] = &[
     ("RecordsDeadLettered", "dead-lettered"),
     ("EventsApplied", "applied"),
     ("DuplicatesAbsorbed", "duplicates absorbed"),
+    ("NothingToDo", "nothing to do"),
+    ("EventsParked", "parked"),
     ("EventsRetried", "retried in the invocation"),
     ("EventsFailed", "invocations failed"),
     ("EventsDeadLettered", "dead-lettered"),
