@@ -624,6 +624,24 @@ mod tests {
     }
 
     #[test]
+    fn a_redrive_orders_one_aggregates_events_by_sequence_whatever_the_shape() {
+        let event = |seq: u64| {
+            format!(
+                r#"{{"detail-type":"T","source":"s","detail":{{"metadata":{{"id":"e{seq}","aggregate_type":"Order","subject":"o-1","sequence":{seq}}},"data":{{}}}}}}"#
+            )
+        };
+        let bodies = [
+            format!(r#"{{"kind":"outbox-consumer-failure","consumer":"c","error_type":"X","reason":"r","failed_at":"t","event":{}}}"#, event(3)),
+            format!(r#"{{"requestContext":{{"condition":"RetriesExhausted"}},"requestPayload":{}}}"#, event(1)),
+            event(2),
+        ];
+        let mut keys: Vec<(String, u64)> = bodies.iter().map(|b| order_key(b).expect("a key")).collect();
+        keys.sort();
+        assert_eq!(keys, [("Order#o-1".to_owned(), 1), ("Order#o-1".to_owned(), 2), ("Order#o-1".to_owned(), 3)]);
+        assert_eq!(order_key("not json"), None);
+    }
+
+    #[test]
     fn what_cannot_be_redriven_says_why() {
         assert!(redrive_entry("nope", "b").unwrap_err().contains("not JSON"));
         assert!(redrive_entry(r#"{"a":1}"#, "b").unwrap_err().contains("unknown shape"));
