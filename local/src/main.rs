@@ -206,7 +206,7 @@ enum WebhooksCommand {
     Enable {
         /// The subscriber id.
         subscriber: String,
-        /// Then recover what it missed: since --since, or since it started failing.
+        /// Then recover what it missed: since --since, or one retry span before it started failing.
         #[arg(long)]
         recover: bool,
         /// Where the recovery starts (RFC 3339 or an age such as 2d).
