@@ -2,8 +2,8 @@
 //! binary on the emulator: a bus event reaches `WebhookDeliveryQueue` through the standalone
 //! `WebhookDeliveryRule`; the mapping invokes the dispatcher with `SqsEvent`s and deletes only
 //! what the invocation settled (`ReportBatchItemFailures`): a subscriber answering 500 gets its
-//! message back after the visibility the dispatcher set and is then delivered, the others are
-//! deleted at once; an invocation that fails deletes nothing, and the queue's `maxReceiveCount`
+//! next attempt from the copy the dispatcher re-enqueued and is then delivered, every handled
+//! message is deleted at once; an invocation that fails deletes nothing, and the queue's `maxReceiveCount`
 //! moves the message to its dead-letter queue (SQS — moto — does that on receive).
 
 mod common;
@@ -66,9 +66,10 @@ async fn failed_items_come_back_after_their_visibility_and_settled_ones_are_dele
     assert_eq!((flaky[0].status, flaky[1].status), (500, 200));
     assert_eq!(flaky[0].webhook_id, flaky[1].webhook_id, "a retry carries the same webhook-id");
     let c = local.runtime.stats.snapshot();
-    // Every receive was deleted (settled) except flaky's first, which came back; no invocation
-    // failed. (The consumer's own InventoryRejected goes through the rule and mapping too.)
-    assert_eq!((c.sqs_messages_failed, c.sqs_invocation_errors), (1, 0), "{c:?}");
+    // Every receive was deleted (settled): flaky's retry is a new message, sent before its
+    // failed one was settled; no invocation failed. (The consumer's own InventoryRejected goes
+    // through the rule and mapping too.)
+    assert_eq!((c.sqs_messages_failed, c.sqs_invocation_errors), (0, 0), "{c:?}");
     assert_eq!(c.sqs_messages_received, c.sqs_messages_deleted + c.sqs_messages_failed, "{c:?}");
     assert!(c.sqs_messages_received >= 4, "the event, good's and flaky's twice: {c:?}");
     let dead = local.runtime.stack.queue("WebhookDeadLetterQueue").cloned().expect("the webhook DLQ");
@@ -97,10 +98,10 @@ async fn a_failed_invocation_deletes_nothing_and_max_receive_count_dead_letters(
     // cannot start (an invalid setting), so every invocation fails.
     let path = common::root().join("template.yaml");
     let text = std::fs::read_to_string(&path).expect("template.yaml");
-    let text = text.replace("VisibilityTimeout: 180", "VisibilityTimeout: 3").replace("maxReceiveCount: 12", "maxReceiveCount: 2");
+    let text = text.replace("VisibilityTimeout: 180", "VisibilityTimeout: 3").replace("maxReceiveCount: 5", "maxReceiveCount: 2");
     let template = Template::parse(&path, &text).expect("parses");
     let mut options = common::fast_options();
-    options.environment.entry("WebhookDispatcherFunction".into()).or_default().insert("WEBHOOK_MAX_ATTEMPTS".into(), "many".into());
+    options.environment.entry("WebhookDispatcherFunction".into()).or_default().insert("WEBHOOK_RETRY_SCHEDULE".into(), "many".into());
     let mut local = Local::start_with(template, common::endpoint(), options, None).await;
     local.spawn_pipelines();
 

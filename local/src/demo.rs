@@ -459,7 +459,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
                 })
                 .collect();
             say.line(format!(
-                "9. webhooks   {} → WebhookDeliveryRule → WebhookDeliveryQueue → WebhookDispatcherFunction (local SQS mapping) → signed POSTs to {}: {}; {} delivered with valid signatures, {} retried through the message's visibility timeout, dead-lettered: {}",
+                "9. webhooks   {} → WebhookDeliveryRule → WebhookDeliveryQueue → WebhookDispatcherFunction (local SQS mapping) → signed POSTs to {}: {}; {} delivered with valid signatures, {} retried (each a re-enqueued message for the next attempt), dead-lettered: {}",
                 webhooks::EVENT_TYPE,
                 w.endpoints(),
                 answers.join(", "),

@@ -50,3 +50,4 @@ pub mod stats;
 pub mod status;
 pub mod template;
 pub mod trace;
+pub mod webhooks;

@@ -8,6 +8,8 @@
 //!                  [--id ID]… [--cause CAUSE] [--older-than 7d]   # select messages
 //! outbox-local dlq practice                    # make one real dead letter on a running `up`
 //! outbox-local trace <event-id> [--json]      # where is event X: outbox, consumers, DLQs
+//! outbox-local webhooks attempts <event-id> --subscriber S | resend <event-id> --subscriber S
+//!                  | recover --subscriber S --since T | enable S [--recover] [--since T]
 //! outbox-local ordering release --consumer C --aggregate Order#o-1 --through N   # unblock a sequence gap
 //! outbox-local provision                       # create the stack on --endpoint and exit
 //! outbox-local proof [--orders N] [--plan P]    # the pipeline under a fault plan, invariants checked
@@ -130,6 +132,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Webhook deliveries: a delivery's attempts, resend one event, recover what a subscriber
+    /// missed, re-enable a disabled subscriber (--endpoint for the emulator; AWS otherwise).
+    Webhooks {
+        #[command(subcommand)]
+        command: WebhooksCommand,
+    },
     /// Per-aggregate ordering of ordered consumers.
     Ordering {
         #[command(subcommand)]
@@ -168,6 +176,50 @@ enum Command {
         /// everything but never-succeeding events took effect on its own.
         #[arg(long)]
         no_redrive: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum WebhooksCommand {
+    /// Show a delivery's attempts: status, latency and the first 1 KiB of each answer.
+    Attempts {
+        /// The event id (the `webhook-id`).
+        event_id: String,
+        /// The subscriber id.
+        #[arg(long)]
+        subscriber: String,
+        /// One JSON array instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send one event to one subscriber again (from the outbox table), even if it acknowledged it.
+    Resend {
+        /// The event id.
+        event_id: String,
+        /// The subscriber id.
+        #[arg(long)]
+        subscriber: String,
+    },
+    /// Send a subscriber every event of its types since a time that it has not acknowledged
+    /// (from the outbox table; acknowledged: the dispatcher's delivery record).
+    Recover {
+        /// The subscriber id.
+        #[arg(long)]
+        subscriber: String,
+        /// RFC 3339 time, or an age such as 90m or 2d.
+        #[arg(long)]
+        since: String,
+    },
+    /// Re-enable a disabled subscriber (its circuit breaker reset).
+    Enable {
+        /// The subscriber id.
+        subscriber: String,
+        /// Then recover what it missed: since --since, or one retry span before it started failing.
+        #[arg(long)]
+        recover: bool,
+        /// Where the recovery starts (RFC 3339 or an age such as 2d).
+        #[arg(long)]
+        since: Option<String>,
     },
 }
 
@@ -388,6 +440,52 @@ async fn local_with_faults(
     let options = RuntimeOptions { environment, ..options };
     let runtime = Runtime::with_functions(sdk, stack, options, &bin_dir, only)?;
     Ok((Local { runtime: Arc::new(runtime), _emulator: emulator, endpoint }, injector))
+}
+
+/// `webhooks …`.
+async fn webhooks(operator: &outbox_local::webhooks::Operator, command: &WebhooksCommand) -> Result<ExitCode, String> {
+    use outbox_local::webhooks::{parse_since, render_attempts};
+    match command {
+        WebhooksCommand::Attempts { event_id, subscriber, json } => {
+            let attempts = operator.attempts(subscriber, event_id).await?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&attempts).map_err(|e| e.to_string())?);
+            } else {
+                print!("{}", render_attempts(subscriber, event_id, &attempts));
+            }
+            Ok(if attempts.is_empty() { ExitCode::from(2) } else { ExitCode::SUCCESS })
+        }
+        WebhooksCommand::Resend { event_id, subscriber } => {
+            operator.resend(subscriber, event_id).await?;
+            println!("event {event_id} queued for subscriber {subscriber} (its delivery record removed: it is POSTed again)");
+            Ok(ExitCode::SUCCESS)
+        }
+        WebhooksCommand::Recover { subscriber, since } => {
+            let r = operator.recover(subscriber, parse_since(since)?).await?;
+            println!(
+                "{subscriber}: {} events since {since}: {} sent, {} acknowledged before, {} being delivered",
+                r.events, r.sent, r.acknowledged, r.in_flight
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        WebhooksCommand::Enable { subscriber, recover, since } => {
+            let failing_since = operator.enable(subscriber).await?;
+            println!("{subscriber}: enabled");
+            if *recover {
+                let from = match (since, failing_since) {
+                    (Some(text), _) => parse_since(text)?,
+                    (None, Some(t)) => t,
+                    (None, None) => return Err(format!("{subscriber} has no record of when it started failing: pass --since")),
+                };
+                let r = operator.recover(subscriber, from).await?;
+                println!(
+                    "{subscriber}: {} events since {from}: {} sent, {} acknowledged before, {} being delivered",
+                    r.events, r.sent, r.acknowledged, r.in_flight
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }
 
 /// The emulator (ours unless `--endpoint`), its endpoint, and the stack provisioned on it.
@@ -757,6 +855,11 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             }
             let gap = parked.iter().any(|p| p.age_secs >= gap_after.as_secs());
             Ok(if gap { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+        }
+        Command::Webhooks { command } => {
+            let (sdk, stack) = existing_stack(&cli, template, &stack_name).await?;
+            let operator = outbox_local::webhooks::Operator::new(&sdk, outbox_local::webhooks::WebhookStack::of(&stack)?);
+            webhooks(&operator, command).await
         }
         Command::Ordering { command: OrderingCommand::Release { consumer, aggregate, through, table, create } } => {
             let sdk = target_sdk(&cli).await;

@@ -10,7 +10,9 @@
 //!   `GetItem` of `<CONSUMER_NAME>#<event id>` in the table its `INBOX_TABLE` names (the key [`outbox::Inbox::key`] writes);
 //! * each webhook subscriber's delivery (a function with `INBOX_TABLE` and
 //!   `WEBHOOK_SUBSCRIBERS_TABLE`): a `Scan` of the subscriber table, then one `GetItem` of
-//!   `<WEBHOOK_CONSUMER_NAME>#<subscriber>#<event id>` per subscriber of the event's type;
+//!   `<WEBHOOK_CONSUMER_NAME>#<subscriber>#<event id>` per subscriber of the event's type, and
+//!   one of its attempt log `<WEBHOOK_CONSUMER_NAME>#attempts#<subscriber>#<event id>` (every
+//!   attempt's status, latency and response excerpt);
 //! * every dead-letter queue of the template, read without consuming ([`crate::dlq::peek`]).
 //!
 //! Whether the relay published the event is not stored anywhere: it is inferred (a consumer
@@ -60,6 +62,10 @@ pub struct ConsumerRow {
     pub state: String,
     /// When it was applied (`processed_at`, as stored).
     pub at: Option<String>,
+    /// A webhook delivery's attempts (status, latency, response excerpt), as the dispatcher
+    /// recorded them; empty for consumers.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<outbox::webhook::dispatcher::AttemptRecord>,
 }
 
 /// Everything known about one event.
@@ -101,6 +107,16 @@ impl Trace {
         for c in &self.consumers {
             let at = c.at.as_deref().map(|a| format!(" at {a}")).unwrap_or_default();
             out.push_str(&format!("  consumer   {} ({}): {}{at}\n", c.function, c.consumer, c.state));
+            for a in &c.attempts {
+                out.push_str(&format!(
+                    "             attempt {} at {}: {} in {} ms{}\n",
+                    a.attempt,
+                    a.at,
+                    a.outcome,
+                    a.latency_ms,
+                    excerpt(&a.excerpt)
+                ));
+            }
         }
         for m in &self.dead_letters {
             out.push_str(&format!("  dead letter {} in {}: {}\n", m.message_id, m.queue, m.reason));
@@ -162,6 +178,7 @@ pub async fn trace(sdk: &aws_config::SdkConfig, stack: &Stack, event_id: &str) -
                     table: table.clone(),
                     state: "not subscribed".into(),
                     at: None,
+                    attempts: Vec::new(),
                 });
                 continue;
             }
@@ -172,7 +189,7 @@ pub async fn trace(sdk: &aws_config::SdkConfig, stack: &Stack, event_id: &str) -
                 (state, at) = parked;
             }
         }
-        consumers.push(ConsumerRow { function: f.logical_id.clone(), consumer, table: table.clone(), state, at });
+        consumers.push(ConsumerRow { function: f.logical_id.clone(), consumer, table: table.clone(), state, at, attempts: Vec::new() });
     }
 
     // Webhook deliveries: a function with a subscriber table records one delivery per
@@ -193,12 +210,15 @@ pub async fn trace(sdk: &aws_config::SdkConfig, stack: &Stack, event_id: &str) -
             } else {
                 ("not subscribed".to_owned(), None)
             };
+            let attempts =
+                outbox::webhook::dispatcher::read_attempts(&dynamodb, table, &consumer, id, event_id).await.map_err(|e| format!("{table}: {e}"))?;
             consumers.push(ConsumerRow {
                 function: f.logical_id.clone(),
                 consumer: format!("{consumer} → subscriber {id}"),
                 table: table.clone(),
                 state,
                 at,
+                attempts,
             });
         }
     }
@@ -221,6 +241,15 @@ pub async fn trace(sdk: &aws_config::SdkConfig, stack: &Stack, event_id: &str) -
         "not known".to_owned()
     };
     Ok(Trace { event_id: event_id.to_owned(), outbox, relay, consumers, dead_letters })
+}
+
+/// ` — "<excerpt>"` on one line, at most 120 characters, or nothing.
+fn excerpt(text: &str) -> String {
+    let line: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).take(120).collect();
+    match line.trim() {
+        "" => String::new(),
+        t => format!(" — \"{t}\""),
+    }
 }
 
 /// The state of inbox row `key` in `table`: `absent`, `in progress (…)`, or `done` (e.g.

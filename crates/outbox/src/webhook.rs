@@ -6,16 +6,20 @@
 //! * [`signature`]: `webhook-id` / `webhook-timestamp` / `webhook-signature` headers,
 //!   `v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">`, several signatures while a secret
 //!   is rotated, `whsec_` secrets, constant-time verification with a timestamp tolerance;
-//! * [`backoff`]: the retry schedule, `min(cap, base × 2^retry)` with jitter, `Retry-After` honoured;
+//! * [`backoff`]: the retry schedule (Svix's by default: 5 s … 10 h, about a day), with jitter,
+//!   `Retry-After` honoured;
+//! * [`breaker`]: a subscriber's circuit breaker (closed, open, half-open with one probe);
 //! * [`outcome`]: what each answer means (delivered, gone, rejected, retry);
 //! * `client` (feature `webhook-dispatcher`): one signed attempt over HTTPS with timeouts and no redirects;
 //! * `dispatcher` (feature `webhook-dispatcher`): the SQS-triggered function that fans an event
-//!   out to its subscribers, delivers each once (guarded inbox), retries through the message's
-//!   visibility timeout and dead-letters with a readable reason.
+//!   out to its subscribers, delivers a batch's messages concurrently within the invocation's
+//!   time budget, each once (guarded inbox), retries by re-enqueueing the message for the next
+//!   attempt, and dead-letters with a readable reason.
 //!
 //! [Standard Webhooks]: https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md
 
 pub mod backoff;
+pub mod breaker;
 #[cfg(feature = "webhook-dispatcher")]
 pub mod client;
 #[cfg(feature = "webhook-dispatcher")]
@@ -23,6 +27,7 @@ pub mod dispatcher;
 pub mod outcome;
 pub mod signature;
 
-pub use backoff::{parse_retry_after, Backoff};
+pub use backoff::{parse_retry_after, RetrySchedule};
+pub use breaker::{BreakerConfig, BreakerState, Gate};
 pub use outcome::Outcome;
 pub use signature::{signature_header, Secret, SecretError, SignedHeaders, Verifier, VerifyError};

@@ -15,7 +15,7 @@ use outbox::envelope::EventMetadata;
 use outbox::inbox::{Claim, InboxError, InboxOutcome, InboxStore, Lease};
 use outbox::webhook::client::{ClientConfig, WebhookClient};
 use outbox::webhook::dispatcher::{Decision, Deliverer, Subscriber, WebhookEvent};
-use outbox::webhook::{Backoff, Secret, SignedHeaders, Verifier};
+use outbox::webhook::{RetrySchedule, Secret, SignedHeaders, Verifier};
 use outbox::MemoryInbox;
 
 /// One scripted answer: status, extra headers, body, delay before answering.
@@ -83,8 +83,9 @@ fn deliverer<S: InboxStore>(inbox: S, timeout: Duration) -> Deliverer<S> {
     let mut config = ClientConfig::default();
     config.allow_http = true;
     config.timeout = timeout;
-    let backoff = Backoff { base: Duration::from_secs(5), cap: Duration::from_secs(600), jitter: 0.0 };
-    Deliverer::new(WebhookClient::new(&config).unwrap(), inbox, backoff, 4)
+    // 4 attempts: 3 delays, without jitter.
+    let schedule = RetrySchedule { delays: [5, 10, 20].map(Duration::from_secs).to_vec(), jitter: 0.0, ..RetrySchedule::default() };
+    Deliverer::new(WebhookClient::new(&config).unwrap(), inbox, schedule)
 }
 
 fn lease() -> DateTime<Utc> {
@@ -190,7 +191,7 @@ async fn timeouts_refused_connections_and_plain_http_on_aws() {
     let decision = d.deliver(&subscriber(&closed), &[Secret::generate()], &event(), 1, lease(), None).await;
     assert!(matches!(decision, Decision::Retry { ref reason, .. } if reason.starts_with("connection error")), "{decision:?}");
 
-    let strict = Deliverer::new(WebhookClient::new(&ClientConfig::default()).unwrap(), MemoryInbox::new("w"), Backoff::default(), 4);
+    let strict = Deliverer::new(WebhookClient::new(&ClientConfig::default()).unwrap(), MemoryInbox::new("w"), RetrySchedule::default());
     let decision = strict.deliver(&subscriber(&url), &[Secret::generate()], &event(), 1, lease(), None).await;
     assert!(matches!(decision, Decision::DeadLetter { code: "WebhookRejected", ref reason, .. } if reason.contains("only https")), "{decision:?}");
 }

@@ -261,6 +261,13 @@ impl Webhooks {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+        // The invocations that made those answers settle their messages (and report their
+        // figures) after the answer: wait until the delivery queue holds nothing in flight.
+        if let Some(queue) = runtime.stack.queue("WebhookDeliveryQueue") {
+            while dlq::depth(&sqs, queue).await? > 0 && started.elapsed() < timeout {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
         let received = self.server.received();
         let delivered: BTreeSet<(&str, Option<&str>)> = received
             .iter()

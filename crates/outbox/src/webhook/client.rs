@@ -7,7 +7,10 @@
 //! * a connect timeout and a timeout on the whole request (both count as retryable);
 //! * redirects are never followed (a 3xx is a rejection: a subscriber cannot send our signed
 //!   body to another host);
-//! * only `https` URLs, unless [`ClientConfig::allow_http`] is set (local runs and tests).
+//! * only `https` URLs, unless [`ClientConfig::allow_http`] is set (local runs and tests);
+//! * at most [`READ_LIMIT_BYTES`] (4 KiB) of an answer's body is read: the rest is never
+//!   downloaded (a subscriber cannot make the dispatcher read megabytes), and the attempt keeps
+//!   an excerpt of [`super::outcome::BODY_EXCERPT_BYTES`] (1 KiB).
 
 use std::time::{Duration, Instant};
 
@@ -66,6 +69,9 @@ pub struct SignedPost<'a> {
     pub trace_header: Option<&'a str>,
 }
 
+/// The most of an answer's body the client reads: 4 KiB.
+pub const READ_LIMIT_BYTES: usize = 4096;
+
 /// What one attempt got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attempt {
@@ -75,6 +81,10 @@ pub struct Attempt {
     pub latency: Duration,
     /// The `webhook-timestamp` sent, epoch seconds.
     pub timestamp: i64,
+    /// HTTP status (0: no answer).
+    pub status: u16,
+    /// The first 1 KiB of the answer's body, or the transport error.
+    pub excerpt: String,
 }
 
 /// The HTTP client of webhook deliveries (cheap to clone; share one per function).
@@ -82,6 +92,7 @@ pub struct Attempt {
 pub struct WebhookClient {
     http: reqwest::Client,
     allow_http: bool,
+    timeout: Duration,
 }
 
 impl WebhookClient {
@@ -97,7 +108,7 @@ impl WebhookClient {
             .user_agent(concat!("outbox-webhooks/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(ClientBuildError)?;
-        Ok(Self { http, allow_http: config.allow_http })
+        Ok(Self { http, allow_http: config.allow_http, timeout: config.timeout })
     }
 
     /// Checks that `url` may be called.
@@ -114,12 +125,23 @@ impl WebhookClient {
     }
 
     /// Sends one signed attempt, timestamped `now` (epoch seconds), and classifies the answer.
-    /// A URL that may not be called is a [`Outcome::Rejected`] with status 0.
-    pub async fn post(&self, request: &SignedPost<'_>, now: i64) -> Attempt {
+    /// A URL that may not be called is a [`Outcome::Rejected`] with status 0. `timeout`, when
+    /// given, shortens the client's whole-request timeout for this attempt (the invocation's
+    /// time left).
+    pub async fn post(&self, request: &SignedPost<'_>, now: i64, timeout: Option<Duration>) -> Attempt {
         let started = Instant::now();
         let url = match self.check_url(request.url) {
             Ok(url) => url,
-            Err(e) => return Attempt { outcome: Outcome::Rejected { status: 0, body: e.to_string() }, latency: Duration::ZERO, timestamp: now },
+            Err(e) => {
+                let body = e.to_string();
+                return Attempt {
+                    outcome: Outcome::Rejected { status: 0, body: body.clone() },
+                    latency: Duration::ZERO,
+                    timestamp: now,
+                    status: 0,
+                    excerpt: body,
+                };
+            }
         };
         let mut builder = self
             .http
@@ -135,21 +157,34 @@ impl WebhookClient {
         if let Some(trace) = request.trace_header {
             builder = builder.header("x-amzn-trace-id", trace);
         }
-        let outcome = match builder.send().await {
-            Ok(response) => {
+        if let Some(timeout) = timeout {
+            // A request timeout replaces the client's: the shorter of the two.
+            builder = builder.timeout(timeout.min(self.timeout));
+        }
+        let (outcome, status, excerpt) = match builder.send().await {
+            Ok(mut response) => {
                 let status = response.status().as_u16();
                 let retry_after = response
                     .headers()
                     .get(reqwest::header::RETRY_AFTER)
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| super::backoff::parse_retry_after(v, chrono::Utc::now()));
-                // A body that fails to arrive still has its status: the excerpt is then empty.
-                let body = response.bytes().await.unwrap_or_default();
-                Outcome::from_status(status, retry_after, &body)
+                // At most READ_LIMIT_BYTES; a body that fails to arrive still has its status.
+                let mut body = Vec::new();
+                while body.len() < READ_LIMIT_BYTES {
+                    match response.chunk().await {
+                        Ok(Some(chunk)) => body.extend_from_slice(&chunk[..chunk.len().min(READ_LIMIT_BYTES - body.len())]),
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+                (Outcome::from_status(status, retry_after, &body), status, super::outcome::excerpt(&body))
             }
-            Err(e) => Outcome::Retry { reason: describe(&e), retry_after: None },
+            Err(e) => {
+                let reason = describe(&e);
+                (Outcome::Retry { reason: reason.clone(), retry_after: None }, 0, reason)
+            }
         };
-        Attempt { outcome, latency: started.elapsed(), timestamp: now }
+        Attempt { outcome, latency: started.elapsed(), timestamp: now, status, excerpt }
     }
 }
 
