@@ -525,6 +525,9 @@ async fn whole_process(program: &Path, runs: usize) {
     let mut variables: std::collections::HashMap<String, String> =
         spec.environment.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_owned()))).collect();
     variables.insert("EVENT_BUS_NAME".into(), "bench-bus".into());
+    // The table of `outbox::testing::insert_record`'s stream ARN (a relay that reads
+    // `OUTBOX_TABLE` skips any other table's records; an older one ignores the variable).
+    variables.insert("OUTBOX_TABLE".into(), "t".into());
     variables.insert("RELAY_DLQ_URL".into(), format!("{endpoint}/{EMULATOR_ACCOUNT}/bench-relay-dlq"));
     let placement = Placement { region: "us-east-1".into(), endpoint: Some(endpoint.clone()), function_name: format!("bench-{RELAY}") };
     let mut env = lambda_environment(&spec, &variables, &placement);
@@ -543,8 +546,11 @@ async fn whole_process(program: &Path, runs: usize) {
             elapsed
         }
     };
-    invoke(mix_batch(0, usize::MAX % 1000).to_string()).await;
+    invoke(mix_batch(0, 999).to_string()).await;
     bus.take_accepted();
+    tokio::time::sleep(Duration::from_millis(300)).await; // tee catches up
+    let first_lines = std::fs::read_to_string(&log).unwrap_or_default();
+    println!("\nthe warm-up invocation's log:\n{}", first_lines.trim_end());
     println!(
         "\nwhole process: {} ({:.1} MB) through a Lambda Runtime API, AWS_LAMBDA_LOG_LEVEL {level}, fake PutEvents at {endpoint}; {runs} invocations of 100 events per cell, {} cores shared with other builds",
         program.display(),
