@@ -30,6 +30,13 @@
 //! `--endpoint URL` uses a running emulator (e.g. behind a proxy that delays its answers) instead
 //! of starting one; `--only relay|consumer` runs one workload.
 //!
+//! `--process PROGRAM` (the relay's release binary, e.g. `target/release/outbox-relay` or
+//! `target/lambda/outbox-relay/bootstrap`) measures instead what is deployed: the program as a
+//! whole process through a Lambda Runtime API, logs on at the template's level, against a
+//! stand-in `PutEvents` with 0, 10, 30 and 100 ms added latency. It prints events/s per shard
+//! for three mixes of aggregates (order on the bus checked) and, at 0 ms, the process's CPU per
+//! `PutEvents` call and its log bytes per event. No emulator is started.
+//!
 //! `--flavor current|multi` picks the tokio runtime the handlers run on (default `current`, the
 //! relay's and the consumer's `#[tokio::main(flavor = "current_thread")]`).
 
@@ -38,7 +45,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_lambda_events::dynamodb::Event as DynamoDbEvent;
 use aws_smithy_runtime_api::client::http::{
     HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpClient, SharedHttpConnector,
 };
@@ -48,6 +54,7 @@ use aws_smithy_runtime_api::shared::IntoShared;
 use lambda_runtime::{Context, LambdaEvent};
 use orders_app::inventory::InventoryConsumer;
 use outbox::relay::lambda::RelayFunction;
+use outbox::relay::stream::StreamBatch;
 use outbox::Env;
 use outbox_local::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
 use outbox_local::emulator::Emulator;
@@ -113,14 +120,20 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn stream_batch(run: usize, first: usize, payload_bytes: usize) -> DynamoDbEvent {
+/// `RELAY_BATCH` outbox INSERT records from `first` on: a stream event's JSON.
+fn stream_event(run: usize, first: usize, payload_bytes: usize) -> Value {
     let records: Vec<Value> = (first..first + RELAY_BATCH)
         .map(|i| {
             let item = outbox::testing::sample_item(&format!("bench-{run}-{payload_bytes}-{i}"), &format!("bench-{run}-{i}"), payload_bytes);
             outbox::testing::insert_record(&item, i as u64 + 1).unwrap_or_else(|e| panic!("an outbox item converts: {e}"))
         })
         .collect();
-    serde_json::from_value(json!({ "Records": records })).unwrap_or_else(|e| panic!("a stream event: {e}"))
+    json!({ "Records": records })
+}
+
+/// [`stream_event`] decoded from its text, as the relay function reads Lambda's payload.
+fn stream_batch(run: usize, first: usize, payload_bytes: usize) -> StreamBatch {
+    serde_json::from_str(&stream_event(run, first, payload_bytes).to_string()).unwrap_or_else(|e| panic!("a stream event: {e}"))
 }
 
 /// The consumer's deliveries of run `run`: blocks of 10 = 7 new events + second deliveries of
@@ -185,10 +198,11 @@ struct Args {
     current_thread: bool,
     only: Option<String>,
     endpoint: Option<String>,
+    process: Option<PathBuf>,
 }
 
 fn args() -> Args {
-    let mut a = Args { runs: 5, bootstrap: None, current_thread: true, only: None, endpoint: None };
+    let mut a = Args { runs: 5, bootstrap: None, current_thread: true, only: None, endpoint: None, process: None };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -197,6 +211,7 @@ fn args() -> Args {
             "--flavor" => a.current_thread = it.next().as_deref() != Some("multi"),
             "--only" => a.only = it.next(),
             "--endpoint" => a.endpoint = it.next(),
+            "--process" => a.process = it.next().map(PathBuf::from),
             // `cargo bench` passes `--bench`.
             _ => {}
         }
@@ -212,6 +227,10 @@ fn main() {
 }
 
 async fn bench(args: Args) {
+    if let Some(program) = &args.process {
+        whole_process(program, args.runs).await;
+        return;
+    }
     let emulator = match &args.endpoint {
         Some(_) => None,
         None => Some(Emulator::start(&root()).await.unwrap_or_else(|e| panic!("the emulator: {e}"))),
@@ -253,7 +272,7 @@ async fn bench(args: Args) {
         calls.take();
         let mut figures = Figures::default();
         for run in 0..args.runs {
-            let batches: Vec<DynamoDbEvent> = (0..EVENTS / RELAY_BATCH).map(|b| stream_batch(run, b * RELAY_BATCH, bytes)).collect();
+            let batches: Vec<StreamBatch> = (0..EVENTS / RELAY_BATCH).map(|b| stream_batch(run, b * RELAY_BATCH, bytes)).collect();
             let mut cpu = Duration::ZERO;
             for batch in batches {
                 let before = cpu_time();
@@ -329,7 +348,7 @@ async fn cold_starts(dir: &Path, stack: &Stack, sdk: &aws_config::SdkConfig, run
             Arc::new(Stats::default()),
             &RuntimeOptions::default(),
         );
-        let mut event = serde_json::to_value(stream_batch(run + 1000, 0, 200)).unwrap_or_else(|e| panic!("{e}"));
+        let mut event = stream_event(run + 1000, 0, 200);
         if let Some(records) = event["Records"].as_array_mut() {
             records.truncate(1);
         }
@@ -379,4 +398,203 @@ fn child_figures(comm: &str) -> Option<(u64, Duration)> {
         }
     }
     None
+}
+
+/// The stand-in EventBridge of the whole-process figures: answers `PutEvents` (AWS JSON 1.1,
+/// `X-Amz-Target: AWSEvents.PutEvents`) after `latency_ms`, accepting every entry, and records
+/// each entry's (`detail.metadata.subject`, `detail.metadata.sequence`) in the order it accepted
+/// them. It runs in this process, so its CPU is not the relay's.
+#[derive(Debug, Clone, Default)]
+struct FakeBus {
+    latency_ms: Arc<std::sync::atomic::AtomicU64>,
+    accepted: Arc<Mutex<Vec<(String, u64)>>>,
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl FakeBus {
+    async fn start() -> (String, FakeBus) {
+        let bus = FakeBus::default();
+        let app = axum::Router::new().route("/", axum::routing::post(fake_put_events)).with_state(bus.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("a port for the fake bus: {e}"));
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{addr}"), bus)
+    }
+
+    fn take_accepted(&self) -> Vec<(String, u64)> {
+        std::mem::take(&mut *self.accepted.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+async fn fake_put_events(
+    axum::extract::State(bus): axum::extract::State<FakeBus>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let target = headers.get("x-amz-target").and_then(|t| t.to_str().ok()).unwrap_or_default();
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let entries = request["Entries"].as_array().cloned().unwrap_or_default();
+    if target != "AWSEvents.PutEvents" || entries.is_empty() {
+        let error = json!({"__type": "ValidationException", "message": format!("the fake bus answers PutEvents only, not {target:?}")});
+        return (axum::http::StatusCode::BAD_REQUEST, [("content-type", "application/x-amz-json-1.1")], error.to_string()).into_response();
+    }
+    let latency = bus.latency_ms.load(std::sync::atomic::Ordering::SeqCst);
+    if latency > 0 {
+        tokio::time::sleep(Duration::from_millis(latency)).await;
+    }
+    let n = bus.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let mut results = Vec::with_capacity(entries.len());
+    {
+        let mut accepted = bus.accepted.lock().unwrap_or_else(|p| p.into_inner());
+        for (i, entry) in entries.iter().enumerate() {
+            let detail: Value = entry["Detail"].as_str().and_then(|d| serde_json::from_str(d).ok()).unwrap_or(Value::Null);
+            let metadata = &detail["metadata"];
+            accepted.push((metadata["subject"].as_str().unwrap_or_default().to_owned(), metadata["sequence"].as_u64().unwrap_or(0)));
+            results.push(json!({"EventId": format!("fake-{n}-{i}")}));
+        }
+    }
+    let answer = json!({"FailedEntryCount": 0, "Entries": results});
+    ([("content-type", "application/x-amz-json-1.1")], answer.to_string()).into_response()
+}
+
+/// The three mixes of a relay batch of 100 events: 100 distinct aggregates; 10 aggregates × 10
+/// events interleaved as a busy table's stream interleaves them (1 of each, then 2 of each, …);
+/// one hot aggregate × 100. Fresh aggregate ids per `run`.
+fn mix_batch(mix: usize, run: usize) -> Value {
+    let (aggregates, per_aggregate) = [(100, 1), (10, 10), (1, 100)][mix];
+    let mut records = Vec::with_capacity(RELAY_BATCH);
+    for s in 1..=per_aggregate {
+        for a in 0..aggregates {
+            let n = records.len();
+            let aggregate = format!("mix{mix}-run{run}-{a}");
+            let mut item = outbox::testing::sample_item(&format!("01a22651-6c7b-7e1a-{mix}{run:03}-{n:012}"), &aggregate, 200);
+            item.sequence = s as u64;
+            item.sk = outbox::envelope::OutboxItem::sort_key(item.sequence);
+            records.push(outbox::testing::insert_record(&item, (run * RELAY_BATCH + n + 1) as u64).unwrap_or_else(|e| panic!("converts: {e}")));
+        }
+    }
+    json!({ "Records": records })
+}
+
+const MIXES: [&str; 3] = ["100 distinct aggregates", "10 aggregates × 10, interleaved", "1 aggregate × 100"];
+
+/// Whether every aggregate's events were accepted once each, in sequence order.
+fn order_kept(accepted: &[(String, u64)]) -> bool {
+    let mut last: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    accepted.iter().all(|(aggregate, sequence)| {
+        let previous = last.insert(aggregate, *sequence).unwrap_or(0);
+        *sequence == previous + 1
+    })
+}
+
+/// The relay's release binary as a whole process, as Lambda runs it: started through a Lambda
+/// Runtime API served by `outbox-local` ([`LocalFunction`]), with the template's logging
+/// settings (`LoggingConfig`: JSON, `ApplicationLogLevel`), its stdout counted, against
+/// [`FakeBus`] with 0, 10, 30 and 100 ms added to every `PutEvents` answer. Prints events/s per
+/// shard (100 events per invocation ÷ the invocation's wall time, median of `runs`) with the
+/// order on the bus checked, and at 0 ms the process's CPU per `PutEvents` call (all its
+/// threads, `/proc/PID/task/*/schedstat`) and its log bytes per event.
+async fn whole_process(program: &Path, runs: usize) {
+    let template = Template::load(&root().join("template.yaml")).unwrap_or_else(|e| panic!("template.yaml: {e}"));
+    let spec = template
+        .functions()
+        .unwrap_or_else(|e| panic!("template.yaml: {e}"))
+        .into_iter()
+        .find(|f| f.logical_id == RELAY)
+        .unwrap_or_else(|| panic!("{RELAY} in the template"));
+    let program = program.canonicalize().unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+    let comm: String = program.file_name().map(|n| n.to_string_lossy().chars().take(15).collect()).unwrap_or_default();
+    let (endpoint, bus) = FakeBus::start().await;
+    let scratch = std::env::temp_dir().join(format!("relay-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap_or_else(|e| panic!("{}: {e}", scratch.display()));
+    let log = scratch.join("stdout.log");
+    // The instance's stdout is copied to `log` on its way to the local runtime: `exec` keeps
+    // the process id (and `comm` is the program's), so the figures are the program's.
+    let wrapper = scratch.join("run");
+    std::fs::write(&wrapper, "#!/usr/bin/env bash\nexec > >(tee -a \"$BENCH_LOG\")\nexec \"$BENCH_PROGRAM\"\n").unwrap_or_else(|e| panic!("{e}"));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let mut variables: std::collections::HashMap<String, String> =
+        spec.environment.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_owned()))).collect();
+    variables.insert("EVENT_BUS_NAME".into(), "bench-bus".into());
+    // The table of `outbox::testing::insert_record`'s stream ARN (a relay that reads
+    // `OUTBOX_TABLE` skips any other table's records; an older one ignores the variable).
+    variables.insert("OUTBOX_TABLE".into(), "t".into());
+    variables.insert("RELAY_DLQ_URL".into(), format!("{endpoint}/{EMULATOR_ACCOUNT}/bench-relay-dlq"));
+    let placement = Placement { region: "us-east-1".into(), endpoint: Some(endpoint.clone()), function_name: format!("bench-{RELAY}") };
+    let mut env = lambda_environment(&spec, &variables, &placement);
+    env.push(("BENCH_LOG".into(), log.display().to_string()));
+    env.push(("BENCH_PROGRAM".into(), program.display().to_string()));
+    let level = env.iter().find(|(k, _)| k == "AWS_LAMBDA_LOG_LEVEL").map(|(_, v)| v.clone()).unwrap_or_else(|| "(unset: INFO)".into());
+    let f = LocalFunction::new(spec.clone(), "arn:bench".into(), wrapper, env, Arc::new(Stats::default()), &RuntimeOptions::default());
+    let invoke = |payload: String| {
+        let f = &f;
+        async move {
+            let started = Instant::now();
+            let invocation = f.invoke(&payload).await;
+            let elapsed = started.elapsed();
+            let response = invocation.result.unwrap_or_else(|d| panic!("{}: {}", d.error_type, d.error_message));
+            assert!(response["batchItemFailures"].as_array().is_some_and(Vec::is_empty), "benchmark setup: everything publishes: {response}");
+            elapsed
+        }
+    };
+    invoke(mix_batch(0, 999).to_string()).await;
+    bus.take_accepted();
+    tokio::time::sleep(Duration::from_millis(300)).await; // tee catches up
+    let first_lines = std::fs::read_to_string(&log).unwrap_or_default();
+    println!("\nthe warm-up invocation's log:\n{}", first_lines.trim_end());
+    println!(
+        "\nwhole process: {} ({:.1} MB) through a Lambda Runtime API, AWS_LAMBDA_LOG_LEVEL {level}, fake PutEvents at {endpoint}; {runs} invocations of 100 events per cell, {} cores shared with other builds",
+        program.display(),
+        std::fs::metadata(&program).map(|m| m.len()).unwrap_or(0) as f64 / 1e6,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!("\n| batch of 100 events | events/s per shard at +0 ms | +10 ms | +30 ms | +100 ms | order on the bus |");
+    println!("|---|---|---|---|---|---|");
+    let mut per_call: Vec<String> = Vec::new();
+    for (mix, name) in MIXES.iter().enumerate() {
+        let mut cells = Vec::new();
+        let mut kept = true;
+        for latency in [0u64, 10, 30, 100] {
+            bus.latency_ms.store(latency, std::sync::atomic::Ordering::SeqCst);
+            let (cpu_before, calls_before, log_before) =
+                (child_figures(&comm).map(|(_, c)| c).unwrap_or_default(), bus.calls(), std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0));
+            let mut seconds = Vec::with_capacity(runs);
+            for run in 0..runs {
+                seconds.push(invoke(mix_batch(mix, run + 1000 * latency as usize).to_string()).await.as_secs_f64());
+            }
+            kept &= order_kept(&bus.take_accepted());
+            seconds.sort_by(f64::total_cmp);
+            cells.push(format!("{:.0}", RELAY_BATCH as f64 / seconds[seconds.len() / 2]));
+            if latency == 0 {
+                tokio::time::sleep(Duration::from_millis(300)).await; // tee catches up
+                let cpu = child_figures(&comm).map(|(_, c)| c).unwrap_or_default().saturating_sub(cpu_before);
+                let calls = bus.calls() - calls_before;
+                let log_bytes = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0).saturating_sub(log_before);
+                let events = (runs * RELAY_BATCH) as f64;
+                per_call.push(format!(
+                    "| {name} | {:.2} | {:.3} | {:.0} |",
+                    calls as f64 / runs as f64,
+                    cpu.as_secs_f64() * 1e3 / calls.max(1) as f64,
+                    log_bytes as f64 / events
+                ));
+            }
+        }
+        println!("| {name} | {} | {} |", cells.join(" | "), if kept { "kept" } else { "BROKEN" });
+    }
+    println!("\n| batch of 100 small events, +0 ms | PutEvents calls per invocation | process CPU ms per PutEvents call (all threads) | log bytes per event (stdout: log lines + EMF) |");
+    println!("|---|---|---|---|");
+    for row in per_call {
+        println!("{row}");
+    }
+    f.stop();
+    let _ = std::fs::remove_dir_all(&scratch);
 }

@@ -27,15 +27,17 @@ use serde_json::Value;
 /// `kind` of a [`RelayFailureRecord`].
 pub const RELAY_FAILURE_KIND: &str = "outbox-relay-failure";
 
-/// The relay's own dead-letter message for an outbox record that can never be published.
+/// The relay's own dead-letter message for an outbox record that can never be published. `R`
+/// is how the stream record is held: [`Value`] when reading, a `&RawValue` when writing
+/// (verbatim, as Lambda delivered it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RelayFailureRecord {
+pub struct RelayFailureRecord<R = Value> {
     /// Always [`RELAY_FAILURE_KIND`].
     pub kind: String,
     /// Why the record can never be published, in words.
     pub reason: String,
-    /// Machine-readable cause: `MalformedOutboxItem`, `EventTooLarge`, or the `PutEvents`
-    /// entry error code (e.g. `MalformedDetail`).
+    /// Machine-readable cause: `MalformedRecord` (not a stream record), `MalformedOutboxItem`,
+    /// `EventTooLarge`, or the `PutEvents` entry error code (e.g. `MalformedDetail`).
     pub error_code: String,
     /// The outbox item's `event_id`, if it could be read.
     #[serde(default)]
@@ -48,9 +50,9 @@ pub struct RelayFailureRecord {
     pub event_source_arn: Option<String>,
     /// When the relay gave up on it: RFC 3339 UTC.
     pub failed_at: String,
-    /// The whole DynamoDB stream record, as Lambda delivered it (`dynamodb.NewImage` holds the
-    /// outbox item in DynamoDB JSON).
-    pub record: Value,
+    /// The whole DynamoDB stream record, exactly as Lambda delivered it (`dynamodb.NewImage`
+    /// holds the outbox item in DynamoDB JSON).
+    pub record: R,
 }
 
 /// `kind` of a [`ConsumerFailureRecord`].

@@ -157,10 +157,18 @@ impl OutboxItem {
     /// Decodes an outbox item from a DynamoDB item (stream image or table item).
     ///
     /// # Errors
-    /// [`EnvelopeError::Decode`] naming the attribute when the item breaks the contract.
+    /// [`EnvelopeError::Decode`] naming the attribute when the item breaks the contract, e.g.
+    /// "attribute `sequence`: number too large to fit in target type" or "missing field
+    /// `event_type`".
     pub fn from_item(item: serde_dynamo::Item) -> Result<Self, EnvelopeError> {
-        let item: OutboxItem = serde_dynamo::from_item(item).map_err(|e| EnvelopeError::Decode(e.to_string()))?;
-        Ok(item)
+        let map: std::collections::HashMap<String, serde_dynamo::AttributeValue> = item.into();
+        let deserializer = serde_dynamo::Deserializer::from_attribute_value(serde_dynamo::AttributeValue::M(map));
+        serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            // The root's errors ("missing field `x`") name the attribute already.
+            EnvelopeError::Decode(if path == "." { inner.to_string() } else { format!("attribute `{path}`: {inner}") })
+        })
     }
 
     /// Encodes the item as DynamoDB attributes.
@@ -416,5 +424,17 @@ mod tests {
         attrs.remove("event_type");
         let err = OutboxItem::from_item(attrs).unwrap_err();
         assert!(err.to_string().contains("event_type"), "{err}");
+    }
+
+    #[test]
+    fn decode_names_the_mistyped_attribute() {
+        let mut attrs: serde_dynamo::Item = sample_item().to_item().unwrap();
+        attrs.insert("sequence".into(), serde_dynamo::AttributeValue::N("123456789012345678901234567890".into()));
+        let err = OutboxItem::from_item(attrs).unwrap_err().to_string();
+        assert!(err.contains("attribute `sequence`: "), "{err}");
+        let mut attrs: serde_dynamo::Item = sample_item().to_item().unwrap();
+        attrs.insert("correlation_id".into(), serde_dynamo::AttributeValue::N("7".into()));
+        let err = OutboxItem::from_item(attrs).unwrap_err().to_string();
+        assert!(err.contains("attribute `correlation_id`: "), "{err}");
     }
 }

@@ -8,15 +8,21 @@
 //!    `dynamodb.amazonaws.com`; replicated ones do not — both are skipped) and other item types
 //!    are skipped and counted. An outbox item that breaks the contract, or whose event is larger
 //!    than one `PutEvents` request may be, is a *poison record*.
-//! 2. **Publish in full calls, in batch order.** The batch's events are cut, in batch order,
-//!    into `PutEvents` calls of at most [`MAX_ENTRIES_PER_CALL`] entries and at most
-//!    `max_request_bytes` (counted as [`BusEvent::entry_size`] does), whatever the mix of
-//!    aggregates: 100 records of one aggregate take 10 calls. Calls are made one after the
-//!    other; a call is settled (retries included) before the next one is sent. An aggregate's
-//!    records are in sequence order within its shard (the stream keeps each item's order, and the
-//!    event source mapping runs one batch per shard at a time with `ParallelizationFactor` 1),
-//!    so its events are submitted in sequence order: within one call by position, across calls
-//!    by time.
+//! 2. **Publish in full calls, many in flight, each aggregate in order.** The batch's events are
+//!    cut into `PutEvents` calls of at most [`MAX_ENTRIES_PER_CALL`] entries and at most
+//!    `max_request_bytes` (counted as [`BusEvent::entry_size`] does). An aggregate's events stay
+//!    together, in sequence order: an aggregate that fits in one call joins the first call with
+//!    room for all of it, so calls share no aggregate; a *hot* aggregate with more events than
+//!    one call holds gets a chain of full calls of its own (100 records of one aggregate take 10
+//!    calls). Up to [`RelayConfig::max_calls_in_flight`] calls are in flight together; a call
+//!    that shares an aggregate with an earlier call waits until that call has settled (retries
+//!    included), and is not sent at all if a record of it failed. An aggregate's records are in
+//!    sequence order within its shard (the stream keeps each item's order, and the event source
+//!    mapping runs one batch per shard at a time with `ParallelizationFactor` 1), so its events
+//!    are submitted in sequence order: within one call by position, across calls by time. The
+//!    classic bus promises no order between concurrent calls, and needs none here: concurrent
+//!    calls never carry the same aggregate. A batch of 100 distinct aggregates (or 10 × 10) thus
+//!    takes one round trip instead of ten; one hot aggregate takes ten, as before.
 //! 3. **Partial failures.** `PutEvents` answers HTTP 200 even when entries fail:
 //!    `FailedEntryCount` > 0 and, *by position*, an `ErrorCode` on each failed response entry.
 //!    Failed entries with a transient code (`ThrottlingException`, `InternalFailure`, any code
@@ -34,13 +40,18 @@
 //!    <https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-batchfailurereporting.html>).
 //!
 //! **The checkpoint rule.** Every record after the earliest failure will be delivered again, so
-//! the relay sends nothing that lies after the earliest failure known so far (it would only be
-//! duplicated): for an aggregate, nothing after its first failed event is sent in a later call
-//! of the invocation. Loss is impossible: nothing at or after the checkpoint is acknowledged.
-//! Entries that were in the *same* call as the failed one and were accepted (other aggregates'
-//! events, or later events of the same aggregate) count as published but lie after the
-//! checkpoint, so they are published again on re-delivery: duplicates, absorbed by the
-//! consumers' inbox.
+//! the relay starts no call whose records all lie after the earliest failure known so far (it
+//! would only be duplicated), and for an aggregate, nothing after its first failed event is sent
+//! in a later call of the invocation. Loss is impossible: nothing at or after the checkpoint is
+//! acknowledged. Entries that were accepted but lie after the checkpoint — in the *same* call as
+//! the failed one, or in a call in flight beside it — count as published and are published again
+//! on re-delivery: duplicates, absorbed by the consumers' inbox.
+//!
+//! **Logs.** One line per batch (`relay batch done`: records, events, published, `PutEvents`
+//! calls, most calls in flight, retries, failures, dead letters, deferred, duration): INFO, or
+//! WARN when records are reported for re-delivery. One DEBUG line per event and attempt
+//! (`event published`, `PutEvents entry failed`) inside the event's span; at INFO the span is
+//! not built. Poison records: one ERROR line each.
 //!
 //! **What order buys.** "The `PutEvents` operation attempts to process all entries in the
 //! natural order of the request"
@@ -54,19 +65,22 @@
 
 #[cfg(feature = "lambda")]
 pub mod lambda;
+pub mod stream;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use aws_lambda_events::dynamodb::{Event as DynamoDbEvent, EventRecord};
+use aws_lambda_events::dynamodb::Event as DynamoDbEvent;
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use chrono::Utc;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use rand::Rng;
 use serde::Serialize;
 
 use crate::dead_letter::{RelayFailureRecord, RELAY_FAILURE_KIND};
 use crate::envelope::DEFAULT_MAX_PUT_EVENTS_BYTES;
 use crate::envelope::{BusEvent, OutboxItem};
+use stream::{StreamBatch, StreamRecord};
 
 /// Most entries in one `PutEvents` call (AWS limit).
 pub const MAX_ENTRIES_PER_CALL: usize = 10;
@@ -105,7 +119,23 @@ pub struct RelayConfig {
     /// Empty (the default) when the table uses the contract's names. See
     /// [`RelayConfig::rename_attributes`].
     pub attribute_names: HashMap<String, String>,
+    /// Most `PutEvents` calls of one invocation in flight at once (default
+    /// [`DEFAULT_MAX_CALLS_IN_FLIGHT`]; at least 1). Calls that carry events of the same
+    /// aggregate never overlap, whatever this is (module docs, step 2).
+    pub max_calls_in_flight: usize,
+    /// The outbox table (its name, or its table or stream ARN) whose stream this relay serves.
+    /// A record whose `eventSourceARN` names another table, or no table, is skipped and counted
+    /// ([`SkipReason::ForeignStream`]): a mapping attached to the wrong stream publishes
+    /// nothing. `None` (the default) relays every stream it is attached to.
+    pub outbox_table: Option<String>,
 }
+
+/// Default of [`RelayConfig::max_calls_in_flight`]: 10, so a batch of 100 records (the
+/// template's `BatchSize`: 10 full calls) of distinct aggregates goes out in one round trip.
+/// One shard's relay then makes at most 10 concurrent `PutEvents` calls; the account's
+/// `PutEvents` quota (requests per second, per Region) is shared by every shard and producer
+/// (<https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-quota.html>).
+pub const DEFAULT_MAX_CALLS_IN_FLIGHT: usize = 10;
 
 /// Names of the outbox item contract's attributes ([`crate::envelope`]), which
 /// [`RelayConfig::rename_attributes`] accepts.
@@ -187,6 +217,8 @@ impl RelayConfig {
             safety_margin: Duration::from_secs(2),
             call_budget: Duration::from_secs(15),
             attribute_names: HashMap::new(),
+            max_calls_in_flight: DEFAULT_MAX_CALLS_IN_FLIGHT,
+            outbox_table: None,
         }
     }
 }
@@ -207,6 +239,8 @@ pub enum SkipReason {
     NotOutboxItem,
     /// An `eventName` that is none of the above.
     UnknownEventName,
+    /// A record from another table's stream than [`RelayConfig::outbox_table`].
+    ForeignStream,
 }
 
 impl SkipReason {
@@ -218,6 +252,7 @@ impl SkipReason {
             SkipReason::TtlRemove => "ttl_remove",
             SkipReason::NotOutboxItem => "not_outbox_item",
             SkipReason::UnknownEventName => "unknown_event_name",
+            SkipReason::ForeignStream => "foreign_stream",
         }
     }
 }
@@ -228,6 +263,8 @@ impl SkipReason {
 pub struct RelayReport {
     /// Records in the batch.
     pub records: usize,
+    /// Records that are outbox events to publish (neither skipped nor poison).
+    pub events: usize,
     /// Records that were not events, by reason.
     pub skipped: HashMap<SkipReason, usize>,
     /// Events accepted by EventBridge.
@@ -246,8 +283,12 @@ pub struct RelayReport {
     pub out_of_time: bool,
     /// `PutEvents` calls made.
     pub put_events_calls: usize,
+    /// Most `PutEvents` calls in flight at once ([`RelayConfig::max_calls_in_flight`]).
+    pub max_calls_in_flight: usize,
     /// Largest "now − `occurred_at`" among published events, milliseconds.
     pub max_lag_ms: i64,
+    /// Time the relay took for the batch, milliseconds.
+    pub duration_ms: u64,
     /// Event ids accepted by EventBridge, in publication order.
     #[serde(skip)]
     pub published_event_ids: Vec<String>,
@@ -257,6 +298,38 @@ impl RelayReport {
     /// Total skipped records.
     pub fn skipped_total(&self) -> usize {
         self.skipped.values().sum()
+    }
+
+    /// Writes the batch's one summary line: INFO when every record was published, skipped or
+    /// dead-lettered; WARN when records failed or were left for re-delivery (`checkpoint`: the
+    /// sequence number reported in `batchItemFailures`). Per-event lines are DEBUG (module docs).
+    pub fn log_summary(&self, checkpoint: Option<&str>) {
+        macro_rules! summary {
+            ($level:ident) => {
+                tracing::$level!(
+                    records = self.records,
+                    events = self.events,
+                    published = self.published,
+                    put_events_calls = self.put_events_calls,
+                    max_calls_in_flight = self.max_calls_in_flight,
+                    retried = self.retried,
+                    failed = self.failed,
+                    dead_lettered = self.dead_lettered,
+                    deferred = self.deferred,
+                    skipped = self.skipped_total(),
+                    out_of_time = self.out_of_time,
+                    max_lag_ms = self.max_lag_ms,
+                    duration_ms = self.duration_ms,
+                    checkpoint,
+                    "relay batch done"
+                )
+            };
+        }
+        if checkpoint.is_some() || self.failed > 0 {
+            summary!(warn);
+        } else {
+            summary!(info);
+        }
     }
 
     /// Records the report through the `metrics` facade: counters `RecordsSeen`,
@@ -336,22 +409,118 @@ impl EntryFailure {
     }
 }
 
-/// A record that must be either published or dead-lettered.
+/// An outbox record that can become a `PutEvents` entry.
 #[derive(Debug)]
-struct Work {
+struct Pending {
+    /// Position in the batch.
     index: usize,
-    action: Action,
+    item: Box<OutboxItem>,
+    event: BusEvent,
 }
 
+/// An outbox record that can never be published.
 #[derive(Debug)]
-enum Action {
-    Publish { item: Box<OutboxItem>, event: BusEvent },
-    DeadLetter { event_id: Option<String>, error_code: String, reason: String },
+struct Poison {
+    index: usize,
+    event_id: Option<String>,
+    error_code: String,
+    reason: String,
 }
 
 enum Classified {
     Skip(SkipReason),
-    Work(Action),
+    Poison { event_id: Option<String>, error_code: String, reason: String },
+    Publish { item: Box<OutboxItem>, event: BusEvent },
+}
+
+/// One planned `PutEvents` call: the positions of its events in the planner's input, and the
+/// earlier calls it must wait for because they carry events of the same aggregate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PlannedCall {
+    events: Vec<usize>,
+    bytes: usize,
+    after: Vec<usize>,
+    /// Whether other aggregates may still join it (calls of a hot aggregate's chain are closed).
+    open: bool,
+}
+
+/// Cuts events, given in batch order as (aggregate, entry size), into `PutEvents` calls of at
+/// most `max_entries` entries and `max_bytes` bytes (module docs, step 2).
+///
+/// Each aggregate's events stay together and in batch (= sequence) order. An aggregate that
+/// fits in one call joins the first open call with room for all of it (first fit), or opens a
+/// new one: such calls share no aggregate and may be in flight together. An aggregate that does
+/// not fit in one call (a hot aggregate) gets a chain of calls of its own, each after the one
+/// before: its events reach the bus in sequence order, as they did when every call was settled
+/// before the next.
+fn plan_calls<K: Eq + std::hash::Hash>(events: &[(K, usize)], max_entries: usize, max_bytes: usize) -> Vec<PlannedCall> {
+    let mut group_of: HashMap<&K, usize> = HashMap::new();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (position, (key, _)) in events.iter().enumerate() {
+        let group = *group_of.entry(key).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[group].push(position);
+    }
+    let mut calls: Vec<PlannedCall> = Vec::new();
+    // Calls before this one are full or closed: first fit starts looking here.
+    let mut first_open = 0;
+    for group in groups {
+        let bytes: usize = group.iter().map(|&p| events[p].1).sum();
+        if group.len() <= max_entries && bytes <= max_bytes {
+            while calls.get(first_open).is_some_and(|c| !c.open || c.events.len() >= max_entries) {
+                first_open += 1;
+            }
+            let fits = |c: &PlannedCall| c.open && c.events.len() + group.len() <= max_entries && c.bytes + bytes <= max_bytes;
+            match calls[first_open..].iter_mut().find(|c| fits(c)) {
+                Some(call) => {
+                    call.events.extend(group);
+                    call.bytes += bytes;
+                }
+                None => calls.push(PlannedCall { events: group, bytes, after: Vec::new(), open: true }),
+            }
+            continue;
+        }
+        let mut current = PlannedCall { events: Vec::new(), bytes: 0, after: Vec::new(), open: false };
+        for position in group {
+            let size = events[position].1;
+            if !current.events.is_empty() && (current.events.len() >= max_entries || current.bytes + size > max_bytes) {
+                calls.push(current);
+                current = PlannedCall { events: Vec::new(), bytes: 0, after: vec![calls.len() - 1], open: false };
+            }
+            current.events.push(position);
+            current.bytes += size;
+        }
+        calls.push(current);
+    }
+    calls
+}
+
+/// Where a planned call stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallState {
+    /// Not started: waiting for an earlier call of the same aggregate, or for a free slot.
+    Waiting,
+    InFlight,
+    /// Every record published or dead-lettered.
+    Settled,
+    /// A record failed: the calls after it that share an aggregate are not sent.
+    Failed,
+    /// Not sent: after the checkpoint, after a failed call of the same aggregate, or out of time.
+    NotSent,
+}
+
+/// What one call (with its resends and dead-letter writes) did.
+#[derive(Debug, Default)]
+struct CallResult {
+    call: usize,
+    published: Vec<Pending>,
+    /// Batch positions of the records that failed.
+    failed: Vec<usize>,
+    dead_lettered: usize,
+    retried: usize,
+    put_events_calls: usize,
 }
 
 /// Publishes outbox records to EventBridge (see the module docs).
@@ -378,125 +547,109 @@ impl Relay {
     /// # Errors
     /// [`RelayError`] only when a failed record has no sequence number (whole batch retried).
     pub async fn relay(&self, batch: &DynamoDbEvent, deadline: Instant) -> Result<RelayOutcome, RelayError> {
-        let records = &batch.records;
+        self.relay_batch(StreamBatch::from_event(batch), deadline).await
+    }
+
+    /// [`Relay::relay`] for a batch decoded as [`StreamBatch`] (what the relay function does
+    /// with Lambda's payload: each record decoded once, its text kept for the dead-letter copy).
+    ///
+    /// # Errors
+    /// [`RelayError`] only when a failed record has no sequence number (whole batch retried).
+    pub async fn relay_batch(&self, batch: StreamBatch, deadline: Instant) -> Result<RelayOutcome, RelayError> {
+        let started = Instant::now();
+        let mut records = batch.records;
         let mut report = RelayReport { records: records.len(), ..Default::default() };
 
-        let mut works: Vec<Work> = Vec::new();
-        for (index, record) in records.iter().enumerate() {
+        let mut publish: Vec<Pending> = Vec::new();
+        let mut poison: Vec<Poison> = Vec::new();
+        for (index, record) in records.iter_mut().enumerate() {
             match self.classify(record) {
                 Classified::Skip(reason) => *report.skipped.entry(reason).or_default() += 1,
-                Classified::Work(action) => works.push(Work { index, action }),
+                Classified::Poison { event_id, error_code, reason } => poison.push(Poison { index, event_id, error_code, reason }),
+                Classified::Publish { item, event } => publish.push(Pending { index, item, event }),
             }
         }
+        report.events = publish.len();
 
         // Earliest failed record so far: nothing at or after it is attempted any more.
         let mut checkpoint = usize::MAX;
         // Poison records first, in batch order: a failed dead-letter write keeps the records
         // after it from being published only to be published again on re-delivery.
-        let (publish, poison): (Vec<Work>, Vec<Work>) = works.into_iter().partition(|w| matches!(w.action, Action::Publish { .. }));
-        for work in poison {
-            if work.index >= checkpoint {
+        for p in poison {
+            if p.index >= checkpoint {
                 break;
             }
-            if let Action::DeadLetter { event_id, error_code, reason } = &work.action {
-                self.dead_letter_or_fail(&records[work.index], work.index, event_id.clone(), error_code, reason, &mut report, &mut checkpoint).await;
+            if self.dead_letter_logged(&records[p.index], p.event_id, &p.error_code, &p.reason).await {
+                report.dead_lettered += 1;
+            } else {
+                report.failed += 1;
+                checkpoint = checkpoint.min(p.index);
             }
         }
-        // Then full calls in batch order (an aggregate's records are in sequence order in its
-        // shard), each settled before the next: once the checkpoint is set, every record still
-        // to come lies after it.
-        let mut chunk: Vec<Work> = Vec::new();
-        let mut chunk_bytes = 0;
-        for work in publish {
-            if work.index >= checkpoint {
-                break;
-            }
-            let size = match &work.action {
-                Action::Publish { event, .. } => event.entry_size(),
-                Action::DeadLetter { .. } => 0,
-            };
-            if chunk.len() >= MAX_ENTRIES_PER_CALL || chunk_bytes + size > self.config.max_request_bytes {
-                self.publish(records, std::mem::take(&mut chunk), deadline, &mut report, &mut checkpoint).await;
-                chunk_bytes = 0;
-                if work.index >= checkpoint {
-                    break;
-                }
-            }
-            chunk_bytes += size;
-            chunk.push(work);
-        }
-        self.publish(records, chunk, deadline, &mut report, &mut checkpoint).await;
+        publish.retain(|p| p.index < checkpoint);
+        self.publish(&records, publish, deadline, &mut report, &mut checkpoint).await;
 
         // Not attempted because they lay after the checkpoint.
         report.deferred = report.records - report.skipped_total() - report.published - report.dead_lettered - report.failed;
+        report.duration_ms = started.elapsed().as_millis() as u64;
 
         let mut response = DynamoDbEventResponse::default();
+        let mut checkpoint_sequence_number = None;
         if checkpoint != usize::MAX {
-            let sequence_number = records[checkpoint].change.sequence_number.clone().filter(|s| !s.is_empty());
-            let Some(sequence_number) = sequence_number else {
+            let Some(sequence_number) = records[checkpoint].sequence_number.clone() else {
                 return Err(RelayError::NoSequenceNumber { index: checkpoint });
             };
+            checkpoint_sequence_number = Some(sequence_number.clone());
             let mut failure = DynamoDbBatchItemFailure::default();
             failure.item_identifier = Some(sequence_number);
             response.batch_item_failures.push(failure);
         }
         report.emit_metrics();
-        tracing::info!(
-            records = report.records,
-            skipped = report.skipped_total(),
-            published = report.published,
-            retried = report.retried,
-            dead_lettered = report.dead_lettered,
-            failed = report.failed,
-            deferred = report.deferred,
-            out_of_time = report.out_of_time,
-            put_events_calls = report.put_events_calls,
-            max_lag_ms = report.max_lag_ms,
-            "relay batch done"
-        );
+        report.log_summary(checkpoint_sequence_number.as_deref());
         Ok(RelayOutcome { response, report })
     }
 
-    fn classify(&self, record: &EventRecord) -> Classified {
-        match record.event_name.as_str() {
+    /// What a record is; an `INSERT`'s image is moved out of `record` (decoded once, never
+    /// cloned).
+    fn classify(&self, record: &mut StreamRecord) -> Classified {
+        let fields = match &mut record.decoded {
+            Ok(fields) => fields,
+            Err(reason) => return Classified::Poison { event_id: None, error_code: "MalformedRecord".into(), reason: reason.clone() },
+        };
+        if let Some(table) = &self.config.outbox_table {
+            let ours = fields.event_source_arn.as_deref().is_some_and(|arn| stream::table_name(arn) == stream::table_name(table));
+            if !ours {
+                return Classified::Skip(SkipReason::ForeignStream);
+            }
+        }
+        match fields.event_name.as_str() {
             "INSERT" => {}
             "MODIFY" => return Classified::Skip(SkipReason::Modify),
             "REMOVE" => {
-                let ttl = record.user_identity.as_ref().is_some_and(|u| u.type_ == "Service" && u.principal_id == "dynamodb.amazonaws.com");
+                let ttl = fields.user_identity.as_ref().is_some_and(|u| u.type_ == "Service" && u.principal_id == "dynamodb.amazonaws.com");
                 return Classified::Skip(if ttl { SkipReason::TtlRemove } else { SkipReason::Remove });
             }
             _ => return Classified::Skip(SkipReason::UnknownEventName),
         }
-        let renamed;
-        let image = if self.config.attribute_names.is_empty() {
-            &record.change.new_image
-        } else {
+        let mut image: HashMap<String, serde_dynamo::AttributeValue> = fields.dynamodb.new_image.take().map(Into::into).unwrap_or_default();
+        if !self.config.attribute_names.is_empty() {
             let names = &self.config.attribute_names;
-            renamed = record
-                .change
-                .new_image
-                .iter()
-                .map(|(k, v)| (names.get(k).cloned().unwrap_or_else(|| k.clone()), v.clone()))
-                .collect::<std::collections::HashMap<_, _>>()
-                .into();
-            &renamed
-        };
+            image = image.into_iter().map(|(k, v)| (names.get(&k).cloned().unwrap_or(k), v)).collect();
+        }
         if image.is_empty() {
-            return Classified::Work(Action::DeadLetter {
+            return Classified::Poison {
                 event_id: None,
                 error_code: "MalformedOutboxItem".into(),
                 reason: "INSERT record has no NewImage: the outbox table's stream must use StreamViewType NEW_IMAGE".into(),
-            });
+            };
         }
         let event_id = match image.get("event_id") {
             None => return Classified::Skip(SkipReason::NotOutboxItem),
             Some(serde_dynamo::AttributeValue::S(id)) => Some(id.clone()),
             Some(_) => None,
         };
-        let poison = |error_code: &str, reason: String| {
-            Classified::Work(Action::DeadLetter { event_id: event_id.clone(), error_code: error_code.into(), reason })
-        };
-        let item = match OutboxItem::from_item(image.clone()) {
+        let poison = |error_code: &str, reason: String| Classified::Poison { event_id: event_id.clone(), error_code: error_code.into(), reason };
+        let item = match OutboxItem::from_item(image.into()) {
             Ok(item) => item,
             Err(e) => return poison("MalformedOutboxItem", e.to_string()),
         };
@@ -511,89 +664,138 @@ impl Relay {
                 format!("event is {size} bytes as a PutEvents entry; the limit is {} bytes", self.config.max_request_bytes),
             );
         }
-        Classified::Work(Action::Publish { item: Box::new(item), event })
+        Classified::Publish { item: Box::new(item), event }
     }
 
-    /// Settles one `PutEvents` call's worth of records: publishes `chunk` (entries in batch
-    /// order, so an aggregate's events are in sequence order within the call) with retries.
-    /// Failures move `checkpoint` back to the earliest failed record; chunk entries after it
-    /// that EventBridge accepted count as published but are not acknowledged (re-delivered).
-    async fn publish(&self, records: &[EventRecord], chunk: Vec<Work>, deadline: Instant, report: &mut RelayReport, checkpoint: &mut usize) {
-        // The first call always starts (so a function timeout shorter than the budget still
-        // makes progress); later ones only with their whole budget left.
-        if !chunk.is_empty() && report.put_events_calls > 0 && !self.time_for_a_call(deadline, Duration::ZERO) {
-            // Out of time: the chunk's first record becomes the checkpoint; it and everything
-            // after it are delivered again.
-            let earliest = chunk.iter().map(|w| w.index).min().unwrap_or(usize::MAX);
-            *checkpoint = (*checkpoint).min(earliest);
-            report.out_of_time = true;
-            tracing::warn!(checkpoint = *checkpoint, "too little time left for another PutEvents call; reporting the rest for re-delivery");
-            return;
+    /// Publishes `pending` (batch order): plans the calls ([`plan_calls`]), then runs them, at
+    /// most [`RelayConfig::max_calls_in_flight`] at a time, a call only once every earlier call
+    /// that shares an aggregate with it has settled without a failure. Failures move
+    /// `checkpoint` back to the earliest failed record; a call whose every record lies at or
+    /// after the checkpoint is not sent (it would only be sent again on re-delivery). After the
+    /// invocation's first call, no call starts without its time budget
+    /// ([`RelayConfig::call_budget`]); one that cannot moves the checkpoint to its earliest record.
+    async fn publish(&self, records: &[StreamRecord], pending: Vec<Pending>, deadline: Instant, report: &mut RelayReport, checkpoint: &mut usize) {
+        let plan = {
+            let events: Vec<((&str, &str), usize)> =
+                pending.iter().map(|p| ((p.item.aggregate_type.as_str(), p.item.aggregate_id.as_str()), p.event.entry_size())).collect();
+            plan_calls(&events, MAX_ENTRIES_PER_CALL, self.config.max_request_bytes)
+        };
+        let mut slots: Vec<Option<Pending>> = pending.into_iter().map(Some).collect();
+        let mut calls: Vec<Vec<Pending>> = Vec::with_capacity(plan.len());
+        let mut first_index: Vec<usize> = Vec::with_capacity(plan.len());
+        for call in &plan {
+            // plan_calls puts every position in exactly one call, so each slot is taken once.
+            let works: Vec<Pending> = call.events.iter().filter_map(|&p| slots[p].take()).collect();
+            first_index.push(works.iter().map(|w| w.index).min().unwrap_or(usize::MAX));
+            calls.push(works);
         }
-        if !chunk.is_empty() {
-            for (work, result) in self.put_with_retries(chunk, deadline, report).await {
-                let Action::Publish { item, .. } = &work.action else { continue };
-                match result {
-                    Ok(()) => {
-                        report.published += 1;
-                        report.published_event_ids.push(item.event_id.clone());
-                        if let Ok(t) = chrono::DateTime::parse_from_rfc3339(&item.occurred_at) {
-                            let lag = (Utc::now() - t.with_timezone(&Utc)).num_milliseconds();
-                            report.max_lag_ms = report.max_lag_ms.max(lag);
-                        }
-                    }
-                    Err(failure) if !failure.is_retryable() => {
-                        let reason = format!("PutEvents rejected the entry: {}", failure.message);
-                        let event_id = Some(item.event_id.clone());
-                        self.dead_letter_or_fail(&records[work.index], work.index, event_id, &failure.code, &reason, report, checkpoint).await;
-                    }
-                    Err(_) => {
-                        report.failed += 1;
-                        *checkpoint = (*checkpoint).min(work.index);
-                    }
+        let mut state = vec![CallState::Waiting; plan.len()];
+        let max_in_flight = self.config.max_calls_in_flight.max(1);
+        let mut in_flight = FuturesUnordered::new();
+        let mut started_one = false;
+        loop {
+            for j in 0..plan.len() {
+                if state[j] != CallState::Waiting {
+                    continue;
                 }
+                let after = &plan[j].after;
+                if after.iter().any(|&i| matches!(state[i], CallState::Failed | CallState::NotSent)) || first_index[j] >= *checkpoint {
+                    state[j] = CallState::NotSent;
+                    continue;
+                }
+                if after.iter().any(|&i| state[i] != CallState::Settled) || in_flight.len() >= max_in_flight {
+                    continue;
+                }
+                // The first call always starts (so a function timeout shorter than the budget
+                // still makes progress); later ones only with their whole budget left.
+                if started_one && !self.time_for_a_call(deadline, Duration::ZERO) {
+                    state[j] = CallState::NotSent;
+                    *checkpoint = (*checkpoint).min(first_index[j]);
+                    if !report.out_of_time {
+                        tracing::warn!(
+                            checkpoint = *checkpoint,
+                            "too little time left for another PutEvents call; reporting the rest for re-delivery"
+                        );
+                    }
+                    report.out_of_time = true;
+                    continue;
+                }
+                started_one = true;
+                state[j] = CallState::InFlight;
+                in_flight.push(self.settle_call(records, j, std::mem::take(&mut calls[j]), deadline));
+                report.max_calls_in_flight = report.max_calls_in_flight.max(in_flight.len());
+            }
+            let Some(result) = in_flight.next().await else { break };
+            state[result.call] = if result.failed.is_empty() { CallState::Settled } else { CallState::Failed };
+            report.put_events_calls += result.put_events_calls;
+            report.retried += result.retried;
+            report.dead_lettered += result.dead_lettered;
+            report.failed += result.failed.len();
+            if let Some(&earliest) = result.failed.iter().min() {
+                *checkpoint = (*checkpoint).min(earliest);
+            }
+            for p in result.published {
+                report.published += 1;
+                if let Ok(t) = chrono::DateTime::parse_from_rfc3339(&p.item.occurred_at) {
+                    let lag = (Utc::now() - t.with_timezone(&Utc)).num_milliseconds();
+                    report.max_lag_ms = report.max_lag_ms.max(lag);
+                }
+                report.published_event_ids.push(p.item.event_id);
             }
         }
     }
 
+    /// Settles one planned call: sends it with retries, dead-letters the entries `PutEvents`
+    /// rejected for good. Chunk entries after a failed one that EventBridge accepted count as
+    /// published (they lie after the checkpoint and are published again on re-delivery).
+    async fn settle_call(&self, records: &[StreamRecord], call: usize, works: Vec<Pending>, deadline: Instant) -> CallResult {
+        let mut result = CallResult { call, ..Default::default() };
+        for (work, outcome) in self.put_with_retries(works, deadline, &mut result).await {
+            match outcome {
+                Ok(()) => result.published.push(work),
+                Err(failure) if !failure.is_retryable() => {
+                    let reason = format!("PutEvents rejected the entry: {}", failure.message);
+                    let event_id = Some(work.item.event_id.clone());
+                    if self.dead_letter_logged(&records[work.index], event_id, &failure.code, &reason).await {
+                        result.dead_lettered += 1;
+                    } else {
+                        result.failed.push(work.index);
+                    }
+                }
+                Err(_) => result.failed.push(work.index),
+            }
+        }
+        result
+    }
+
     /// Sends `works` with `PutEvents`, resending transiently failed entries alone with backoff
     /// until they succeed, `max_attempts` is reached, or the time budget runs out.
-    async fn put_with_retries(&self, works: Vec<Work>, deadline: Instant, report: &mut RelayReport) -> Vec<(Work, Result<(), EntryFailure>)> {
+    async fn put_with_retries(&self, works: Vec<Pending>, deadline: Instant, result: &mut CallResult) -> Vec<(Pending, Result<(), EntryFailure>)> {
         let mut done = Vec::with_capacity(works.len());
         let mut pending = works;
         let mut attempt = 0u32;
         while !pending.is_empty() {
             attempt += 1;
             let outcomes = self.put_events(&pending).await;
-            report.put_events_calls += 1;
+            result.put_events_calls += 1;
+            // One DEBUG line per entry and attempt, inside the event's span (`event_id`,
+            // `event_type`, `aggregate_type`, `aggregate_id`, `correlation_id`, `attempt`:
+            // envelope::event_span); the span is not even built when DEBUG is off.
+            let per_event_lines = tracing::enabled!(tracing::Level::DEBUG);
             let mut retry = Vec::new();
             for (work, outcome) in pending.into_iter().zip(outcomes) {
-                // One line per event, inside its span (`event_id`, `event_type`, `aggregate_type`,
-                // `aggregate_id`, `correlation_id`, `attempt`: envelope::event_span).
-                let span = match &work.action {
-                    Action::Publish { item, .. } => Some(item.span()),
-                    _ => None,
-                };
-                if let Some(span) = &span {
+                if per_event_lines {
+                    let span = work.item.span();
                     span.record("attempt", attempt);
+                    span.in_scope(|| match &outcome {
+                        Ok(()) => tracing::debug!("event published"),
+                        Err(failure) => tracing::debug!(error_code = %failure.code, error_message = %failure.message, "PutEvents entry failed"),
+                    });
                 }
                 match outcome {
-                    Ok(()) => {
-                        if let Some(span) = &span {
-                            span.in_scope(|| tracing::info!("event published"));
-                        }
-                        done.push((work, Ok(())))
-                    }
-                    Err(failure) => {
-                        if let Some(span) = &span {
-                            span.in_scope(|| tracing::warn!(error_code = %failure.code, error_message = %failure.message, "PutEvents entry failed"));
-                        }
-                        if failure.is_retryable() {
-                            retry.push((work, failure));
-                        } else {
-                            done.push((work, Err(failure)));
-                        }
-                    }
+                    Ok(()) => done.push((work, Ok(()))),
+                    Err(failure) if failure.is_retryable() => retry.push((work, failure)),
+                    Err(failure) => done.push((work, Err(failure))),
                 }
             }
             if retry.is_empty() {
@@ -605,7 +807,7 @@ impl Relay {
                 done.extend(retry.into_iter().map(|(w, f)| (w, Err(f))));
                 break;
             }
-            report.retried += retry.len();
+            result.retried += retry.len();
             tokio::time::sleep(backoff).await;
             pending = retry.into_iter().map(|(w, _)| w).collect();
         }
@@ -613,14 +815,8 @@ impl Relay {
     }
 
     /// One `PutEvents` call; the result of each entry, by position.
-    async fn put_events(&self, works: &[Work]) -> Vec<Result<(), EntryFailure>> {
-        let entries = works
-            .iter()
-            .filter_map(|w| match &w.action {
-                Action::Publish { event, .. } => Some(event.to_entry(&self.config.event_bus_name)),
-                Action::DeadLetter { .. } => None,
-            })
-            .collect::<Vec<_>>();
+    async fn put_events(&self, works: &[Pending]) -> Vec<Result<(), EntryFailure>> {
+        let entries = works.iter().map(|w| w.event.to_entry(&self.config.event_bus_name)).collect::<Vec<_>>();
         let n = entries.len();
         match self.events.put_events().set_entries(Some(entries)).send().await {
             Ok(output) => {
@@ -666,40 +862,32 @@ impl Relay {
         Duration::from_millis(if millis == 0 { 0 } else { rand::rng().random_range(0..=millis) })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn dead_letter_or_fail(
-        &self,
-        record: &EventRecord,
-        index: usize,
-        event_id: Option<String>,
-        error_code: &str,
-        reason: &str,
-        report: &mut RelayReport,
-        checkpoint: &mut usize,
-    ) {
+    /// Dead-letters a poison record and logs it (ERROR: a person should look at it). False
+    /// when the dead-letter queue could not be written either: the record must then fail.
+    async fn dead_letter_logged(&self, record: &StreamRecord, event_id: Option<String>, error_code: &str, reason: &str) -> bool {
         match self.dead_letter(record, event_id.clone(), error_code, reason).await {
             Ok(()) => {
-                report.dead_lettered += 1;
                 tracing::error!(event_id = event_id.as_deref().unwrap_or(""), error_code, reason, "poison outbox record dead-lettered");
+                true
             }
             Err(e) => {
-                report.failed += 1;
-                *checkpoint = (*checkpoint).min(index);
                 tracing::error!(event_id = event_id.as_deref().unwrap_or(""), error_code, reason, error = %e, "poison outbox record could not be dead-lettered; will be retried");
+                false
             }
         }
     }
 
-    async fn dead_letter(&self, record: &EventRecord, event_id: Option<String>, error_code: &str, reason: &str) -> Result<(), String> {
+    async fn dead_letter(&self, record: &StreamRecord, event_id: Option<String>, error_code: &str, reason: &str) -> Result<(), String> {
+        // The record exactly as delivered: never decoded and written again.
         let body = RelayFailureRecord {
             kind: RELAY_FAILURE_KIND.into(),
             reason: reason.into(),
             error_code: error_code.into(),
             event_id,
-            sequence_number: record.change.sequence_number.clone(),
-            event_source_arn: record.event_source_arn.clone(),
+            sequence_number: record.sequence_number.clone(),
+            event_source_arn: record.event_source_arn().map(str::to_owned),
             failed_at: Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            record: serde_json::to_value(record).map_err(|e| e.to_string())?,
+            record: &*record.raw,
         };
         let body = serde_json::to_string(&body).map_err(|e| e.to_string())?;
         crate::dead_letter::send(&self.sqs, &self.config.dead_letter_queue_url, body, &[("error_code", error_code), ("reason", reason)]).await
@@ -755,5 +943,50 @@ mod tests {
         assert_eq!(counter("RecordsFailed[]"), 1);
         assert_eq!(counter("PutEventsCalls[]"), 2);
         assert!(matches!(values.get("LagMilliseconds[]"), Some(DebugValue::Histogram(h)) if h.len() == 1));
+    }
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+
+    fn plan(keys: &str, max_entries: usize) -> Vec<(String, Vec<usize>)> {
+        let events: Vec<(char, usize)> = keys.chars().map(|k| (k, 1)).collect();
+        plan_calls(&events, max_entries, usize::MAX).into_iter().map(|c| (c.events.iter().map(|&p| events[p].0).collect(), c.after)).collect()
+    }
+
+    #[test]
+    fn distinct_aggregates_fill_calls_in_batch_order() {
+        assert_eq!(plan("abcde", 2), [("ab".into(), vec![]), ("cd".into(), vec![]), ("e".into(), vec![])]);
+        assert!(plan("", 10).is_empty());
+    }
+
+    #[test]
+    fn an_aggregate_that_fits_in_a_call_stays_in_one_call() {
+        // Interleaved 3 × 3 with 3 entries per call: one call per aggregate, none waiting.
+        assert_eq!(plan("abcabcabc", 3), [("aaa".into(), vec![]), ("bbb".into(), vec![]), ("ccc".into(), vec![])]);
+        // First fit: `c` joins the first call with room for both of its events.
+        assert_eq!(plan("aabbbcc", 4), [("aacc".into(), vec![]), ("bbb".into(), vec![])]);
+    }
+
+    #[test]
+    fn a_hot_aggregate_gets_a_chain_of_its_own() {
+        assert_eq!(
+            plan("hahhbhh", 2),
+            [("hh".into(), vec![]), ("hh".into(), vec![0]), ("h".into(), vec![1]), ("ab".into(), vec![])],
+            "the chain's last call is not shared, so `a` and `b` do not wait for `h`"
+        );
+    }
+
+    #[test]
+    fn the_byte_limit_cuts_calls_too() {
+        let events = [('a', 6), ('b', 5), ('a', 6), ('c', 4)];
+        let calls = plan_calls(&events, 10, 12);
+        let shape: Vec<(Vec<usize>, Vec<usize>)> = calls.into_iter().map(|c| (c.events, c.after)).collect();
+        assert_eq!(shape, [(vec![0, 2], vec![]), (vec![1, 3], vec![])]);
+        // An aggregate over the byte limit is a chain.
+        let events = [('a', 6), ('a', 6), ('a', 6)];
+        let shape: Vec<(Vec<usize>, Vec<usize>)> = plan_calls(&events, 10, 12).into_iter().map(|c| (c.events, c.after)).collect();
+        assert_eq!(shape, [(vec![0, 1], vec![]), (vec![2], vec![0])]);
     }
 }

@@ -10,13 +10,13 @@ mod support {
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
 
-    use aws_lambda_events::dynamodb::Event as DynamoDbEvent;
     use aws_sdk_eventbridge::operation::put_events::PutEventsOutput;
     use aws_sdk_eventbridge::types::{PutEventsRequestEntry, PutEventsResultEntry};
     use aws_sdk_sqs::operation::send_message::{SendMessageError, SendMessageOutput};
     use aws_sdk_sqs::types::error::QueueDoesNotExist;
     use aws_smithy_mocks::{mock, mock_client, Rule, RuleMode};
     use outbox::envelope::OutboxItem;
+    use outbox::relay::stream::StreamBatch;
     use outbox::relay::{Relay, RelayConfig, RelayOutcome};
     use serde_json::{json, Value};
 
@@ -89,12 +89,13 @@ mod support {
         record("INSERT", sequence_number, image(item))
     }
 
-    pub fn batch(records: Vec<Value>) -> DynamoDbEvent {
-        serde_json::from_value(json!({ "Records": records })).expect("a DynamoDB stream event")
+    /// The batch as the relay function reads Lambda's payload: decoded from its text.
+    pub fn batch(records: Vec<Value>) -> StreamBatch {
+        serde_json::from_str(&json!({ "Records": records }).to_string()).expect("a DynamoDB stream event")
     }
 
     /// One `INSERT` per item; record `i` has sequence number `seq(i)`.
-    pub fn inserts(items: &[OutboxItem]) -> DynamoDbEvent {
+    pub fn inserts(items: &[OutboxItem]) -> StreamBatch {
         batch(items.iter().enumerate().map(|(i, it)| insert(&seq(i), it)).collect())
     }
 
@@ -195,6 +196,11 @@ mod support {
             self.messages.lock().unwrap().iter().map(|(url, _)| url.clone()).collect()
         }
 
+        /// Message bodies, as sent.
+        pub fn texts(&self) -> Vec<String> {
+            self.messages.lock().unwrap().iter().map(|(_, body)| body.clone()).collect()
+        }
+
         /// Message bodies, parsed.
         pub fn bodies(&self) -> Vec<Value> {
             self.messages.lock().unwrap().iter().map(|(_, body)| serde_json::from_str(body).expect("JSON body")).collect()
@@ -212,8 +218,8 @@ mod support {
     }
 
     /// Relays with a deadline an hour away.
-    pub async fn run(relay: &Relay, batch: &DynamoDbEvent) -> RelayOutcome {
-        relay.relay(batch, Instant::now() + Duration::from_secs(3600)).await.expect("the relay answers per record")
+    pub async fn run(relay: &Relay, batch: &StreamBatch) -> RelayOutcome {
+        relay.relay_batch(batch.clone(), Instant::now() + Duration::from_secs(3600)).await.expect("the relay answers per record")
     }
 
     /// `batchItemFailures[*].itemIdentifier`.
@@ -292,12 +298,12 @@ async fn throttling_that_clears_after_two_retries_resends_only_the_failed_entry(
     assert_eq!(outcome.report.put_events_calls, 3);
 }
 
-/// Each published event gets one log line in its span (`event_id`, `event_type`,
+/// At DEBUG, each published event gets one log line in its span (`event_id`, `event_type`,
 /// `aggregate_type`, `aggregate_id`, `correlation_id`), with the `PutEvents` attempt that
 /// published it; a failed entry's line is in the same span.
 #[tokio::test]
 async fn every_event_is_logged_in_its_span_with_the_attempt() {
-    let captured = logs::Captured::global();
+    let captured = logs::Captured::global_at(tracing::Level::DEBUG);
     let throttles_left = AtomicUsize::new(2);
     let bus = Bus::new(move |e| {
         let throttle = subject(e) == "logged-a" && throttles_left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
@@ -487,7 +493,8 @@ async fn non_events_are_skipped_and_counted_by_reason() {
 }
 
 /// 8. After an aggregate's event fails, its later events are not sent in a later call: the
-/// failed entry is resent alone, the rest of the batch waits for re-delivery.
+/// failed entry is resent alone, the aggregate's next call is never sent, and the other
+/// aggregates' call (in flight beside it) is published.
 #[tokio::test]
 async fn later_events_of_a_failed_aggregate_are_never_sent_after_the_failure() {
     let bus = Bus::new(|e| (subject(e) == "x" && sequence(e) == 1).then_some("InternalFailure"));
@@ -495,17 +502,22 @@ async fn later_events_of_a_failed_aggregate_are_never_sent_after_the_failure() {
     let mut config = config();
     config.max_request_bytes = 3 * item("x", 1).to_bus_event().unwrap().entry_size(); // 3 entries per call
     let relay = relay(&bus, &dlq, config);
-    let batch = inserts(&[item("x", 1), item("y", 1), item("z", 1), item("x", 2), item("x", 3)]);
+    let batch = inserts(&[item("x", 1), item("y", 1), item("z", 1), item("x", 2), item("x", 3), item("x", 4), item("x", 5)]);
     let outcome = run(&relay, &batch).await;
 
     assert_eq!(failures(&outcome), vec![seq(0)]);
-    let first: Vec<(String, u64)> = bus.calls()[0].iter().map(|e| (subject(e), sequence(e))).collect();
-    assert_eq!(first, [("x".into(), 1), ("y".into(), 1), ("z".into(), 1)]);
-    // Every later call is the failed entry alone: x2 and x3 were never sent.
-    assert!(bus.calls()[1..].iter().all(|c| c.len() == 1 && subject(&c[0]) == "x" && sequence(&c[0]) == 1));
-    assert_eq!(bus.times_sent("x", 2), 0);
-    assert_eq!(bus.times_sent("x", 3), 0);
-    assert_eq!(outcome.report.published_event_ids, ["evt-y-1", "evt-z-1"]);
+    let calls: Vec<Vec<(String, u64)>> = bus.calls().iter().map(|c| c.iter().map(|e| (subject(e), sequence(e))).collect()).collect();
+    let x_first = vec![("x".to_string(), 1), ("x".into(), 2), ("x".into(), 3)];
+    let at = calls.iter().position(|c| *c == x_first).unwrap_or_else(|| panic!("x's first call: {calls:?}"));
+    assert!(calls.contains(&vec![("y".to_string(), 1), ("z".into(), 1)]), "{calls:?}");
+    // Every call after x's first one that carries x is the failed entry alone: x4 and x5 (x's
+    // second call) were never sent.
+    assert!(calls[at + 1..].iter().filter(|c| c.iter().any(|(a, _)| a == "x")).all(|c| *c == [("x".to_string(), 1)]), "{calls:?}");
+    assert_eq!(bus.times_sent("x", 4), 0);
+    assert_eq!(bus.times_sent("x", 5), 0);
+    let mut published = outcome.report.published_event_ids.clone();
+    published.sort();
+    assert_eq!(published, ["evt-x-2", "evt-x-3", "evt-y-1", "evt-z-1"]);
     assert_eq!(outcome.report.failed, 1);
     assert_eq!(outcome.report.deferred, 2);
     assert_eq!(dlq.rule.num_calls(), 0);
@@ -525,6 +537,7 @@ async fn a_hot_aggregate_fills_whole_calls_in_sequence_order() {
     assert_eq!(outcome.report.put_events_calls, 10);
     let expected: Vec<(String, u64)> = (1..=100).map(|s| ("x".into(), s)).collect();
     assert_eq!(bus.sent(), expected, "sent once each, in sequence order, within and across calls");
+    assert_eq!(outcome.report.max_calls_in_flight, 1, "one aggregate's calls never overlap");
     assert_eq!(outcome.report.published, 100);
     assert!(failures(&outcome).is_empty());
 }
@@ -613,7 +626,7 @@ async fn throttled_entry_is_not_retried_past_the_deadline() {
 
     let started = Instant::now();
     let deadline = started + Duration::from_millis(50);
-    let outcome = tokio::time::timeout(Duration::from_secs(30), relay.relay(&batch, deadline))
+    let outcome = tokio::time::timeout(Duration::from_secs(30), relay.relay_batch(batch, deadline))
         .await
         .expect("the relay returns")
         .expect("the relay answers per record");
@@ -635,9 +648,9 @@ async fn no_put_events_call_starts_without_its_time_budget() {
     config.call_budget = Duration::from_secs(600);
     let relay = relay(&bus, &dlq, config);
     // Call 1: the first ten records (the first call always starts); call 2: the last two, out of time.
-    let items: Vec<_> = (1..=12u64).map(|n| item(if n % 2 == 0 { "a" } else { "b" }, n.div_ceil(2))).collect();
+    let items: Vec<_> = (0..12).map(|i| item(&format!("t-{i}"), 1)).collect();
     let batch = inserts(&items);
-    let outcome = relay.relay(&batch, Instant::now() + Duration::from_secs(60)).await.expect("the relay answers per record");
+    let outcome = relay.relay_batch(batch, Instant::now() + Duration::from_secs(60)).await.expect("the relay answers per record");
     assert_eq!(bus.rule.num_calls(), 1, "a call that could outlive the invocation is not started");
     assert_eq!(failures(&outcome), vec![seq(10)], "everything from the first unsent record is re-delivered");
     assert_eq!((outcome.report.published, outcome.report.deferred), (10, 2));
@@ -662,14 +675,17 @@ async fn whole_request_error_reports_the_earliest_record_and_dead_letters_nothin
     assert_eq!(bus.rule.num_calls(), relay.config().max_attempts as usize);
 }
 
-/// 14. The checkpoint rule: once a failure is known, records after it are not published (they
-/// would only be duplicated on re-delivery), even records of other aggregates.
+/// 14. The checkpoint rule: once a failure is known, calls whose records all lie after it are
+/// not started (they would only be duplicated on re-delivery), even calls of other aggregates.
 #[tokio::test]
 async fn records_after_a_known_failure_are_not_published() {
-    // 12 aggregates = calls of 10 and 2; the first record fails in the first call.
+    // 12 aggregates = calls of 10 and 2; the first record fails in the first call, which
+    // settles before the second could start (one call in flight).
     let bus = Bus::new(|e| (subject(e) == "o-0").then_some("InternalFailure"));
     let dlq = Dlq::ok();
-    let relay = relay(&bus, &dlq, config());
+    let mut config = config();
+    config.max_calls_in_flight = 1;
+    let relay = relay(&bus, &dlq, config);
     let items: Vec<_> = (0..12).map(|i| item(&format!("o-{i}"), 1)).collect();
     let outcome = run(&relay, &inserts(&items)).await;
 
@@ -757,4 +773,334 @@ async fn calls_per_event_by_aggregate_mix() {
             assert_eq!(sequence, previous + 1, "{name}: {aggregate} out of order");
         }
     }
+}
+
+/// 15. Calls in flight together, the middle one failing: the three calls of 30 distinct
+/// aggregates start before any has settled; an entry of the middle call fails for good. Nothing
+/// is lost (every record before it was accepted), `batchItemFailures` names it, so nothing at or
+/// after it is acknowledged; the calls beside it count as published (duplicates on re-delivery).
+#[tokio::test]
+async fn a_failure_in_the_middle_call_of_several_in_flight_loses_nothing_and_acknowledges_nothing_after_it() {
+    let bus = Bus::new(|e| (subject(e) == "m-15").then_some("InternalFailure"));
+    let dlq = Dlq::ok();
+    let relay = relay(&bus, &dlq, config());
+    let items: Vec<_> = (0..30).map(|i| item(&format!("m-{i}"), 1)).collect();
+    let outcome = run(&relay, &inserts(&items)).await;
+
+    assert_eq!(outcome.report.max_calls_in_flight, 3, "the three calls were in flight together");
+    assert_eq!(failures(&outcome), vec![seq(15)], "the checkpoint is the failed record");
+    let calls = bus.calls();
+    let first_wave: Vec<Vec<String>> = calls[..3].iter().map(|c| c.iter().map(subject).collect()).collect();
+    let mut sent_first: Vec<String> = first_wave.concat();
+    sent_first.sort();
+    let mut all: Vec<String> = (0..30).map(|i| format!("m-{i}")).collect();
+    all.sort();
+    assert_eq!(sent_first, all, "the first three calls carry every record once: {first_wave:?}");
+    assert!(calls[3..].iter().all(|c| c.len() == 1 && subject(&c[0]) == "m-15"), "only the failed entry is resent");
+    // Nothing lost: every record before the checkpoint was accepted.
+    let published: std::collections::HashSet<&str> = outcome.report.published_event_ids.iter().map(String::as_str).collect();
+    for i in 0..15 {
+        assert!(published.contains(format!("evt-m-{i}-1").as_str()), "record {i} before the checkpoint was not published");
+    }
+    assert_eq!((outcome.report.published, outcome.report.failed, outcome.report.deferred), (29, 1, 0));
+    assert_eq!(dlq.rule.num_calls(), 0);
+}
+
+/// 16. With nothing failing, every aggregate's events reach the bus once each and in sequence
+/// order, hot aggregates and cold ones interleaved, several calls in flight.
+#[tokio::test]
+async fn each_aggregate_reaches_the_bus_in_sequence_order_with_calls_in_flight() {
+    let bus = Bus::ok();
+    let dlq = Dlq::ok();
+    let relay = relay(&bus, &dlq, config());
+    // Three hot aggregates with 25, 14 and 11 events, interleaved with 40 single events.
+    let mut next: HashMap<String, u64> = HashMap::new();
+    let mut items = Vec::new();
+    for i in 0..90 {
+        let aggregate = match i % 9 {
+            0 | 3 | 6 => "hot-a".to_string(),
+            1 | 5 if next.get("hot-b").copied().unwrap_or(0) < 14 => "hot-b".to_string(),
+            2 if next.get("hot-c").copied().unwrap_or(0) < 11 => "hot-c".to_string(),
+            _ => format!("cold-{i}"),
+        };
+        let sequence = next.entry(aggregate.clone()).or_default();
+        *sequence += 1;
+        items.push(item(&aggregate, *sequence));
+    }
+    let outcome = run(&relay, &inserts(&items)).await;
+
+    assert!(failures(&outcome).is_empty());
+    assert_eq!(outcome.report.published, 90);
+    assert!(outcome.report.max_calls_in_flight > 1, "calls of different aggregates overlap");
+    assert!(bus.entry_counts().iter().all(|&n| (1..=10).contains(&n)));
+    let mut seen: HashMap<String, Vec<u64>> = HashMap::new();
+    for (aggregate, sequence) in bus.sent() {
+        seen.entry(aggregate).or_default().push(sequence);
+    }
+    for (aggregate, sequences) in &seen {
+        let expected: Vec<u64> = (1..=next[aggregate]).collect();
+        assert_eq!(*sequences, expected, "{aggregate} on the bus");
+    }
+    assert_eq!(seen.len(), next.len());
+}
+
+/// 17. `max_calls_in_flight` bounds the calls in flight; 1 is the sequential relay.
+#[tokio::test]
+async fn calls_in_flight_are_bounded() {
+    for (bound, expected) in [(1, 1), (2, 2), (10, 5)] {
+        let bus = Bus::ok();
+        let dlq = Dlq::ok();
+        let mut config = config();
+        config.max_calls_in_flight = bound;
+        let relay = relay(&bus, &dlq, config);
+        let items: Vec<_> = (0..50).map(|i| item(&format!("b-{i}"), 1)).collect();
+        let outcome = run(&relay, &inserts(&items)).await;
+        assert_eq!(outcome.report.max_calls_in_flight, expected, "bound {bound}");
+        assert_eq!((outcome.report.published, outcome.report.put_events_calls), (50, 5), "bound {bound}");
+    }
+}
+
+/// At INFO a batch writes one line (the summary, with its counts), not one per event; the
+/// per-event lines are DEBUG.
+#[tokio::test]
+async fn a_batch_logs_one_summary_line_at_info() {
+    let captured = logs::Captured::global_at(tracing::Level::DEBUG);
+    let bus = Bus::ok();
+    let dlq = Dlq::ok();
+    let relay = relay(&bus, &dlq, config());
+    let items: Vec<_> = (0..37).map(|i| item(&format!("quiet-{i}"), 1)).collect();
+    let outcome = run(&relay, &inserts(&items)).await;
+    assert_eq!(outcome.report.published, 37);
+
+    let lines = captured.lines();
+    let ours = |l: &&serde_json::Value| l["span"]["aggregate_id"].as_str().is_some_and(|a| a.starts_with("quiet-"));
+    assert!(lines.iter().filter(ours).all(|l| l["level"] == "DEBUG"), "per-event lines are DEBUG");
+    assert_eq!(lines.iter().filter(ours).count(), 37, "one DEBUG line per event and attempt");
+    let summaries: Vec<&serde_json::Value> =
+        lines.iter().filter(|l| l["fields"]["message"] == "relay batch done" && l["fields"]["records"] == 37).collect();
+    assert_eq!(summaries.len(), 1, "{}", captured.text());
+    let fields = &summaries[0]["fields"];
+    assert_eq!(summaries[0]["level"], "INFO");
+    assert_eq!(
+        (&fields["events"], &fields["published"], &fields["put_events_calls"], &fields["failed"]),
+        (&json!(37), &json!(37), &json!(4), &json!(0))
+    );
+    assert!(fields["duration_ms"].is_u64() && fields["retried"] == 0, "{fields}");
+}
+
+/// The relay's batching, ordering and checkpoint as properties of any batch: events of random
+/// aggregates and sizes, some failing for good, random request limits and bounds on calls in
+/// flight.
+mod properties {
+    use std::collections::{HashMap, HashSet};
+
+    use proptest::prelude::*;
+
+    use super::support::*;
+
+    /// One generated record: aggregate (0..8), payload padding, whether its entry always fails.
+    fn records() -> impl Strategy<Value = Vec<(u8, usize, bool)>> {
+        prop::collection::vec((0u8..8, 0usize..700, prop::bool::weighted(0.08)), 0..70)
+    }
+
+    fn entry_size(e: &aws_sdk_eventbridge::types::PutEventsRequestEntry) -> usize {
+        14 + e.source().unwrap_or_default().len() + e.detail_type().unwrap_or_default().len() + e.detail().unwrap_or_default().len()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+        #[test]
+        fn any_batch_is_cut_into_valid_calls_loses_nothing_keeps_order_and_checkpoints_at_the_earliest_failure(
+            generated in records(),
+            max_request_bytes in 900usize..4000,
+            max_in_flight in 1usize..12,
+        ) {
+            let mut next: HashMap<String, u64> = HashMap::new();
+            let mut items = Vec::new();
+            let mut failing: HashSet<String> = HashSet::new();
+            for (aggregate, padding, fails) in &generated {
+                let aggregate = format!("p-{aggregate}");
+                let sequence = next.entry(aggregate.clone()).or_default();
+                *sequence += 1;
+                let mut it = item(&aggregate, *sequence);
+                it.payload = format!(r#"{{"order_id":"{aggregate}","pad":"{}"}}"#, "x".repeat(*padding));
+                if *fails {
+                    failing.insert(it.event_id.clone());
+                }
+                items.push(it);
+            }
+            let fits: Vec<bool> = items.iter().map(|it| it.to_bus_event().unwrap().entry_size() <= max_request_bytes).collect();
+            let failing_ids = failing.clone();
+            let bus = Bus::new(move |e| failing_ids.contains(detail(e)["metadata"]["id"].as_str().unwrap_or_default()).then_some("InternalFailure"));
+            let dlq = Dlq::ok();
+            let mut config = config();
+            config.max_request_bytes = max_request_bytes;
+            config.max_calls_in_flight = max_in_flight;
+            config.max_attempts = 2;
+            let relay = relay(&bus, &dlq, config);
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+            let outcome = runtime.block_on(run(&relay, &inserts(&items)));
+
+            // Calls of at most 10 entries and at most the request limit, never more in flight
+            // than the bound.
+            let calls = bus.calls();
+            for call in &calls {
+                prop_assert!((1..=10).contains(&call.len()));
+                prop_assert!(call.iter().map(entry_size).sum::<usize>() <= max_request_bytes);
+            }
+            prop_assert!(outcome.report.max_calls_in_flight <= max_in_flight);
+
+            // The checkpoint is the earliest record that failed (entries too large for a
+            // request are dead-lettered, not failed).
+            let earliest_failure = items.iter().enumerate().position(|(i, it)| fits[i] && failing.contains(&it.event_id));
+            let expected: Vec<String> = earliest_failure.map(seq).into_iter().collect();
+            prop_assert_eq!(failures(&outcome), expected);
+            let checkpoint = earliest_failure.unwrap_or(usize::MAX);
+
+            // Nothing lost: every record before the checkpoint was accepted by the bus or
+            // dead-lettered.
+            let accepted: HashSet<String> = calls
+                .iter()
+                .flatten()
+                .map(|e| detail(e)["metadata"]["id"].as_str().unwrap_or_default().to_owned())
+                .filter(|id| !failing.contains(id))
+                .collect();
+            let dead_lettered: HashSet<String> = dlq.bodies().iter().map(|b| b["event_id"].as_str().unwrap_or_default().to_owned()).collect();
+            for (i, it) in items.iter().enumerate().take_while(|(i, _)| *i < checkpoint) {
+                if fits[i] {
+                    prop_assert!(accepted.contains(&it.event_id), "record {} ({}) before the checkpoint was not accepted", i, it.event_id);
+                } else {
+                    prop_assert!(dead_lettered.contains(&it.event_id), "oversize record {} was not dead-lettered", i);
+                }
+            }
+
+            // Each aggregate's order: first sends in sequence order; after a call in which one of
+            // its events failed, no later call carries the aggregate except that event's resends.
+            let mut first_sends: HashMap<String, Vec<u64>> = HashMap::new();
+            let mut sent_ids: HashSet<String> = HashSet::new();
+            // Aggregate → (the call of its first failure, the sequences that failed in it).
+            let mut failed_in: HashMap<String, (usize, HashSet<u64>)> = HashMap::new();
+            for (n, call) in calls.iter().enumerate() {
+                for e in call {
+                    let (aggregate, sequence, id) = (subject(e), sequence(e), detail(e)["metadata"]["id"].as_str().unwrap_or_default().to_owned());
+                    if let Some((at, failed)) = failed_in.get(&aggregate) {
+                        prop_assert!(n == *at || failed.contains(&sequence), "{} #{} sent in call {} after its failure in call {}", aggregate, sequence, n, at);
+                    }
+                    if sent_ids.insert(id.clone()) {
+                        first_sends.entry(aggregate.clone()).or_default().push(sequence);
+                    }
+                }
+                for e in call.iter().filter(|e| failing.contains(detail(e)["metadata"]["id"].as_str().unwrap_or_default())) {
+                    let (at, failed) = failed_in.entry(subject(e)).or_insert((n, HashSet::new()));
+                    if *at == n {
+                        failed.insert(sequence(e));
+                    }
+                }
+            }
+            for (aggregate, sequences) in &first_sends {
+                prop_assert!(sequences.windows(2).all(|w| w[0] < w[1]), "{} first sent out of order: {:?}", aggregate, sequences);
+            }
+            if failing.is_empty() {
+                for (aggregate, sequences) in &first_sends {
+                    let expected: Vec<u64> = (1..=next[aggregate]).filter(|s| {
+                        let i = items.iter().position(|it| &it.aggregate_id == aggregate && it.sequence == *s).unwrap();
+                        fits[i]
+                    }).collect();
+                    prop_assert_eq!(sequences, &expected, "{} on the bus", aggregate);
+                }
+            }
+        }
+    }
+}
+
+/// With `outbox_table` set, records from another table's stream are skipped and counted, never
+/// published; the outbox table's own records are relayed (by table name or ARN).
+#[tokio::test]
+async fn records_of_another_tables_stream_are_skipped_and_counted() {
+    for table in ["outbox", "arn:aws:dynamodb:us-east-1:123456789012:table/outbox", STREAM_ARN] {
+        let bus = Bus::ok();
+        let dlq = Dlq::ok();
+        let mut config = config();
+        config.outbox_table = Some(table.into());
+        let relay = relay(&bus, &dlq, config);
+        let mut foreign = insert(&seq(1), &item("f", 1));
+        foreign["eventSourceARN"] = json!("arn:aws:dynamodb:us-east-1:123456789012:table/outbox-other/stream/2026-01-01T00:00:00.000");
+        let mut no_arn = insert(&seq(2), &item("g", 1));
+        no_arn.as_object_mut().unwrap().remove("eventSourceARN");
+        let outcome = run(&relay, &batch(vec![insert(&seq(0), &item("a", 1)), foreign, no_arn])).await;
+
+        assert_eq!(bus.sent(), [("a".to_string(), 1)], "{table}");
+        assert_eq!(outcome.report.skipped, HashMap::from([(SkipReason::ForeignStream, 2)]), "{table}");
+        assert!(failures(&outcome).is_empty());
+        assert_eq!(dlq.rule.num_calls(), 0);
+    }
+    // Unset: every record of the attached stream is relayed.
+    let bus = Bus::ok();
+    let dlq = Dlq::ok();
+    let mut foreign = insert(&seq(0), &item("f", 1));
+    foreign["eventSourceARN"] = json!("arn:aws:dynamodb:us-east-1:123456789012:table/outbox-other/stream/x");
+    run(&relay(&bus, &dlq, config()), &batch(vec![foreign])).await;
+    assert_eq!(bus.sent().len(), 1);
+}
+
+/// A poison record's reason names the attribute that breaks the contract.
+#[tokio::test]
+async fn a_poison_records_reason_names_the_attribute() {
+    let bus = Bus::ok();
+    let dlq = Dlq::ok();
+    let relay = relay(&bus, &dlq, config());
+    let mut huge = image(&item("h", 1));
+    huge["sequence"] = json!({ "N": "123456789012345678901234567890" });
+    let outcome = run(&relay, &batch(vec![record("INSERT", &seq(0), huge)])).await;
+
+    assert_eq!(outcome.report.dead_lettered, 1);
+    let body = &dlq.bodies()[0];
+    assert_eq!(body["error_code"], "MalformedOutboxItem");
+    let reason = body["reason"].as_str().unwrap();
+    assert!(reason.contains("attribute `sequence`: "), "{reason}");
+}
+
+/// The dead-letter copy is the stream record exactly as delivered: not decoded and written
+/// again, so a field the record lacks (here `ApproximateCreationDateTime`) stays missing and
+/// numbers keep their text.
+#[tokio::test]
+async fn the_dead_letter_copy_is_the_record_as_delivered() {
+    let bus = Bus::ok();
+    let dlq = Dlq::ok();
+    let relay = relay(&bus, &dlq, config());
+    let mut poison = item("p", 1);
+    poison.payload = "{not json".into();
+    let mut delivered = insert(&seq(0), &poison);
+    delivered["dynamodb"].as_object_mut().unwrap().remove("ApproximateCreationDateTime");
+    let text = delivered.to_string().replace("\"SizeBytes\":321", "\"SizeBytes\":3.21E2");
+    let batch: outbox::relay::stream::StreamBatch = serde_json::from_str(&format!(r#"{{"Records":[{text}]}}"#)).unwrap();
+    let outcome = run(&relay, &batch).await;
+
+    assert_eq!(outcome.report.dead_lettered, 1);
+    let sent = &dlq.texts()[0];
+    assert!(sent.contains(&format!(r#""record":{text}"#)), "the record verbatim:\n{sent}\n{text}");
+    let body = &dlq.bodies()[0];
+    assert!(body["record"]["dynamodb"].get("ApproximateCreationDateTime").is_none(), "{body}");
+    assert_eq!(body["sequence_number"], seq(0));
+}
+
+/// A record that is not a stream record at all does not fail the batch: it is dead-lettered
+/// verbatim (`MalformedRecord`) and the records beside it are relayed.
+#[tokio::test]
+async fn an_unreadable_record_is_dead_lettered_and_the_batch_goes_on() {
+    let bus = Bus::ok();
+    let dlq = Dlq::ok();
+    let relay = relay(&bus, &dlq, config());
+    let mut broken = insert(&seq(1), &item("b", 1));
+    broken["eventName"] = json!(["INSERT"]);
+    let outcome = run(&relay, &batch(vec![insert(&seq(0), &item("a", 1)), broken, insert(&seq(2), &item("c", 1))])).await;
+
+    assert!(failures(&outcome).is_empty());
+    assert_eq!(outcome.report.published, 2);
+    assert_eq!(outcome.report.dead_lettered, 1);
+    let body = &dlq.bodies()[0];
+    assert_eq!(body["error_code"], "MalformedRecord");
+    assert_eq!(body["sequence_number"], seq(1));
+    assert_eq!(body["record"]["eventName"], json!(["INSERT"]));
 }

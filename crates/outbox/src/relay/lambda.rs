@@ -21,20 +21,22 @@
 //! | `RELAY_DLQ_URL` | SQS queue URL for poison records | required |
 //! | `PUT_EVENTS_MAX_REQUEST_BYTES` | most bytes in one `PutEvents` request, at most 1048576 (the API's limit; 262144 where the old limit holds) | 1048576 |
 //! | `RELAY_MAX_ATTEMPTS` | `PutEvents` attempts per entry within one invocation | 5 |
+//! | `OUTBOX_TABLE` | the outbox table (name, table ARN or stream ARN): records whose `eventSourceARN` is another table's stream are skipped and counted (`RecordsSkipped`, reason `foreign_stream`) | unset: every record of the attached stream is relayed |
+//! | `RELAY_MAX_CALLS_IN_FLIGHT` | most `PutEvents` calls of one invocation in flight at once (calls that carry events of one aggregate never overlap) | 10 |
 //! | `RELAY_SAFETY_MARGIN_MS` | time kept before the deadline, milliseconds | 2000 |
 //! | `SDK_CONNECT_TIMEOUT_MS`, `SDK_ATTEMPT_TIMEOUT_MS`, `SDK_OPERATION_TIMEOUT_MS` | the SDK clients' time-outs ([`crate::config::SdkTimeouts`]); no `PutEvents` call starts with less than the operation time-out + the safety margin left | 3000, 5000, 15000 |
 //! | `OUTBOX_ATTRIBUTE_NAMES` | the table's names for contract attributes that it names differently: `contract=table` pairs, comma-separated, e.g. `event_id=EventId,payload=Body` | the contract's names |
 //! | `METRICS_NAMESPACE` | CloudWatch namespace of the EMF metrics (feature `metrics`) | `OutboxRelay` |
-//! | `AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL` | Lambda's logging controls | Lambda's |
+//! | `AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL` | Lambda's logging controls (`LoggingConfig`): at `INFO` the relay writes one summary line per batch; `DEBUG` adds one line per event and `PutEvents` attempt, inside the event's span | Lambda's (the template: JSON, `INFO`) |
 
 use std::time::Duration;
 
-use aws_lambda_events::dynamodb::Event as DynamoDbEvent;
 use aws_lambda_events::streams::DynamoDbEventResponse;
 use lambda_runtime::LambdaEvent;
 
 use crate::config::{ConfigError, Env};
 use crate::envelope::DEFAULT_MAX_PUT_EVENTS_BYTES;
+use crate::relay::stream::StreamBatch;
 use crate::relay::{Relay, RelayConfig, RelayError, RelayOutcome};
 
 /// Time budget when the context carries no deadline (tests, local runs): the template's
@@ -59,6 +61,9 @@ impl RelayFunction {
         let mut config = RelayConfig::new(env.required("EVENT_BUS_NAME")?, env.required("RELAY_DLQ_URL")?);
         config.max_request_bytes = env.bytes_at_most("PUT_EVENTS_MAX_REQUEST_BYTES", DEFAULT_MAX_PUT_EVENTS_BYTES, DEFAULT_MAX_PUT_EVENTS_BYTES)?;
         config.max_attempts = env.count("RELAY_MAX_ATTEMPTS", config.max_attempts)?;
+        config.max_calls_in_flight = env.count("RELAY_MAX_CALLS_IN_FLIGHT", config.max_calls_in_flight as u32)? as usize;
+        let table = env.optional("OUTBOX_TABLE", "");
+        config.outbox_table = Some(table).filter(|t| !t.is_empty());
         config.safety_margin = env.millis("RELAY_SAFETY_MARGIN_MS", config.safety_margin)?;
         config.call_budget = crate::config::SdkTimeouts::from_env(env)?.operation;
         let names = env.optional("OUTBOX_ATTRIBUTE_NAMES", "");
@@ -79,7 +84,7 @@ impl RelayFunction {
     ///
     /// # Errors
     /// [`RelayError`]: the whole batch is retried.
-    pub async fn handle(&self, event: LambdaEvent<DynamoDbEvent>) -> Result<DynamoDbEventResponse, RelayError> {
+    pub async fn handle(&self, event: LambdaEvent<StreamBatch>) -> Result<DynamoDbEventResponse, RelayError> {
         Ok(self.handle_with_report(event).await?.response)
     }
 
@@ -87,9 +92,9 @@ impl RelayFunction {
     ///
     /// # Errors
     /// [`RelayError`]: the whole batch is retried.
-    pub async fn handle_with_report(&self, event: LambdaEvent<DynamoDbEvent>) -> Result<RelayOutcome, RelayError> {
+    pub async fn handle_with_report(&self, event: LambdaEvent<StreamBatch>) -> Result<RelayOutcome, RelayError> {
         let deadline = crate::lambda::deadline(&event.context, FALLBACK_BUDGET);
-        self.relay.relay(&event.payload, deadline).await
+        self.relay.relay_batch(event.payload, deadline).await
     }
 }
 
@@ -114,6 +119,31 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
             return Err(e.to_string().into());
         }
     };
-    let handler = lambda_runtime::service_fn(|event: LambdaEvent<DynamoDbEvent>| relay.handle(event));
+    // The payload is decoded once, straight into what the relay reads (`relay::stream`).
+    let handler = lambda_runtime::service_fn(|event: LambdaEvent<StreamBatch>| relay.handle(event));
     crate::lambda::run(&env, DEFAULT_METRICS_NAMESPACE, handler).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Env {
+        let base = [("EVENT_BUS_NAME", "bus"), ("RELAY_DLQ_URL", "https://sqs/relay-dlq")];
+        Env::from_map(base.iter().chain(pairs).map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect())
+    }
+
+    #[tokio::test]
+    async fn reads_the_calls_in_flight_and_the_outbox_table() {
+        let sdk = aws_config::SdkConfig::builder().behavior_version(aws_config::BehaviorVersion::latest()).build();
+        let config = RelayFunction::from_env(&sdk, &env(&[])).unwrap().relay().config().clone();
+        assert_eq!((config.max_calls_in_flight, config.outbox_table), (crate::relay::DEFAULT_MAX_CALLS_IN_FLIGHT, None));
+
+        let set = env(&[("RELAY_MAX_CALLS_IN_FLIGHT", "3"), ("OUTBOX_TABLE", "outbox")]);
+        let config = RelayFunction::from_env(&sdk, &set).unwrap().relay().config().clone();
+        assert_eq!((config.max_calls_in_flight, config.outbox_table.as_deref()), (3, Some("outbox")));
+
+        let err = RelayFunction::from_env(&sdk, &env(&[("RELAY_MAX_CALLS_IN_FLIGHT", "0")])).unwrap_err();
+        assert!(err.to_string().contains("RELAY_MAX_CALLS_IN_FLIGHT"), "{err}");
+    }
 }

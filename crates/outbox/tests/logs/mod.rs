@@ -33,12 +33,19 @@ impl Captured {
     /// process's global subscriber. Global, not per thread: `tracing` caches per call site
     /// whether anyone listens, and a test thread without a subscriber would switch off the call
     /// sites of a test with a thread-local one. Tests pick their lines by their own event ids.
+    #[allow(dead_code)]
     pub fn global() -> &'static Self {
+        Self::global_at(tracing::Level::INFO)
+    }
+
+    /// [`Captured::global`] with the lines at `level` and above (each line's `level` says which
+    /// it is). The first call in a test binary fixes the level.
+    #[allow(dead_code)]
+    pub fn global_at(level: tracing::Level) -> &'static Self {
         static GLOBAL: OnceLock<Captured> = OnceLock::new();
         GLOBAL.get_or_init(|| {
             let captured = Self::default();
-            let subscriber =
-                tracing_subscriber::fmt().json().without_time().with_max_level(tracing::Level::INFO).with_writer(captured.clone()).finish();
+            let subscriber = tracing_subscriber::fmt().json().without_time().with_max_level(level).with_writer(captured.clone()).finish();
             // Fails only when a global subscriber is set already; this is the one place that sets it.
             let _ = tracing::subscriber::set_global_default(subscriber);
             captured
