@@ -7,7 +7,10 @@
 With --check it also asserts that the delivery settings survived the translation (the stream
 event source mapping's FilterCriteria, DestinationConfig and FunctionResponseTypes; the rule
 target's RetryPolicy and DeadLetterConfig; the EventInvokeConfig's OnFailure destination) and
-prints the generated logical ids to stderr.
+prints the generated logical ids to stderr. It also checks the edge and the logs (what the
+scanners cannot see through SAM's generated resources): every function logs to a log group of the
+template that has a RetentionInDays (LoggingConfig.LogGroup), and every HTTP API stage has
+throttling (DefaultRouteSettings) and access logs (AccessLogSettings).
 
 Runs in the tools venv (`scripts/venv tools`: aws-sam-translator, aws-sam-cli). cfn-lint and
 `sam validate` do not check SAM event properties; linting the translated template does (see
@@ -93,6 +96,28 @@ def check_delivery_settings(translated: dict) -> list:
     return missing
 
 
+def check_logs_and_edge(translated: dict) -> list:
+    """Returns what is missing from the functions' log groups and the HTTP API stages."""
+    resources = translated.get("Resources", {})
+    missing = []
+    for name, props in of_type(resources, "AWS::Lambda::Function").items():
+        group = props.get("LoggingConfig", {}).get("LogGroup")
+        target = group.get("Ref") if isinstance(group, dict) else None
+        log_group = resources.get(target, {}) if target else {}
+        if log_group.get("Type") != "AWS::Logs::LogGroup":
+            missing.append(f"{name}: LoggingConfig.LogGroup is not a !Ref to an AWS::Logs::LogGroup of the template")
+        elif "RetentionInDays" not in log_group.get("Properties", {}):
+            missing.append(f"{name}: its log group {target} has no RetentionInDays")
+    for name, props in of_type(resources, "AWS::ApiGatewayV2::Stage").items():
+        route = props.get("DefaultRouteSettings", {})
+        if "ThrottlingRateLimit" not in route or "ThrottlingBurstLimit" not in route:
+            missing.append(f"{name}: no DefaultRouteSettings throttling (rate and burst)")
+        if not props.get("AccessLogSettings", {}).get("DestinationArn"):
+            missing.append(f"{name}: no AccessLogSettings")
+        print(f"translate_template: HTTP API stage {name}", file=sys.stderr)
+    return missing
+
+
 def main() -> int:
     args = sys.argv[1:]
     check = "--check" in args
@@ -102,7 +127,7 @@ def main() -> int:
     replace_local_code_uris(template)
     translated = transform(template, {}, NoManagedPolicies())
     if check:
-        missing = check_delivery_settings(translated)
+        missing = check_delivery_settings(translated) + check_logs_and_edge(translated)
         for problem in missing:
             print(f"translate_template: {problem}", file=sys.stderr)
         if missing:

@@ -247,13 +247,15 @@ async fn the_http_api_answers_a_short_body_with_408_and_a_half_closed_client_wit
     let (addr, _server) = outbox_local::http_api::serve_with(&local.runtime, SocketAddr::from(([127, 0, 0, 1], 0)), local.shutdown_signal(), limits)
         .await
         .expect("binds");
+    let token = local.token("alice");
     let short =
-        raw(addr, "POST /orders HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n", "{\"customer", false).await;
+        format!("POST /orders HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n");
+    let short = raw(addr, &short, "{\"customer", false).await;
     assert!(short.starts_with("HTTP/1.1 408"), "{short}");
     assert!(short.contains("Request Timeout"), "{short}");
     let order = r#"{"customer_id":"c-1","currency":"EUR","lines":[{"sku":"SKU-RED-MUG","quantity":1,"unit_price":"12.50"}]}"#;
     let head =
-        format!("POST /orders HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", order.len());
+        format!("POST /orders HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", order.len());
     let answer = raw(addr, &head, order, true).await;
     assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
     let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
@@ -286,7 +288,7 @@ async fn a_function_killed_after_its_commit_fails_the_request_but_the_commit_sta
         .clone();
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let (api, _server) = outbox_local::http_api::serve(&runtime, SocketAddr::from(([127, 0, 0, 1], 0)), stopped).await.expect("binds");
-    let client = reqwest::Client::new();
+    let client = outbox_local::authorizer::client_as(&runtime.issuer, "alice").build().expect("a client");
     let order = r#"{"customer_id":"c-1","currency":"EUR","lines":[{"sku":"SKU-RED-MUG","quantity":1,"unit_price":"12.50"}]}"#;
     let post = || client.post(format!("http://{api}/orders")).header("content-type", "application/json").body(order).send();
     let crashed = post().await.expect("an answer");

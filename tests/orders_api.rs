@@ -4,6 +4,9 @@
 //! answers the same and writes once, the same key for another request is a 422, an expired key
 //! is a new key; of 8 concurrent cancels of one order exactly one wins and emits the only
 //! `OrderCancelled`; `GET` shows the result. The events written are checked against `schemas/`.
+//! Every request carries a token of the local issuer (the template's JWT authorizer, played by the
+//! local HTTP API): without one, or with an expired, foreign or unsigned one, the answer is 401
+//! and nothing is written; another subject's order is a 404.
 
 mod common;
 
@@ -34,9 +37,35 @@ impl Answer {
     }
 }
 
-async fn send(api: SocketAddr, method: &str, path: &str, headers: &[(&str, &[u8])], body: Option<Vec<u8>>) -> Answer {
+/// The subject of the tests' requests.
+const ALICE: &str = "alice";
+
+/// The HTTP API's address and the bearer token its requests carry (`None`: no `Authorization`).
+#[derive(Debug, Clone)]
+struct Api {
+    addr: SocketAddr,
+    token: Option<String>,
+}
+
+impl Api {
+    /// Serves the HTTP API of `local`; requests carry a token of [`ALICE`].
+    async fn serve(local: &mut Local) -> Self {
+        let addr = local.serve_http().await;
+        Self { addr, token: Some(local.token(ALICE)) }
+    }
+
+    /// The same API, requests carrying `token` instead.
+    fn with_token(&self, token: Option<String>) -> Self {
+        Self { addr: self.addr, token }
+    }
+}
+
+async fn send(api: &Api, method: &str, path: &str, headers: &[(&str, &[u8])], body: Option<Vec<u8>>) -> Answer {
     let method_ = reqwest::Method::from_bytes(method.as_bytes()).unwrap_or_else(|e| panic!("method {method}: {e}"));
-    let mut request = reqwest::Client::new().request(method_, format!("http://{api}{path}")).timeout(Duration::from_secs(30));
+    let mut request = reqwest::Client::new().request(method_, format!("http://{}{path}", api.addr)).timeout(Duration::from_secs(30));
+    if let Some(token) = &api.token {
+        request = request.bearer_auth(token);
+    }
     for (name, value) in headers {
         let value = reqwest::header::HeaderValue::from_bytes(value).unwrap_or_else(|e| panic!("header {name}: {e}"));
         request = request.header(*name, value);
@@ -54,7 +83,7 @@ async fn send(api: SocketAddr, method: &str, path: &str, headers: &[(&str, &[u8]
 
 const JSON: (&str, &[u8]) = ("content-type", b"application/json");
 
-async fn create(api: SocketAddr, body: &str, key: Option<&str>) -> Answer {
+async fn create(api: &Api, body: &str, key: Option<&str>) -> Answer {
     let mut headers = vec![JSON];
     if let Some(key) = key {
         headers.push(("idempotency-key", key.as_bytes()));
@@ -62,7 +91,7 @@ async fn create(api: SocketAddr, body: &str, key: Option<&str>) -> Answer {
     send(api, "POST", "/orders", &headers, Some(body.as_bytes().to_vec())).await
 }
 
-async fn cancel(api: SocketAddr, order_id: &str, body: Option<&str>, key: Option<&str>) -> Answer {
+async fn cancel(api: &Api, order_id: &str, body: Option<&str>, key: Option<&str>) -> Answer {
     let mut headers = vec![JSON];
     if let Some(key) = key {
         headers.push(("idempotency-key", key.as_bytes()));
@@ -70,7 +99,7 @@ async fn cancel(api: SocketAddr, order_id: &str, body: Option<&str>, key: Option
     send(api, "POST", &format!("/orders/{order_id}/cancel"), &headers, body.map(|b| b.as_bytes().to_vec())).await
 }
 
-async fn get(api: SocketAddr, order_id: &str) -> Answer {
+async fn get(api: &Api, order_id: &str) -> Answer {
     send(api, "GET", &format!("/orders/{order_id}"), &[], None).await
 }
 
@@ -112,10 +141,10 @@ fn assert_matches_schema(event: &OutboxItem) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_rejected_request_answers_its_status_names_the_field_and_writes_nothing() {
     let mut local = Local::start().await;
-    let api = local.serve_http().await;
+    let api = Api::serve(&mut local).await;
     // One order first, so "unchanged" is not just "still empty", and there is one to cancel.
     let order_id = format!("o-{}", common::short_id());
-    let first = create(api, &order(Some(&order_id), 2), None).await;
+    let first = create(&api, &order(Some(&order_id), 2), None).await;
     assert_eq!(first.status, 201, "{first:?}");
     let before = counts(&local).await;
     assert_eq!(before, (1, 1));
@@ -157,7 +186,7 @@ async fn every_rejected_request_answers_its_status_names_the_field_and_writes_no
         ("cancel with a bad key", "POST", cancel_path.clone(), vec![JSON, ("idempotency-key", b"")], None, 400, Some("Idempotency-Key")),
     ];
     for (what, method, path, headers, body, status, field) in cases {
-        let answer = send(api, method, &path, &headers, body).await;
+        let answer = send(&api, method, &path, &headers, body).await;
         assert_eq!(answer.status, status, "{what}: {answer:?}");
         assert!(answer.is_problem(), "{what}: not a problem+json document: {answer:?}");
         if let Some(field) = field {
@@ -167,7 +196,7 @@ async fn every_rejected_request_answers_its_status_names_the_field_and_writes_no
     }
 
     // The order is untouched: still CREATED at version 1, with only its OrderCreated event.
-    let view = get(api, &order_id).await.json();
+    let view = get(&api, &order_id).await.json();
     assert_eq!((view["status"].as_str(), view["version"].as_u64()), (Some("CREATED"), Some(1)), "{view}");
     assert_eq!(events_of(&local, &order_id).await.len(), 1);
     local.shutdown().await;
@@ -176,19 +205,19 @@ async fn every_rejected_request_answers_its_status_names_the_field_and_writes_no
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_with_the_same_key_answers_the_same_and_writes_once() {
     let mut local = Local::start().await;
-    let api = local.serve_http().await;
+    let api = Api::serve(&mut local).await;
     let key = format!("key-{}", uuid::Uuid::new_v4());
     // No order_id in the body: a retry that were executed again would create a second order.
     let body = order(None, 2);
 
-    let first = create(api, &body, Some(&key)).await;
+    let first = create(&api, &body, Some(&key)).await;
     assert_eq!(first.status, 201, "{first:?}");
     assert_eq!(first.replayed, None);
     let order_id = first.json()["order_id"].as_str().expect("an order id").to_owned();
     let after_first = counts(&local).await;
     assert_eq!(after_first, (2, 1), "the order and its key record; one event");
 
-    let retry = create(api, &body, Some(&key)).await;
+    let retry = create(&api, &body, Some(&key)).await;
     assert_eq!(retry.status, 201, "{retry:?}");
     assert_eq!(retry.body, first.body, "the replay's body differs");
     assert_eq!(retry.location, first.location);
@@ -196,21 +225,21 @@ async fn a_retry_with_the_same_key_answers_the_same_and_writes_once() {
     assert_eq!(counts(&local).await, after_first, "the retry wrote something");
 
     // Same key, another body or another route: 422, nothing written.
-    let other = create(api, &order(None, 3), Some(&key)).await;
+    let other = create(&api, &order(None, 3), Some(&key)).await;
     assert_eq!(other.status, 422, "{other:?}");
     assert!(other.is_problem());
     assert_eq!(other.json()["field"], "Idempotency-Key");
-    let elsewhere = cancel(api, &order_id, None, Some(&key)).await;
+    let elsewhere = cancel(&api, &order_id, None, Some(&key)).await;
     assert_eq!(elsewhere.status, 422, "the key of a create reused for a cancel: {elsewhere:?}");
     assert_eq!(counts(&local).await, after_first);
 
     // A cancel retried after it succeeded replays its 200 (the order is CANCELLED by then).
     let cancel_key = format!("key-{}", uuid::Uuid::new_v4());
-    let cancelled = cancel(api, &order_id, Some(r#"{"reason":"changed my mind"}"#), Some(&cancel_key)).await;
+    let cancelled = cancel(&api, &order_id, Some(r#"{"reason":"changed my mind"}"#), Some(&cancel_key)).await;
     assert_eq!(cancelled.status, 200, "{cancelled:?}");
-    let again = cancel(api, &order_id, Some(r#"{"reason":"changed my mind"}"#), Some(&cancel_key)).await;
+    let again = cancel(&api, &order_id, Some(r#"{"reason":"changed my mind"}"#), Some(&cancel_key)).await;
     assert_eq!((again.status, again.body.as_str(), again.replayed.as_deref()), (200, cancelled.body.as_str(), Some("true")), "{again:?}");
-    let without_key = cancel(api, &order_id, Some(r#"{"reason":"changed my mind"}"#), None).await;
+    let without_key = cancel(&api, &order_id, Some(r#"{"reason":"changed my mind"}"#), None).await;
     assert_eq!(without_key.status, 409, "a new cancel of a cancelled order: {without_key:?}");
 
     let events = events_of(&local, &order_id).await;
@@ -228,9 +257,9 @@ async fn a_retry_with_the_same_key_answers_the_same_and_writes_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_key_counts_as_a_new_key() {
     let mut local = Local::start().await;
-    let api = local.serve_http().await;
+    let api = Api::serve(&mut local).await;
     let key = format!("key-{}", uuid::Uuid::new_v4());
-    let first = create(api, &order(None, 1), Some(&key)).await;
+    let first = create(&api, &order(None, 1), Some(&key)).await;
     assert_eq!(first.status, 201, "{first:?}");
 
     // Age the record past its expiry (DynamoDB TTL may take days to delete it; moto never does).
@@ -239,18 +268,18 @@ async fn an_expired_key_counts_as_a_new_key() {
         .dynamodb
         .update_item()
         .table_name(local.table("OrdersTable"))
-        .key("pk", AttributeValue::S(format!("IDEMPOTENCY#{key}")))
+        .key("pk", AttributeValue::S(format!("IDEMPOTENCY#{}:{ALICE}#{key}", ALICE.len())))
         .update_expression("SET expires_at = :past")
         .expression_attribute_values(":past", AttributeValue::N(past.to_string()))
         .send()
         .await
         .expect("UpdateItem on the key record");
 
-    let second = create(api, &order(None, 5), Some(&key)).await;
+    let second = create(&api, &order(None, 5), Some(&key)).await;
     assert_eq!(second.status, 201, "another body under an expired key is a new request: {second:?}");
     assert_eq!(second.replayed, None);
     assert_ne!(second.json()["order_id"], first.json()["order_id"]);
-    let record = local.query_pk(&local.table("OrdersTable"), &format!("IDEMPOTENCY#{key}")).await;
+    let record = local.query_pk(&local.table("OrdersTable"), &format!("IDEMPOTENCY#{}:{ALICE}#{key}", ALICE.len())).await;
     assert_eq!(record.len(), 1);
     let expires: i64 = record[0].get("expires_at").and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or(0);
     assert!(expires > chrono::Utc::now().timestamp() + 23 * 3600, "the record was renewed for 24 h: {:?}", record[0]);
@@ -261,12 +290,12 @@ async fn an_expired_key_counts_as_a_new_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_eight_concurrent_cancels_exactly_one_wins_and_emits_the_only_order_cancelled() {
     let mut local = Local::start().await;
-    let api = local.serve_http().await;
+    let api = Api::serve(&mut local).await;
     let order_id = format!("o-{}", common::short_id());
-    let created = create(api, &order(Some(&order_id), 4), None).await;
+    let created = create(&api, &order(Some(&order_id), 4), None).await;
     assert_eq!(created.status, 201, "{created:?}");
 
-    let view = get(api, &order_id).await;
+    let view = get(&api, &order_id).await;
     assert_eq!(view.status, 200, "{view:?}");
     let view = view.json();
     assert_eq!(view["status"], "CREATED");
@@ -278,8 +307,8 @@ async fn of_eight_concurrent_cancels_exactly_one_wins_and_emits_the_only_order_c
 
     let racers: Vec<_> = (0..8)
         .map(|i| {
-            let order_id = order_id.clone();
-            tokio::spawn(async move { cancel(api, &order_id, Some(&format!(r#"{{"reason":"racer {i}"}}"#)), None).await })
+            let (order_id, api) = (order_id.clone(), api.clone());
+            tokio::spawn(async move { cancel(&api, &order_id, Some(&format!(r#"{{"reason":"racer {i}"}}"#)), None).await })
         })
         .collect();
     let mut answers = Vec::new();
@@ -308,11 +337,68 @@ async fn of_eight_concurrent_cancels_exactly_one_wins_and_emits_the_only_order_c
         assert_matches_schema(event);
     }
 
-    let view = get(api, &order_id).await.json();
+    let view = get(&api, &order_id).await.json();
     assert_eq!((view["status"].as_str(), view["version"].as_u64()), (Some("CANCELLED"), Some(2)), "{view}");
-    let late = cancel(api, &order_id, None, None).await;
+    let late = cancel(&api, &order_id, None, None).await;
     assert_eq!(late.status, 409, "{late:?}");
     assert!(late.json()["detail"].as_str().unwrap_or_default().contains("CANCELLED"), "{late:?}");
     assert_eq!(events_of(&local, &order_id).await.len(), 2);
+    local.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_valid_token_every_route_is_a_401_and_another_subjects_order_a_404() {
+    use base64::Engine as _;
+    let mut local = Local::start().await;
+    let api = Api::serve(&mut local).await;
+    let order_id = format!("o-{}", common::short_id());
+    let created = create(&api, &order(Some(&order_id), 2), None).await;
+    assert_eq!(created.status, 201, "{created:?}");
+    let before = counts(&local).await;
+
+    let issuer = &local.runtime.issuer;
+    let now = chrono::Utc::now().timestamp();
+    let claims = json!({"iss": outbox_local::authorizer::LOCAL_ISSUER, "aud": outbox_local::authorizer::LOCAL_AUDIENCE, "sub": ALICE, "iat": now - 60, "exp": now + 600});
+    let with = |key: &str, value: Value| {
+        let mut c = claims.clone();
+        c[key] = value;
+        c
+    };
+    let b64 = |v: &Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    let unsigned = format!("{}.{}.", b64(&json!({"alg": "none", "typ": "JWT"})), b64(&claims));
+    let tokens = [
+        ("no token", None),
+        ("expired", Some(issuer.sign(&with("exp", (now - 1).into())))),
+        ("another issuer", Some(issuer.sign(&with("iss", "https://issuer.example".into())))),
+        ("another audience", Some(issuer.sign(&with("aud", "other-api".into())))),
+        ("alg none", Some(unsigned)),
+        ("garbage", Some("not.a.token".to_owned())),
+    ];
+    for (what, token) in tokens {
+        let api = api.with_token(token);
+        let answers = [
+            create(&api, &order(None, 1), None).await,
+            create(&api, &order(None, 1), Some("k-401")).await,
+            get(&api, &order_id).await,
+            cancel(&api, &order_id, None, None).await,
+        ];
+        for answer in answers {
+            assert_eq!((answer.status, answer.body.as_str()), (401, r#"{"message":"Unauthorized"}"#), "{what}: {answer:?}");
+        }
+        assert_eq!(counts(&local).await, before, "{what}: something was written");
+    }
+
+    // Bob, authenticated, cannot tell Alice's order from one that does not exist.
+    let bob = api.with_token(Some(local.token("bob")));
+    let bob_get = get(&bob, &order_id).await;
+    let no_order = get(&bob, "o-does-not-exist").await;
+    assert_eq!((bob_get.status, no_order.status), (404, 404), "{bob_get:?}");
+    assert_eq!(bob_get.json()["title"], no_order.json()["title"]);
+    let bob_cancel = cancel(&bob, &order_id, Some(r#"{"reason":"not mine"}"#), Some("bob-key")).await;
+    assert_eq!(bob_cancel.status, 404, "{bob_cancel:?}");
+    assert_eq!(counts(&local).await, before, "bob's cancel wrote something");
+    assert_eq!(events_of(&local, &order_id).await.len(), 1, "no OrderCancelled");
+    let view = get(&api, &order_id).await;
+    assert_eq!((view.status, view.json()["status"].as_str()), (200, Some("CREATED")), "{view:?}");
     local.shutdown().await;
 }

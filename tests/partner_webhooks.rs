@@ -52,7 +52,8 @@ impl Fixture {
             "lines": [{"sku": "SKU-1", "quantity": 1, "unit_price": "12.50"}]
         }))
         .expect("a create request");
-        let answer = self.orders.create_order(request, None, "corr-test", None).await.expect("the order is created");
+        let owner = orders_app::auth::Caller { subject: Some("alice".into()), admin: false };
+        let answer = self.orders.create_order(request, &owner, None, "corr-test", None).await.expect("the order is created");
         assert!(matches!(answer, Answer::Done(_)));
     }
 

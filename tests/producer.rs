@@ -23,9 +23,10 @@ impl Answer {
     }
 }
 
-async fn post_order(api: SocketAddr, body: &str) -> Answer {
+async fn post_order(api: SocketAddr, token: &str, body: &str) -> Answer {
     let response = reqwest::Client::new()
         .post(format!("http://{api}/orders"))
+        .bearer_auth(token)
         .header("content-type", "application/json")
         .body(body.to_owned())
         .send()
@@ -51,18 +52,19 @@ fn order(order_id: &str, customer_id: &str, quantity: i64) -> String {
 async fn a_second_create_of_the_same_order_id_is_a_409_and_writes_nothing() {
     let mut local = Local::start().await;
     let api = local.serve_http().await;
+    let token = local.token("alice");
     let orders_table = local.table("OrdersTable");
     let outbox_table = local.table("OutboxTable");
     let order_id = format!("o-{}", common::short_id());
 
-    let first = post_order(api, &order(&order_id, "c-first", 2)).await;
+    let first = post_order(api, &token, &order(&order_id, "c-first", 2)).await;
     assert_eq!(first.status, 201, "first create: {first:?}");
     let created = first.json();
     assert_eq!(created["order_id"], order_id.as_str(), "{created}");
     let event_id = created["event_id"].as_str().unwrap_or_else(|| panic!("no event_id in {created}")).to_owned();
 
     // Same order id, different content: the transaction is cancelled as a whole.
-    let second = post_order(api, &order(&order_id, "c-second", 5)).await;
+    let second = post_order(api, &token, &order(&order_id, "c-second", 5)).await;
     assert_eq!(second.status, 409, "second create of {order_id}: {second:?}");
     assert!(second.content_type.starts_with("application/problem+json"), "content-type of the 409: {second:?}");
     let problem = second.json();
@@ -88,18 +90,19 @@ async fn a_second_create_of_the_same_order_id_is_a_409_and_writes_nothing() {
 async fn a_bad_body_is_a_400_naming_the_field_and_writes_nothing() {
     let mut local = Local::start().await;
     let api = local.serve_http().await;
+    let token = local.token("alice");
     let orders_table = local.table("OrdersTable");
     let outbox_table = local.table("OutboxTable");
 
     // One good order first, so "unchanged" is not just "still empty".
-    let good = post_order(api, &order(&format!("o-{}", common::short_id()), "c-1", 1)).await;
+    let good = post_order(api, &token, &order(&format!("o-{}", common::short_id()), "c-1", 1)).await;
     assert_eq!(good.status, 201, "{good:?}");
     let outbox_before = local.scan(&outbox_table).await.len();
     let orders_before = local.scan(&orders_table).await.len();
     assert_eq!((outbox_before, orders_before), (1, 1));
 
     let bad_id = format!("o-{}", common::short_id());
-    let bad = post_order(api, &order(&bad_id, "c-1", 0)).await;
+    let bad = post_order(api, &token, &order(&bad_id, "c-1", 0)).await;
     assert_eq!(bad.status, 400, "quantity 0: {bad:?}");
     assert!(bad.content_type.starts_with("application/problem+json"), "content-type of the 400: {bad:?}");
     let problem = bad.json();

@@ -191,6 +191,9 @@ fn relay_figure(runtime: &Runtime, counts: &Counts, name: &str) -> usize {
     relays.map(|f| counts.metric(&f.spec.logical_id, name)).sum::<f64>() as usize
 }
 
+/// The subject (`sub`) of the demo's tokens: the owner of its orders.
+pub const DEMO_SUBJECT: &str = "demo-customer";
+
 /// Runs the demo against a runtime whose pipelines and HTTP API (at `api`) are running.
 ///
 /// # Errors
@@ -237,7 +240,8 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         json!({"customer_id": "c-9999", "currency": "EUR", "lines": [{"sku": SCARCE_SKU, "quantity": 2, "unit_price": "99.00"}]}).to_string(),
         Some("demo-over-stock".into()),
     ));
-    let client = reqwest::Client::new();
+    // The demo's customer signs every order API request (the template's JWT authorizer).
+    let client = crate::authorizer::client_as(&runtime.issuer, DEMO_SUBJECT).build().map_err(|e| e.to_string())?;
     let url = format!("http://{api}/orders");
     let mut orders = Vec::new();
     for (i, (body, correlation)) in requests.iter().enumerate() {

@@ -6,6 +6,11 @@
 //! as API Gateway does. Source:
 //! <https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-integrations-lambda.html>.
 //!
+//! Routes under a JWT authorizer in the template are authorized first ([`crate::authorizer`]):
+//! without a valid token of the local issuer, `401 {"message":"Unauthorized"}` and the function
+//! is not invoked; with one, its claims are in `requestContext.authorizer.jwt`. The local
+//! issuer's JWKS is served at [`JWKS_PATH`].
+//!
 //! A client that sends less body than its `Content-Length` gets `408 {"message":"Request
 //! Timeout"}` after [`Limits::body_timeout`] (never held open); a client that half-closes its
 //! connection after the request still gets the answer (HTTP/1 half-close is served), and an
@@ -24,6 +29,7 @@ use base64::Engine;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
+use crate::authorizer::{LocalIssuer, JWKS_PATH};
 use crate::function::LocalFunction;
 use crate::runtime::Runtime;
 use crate::template::FunctionEvent;
@@ -54,6 +60,8 @@ pub struct Route {
     pub path: String,
     /// The function behind it.
     pub function: Arc<LocalFunction>,
+    /// Whether the route is under a JWT authorizer.
+    pub jwt: bool,
 }
 
 impl Route {
@@ -95,6 +103,7 @@ struct Api {
     routes: Vec<Route>,
     account: String,
     limits: Limits,
+    issuer: Arc<LocalIssuer>,
 }
 
 /// The routes of every `HttpApi` event of the runtime's functions.
@@ -102,8 +111,8 @@ pub fn routes(runtime: &Runtime) -> Vec<Route> {
     let mut routes = Vec::new();
     for function in runtime.functions.values() {
         for event in &function.spec.events {
-            if let FunctionEvent::HttpApi { path, method, .. } = event {
-                routes.push(Route { method: method.clone(), path: path.clone(), function: function.clone() });
+            if let FunctionEvent::HttpApi { path, method, jwt, .. } = event {
+                routes.push(Route { method: method.clone(), path: path.clone(), function: function.clone(), jwt: *jwt });
             }
         }
     }
@@ -135,7 +144,7 @@ pub async fn serve_with(
     mut shutdown: watch::Receiver<bool>,
     limits: Limits,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let api = Arc::new(Api { routes: routes(runtime), account: runtime.stack.resolver.account.clone(), limits });
+    let api = Arc::new(Api { routes: routes(runtime), account: runtime.stack.resolver.account.clone(), limits, issuer: runtime.issuer.clone() });
     let app = axum::Router::new().fallback(handle).with_state(api);
     let service = hyper_util::service::TowerToHyperService::new(app);
     let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -171,11 +180,12 @@ pub async fn serve_with(
 }
 
 /// The `curl` line `up` suggests: a POST to the first POST route of `routes`
-/// (`(method, path template)`), path parameters written as their names; `None` when the
-/// template has no POST route. The body is the sample order for the sample's `/orders`, else
-/// `{}`.
-pub fn curl_hint<'a>(api: &str, routes: impl IntoIterator<Item = (&'a str, &'a str)>) -> Option<String> {
-    let (_, path) = routes.into_iter().find(|(method, _)| *method == "POST")?;
+/// (`(method, path template, under a JWT authorizer)`), path parameters written as their names;
+/// `None` when the template has no POST route. The body is the sample order for the sample's
+/// `/orders`, else `{}`. A route under a JWT authorizer gets `-H "authorization: Bearer $TOKEN"`
+/// (`TOKEN=$(outbox-local token --sub alice)`).
+pub fn curl_hint<'a>(api: &str, routes: impl IntoIterator<Item = (&'a str, &'a str, bool)>) -> Option<String> {
+    let (_, path, jwt) = routes.into_iter().find(|(method, _, _)| *method == "POST")?;
     let path: Vec<String> = path
         .split('/')
         .map(|part| match part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
@@ -189,7 +199,8 @@ pub fn curl_hint<'a>(api: &str, routes: impl IntoIterator<Item = (&'a str, &'a s
     } else {
         "{}"
     };
-    Some(format!("curl -s -X POST 'http://{api}{path}' -H 'content-type: application/json' -d '{body}'"))
+    let token = if jwt { " -H \"authorization: Bearer $TOKEN\"" } else { "" };
+    Some(format!("curl -s -X POST 'http://{api}{path}' -H 'content-type: application/json'{token} -d '{body}'"))
 }
 
 fn plain(status: StatusCode, message: &str) -> Response {
@@ -204,7 +215,27 @@ async fn handle(State(api): State<Arc<Api>>, request: Request) -> Response {
     let path = parts.uri.path().to_owned();
     let method = parts.method.as_str().to_owned();
     let Some((route, params)) = api.routes.iter().find_map(|r| r.matches(&method, &path).map(|p| (r, p))) else {
+        if method == "GET" && path == JWKS_PATH {
+            let mut response = Response::new(Body::from(api.issuer.jwks().to_string()));
+            response.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+            return response;
+        }
         return plain(StatusCode::NOT_FOUND, "Not Found");
+    };
+    // The authorizer runs before the integration: a refused request never reaches the function.
+    let authorizer = if route.jwt {
+        let authorization = parts.headers.get("authorization").and_then(|v| v.to_str().ok());
+        match api.issuer.authorize(authorization, chrono::Utc::now().timestamp()) {
+            Ok(authorizer) => Some(authorizer),
+            Err(refused) => {
+                tracing::info!(route = %format!("{method} {path}"), reason = %refused, "HTTP API: unauthorized");
+                let mut response = plain(StatusCode::UNAUTHORIZED, "Unauthorized");
+                response.headers_mut().insert("www-authenticate", HeaderValue::from_static("Bearer error=\"invalid_token\""));
+                return response;
+            }
+        }
+    } else {
+        None
     };
     let bytes = match tokio::time::timeout(api.limits.body_timeout, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
         Ok(Ok(b)) => b,
@@ -276,6 +307,9 @@ async fn handle(State(api): State<Arc<Api>>, request: Request) -> Response {
     if !params.is_empty() {
         event["pathParameters"] = json!(params);
     }
+    if let Some(authorizer) = authorizer {
+        event["requestContext"]["authorizer"] = authorizer;
+    }
     // Its own task: the invocation runs to its end even if the client goes away meanwhile.
     let function = route.function.clone();
     let invocation = tokio::spawn(async move { function.invoke(&event.to_string()).await }).await;
@@ -334,13 +368,15 @@ mod tests {
 
     #[test]
     fn the_curl_hint_posts_to_the_templates_first_post_route_or_is_omitted() {
-        let hint = curl_hint("127.0.0.1:3000", [("GET", "/orders/{id}"), ("POST", "/customers/{tenant}/register"), ("POST", "/x")]);
+        let hint =
+            curl_hint("127.0.0.1:3000", [("GET", "/orders/{id}", false), ("POST", "/customers/{tenant}/register", false), ("POST", "/x", false)]);
         assert_eq!(
             hint.as_deref(),
             Some("curl -s -X POST 'http://127.0.0.1:3000/customers/tenant/register' -H 'content-type: application/json' -d '{}'")
         );
-        assert!(curl_hint("a:1", [("POST", "/orders")]).is_some_and(|h| h.contains("SKU-RED-MUG")), "the sample's order API");
-        assert_eq!(curl_hint("a:1", [("GET", "/orders/{id}"), ("ANY", "/{proxy+}")]), None);
+        assert!(curl_hint("a:1", [("POST", "/orders", false)]).is_some_and(|h| h.contains("SKU-RED-MUG")), "the sample's order API");
+        assert!(curl_hint("a:1", [("POST", "/orders", true)]).is_some_and(|h| h.contains(r#"-H "authorization: Bearer $TOKEN""#)));
+        assert_eq!(curl_hint("a:1", [("GET", "/orders/{id}", false), ("ANY", "/{proxy+}", false)]), None);
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! a function's instances, [`esm`] plays the stream mapping (with [`filter`] and [`lanes`], and its
 //! [`checkpoint`] kept across restarts), [`sqs_mapping`] plays the SQS mapping, [`delivery`]
 //! plays rule delivery (all set up through [`glue`], with [`env_vars`] for local settings), [`runtime`] ties them together,
-//! [`http_api`] plays API Gateway, [`dlq`] reads dead-letter queues
+//! [`http_api`] plays API Gateway (with [`authorizer`], its JWT authorizer), [`dlq`] reads dead-letter queues
 //! (and [`failed_batch`] replays the stream batches a mapping gave up on), [`trace`] follows one event,
 //! [`ordering`] releases a consumer's sequence gap, [`stats`] counts ([`status`] shows), and
 //! [`demo`] runs the whole thing; [`faults`] injects AWS's failures between the functions and
@@ -21,6 +21,7 @@
 
 #![warn(missing_docs)]
 
+pub mod authorizer;
 pub mod aws;
 pub mod binaries;
 pub mod checkpoint;

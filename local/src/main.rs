@@ -108,6 +108,19 @@ enum Command {
         #[arg(long, default_value_t = 3000)]
         port: u16,
     },
+    /// Print a token of the local issuer (what `up` and `demo` accept on routes under the
+    /// template's JWT authorizer): `curl -H "authorization: Bearer $(outbox-local token --sub alice)"`.
+    Token {
+        /// The token's subject (`sub`): the caller, who owns the orders it creates.
+        #[arg(long)]
+        sub: String,
+        /// A scope to put in the token's `scope` claim (repeatable), e.g. `orders/admin`.
+        #[arg(long)]
+        scope: Vec<String>,
+        /// Lifetime, seconds.
+        #[arg(long, default_value_t = outbox_local::authorizer::DEFAULT_TOKEN_SECONDS)]
+        ttl: i64,
+    },
     /// Invoke one function with one event (like `sam local invoke -e`); response on stdout.
     Invoke {
         /// Logical id of the function in the template, e.g. CreateOrderFunction.
@@ -396,6 +409,12 @@ async fn local(cli: &Cli, template: Template, root: &Path, stack_name: &str, ann
     Ok(local_with_faults(cli, template, root, stack_name, announce, only, None).await?.0)
 }
 
+/// Where the runtime keeps state for `stack_name` across restarts (checkpoints, the local
+/// issuer's key).
+fn state_dir(root: &Path, stack_name: &str) -> PathBuf {
+    root.join(".local").join(stack_name)
+}
+
 /// [`local`] with `faults` injected between the functions and the emulator.
 async fn local_with_faults(
     cli: &Cli,
@@ -416,7 +435,7 @@ async fn local_with_faults(
     let injector = faults.map(|plan| Injector::new(plan, &endpoint));
     // The stream mappings' checkpoints survive a restart of the runtime (on the same emulator:
     // a new emulator's streams have new ARNs, and their checkpoints start afresh).
-    let state_dir = Some(root.join(".local").join(stack_name));
+    let state_dir = Some(state_dir(root, stack_name));
     let options = RuntimeOptions {
         verbose: cli.verbose,
         max_instances: cli.max_instances.max(1),
@@ -630,6 +649,12 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
     let template = Template::load(&template_path).map_err(|e| e.to_string())?;
 
     match &cli.command {
+        Command::Token { sub, scope, ttl } => {
+            // The key `up` and `demo` use for this stack (created now when they never ran).
+            let issuer = outbox_local::authorizer::LocalIssuer::load_or_create(&state_dir(&root, &stack_name))?;
+            println!("{}", issuer.token(sub, scope, *ttl));
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Demo { orders, json, timeout, keep } => {
             let local = local(&cli, template, &root, &stack_name, !json, None).await?;
             let (stop, stopped) = watch::channel(false);
@@ -754,7 +779,8 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             println!("stack {stack_name:?} is up on {} (emulator)", local.endpoint);
             println!("  HTTP API:   http://{api}");
             for route in http_api::routes(&local.runtime) {
-                println!("    {} {} → {}", route.method, route.path, route.function.spec.logical_id);
+                let auth = if route.jwt { "  (JWT)" } else { "" };
+                println!("    {} {} → {}{auth}", route.method, route.path, route.function.spec.logical_id);
             }
             let pipelines = local.runtime.stack.pipelines();
             if pipelines.is_empty() {
@@ -764,7 +790,10 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 println!("  {:<12}{pipeline}", if i == 0 { "pipelines:" } else { "" });
             }
             let routes = http_api::routes(&local.runtime);
-            if let Some(hint) = http_api::curl_hint(&api.to_string(), routes.iter().map(|r| (r.method.as_str(), r.path.as_str()))) {
+            if routes.iter().any(|r| r.jwt) {
+                println!("  token:      TOKEN=$(cargo run -q -p outbox-local -- token --sub alice)   # routes under the JWT authorizer need one");
+            }
+            if let Some(hint) = http_api::curl_hint(&api.to_string(), routes.iter().map(|r| (r.method.as_str(), r.path.as_str(), r.jwt))) {
                 println!("  try:        {hint}");
             }
             println!("  DLQs:       AWS_ENDPOINT_URL={} cargo run -p outbox-local -- dlq list", local.endpoint);

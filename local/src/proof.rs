@@ -372,7 +372,8 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
     injector.arm();
 
     // Orders, then cancellations, through the HTTP API.
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(90)).build().map_err(|e| e.to_string())?;
+    let client =
+        crate::authorizer::client_as(&runtime.issuer, "proof-customer").timeout(Duration::from_secs(90)).build().map_err(|e| e.to_string())?;
     let permits = Arc::new(tokio::sync::Semaphore::new(options.concurrency.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..options.orders {

@@ -34,6 +34,9 @@ pub struct Runtime {
     pub stats: Arc<Stats>,
     /// Timing knobs.
     pub options: RuntimeOptions,
+    /// The local issuer of the HTTP API's tokens ([`crate::authorizer`]): its key is kept in
+    /// `options.state_dir` when there is one, else new for this runtime.
+    pub issuer: Arc<crate::authorizer::LocalIssuer>,
 }
 
 impl Runtime {
@@ -70,7 +73,11 @@ impl Runtime {
             let function = LocalFunction::new(spec.clone(), arn, program, env, stats.clone(), &options);
             functions.insert(spec.logical_id.clone(), Arc::new(function));
         }
-        Ok(Self { stack, sdk, functions, stats, options })
+        let issuer = match &options.state_dir {
+            Some(dir) => crate::authorizer::LocalIssuer::load_or_create(dir)?,
+            None => crate::authorizer::LocalIssuer::generate()?,
+        };
+        Ok(Self { stack, sdk, functions, stats, options, issuer: Arc::new(issuer) })
     }
 
     /// The function with `logical_id`.

@@ -162,6 +162,10 @@ pub enum FunctionEvent {
         path: String,
         /// `Method`, upper case (`ANY` for any).
         method: String,
+        /// Whether the route is under a JWT authorizer: the `ApiId` API's `Auth.DefaultAuthorizer`
+        /// names one with a `JwtConfiguration` and the event does not say `Auth: {Authorizer:
+        /// NONE}` ([`crate::authorizer`] plays it).
+        jwt: bool,
     },
     /// `Type: DynamoDB` (a stream event source mapping).
     DynamoDb(StreamMappingSpec),
@@ -518,7 +522,7 @@ impl Template {
         if let Some(map) = props.get("Events").and_then(Value::as_mapping) {
             for (name, event) in map {
                 let name = name.as_str().unwrap_or_default().to_owned();
-                if let Some(e) = parse_event(&id, &name, event)? {
+                if let Some(e) = parse_event(&id, &name, event, &self.resources)? {
                     events.push(e);
                 }
             }
@@ -556,7 +560,35 @@ pub fn no_binary(id: &str) -> TemplateError {
     )
 }
 
-fn parse_event(function: &str, name: &str, event: &Value) -> Result<Option<FunctionEvent>, TemplateError> {
+/// Whether an `HttpApi` event with properties `props` is under a JWT authorizer (see
+/// [`FunctionEvent::HttpApi`]). Only a `!Ref` `ApiId` is followed; the implicit API has no
+/// authorizer unless the template's `Globals.HttpApi` (not read here) gives it one.
+fn http_event_jwt(at: &str, props: &Value, resources: &Mapping) -> Result<bool, TemplateError> {
+    let route_authorizer = props.get("Auth").and_then(|a| a.get("Authorizer")).and_then(Value::as_str);
+    if route_authorizer == Some("NONE") {
+        return Ok(false);
+    }
+    let Some(api_id) = props.get("ApiId").and_then(ref_target) else { return Ok(false) };
+    let auth = resources.get(api_id.as_str()).and_then(|api| api.get("Properties")).and_then(|p| p.get("Auth"));
+    let Some(name) = route_authorizer.or_else(|| auth.and_then(|a| a.get("DefaultAuthorizer")).and_then(Value::as_str)) else { return Ok(false) };
+    if name == "NONE" {
+        return Ok(false);
+    }
+    match auth.and_then(|a| a.get("Authorizers")).and_then(|a| a.get(name)) {
+        Some(authorizer) if authorizer.get("JwtConfiguration").is_some() => Ok(true),
+        _ => Err(unsupported(
+            format!("{at}.Auth"),
+            format!("authorizer {name:?} is not a JWT authorizer of {api_id}: the local runtime plays JWT authorizers only"),
+        )),
+    }
+}
+
+/// The logical id of a `!Ref X` / `{"Ref": "X"}` value.
+fn ref_target(value: &Value) -> Option<String> {
+    intrinsic(value, "Ref")?.as_str().map(str::to_owned)
+}
+
+fn parse_event(function: &str, name: &str, event: &Value, resources: &Mapping) -> Result<Option<FunctionEvent>, TemplateError> {
     let at = |prop: &str| format!("{function}.Properties.Events.{name}.Properties.{prop}");
     let props = event.get("Properties").cloned().unwrap_or(Value::Null);
     let kind = event.get("Type").and_then(Value::as_str).unwrap_or_default();
@@ -565,6 +597,7 @@ fn parse_event(function: &str, name: &str, event: &Value) -> Result<Option<Funct
             name: name.to_owned(),
             path: props.get("Path").and_then(Value::as_str).unwrap_or("/{proxy+}").to_owned(),
             method: props.get("Method").and_then(Value::as_str).unwrap_or("ANY").to_ascii_uppercase(),
+            jwt: http_event_jwt(&format!("{function}.Properties.Events.{name}.Properties"), &props, resources)?,
         }),
         "DynamoDB" => {
             let stream = props.get("Stream").ok_or_else(|| unsupported(at("Stream"), "is required"))?;
@@ -929,6 +962,43 @@ Resources:
         let err = Template::parse(Path::new("/x/template.yaml"), text).unwrap_err().to_string();
         assert!(err.starts_with("/x/template.yaml:4:"), "{err}");
         assert!(err.contains("not valid YAML: did not find expected key, while parsing"), "{err}");
+    }
+
+    #[test]
+    fn http_routes_under_a_jwt_authorizer_are_known_and_opt_outs_are_not() {
+        let text = r#"
+Resources:
+  Api:
+    Type: AWS::Serverless::HttpApi
+    Properties:
+      Auth:
+        DefaultAuthorizer: Jwt
+        Authorizers:
+          Jwt: {IdentitySource: $request.header.Authorization, JwtConfiguration: {issuer: x, audience: [y]}}
+          Custom: {FunctionArn: arn}
+  Fn:
+    Type: AWS::Serverless::Function
+    Metadata: {BuildProperties: {Binary: b}}
+    Properties:
+      Events:
+        Guarded: {Type: HttpApi, Properties: {ApiId: !Ref Api, Path: /a, Method: GET}}
+        Open: {Type: HttpApi, Properties: {ApiId: !Ref Api, Path: /b, Method: POST, Auth: {Authorizer: NONE}}}
+        Implicit: {Type: HttpApi, Properties: {Path: /c, Method: GET}}
+"#;
+        let t = Template::parse(Path::new("t.yaml"), text).unwrap();
+        let (functions, _) = t.runnable_functions().unwrap();
+        let jwt: Vec<(String, bool)> = functions[0]
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                FunctionEvent::HttpApi { name, jwt, .. } => Some((name.clone(), *jwt)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(jwt, [("Guarded".to_owned(), true), ("Open".to_owned(), false), ("Implicit".to_owned(), false)]);
+        let lambda = text.replace("DefaultAuthorizer: Jwt", "DefaultAuthorizer: Custom");
+        let err = Template::parse(Path::new("t.yaml"), &lambda).unwrap().runnable_functions().unwrap_err();
+        assert!(err.to_string().contains("JWT authorizers only"), "{err}");
     }
 
     #[test]

@@ -229,6 +229,11 @@ impl Local {
         addr
     }
 
+    /// A token of the runtime's local issuer for `sub` (the HTTP API's JWT authorizer accepts it).
+    pub fn token(&self, sub: &str) -> String {
+        self.runtime.issuer.token(sub, &[], 3600)
+    }
+
     /// Stops the pipelines and the HTTP API.
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);

@@ -2,8 +2,8 @@
 //! `POST /orders/{id}/cancel`) as an axum router served by `lambda_http` (see
 //! `orders_app::http`). Each write is one DynamoDB transaction with its outbox item.
 
-use lambda_http::{tracing, Error};
-use orders_app::{http::router, orders::OrdersApi};
+use lambda_http::{tracing, Adapter, Error};
+use orders_app::{http::router, orders::OrdersApi, serve::Base64Guard};
 use outbox::Env;
 
 #[tokio::main]
@@ -16,5 +16,6 @@ async fn main() -> Result<(), Error> {
     // EMF metrics (namespace METRICS_NAMESPACE, default OutboxProducer): the library's
     // transaction figures (EventsWritten, TransactionsCancelled, ...), flushed per request.
     let metrics = outbox::lambda::emf_metrics(&env, "OutboxProducer")?;
-    metrics_cloudwatch_embedded::lambda::service::run_http(metrics, router(api)).await
+    // Base64Guard: a body marked base64 that is not is a 400, not a panic in lambda_http.
+    metrics_cloudwatch_embedded::lambda::service::run(metrics, Base64Guard::new(Adapter::from(router(api)))).await
 }

@@ -13,9 +13,15 @@
 //! and of the request's span (`orders_api`); the X-Ray trace header of the invocation (the Lambda
 //! context's `xray_trace_id`, else `_X_AMZN_TRACE_ID`) goes on the outbox item.
 //!
+//! Every route needs an authenticated caller ([`crate::auth`]: the JWT authorizer's `sub`),
+//! checked first: 401 without one. An order belongs to the subject that created it; another
+//! subject's `GET` or cancel answers 404, as for an order that does not exist. `Idempotency-Key`s
+//! are per subject.
+//!
 //! Errors are RFC 9457 `application/problem+json` ([`Problem`]) naming the field at fault
 //! (`lines[0].quantity`, `body`, `reason`, or the `Idempotency-Key` / `content-type` header):
-//! 400 malformed or invalid body or key, 404 no such order or route, 405 wrong method (`Allow`),
+//! 400 malformed or invalid body or key, 401 no authenticated caller, 404 no such order (or
+//! another subject's) or route, 405 wrong method (`Allow`),
 //! 409 the order exists / is not cancellable / a concurrent change won, 413 body over
 //! [`MAX_BODY_BYTES`] (plus the attachment maximum for `POST /orders`), 415 not JSON, 422 key reused for another request, 503 + `Retry-After` when
 //! DynamoDB conflicts or throttles. A rejected request writes nothing; bad input is never a 500.
@@ -24,7 +30,9 @@
 //! (source: `lambda_http` 1.3 `request.rs`; the payloads:
 //! <https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-integrations-lambda.html>,
 //! <https://docs.aws.amazon.com/apigateway/latest/developerguide/set-up-lambda-proxy-integrations.html>):
-//! * `isBase64Encoded` bodies are decoded, so [`MAX_BODY_BYTES`] applies to the decoded body;
+//! * `isBase64Encoded` bodies are decoded, so [`MAX_BODY_BYTES`] applies to the decoded body (one
+//!   that is not base64 would make `lambda_http` panic: [`crate::serve::Base64Guard`], in front of
+//!   it, answers 400 naming `body` instead);
 //!   `headers: null` is no headers.
 //! * The path keeps the stage of a named stage (payload 2.0's `rawPath` holds it; for payload
 //!   1.0 `lambda_http` puts `/{stage}` in front of `path`) unless the function's environment has
@@ -50,6 +58,7 @@ use lambda_http::RequestExt;
 use serde::Serialize;
 use tracing::Instrument;
 
+use crate::auth::{caller, Caller, Identity};
 use crate::idempotency::{request_hash, IdempotencyKey, IdempotentRequest, StoredResponse, REPLAYED_HEADER};
 use crate::orders::{
     is_valid_order_id, location_of, parse_cancel, parse_create, to_json, Answer, OrderError, OrdersApi, MAX_BODY_BYTES, RETRY_AFTER_SECONDS,
@@ -117,6 +126,8 @@ type Id = Result<Path<String>, PathRejection>;
 struct Meta {
     correlation_id: String,
     trace_header: Option<String>,
+    /// The JWT authorizer's claims ([`crate::auth`]).
+    identity: Option<Identity>,
 }
 
 /// Normalises the path and method, picks the correlation id, runs the request in its span and
@@ -138,8 +149,9 @@ async fn prepare(mut request: Request, next: Next) -> Response {
         .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
     let trace_header =
         request.extensions().lambda_context_ref().and_then(|c| c.xray_trace_id.clone()).or_else(|| std::env::var("_X_AMZN_TRACE_ID").ok());
+    let identity = Identity::from_context(request.extensions().request_context_ref());
     let span = tracing::info_span!("orders_api", correlation_id = %correlation_id, method = %request.method(), path = %request.uri().path());
-    request.extensions_mut().insert(Meta { correlation_id: correlation_id.clone(), trace_header });
+    request.extensions_mut().insert(Meta { correlation_id: correlation_id.clone(), trace_header, identity });
     let mut response = next.run(request).instrument(span).await;
     if let Ok(value) = HeaderValue::from_str(&correlation_id) {
         response.headers_mut().insert(CORRELATION_HEADER, value);
@@ -182,10 +194,16 @@ async fn not_found(Extension(meta): Extension<Meta>, method: Method, uri: Uri) -
     refuse(Problem::new(404, "Not found", format!("no route for {method} {shown}")), &meta)
 }
 
+/// The caller of the request ([`crate::auth::caller`]): 401 before anything else is looked at.
+fn authenticate(api: &OrdersApi, meta: &Meta) -> Result<Caller, Problem> {
+    caller(api.auth(), meta.identity.as_ref())
+}
+
 async fn create(State(api): Api, Extension(meta): Extension<Meta>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
     let outcome = async {
-        let idempotent = check_post(&uri, &headers, &body, api.body_limit())?;
-        let answer = api.create_order(parse_create(&body)?, idempotent.as_ref(), &meta.correlation_id, meta.trace_header.clone()).await?;
+        let caller = authenticate(&api, &meta)?;
+        let idempotent = check_post(&uri, &headers, &body, api.body_limit())?.map(|r| r.scoped_to(caller.subject.as_deref()));
+        let answer = api.create_order(parse_create(&body)?, &caller, idempotent.as_ref(), &meta.correlation_id, meta.trace_header.clone()).await?;
         Ok(answer.map(|c| StoredResponse { status: 201, body: to_json(&c), location: Some(location_of(&c.order_id)) }))
     };
     respond(outcome.await, &meta)
@@ -193,7 +211,8 @@ async fn create(State(api): Api, Extension(meta): Extension<Meta>, uri: Uri, hea
 
 async fn get(State(api): Api, Extension(meta): Extension<Meta>, id: Id) -> Response {
     let outcome = async {
-        let order = api.get_order(&order_id(id)?).await?;
+        let caller = authenticate(&api, &meta)?;
+        let order = api.get_order(&order_id(id)?, &caller).await?;
         Ok(Answer::Done(StoredResponse { status: 200, body: to_json(&order), location: None }))
     };
     respond(outcome.await, &meta)
@@ -201,9 +220,11 @@ async fn get(State(api): Api, Extension(meta): Extension<Meta>, id: Id) -> Respo
 
 async fn cancel(State(api): Api, Extension(meta): Extension<Meta>, id: Id, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
     let outcome = async {
+        let caller = authenticate(&api, &meta)?;
         let id = order_id(id)?;
-        let idempotent = check_post(&uri, &headers, &body, MAX_BODY_BYTES)?;
-        let answer = api.cancel_order(&id, parse_cancel(&body)?, idempotent.as_ref(), &meta.correlation_id, meta.trace_header.clone()).await?;
+        let idempotent = check_post(&uri, &headers, &body, MAX_BODY_BYTES)?.map(|r| r.scoped_to(caller.subject.as_deref()));
+        let answer =
+            api.cancel_order(&id, parse_cancel(&body)?, &caller, idempotent.as_ref(), &meta.correlation_id, meta.trace_header.clone()).await?;
         Ok(answer.map(|c| StoredResponse { status: 200, body: to_json(&c), location: None }))
     };
     respond(outcome.await, &meta)
@@ -409,9 +430,36 @@ mod tests {
         }
     }
 
-    /// Sends `method path` with a JSON `body`, `key` as `Idempotency-Key` and `headers` to `router`.
+    /// The subject of the test requests (the owner of `order_item`s).
+    const ALICE: &str = "alice";
+
+    /// A request context as the JWT authorizer leaves it: the claims of a token of `sub`.
+    fn authorized(sub: &str) -> lambda_http::request::RequestContext {
+        let context = serde_json::from_value(
+            json!({"http": {"method": "GET"}, "authorizer": {"jwt": {"claims": {"sub": sub, "iss": "https://issuer.example"}, "scopes": null}}}),
+        );
+        lambda_http::request::RequestContext::ApiGatewayV2(context.unwrap())
+    }
+
+    /// Sends `method path` as [`ALICE`] with a JSON `body`, `key` as `Idempotency-Key` and `headers` to `router`.
     async fn send(router: &Router, method: &str, path: &str, body: Option<&str>, key: Option<&str>, headers: &[(&str, &str)]) -> Answer {
+        send_as(router, Some(ALICE), method, path, body, key, headers).await
+    }
+
+    /// [`send`] as `sub` (`None`: no authorizer claims at all).
+    async fn send_as(
+        router: &Router,
+        sub: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        key: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Answer {
         let mut request = axum::http::Request::builder().method(method).uri(path);
+        if let Some(sub) = sub {
+            request = request.extension(authorized(sub));
+        }
         if !headers.iter().any(|(name, _)| *name == CONTENT_TYPE) {
             request = request.header(CONTENT_TYPE, "application/json");
         }
@@ -432,7 +480,8 @@ mod tests {
     /// response as JSON.
     async fn invoke(router: &Router, payload: &Value, context: Context) -> Value {
         let event: LambdaRequest = serde_json::from_value(payload.clone()).unwrap();
-        let response = lambda_http::Adapter::from(router.clone()).call(LambdaEvent::new(event, context)).await.unwrap();
+        let response =
+            crate::serve::Base64Guard::new(lambda_http::Adapter::from(router.clone())).call(LambdaEvent::new(event, context)).await.unwrap();
         serde_json::to_value(response).unwrap()
     }
 
@@ -444,14 +493,16 @@ mod tests {
     /// A payload 2.0 event of `method raw_path` on `stage`.
     fn v2(method: &str, raw_path: &str, stage: &str, body: Option<&str>) -> Value {
         json!({"version": "2.0", "rawPath": raw_path, "headers": {"content-type": "application/json"}, "body": body,
-               "requestContext": {"stage": stage, "requestId": "req-2", "http": {"method": method, "path": raw_path}}, "isBase64Encoded": false})
+               "requestContext": {"stage": stage, "requestId": "req-2", "http": {"method": method, "path": raw_path},
+                                  "authorizer": {"jwt": {"claims": {"sub": ALICE}, "scopes": null}}}, "isBase64Encoded": false})
     }
 
     /// A payload 1.0 (REST API) event of `method path` on `stage`.
     fn v1(method: &str, path: &str, stage: &str, body: Option<&str>) -> Value {
         json!({"resource": path, "path": path, "httpMethod": method, "headers": {"content-type": "application/json"},
                "multiValueHeaders": {"content-type": ["application/json"]}, "body": body, "isBase64Encoded": false,
-               "requestContext": {"stage": stage, "requestId": "req-1", "httpMethod": method, "path": format!("/{stage}{path}")}})
+               "requestContext": {"stage": stage, "requestId": "req-1", "httpMethod": method, "path": format!("/{stage}{path}"),
+                                  "authorizer": {"claims": {"sub": ALICE}}}})
     }
 
     fn order_item(id: &str, status: &str, version: u64) -> Item {
@@ -464,15 +515,19 @@ mod tests {
             version,
             created_at: "2026-11-29T08:00:00.000Z".into(),
             attachment_bytes: None,
+            owner: None,
         };
         let mut item: Item = serde_dynamo::to_item(view).unwrap();
         item.insert("pk".into(), AttributeValue::S(order_key(id)));
+        // `owner` is never answered (skip_serializing): written as the API writes it.
+        item.insert("owner".into(), AttributeValue::S(ALICE.into()));
         item
     }
 
+    /// The stored record of [`ALICE`]'s key `key` (keys are per subject).
     fn key_record(key: &str, hash: &str, status: u16, body: &str) -> Item {
         IdempotencyRecord {
-            key: key.into(),
+            key: format!("{}:{ALICE}#{key}", ALICE.len()),
             request_hash: hash.into(),
             response: StoredResponse { status, body: body.into(), location: None },
             created_at: "2026-11-29T08:00:00.000Z".into(),
@@ -586,7 +641,7 @@ mod tests {
         let items = &sent[0];
         assert_eq!(items.len(), 3);
         let key_put = items[0].put().unwrap();
-        assert_eq!(key_put.item()["pk"], AttributeValue::S(format!("{KEY_PREFIX}k-1")));
+        assert_eq!(key_put.item()["pk"], AttributeValue::S(format!("{KEY_PREFIX}5:alice#k-1")));
         assert_eq!(key_put.item()["status_code"], AttributeValue::N("201".into()));
         assert_eq!(key_put.item()["response_body"], AttributeValue::S(r.body.clone()), "the stored body is the answer's body");
         assert_eq!(key_put.item()["response_location"], AttributeValue::S(r.header("location").unwrap().into()));
@@ -787,11 +842,82 @@ mod tests {
         // Over the limit once decoded, though its base64 text would be under twice the limit.
         let big = format!(r#"{{"customer_id":"{}"}}"#, "x".repeat(MAX_BODY_BYTES + DEFAULT_MAX_ATTACHMENT_BYTES));
         assert_eq!(invoke(&router, &encoded(&big), Context::default()).await["statusCode"], 413);
-        let no_headers = json!({"rawPath": "/orders", "headers": null, "body": null, "requestContext": {"http": {"method": "POST"}}});
+        let no_headers = json!({"rawPath": "/orders", "headers": null, "body": null,
+                                "requestContext": {"http": {"method": "POST"}, "authorizer": {"jwt": {"claims": {"sub": ALICE}}}}});
         let answer = invoke(&router, &no_headers, Context::default()).await;
         let problem: Value = serde_json::from_str(answer["body"].as_str().unwrap()).unwrap();
         assert_eq!((answer["statusCode"].as_u64(), problem["field"].as_str()), (Some(400), Some("body")), "{answer}");
         assert_eq!(table.sent().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_body_marked_base64_that_is_not_is_a_400_naming_body_in_both_payload_formats() {
+        let table = Table::new(vec![], None, None);
+        let router = table.router();
+        for bad in ["not base64!", "QUJD=", "%%%%", "QQ"] {
+            let mut v2 = v2("POST", "/orders", "$default", Some(bad));
+            v2["isBase64Encoded"] = true.into();
+            v2["headers"]["x-correlation-id"] = "c-64".into();
+            let answer = invoke(&router, &v2, Context::default()).await;
+            let problem: Value = serde_json::from_str(answer["body"].as_str().unwrap()).unwrap();
+            assert_eq!((answer["statusCode"].as_u64(), problem["field"].as_str()), (Some(400), Some("body")), "{bad}: {answer}");
+            assert_eq!((answer["headers"]["x-correlation-id"].as_str(), problem["correlation_id"].as_str()), (Some("c-64"), Some("c-64")));
+            let mut v1 = v1("POST", "/orders", "prod", Some(bad));
+            v1["isBase64Encoded"] = true.into();
+            let answer = invoke(&router, &v1, Context::default()).await;
+            assert_eq!(answer["statusCode"].as_u64(), Some(400), "{bad}: {answer}");
+            assert_eq!(answer["multiValueHeaders"]["content-type"][0], "application/problem+json");
+        }
+        assert!(table.sent().is_empty() && table.gets() == 0, "nothing read or written");
+    }
+
+    #[tokio::test]
+    async fn without_claims_every_route_is_a_401_before_any_read_or_write() {
+        let table = Table::new(vec![order_item("o-1", STATUS_CREATED, 1)], None, None);
+        let router = table.router();
+        for (method, path, body) in [("POST", "/orders", Some(GOOD)), ("GET", "/orders/o-1", None), ("POST", "/orders/o-1/cancel", None)] {
+            let r = send_as(&router, None, method, path, body, Some("k-1"), &[]).await;
+            assert_eq!((r.status, r.json()["title"].as_str()), (401, Some("Unauthorized")), "{method} {path}");
+        }
+        assert!(table.sent().is_empty() && table.gets() == 0, "nothing read or written");
+        // Authentication off (ORDER_API_AUTH=none): no claims needed.
+        let open = super::router(table.api().with_auth(crate::auth::AuthMode::None));
+        assert_eq!(send_as(&open, None, "GET", "/orders/o-1", None, None, &[]).await.status, 200);
+    }
+
+    #[tokio::test]
+    async fn another_subjects_order_is_not_found_and_admins_see_every_order() {
+        let table = Table::new(vec![order_item("o-1", STATUS_CREATED, 1)], None, None);
+        let router = table.router();
+        let bob_get = send_as(&router, Some("bob"), "GET", "/orders/o-1", None, None, &[]).await;
+        let nobody = send_as(&router, Some("bob"), "GET", "/orders/o-404", None, None, &[]).await;
+        assert_eq!((bob_get.status, nobody.status), (404, 404));
+        assert_eq!(bob_get.json()["detail"], nobody.json()["detail"].as_str().unwrap().replace("o-404", "o-1"), "the same answer as no order");
+        let bob_cancel = send_as(&router, Some("bob"), "POST", "/orders/o-1/cancel", None, Some("k-b"), &[]).await;
+        assert_eq!(bob_cancel.status, 404);
+        assert!(table.sent().is_empty(), "bob's cancel wrote nothing");
+        assert_eq!(send(&router, "GET", "/orders/o-1", None, None, &[]).await.status, 200, "alice owns it");
+        let mut admin = axum::http::Request::builder().method("GET").uri("/orders/o-1").body(axum::body::Body::empty()).unwrap();
+        let context = serde_json::from_value(
+            json!({"http": {"method": "GET"}, "authorizer": {"jwt": {"claims": {"sub": "ops"}, "scopes": [crate::auth::ADMIN_SCOPE]}}}),
+        )
+        .unwrap();
+        admin.extensions_mut().insert(lambda_http::request::RequestContext::ApiGatewayV2(context));
+        assert_eq!(router.clone().oneshot(admin).await.unwrap().status(), 200);
+    }
+
+    #[tokio::test]
+    async fn orders_record_their_owner_and_keys_are_per_subject() {
+        let table = Table::new(vec![], None, None);
+        let router = table.router();
+        assert_eq!(send(&router, "POST", "/orders", Some(GOOD), Some("k-1"), &[]).await.status, 201);
+        assert_eq!(send_as(&router, Some("bob"), "POST", "/orders", Some(GOOD), Some("k-1"), &[]).await.status, 201);
+        let sent = table.sent();
+        let order = sent[0][1].put().unwrap().item();
+        assert_eq!(order["owner"], AttributeValue::S(ALICE.into()));
+        let key_pk = |items: &Vec<TransactWriteItem>| items[0].put().unwrap().item()["pk"].clone();
+        assert_ne!(key_pk(&sent[0]), key_pk(&sent[1]), "the same key of two subjects is two records");
+        assert_eq!(key_pk(&sent[0]), AttributeValue::S(format!("{KEY_PREFIX}5:alice#k-1")));
     }
 
     #[tokio::test]

@@ -115,6 +115,13 @@ impl IdempotencyKey {
         &self.0
     }
 
+    /// The key in the caller's own key space: `<length of subject>:<subject>#<key>` (the length
+    /// keeps two callers' keys apart whatever characters either holds). Two callers sending the
+    /// same key never see each other's answer.
+    pub fn scoped_to(self, subject: &str) -> Self {
+        Self(format!("{}:{subject}#{}", subject.len(), self.0))
+    }
+
     /// The key record's partition key: `IDEMPOTENCY#<key>`.
     pub fn partition_key(&self) -> String {
         format!("{KEY_PREFIX}{}", self.0)
@@ -140,6 +147,17 @@ pub struct IdempotentRequest {
     pub key: IdempotencyKey,
     /// [`request_hash`] of the request.
     pub request_hash: String,
+}
+
+impl IdempotentRequest {
+    /// The request with its key scoped to `subject` ([`IdempotencyKey::scoped_to`]); unchanged
+    /// when there is no subject (authentication off).
+    pub fn scoped_to(self, subject: Option<&str>) -> Self {
+        match subject {
+            Some(subject) => Self { key: self.key.scoped_to(subject), ..self },
+            None => self,
+        }
+    }
 }
 
 /// An answer as stored in a key record and replayed.

@@ -11,8 +11,10 @@
 #![allow(clippy::result_large_err)]
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod http;
 pub mod idempotency;
 pub mod inventory;
 pub mod orders;
 pub mod partner;
+pub mod serve;

@@ -59,6 +59,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use serde::{Deserialize, Serialize};
 
+use crate::auth::{AuthMode, Caller};
 use crate::http::Problem;
 use crate::idempotency::{
     read_error, IdempotencyRecord, IdempotencyStore, IdempotentRequest, ReadError, Replay, StoredResponse, DEFAULT_TTL, HEADER as IDEMPOTENCY_HEADER,
@@ -208,6 +209,10 @@ pub struct OrderView {
     /// `OrderCreated` event).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attachment_bytes: Option<u64>,
+    /// The subject (`sub`) that created the order ([`crate::auth`]); read from the item, never
+    /// answered (`None`: created with authentication off).
+    #[serde(default, skip_serializing)]
+    pub owner: Option<String>,
 }
 
 /// The result of a POST: done now, or an earlier answer replayed for its idempotency key.
@@ -357,6 +362,7 @@ pub struct OrdersApi {
     source: String,
     idempotency: IdempotencyStore,
     max_attachment_bytes: usize,
+    auth: AuthMode,
 }
 
 impl OrdersApi {
@@ -382,7 +388,26 @@ impl OrdersApi {
             env.optional("EVENT_SOURCE", "example.orders"),
             env.seconds("IDEMPOTENCY_TTL_SECONDS", DEFAULT_TTL)?,
         );
-        Ok(api.with_max_attachment_bytes(env.bytes("ORDER_ATTACHMENT_MAX_BYTES", DEFAULT_MAX_ATTACHMENT_BYTES)?))
+        let auth = AuthMode::parse(&env.optional("ORDER_API_AUTH", "jwt")).map_err(|reason| ConfigError::Invalid {
+            name: "ORDER_API_AUTH",
+            value: env.optional("ORDER_API_AUTH", "jwt"),
+            reason,
+        })?;
+        if auth == AuthMode::None {
+            tracing::warn!("ORDER_API_AUTH=none: the order API authenticates no one and every caller may read and cancel every order");
+        }
+        Ok(api.with_max_attachment_bytes(env.bytes("ORDER_ATTACHMENT_MAX_BYTES", DEFAULT_MAX_ATTACHMENT_BYTES)?).with_auth(auth))
+    }
+
+    /// Sets the authentication mode (default [`AuthMode::Jwt`]; `from_env` reads `ORDER_API_AUTH`).
+    pub fn with_auth(mut self, auth: AuthMode) -> Self {
+        self.auth = auth;
+        self
+    }
+
+    /// The authentication mode.
+    pub fn auth(&self) -> AuthMode {
+        self.auth
     }
 
     /// Sets the largest `attachment` accepted, bytes (default [`DEFAULT_MAX_ATTACHMENT_BYTES`]).
@@ -413,17 +438,27 @@ impl OrdersApi {
     ) -> Self {
         let orders_table = orders_table.into();
         let idempotency = IdempotencyStore::new(dynamodb.clone(), orders_table.clone(), idempotency_ttl);
-        Self { dynamodb, orders_table, writer, source: source.into(), idempotency, max_attachment_bytes: DEFAULT_MAX_ATTACHMENT_BYTES }
+        Self {
+            dynamodb,
+            orders_table,
+            writer,
+            source: source.into(),
+            idempotency,
+            max_attachment_bytes: DEFAULT_MAX_ATTACHMENT_BYTES,
+            auth: AuthMode::default(),
+        }
     }
 
-    /// Validates `request` and writes the order and its `OrderCreated` event atomically, with
-    /// the key record of `idempotent` in the same transaction when given.
+    /// Validates `request` and writes the order (owned by `caller`'s subject) and its
+    /// `OrderCreated` event atomically, with the key record of `idempotent` in the same
+    /// transaction when given.
     ///
     /// # Errors
     /// [`OrderError`]: `Invalid`, `AlreadyExists`, `KeyReused`, `TooLarge`, `Transaction`, `Read`.
     pub async fn create_order(
         &self,
         request: CreateOrderRequest,
+        caller: &Caller,
         idempotent: Option<&IdempotentRequest>,
         correlation_id: &str,
         trace_header: Option<String>,
@@ -468,6 +503,7 @@ impl OrdersApi {
             created_at: now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             correlation_id: correlation_id.to_owned(),
             attachment_bytes: attachment_bytes.map(|b| b as u64),
+            owner: caller.subject.clone(),
         })
         // Strings, integers and a list of such structs: serde_dynamo cannot fail on them.
         .expect("OrderItem serialises");
@@ -493,7 +529,8 @@ impl OrdersApi {
     }
 
     /// Cancels order `order_id`: emits `OrderCancelled` with sequence = the new version, in one
-    /// transaction with the conditional update (and the key record of `idempotent`).
+    /// transaction with the conditional update (and the key record of `idempotent`). An order
+    /// `caller` may not access ([`Caller::may_access`]) is `NotFound`, as one that does not exist.
     ///
     /// # Errors
     /// [`OrderError`]: `Invalid`, `NotFound`, `NotCancellable`, `Conflict`, `KeyReused`,
@@ -502,6 +539,7 @@ impl OrdersApi {
         &self,
         order_id: &str,
         request: CancelOrderRequest,
+        caller: &Caller,
         idempotent: Option<&IdempotentRequest>,
         correlation_id: &str,
         trace_header: Option<String>,
@@ -512,7 +550,7 @@ impl OrdersApi {
         if let Some(stored) = self.replay_if_known(idempotent, now.timestamp()).await? {
             return Ok(Answer::Replayed(stored));
         }
-        let order = self.read_order(order_id).await?.ok_or_else(|| OrderError::NotFound(order_id.to_owned()))?;
+        let order = self.read_visible(order_id, caller).await?;
         if order.status != STATUS_CREATED {
             return Err(OrderError::NotCancellable { order_id: order_id.to_owned(), status: order.status });
         }
@@ -560,12 +598,25 @@ impl OrdersApi {
         }
     }
 
-    /// The order `order_id` (strongly consistent read).
+    /// The order `order_id` (strongly consistent read), when `caller` may access it.
     ///
     /// # Errors
-    /// [`OrderError::NotFound`], or [`OrderError::Read`].
-    pub async fn get_order(&self, order_id: &str) -> Result<OrderView, OrderError> {
-        self.read_order(order_id).await?.ok_or_else(|| OrderError::NotFound(order_id.to_owned()))
+    /// [`OrderError::NotFound`] (no such order, or another subject's), or [`OrderError::Read`].
+    pub async fn get_order(&self, order_id: &str, caller: &Caller) -> Result<OrderView, OrderError> {
+        self.read_visible(order_id, caller).await
+    }
+
+    /// The order, or `NotFound` when it does not exist or `caller` may not access it (the same
+    /// answer, so another subject's order ids reveal nothing).
+    async fn read_visible(&self, order_id: &str, caller: &Caller) -> Result<OrderView, OrderError> {
+        match self.read_order(order_id).await? {
+            Some(order) if caller.may_access(order.owner.as_deref()) => Ok(order),
+            Some(_) => {
+                tracing::info!(order_id, subject = caller.subject.as_deref().unwrap_or(""), "order of another subject: answered as not found");
+                Err(OrderError::NotFound(order_id.to_owned()))
+            }
+            None => Err(OrderError::NotFound(order_id.to_owned())),
+        }
     }
 
     async fn read_order(&self, order_id: &str) -> Result<Option<OrderView>, OrderError> {
@@ -678,6 +729,9 @@ struct OrderItem {
     correlation_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     attachment_bytes: Option<u64>,
+    /// The creating caller's subject ([`crate::auth`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner: Option<String>,
 }
 
 /// Partition key of an order in the orders table: `ORDER#<order_id>`.

@@ -4,7 +4,8 @@
 //!
 //! | check, in order | answer when it fails | written |
 //! |---|---|---|
-//! | `{partner}` is known | 404 | nothing |
+//! | `webhook-id`, `webhook-timestamp`, `webhook-signature` are present | 401 naming the header (no secret is read) | nothing |
+//! | `{partner}` is known and its secrets are valid | 404; 503 when its secrets are unreadable or invalid | nothing |
 //! | body at most [`MAX_WEBHOOK_BODY_BYTES`] | 413 naming `body` | nothing |
 //! | `webhook-id`, `webhook-timestamp` (±5 min), `webhook-signature` (any current secret, constant-time) | 401 problem naming the header | nothing |
 //! | body `{"type": "payment.succeeded", "data": {"order_id", "payment_id", "amount", "currency"}}` | 400 naming the field (`data.order_id`) | nothing |
@@ -20,7 +21,13 @@
 //!
 //! Partners' secrets: Secrets Manager secret `PARTNER_SECRETS_ID` whose string is a JSON object
 //! `{"<partner>": "whsec_… [whsec_…]"}` (two secrets while one is rotated), cached for
-//! `PARTNER_SECRETS_TTL_SECONDS` (default 300).
+//! `PARTNER_SECRETS_TTL_SECONDS` (default 300). Each secret must decode to at least 24 bytes (the
+//! Standard Webhooks minimum, [`outbox::webhook::Secret::parse`]). A partner whose entry does not
+//! parse is disabled alone (its webhooks answer 503 and the error is logged); every other partner
+//! keeps working.
+//!
+//! This route has no JWT authorizer (template: `Auth: Authorizer: NONE`): partners are not users
+//! of the order API, and each request is authenticated by its signature instead.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -108,6 +115,8 @@ pub struct Accepted {
 
 /// Partner name → current secrets.
 pub type SecretMap = HashMap<String, Vec<Secret>>;
+/// Partner name → its secrets, or why its entry was refused (that partner alone is disabled).
+type LoadedSecrets = HashMap<String, Result<Vec<Secret>, String>>;
 
 /// Where partners' secrets come from.
 #[derive(Debug)]
@@ -123,7 +132,7 @@ pub enum Partners {
         /// Cache lifetime.
         ttl: Duration,
         /// The cached map and when it was read.
-        cache: Mutex<Option<(Instant, SecretMap)>>,
+        cache: Mutex<Option<(Instant, LoadedSecrets)>>,
     },
 }
 
@@ -131,7 +140,7 @@ impl Partners {
     /// The current secrets of `partner` (`None`: unknown partner).
     ///
     /// # Errors
-    /// The Secrets Manager call or the secret's text, in words (a 503).
+    /// The Secrets Manager call, the secret's text, or this partner's entry, in words (a 503).
     pub async fn secrets(&self, partner: &str) -> Result<Option<Vec<Secret>>, String> {
         match self {
             Partners::Fixed(map) => Ok(map.get(partner).cloned()),
@@ -139,7 +148,7 @@ impl Partners {
                 {
                     let guard = cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                     if let Some((_, map)) = guard.as_ref().filter(|(at, _)| at.elapsed() < *ttl) {
-                        return Ok(map.get(partner).cloned());
+                        return map.get(partner).cloned().transpose();
                     }
                 }
                 let out = client
@@ -150,14 +159,19 @@ impl Partners {
                     .map_err(|e| format!("GetSecretValue {secret_id}: {}", aws_sdk_secretsmanager::error::DisplayErrorContext(e)))?;
                 let text: HashMap<String, String> = serde_json::from_str(out.secret_string().unwrap_or("{}"))
                     .map_err(|e| format!("secret {secret_id} is not a JSON object of strings: {e}"))?;
-                let mut map = HashMap::new();
-                for (name, secrets) in text {
-                    let parsed = Secret::parse_list(&secrets).map_err(|e| format!("secret {secret_id}, partner {name}: {e}"))?;
-                    map.insert(name, parsed);
-                }
-                let found = map.get(partner).cloned();
+                let map: LoadedSecrets = text
+                    .into_iter()
+                    .map(|(name, secrets)| {
+                        let parsed = Secret::parse_list(&secrets).map_err(|e| format!("secret {secret_id}, partner {name}: {e}"));
+                        if let Err(e) = &parsed {
+                            tracing::error!(partner = %name, error = %e, "partner secret refused: this partner is disabled until it is fixed");
+                        }
+                        (name, parsed)
+                    })
+                    .collect();
+                let found = map.get(partner).cloned().transpose();
                 *cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((Instant::now(), map));
-                Ok(found)
+                found
             }
         }
     }
@@ -227,6 +241,15 @@ impl PartnerWebhooks {
     /// # Errors
     /// The [`Problem`] to answer; nothing was written.
     pub async fn receive(&self, partner: &str, headers: &HeaderMap, body: &[u8], correlation_id: &str) -> Result<Accepted, Problem> {
+        let signed = SignedHeaders::from_fn(|name| headers.get(name).and_then(|v| v.to_str().ok()));
+        // An unsigned request is refused before any secret is read (no Secrets Manager call, no
+        // cache refresh for anonymous traffic).
+        if let Some(missing) = signed.missing() {
+            return Err(Problem {
+                field: Some(missing.to_owned()),
+                ..Problem::new(401, "Invalid webhook signature", format!("missing header {missing}"))
+            });
+        }
         let secrets = match self.partners.secrets(partner).await {
             Ok(Some(secrets)) => secrets,
             Ok(None) => return Err(Problem::new(404, "Unknown partner", format!("no partner named {partner}"))),
@@ -239,7 +262,6 @@ impl PartnerWebhooks {
             let detail = format!("the body is {} bytes, over the limit of {MAX_WEBHOOK_BODY_BYTES}", body.len());
             return Err(Problem { field: Some("body".into()), ..Problem::new(413, "Body too large", detail) });
         }
-        let signed = SignedHeaders::from_fn(|name| headers.get(name).and_then(|v| v.to_str().ok()));
         let now = chrono::Utc::now();
         let webhook_id = Verifier::new(secrets)
             .with_tolerance(self.tolerance)
@@ -394,7 +416,69 @@ async fn handle(State(webhooks): State<Arc<PartnerWebhooks>>, Path(partner): Pat
 
 #[cfg(test)]
 mod tests {
+    use aws_sdk_secretsmanager::operation::get_secret_value::GetSecretValueOutput;
+    use aws_smithy_mocks::{mock, mock_client, Rule, RuleMode};
+    use outbox::webhook::signature::{signature_header, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP};
+
     use super::*;
+
+    /// A receiver whose partners' secrets are the Secrets Manager secret `text` (the rule counts
+    /// the GetSecretValue calls) and whose DynamoDB answers nothing (every test here stops before it).
+    fn receiver(text: &'static str) -> (PartnerWebhooks, Rule) {
+        let rule =
+            mock!(aws_sdk_secretsmanager::Client::get_secret_value).then_output(move || GetSecretValueOutput::builder().secret_string(text).build());
+        let secrets = mock_client!(aws_sdk_secretsmanager, RuleMode::MatchAny, [&rule]);
+        let unused =
+            mock!(aws_sdk_dynamodb::Client::get_item).then_output(|| aws_sdk_dynamodb::operation::get_item::GetItemOutput::builder().build());
+        let dynamodb = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&unused]);
+        let partners =
+            Partners::SecretsManager { client: secrets, secret_id: "partners".into(), ttl: Duration::from_secs(300), cache: Mutex::new(None) };
+        let inbox = Inbox::new(dynamodb.clone(), "inbox", CONSUMER, Duration::from_secs(3600));
+        (PartnerWebhooks::new(dynamodb, "orders", OutboxWriter::new("outbox", DEFAULT_RETENTION), inbox, partners, "example.orders"), rule)
+    }
+
+    const GOOD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+    fn signed(secret: &str, body: &[u8]) -> HeaderMap {
+        let now = chrono::Utc::now().timestamp();
+        let mut headers = HeaderMap::new();
+        headers.insert(WEBHOOK_ID, HeaderValue::from_static("msg_1"));
+        headers.insert(WEBHOOK_TIMESTAMP, HeaderValue::from_str(&now.to_string()).unwrap());
+        let signature = signature_header(&[Secret::parse(secret).unwrap()], "msg_1", now, body);
+        headers.insert(WEBHOOK_SIGNATURE, HeaderValue::from_str(&signature).unwrap());
+        headers
+    }
+
+    #[tokio::test]
+    async fn an_unsigned_request_is_a_401_before_any_secret_is_read() {
+        let (webhooks, rule) = receiver(r#"{"acme": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}"#);
+        let full = signed(GOOD_SECRET, b"{}");
+        for missing in [WEBHOOK_ID, WEBHOOK_TIMESTAMP, WEBHOOK_SIGNATURE] {
+            let mut headers = full.clone();
+            headers.remove(missing);
+            for partner in ["acme", "nobody"] {
+                let problem = webhooks.receive(partner, &headers, b"{}", "c").await.unwrap_err();
+                assert_eq!((problem.status, problem.field.as_deref()), (401, Some(missing)), "{partner} without {missing}");
+            }
+        }
+        assert_eq!(rule.num_calls(), 0, "no GetSecretValue for unsigned requests");
+    }
+
+    #[tokio::test]
+    async fn a_bad_or_short_secret_disables_only_its_own_partner() {
+        let text = r#"{"acme": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "tiny": "whsec_AA==", "broken": "whsec_%%%"}"#;
+        let (webhooks, rule) = receiver(text);
+        let body = br#"{"type":"payment.succeeded"}"#;
+        // acme's signature verifies; its body is then refused for a missing field (400), not a 503.
+        let problem = webhooks.receive("acme", &signed(GOOD_SECRET, body), body, "c").await.unwrap_err();
+        assert_eq!((problem.status, problem.field.as_deref()), (400, Some("data")), "{problem:?}");
+        for disabled in ["tiny", "broken"] {
+            let problem = webhooks.receive(disabled, &signed(GOOD_SECRET, body), body, "c").await.unwrap_err();
+            assert_eq!(problem.status, 503, "{disabled}: {problem:?}");
+        }
+        assert_eq!(webhooks.receive("nobody", &signed(GOOD_SECRET, body), body, "c").await.unwrap_err().status, 404);
+        assert_eq!(rule.num_calls(), 1, "one read, cached, for all partners");
+    }
 
     #[test]
     fn malformed_bodies_name_the_field() {

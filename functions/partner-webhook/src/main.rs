@@ -2,7 +2,7 @@
 //! (see `orders_app::partner`): a verified partner webhook takes effect once, through the inbox,
 //! in one transaction with its outbox event.
 
-use lambda_http::{run, tracing, Error};
+use lambda_http::{tracing, Error};
 use orders_app::partner::{router, PartnerWebhooks};
 use outbox::Env;
 
@@ -13,5 +13,6 @@ async fn main() -> Result<(), Error> {
     // The SDK clients' time-outs (SDK_*_TIMEOUT_MS), once per cold start.
     let sdk = outbox::lambda::load_sdk_config(&env).await?;
     let webhooks = PartnerWebhooks::from_env(&sdk, &env)?;
-    run(router(webhooks)).await
+    // orders_app::serve::run: lambda_http::run behind the base64 body guard.
+    orders_app::serve::run(router(webhooks)).await
 }

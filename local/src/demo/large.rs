@@ -167,7 +167,8 @@ async fn follow(
     })
     .to_string();
     let url = format!("http://{api}/orders");
-    let response = reqwest::Client::new()
+    let client = crate::authorizer::client_as(&runtime.issuer, super::DEMO_SUBJECT).build().map_err(|e| e.to_string())?;
+    let response = client
         .post(&url)
         .header("content-type", "application/json")
         .header("x-correlation-id", correlation_id)

@@ -30,6 +30,9 @@ pub const WEBHOOK_TIMESTAMP: &str = "webhook-timestamp";
 pub const WEBHOOK_SIGNATURE: &str = "webhook-signature";
 /// The prefix of a serialised secret.
 pub const SECRET_PREFIX: &str = "whsec_";
+/// Shortest accepted secret, bytes: the Standard Webhooks minimum ("between 24 bytes and 64
+/// bytes"); a shorter HMAC key is refused when it is loaded.
+pub const MIN_SECRET_BYTES: usize = 24;
 /// Default tolerance between the sender's timestamp and the receiver's clock: 5 minutes.
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
 
@@ -50,6 +53,9 @@ pub enum SecretError {
     /// Empty after decoding.
     #[error("the webhook secret is empty")]
     Empty,
+    /// Shorter than [`MIN_SECRET_BYTES`] after decoding.
+    #[error("the webhook secret is {0} bytes; Standard Webhooks secrets are at least 24 bytes")]
+    TooShort(usize),
 }
 
 /// A symmetric signing secret (its bytes; never printed).
@@ -66,13 +72,17 @@ impl Secret {
     /// Parses `whsec_<base64>` (the prefix is optional, padding too, as in the reference libraries).
     ///
     /// # Errors
-    /// [`SecretError`] when the text is not base64 or decodes to nothing.
+    /// [`SecretError`] when the text is not base64, decodes to nothing, or to fewer than
+    /// [`MIN_SECRET_BYTES`] bytes.
     pub fn parse(text: &str) -> Result<Self, SecretError> {
         let encoded = text.trim();
         let encoded = encoded.strip_prefix(SECRET_PREFIX).unwrap_or(encoded);
         let bytes = LENIENT.decode(encoded).map_err(|e| SecretError::NotBase64(e.to_string()))?;
         if bytes.is_empty() {
             return Err(SecretError::Empty);
+        }
+        if bytes.len() < MIN_SECRET_BYTES {
+            return Err(SecretError::TooShort(bytes.len()));
         }
         Ok(Self(bytes))
     }
@@ -188,6 +198,21 @@ impl<'a> SignedHeaders<'a> {
     pub fn from_fn(get: impl Fn(&'static str) -> Option<&'a str>) -> Self {
         Self { id: get(WEBHOOK_ID), timestamp: get(WEBHOOK_TIMESTAMP), signature: get(WEBHOOK_SIGNATURE) }
     }
+
+    /// The first header that is absent (or, for `webhook-id`, empty), in the order
+    /// [`Verifier::verify`] checks them: a receiver can refuse such a request before it looks up
+    /// any secret.
+    pub fn missing(&self) -> Option<&'static str> {
+        if self.id.is_none_or(str::is_empty) {
+            Some(WEBHOOK_ID)
+        } else if self.timestamp.is_none() {
+            Some(WEBHOOK_TIMESTAMP)
+        } else if self.signature.is_none() {
+            Some(WEBHOOK_SIGNATURE)
+        } else {
+            None
+        }
+    }
 }
 
 /// Verifies signed requests against a sender's current secrets.
@@ -269,7 +294,7 @@ mod tests {
         assert_eq!(secret(PY_SECRET).sign(PY_ID, PY_TS, PY_BODY.as_bytes()), PY_SIGNATURE);
         // Without the prefix, and unpadded, the secret is the same.
         assert_eq!(secret("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"), secret(PY_SECRET));
-        assert_eq!(secret("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaS"), secret("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaS="));
+        assert_eq!(secret("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwMfKQ9r8GKYqrTwjUPD8"), secret("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwMfKQ9r8GKYqrTwjUPD8="));
     }
 
     #[test]
@@ -318,6 +343,11 @@ mod tests {
         assert!(matches!(shorter.verify(&headers(PY_ID, &ts, PY_SIGNATURE), PY_BODY.as_bytes(), PY_TS + 11), Err(VerifyError::Stale { .. })));
         let none = SignedHeaders::default();
         assert_eq!(v.verify(&none, b"", PY_TS).unwrap_err().header(), WEBHOOK_ID);
+        assert_eq!(none.missing(), Some(WEBHOOK_ID));
+        assert_eq!(SignedHeaders { id: Some(""), ..headers(PY_ID, &ts, PY_SIGNATURE) }.missing(), Some(WEBHOOK_ID));
+        assert_eq!(SignedHeaders { timestamp: None, ..headers(PY_ID, &ts, PY_SIGNATURE) }.missing(), Some(WEBHOOK_TIMESTAMP));
+        assert_eq!(SignedHeaders { signature: None, ..headers(PY_ID, &ts, PY_SIGNATURE) }.missing(), Some(WEBHOOK_SIGNATURE));
+        assert_eq!(headers(PY_ID, "x", "y").missing(), None);
         let no_ts = SignedHeaders { id: Some(PY_ID), ..Default::default() };
         assert_eq!(v.verify(&no_ts, b"", PY_TS).unwrap_err(), VerifyError::Missing { header: WEBHOOK_TIMESTAMP });
         let no_sig = SignedHeaders { id: Some(PY_ID), timestamp: Some(&ts), signature: None };
@@ -344,6 +374,10 @@ mod tests {
         assert!(!format!("{s:?}").contains(&s.to_whsec()[6..]));
         assert!(matches!(Secret::parse("whsec_not base64!"), Err(SecretError::NotBase64(_))));
         assert_eq!(Secret::parse("whsec_"), Err(SecretError::Empty));
+        // Below the Standard Webhooks minimum of 24 bytes: 1 byte, 23 bytes.
+        assert_eq!(Secret::parse("whsec_AA=="), Err(SecretError::TooShort(1)));
+        assert_eq!(Secret::parse(&format!("whsec_{}", STANDARD.encode([7u8; 23]))), Err(SecretError::TooShort(23)));
+        assert!(Secret::parse(&format!("whsec_{}", STANDARD.encode([7u8; 24]))).is_ok());
         assert_eq!(Secret::parse_list("  "), Err(SecretError::Empty));
         assert_eq!(Secret::parse_list(&format!("{} {}", RUST_SECRET, PY_SECRET)).map(|l| l.len()), Ok(2));
     }
