@@ -414,6 +414,11 @@ mod tests {
 
     fn consumer(table: &Arc<Mutex<Table>>) -> InventoryConsumer {
         let state = table.clone();
+        // The ordered inbox reads its own rows (the aggregate's last sequence, parked successors):
+        // they are absent here; only the inventory table's reads are the handler's.
+        let inbox_read = mock!(aws_sdk_dynamodb::Client::get_item)
+            .match_requests(|r| r.table_name() == Some("inbox"))
+            .then_output(|| GetItemOutput::builder().build());
         let get = mock!(aws_sdk_dynamodb::Client::get_item).then_compute_response(move |_| {
             let mut table = state.lock().unwrap();
             table.reads += 1;
@@ -455,7 +460,7 @@ mod tests {
             table.committed.push(items);
             MockResponse::Output(TransactWriteItemsOutput::builder().build())
         });
-        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&get, &transact], |c| {
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&inbox_read, &get, &transact], |c| {
             c.retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
         });
         let inbox = Inbox::new(client.clone(), "inbox", "reserve-inventory", DEFAULT_RETENTION).ordered();
