@@ -335,7 +335,11 @@ where
     /// ([`event_span`](crate::envelope::event_span): `event_id`, `event_type`, `aggregate_type`,
     /// `aggregate_id`, `correlation_id`, `attempt`).
     pub async fn handle_payload_until(&self, payload: &RawValue, deadline: Instant) -> Result<ConsumerResponse<O>, ConsumerError> {
-        self.handle_one(payload, deadline, true).await
+        // Boxed: the state machine below (delivery, parking, the drain of parked successors) is
+        // deep enough that a caller's own `async fn` holding it inline overflows rustc's default
+        // query depth when its layout is computed; one allocation per event keeps callers' futures
+        // shallow.
+        Box::pin(self.handle_one(payload, deadline, true)).await
     }
 
     /// One event and the parked events it unblocks; the summary line at INFO for an invocation

@@ -141,7 +141,8 @@ where
             }
             let body = record.body.unwrap_or_default();
             let result = match RawValue::from_string(body.clone()) {
-                Ok(event) => self.handle_one(&event, deadline, false).await,
+                // Boxed like `handle_payload_until`: keeps the caller's future shallow.
+                Ok(event) => Box::pin(self.handle_one(&event, deadline, false)).await,
                 Err(e) => self.dead_letter_text(&body, &format!("SQS message {id}: the body is not JSON: {e}")).await,
             };
             match result {
