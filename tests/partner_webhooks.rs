@@ -12,9 +12,9 @@ use axum::http::HeaderMap;
 use common::{s, Local};
 use orders_app::orders::{Answer, CreateOrderRequest, OrdersApi};
 use orders_app::partner::{Accepted, PartnerWebhooks, Partners, CONSUMER, STATUS_PAID};
-use outbox::writer::OutboxWriter;
-use outbox::Inbox;
-use outbox_lambda::config::{Env, DEFAULT_RETENTION};
+use outbox::inbox::Inbox;
+use outbox::OutboxWriter;
+use outbox_lambda::{Env, DEFAULT_RETENTION};
 use outbox_webhooks::Secret;
 use serde_json::json;
 

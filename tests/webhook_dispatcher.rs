@@ -17,8 +17,8 @@ use aws_sdk_sqs::types::MessageSystemAttributeName;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use common::Local;
-use outbox::Inbox;
-use outbox_lambda::config::{Env, DEFAULT_RETENTION};
+use outbox::inbox::Inbox;
+use outbox_lambda::{Env, DEFAULT_RETENTION};
 use outbox_webhooks::dispatcher::{DispatchReport, Dispatcher};
 use outbox_webhooks::{Secret, SignedHeaders, Verifier};
 
@@ -498,7 +498,7 @@ async fn a_claim_checked_event_is_delivered_with_its_payload_inline() {
     assert!(!body.contains("data_ref"), "the subscriber never sees the reference");
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let (id, ts, sig) = (get("webhook-id").unwrap(), get("webhook-timestamp").unwrap(), get("webhook-signature").unwrap());
-    let signed = SignedHeaders { id: Some(&id), timestamp: Some(&ts), signature: Some(&sig) };
+    let signed = SignedHeaders::new(Some(&id), Some(&ts), Some(&sig));
     assert_eq!(Verifier::new(vec![secret]).verify(&signed, body.as_bytes(), chrono::Utc::now().timestamp()), Ok("evt-large-1"));
     let report = h.deliver(&bus_event(metadata, &reference), 1).await;
     assert_eq!(report.already_delivered, 1, "{report:?}");
@@ -574,7 +574,7 @@ async fn events_fan_out_deliver_once_retry_and_dead_letter() {
     let (headers, body) = good.seen.lock().unwrap()[0].clone();
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let (id, ts, sig) = (get("webhook-id").unwrap(), get("webhook-timestamp").unwrap(), get("webhook-signature").unwrap());
-    let signed = SignedHeaders { id: Some(&id), timestamp: Some(&ts), signature: Some(&sig) };
+    let signed = SignedHeaders::new(Some(&id), Some(&ts), Some(&sig));
     let detail: serde_json::Value = serde_json::from_str(&bus_event).unwrap();
     assert_eq!(id, detail["detail"]["metadata"]["id"].as_str().unwrap());
     assert_eq!(serde_json::from_str::<serde_json::Value>(&body).unwrap(), detail["detail"], "the body is the event's detail");

@@ -7,7 +7,7 @@
 //!   `event_id` (outbox items expire by TTL once published, so the table stays small; the scan
 //!   still reads every item: [Scan](https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html));
 //! * each consumer's inbox row (a function with `INBOX_TABLE` and an EventBridge rule): one
-//!   `GetItem` of `<CONSUMER_NAME>#<event id>` in the table its `INBOX_TABLE` names (the key [`outbox::Inbox::key`] writes);
+//!   `GetItem` of `<CONSUMER_NAME>#<event id>` in the table its `INBOX_TABLE` names (the key [`outbox::inbox::Inbox::key`] writes);
 //! * each webhook subscriber's delivery (a function with `INBOX_TABLE` and
 //!   `WEBHOOK_SUBSCRIBERS_TABLE`): a `Scan` of the subscriber table, then one `GetItem` of
 //!   `<WEBHOOK_CONSUMER_NAME>#<subscriber>#<event id>` per subscriber of the event's type, and
@@ -293,7 +293,7 @@ async fn parked_state(
         .scan()
         .table_name(table)
         .filter_expression("kind = :parked AND event_id = :id AND consumer = :consumer")
-        .expression_attribute_values(":parked", AttributeValue::S(outbox::inbox::parked::PARKED_KIND.into()))
+        .expression_attribute_values(":parked", AttributeValue::S(outbox::inbox::PARKED_KIND.into()))
         .expression_attribute_values(":id", AttributeValue::S(event_id.to_owned()))
         .expression_attribute_values(":consumer", AttributeValue::S(consumer.to_owned()))
         .into_paginator()

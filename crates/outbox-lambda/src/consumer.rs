@@ -1,9 +1,9 @@
 //! Consumers as Lambda handlers (feature `consumer`): [`LambdaConsumer`] adds `handle` and
-//! `handle_any` to [`outbox::Consumer`], taking the invocation's [`LambdaEvent`] and its
+//! `handle_any` to [`outbox::consumer::Consumer`], taking the invocation's [`LambdaEvent`] and its
 //! deadline.
 //!
 //! ```no_run
-//! # async fn example(consumer: outbox::Consumer<outbox::MemoryInbox, outbox::consumer::MemoryDeadLetters, ()>) -> Result<(), lambda_runtime::Error> {
+//! # async fn example(consumer: outbox::consumer::Consumer<outbox::inbox::MemoryInbox, outbox::consumer::MemoryDeadLetters, ()>) -> Result<(), lambda_runtime::Error> {
 //! use lambda_runtime::{service_fn, LambdaEvent};
 //! use outbox::consumer::RawEvent;
 //! use outbox_lambda::LambdaConsumer as _;
@@ -15,8 +15,9 @@
 use std::future::Future;
 
 use lambda_runtime::LambdaEvent;
+use outbox::consumer::Consumer;
 use outbox::consumer::{ConsumerResponse, DeadLetterSink, InvocationAnswer, RawEvent};
-use outbox::{Consumer, InboxStore};
+use outbox::inbox::InboxStore;
 use serde::Serialize;
 
 use crate::InvocationError;

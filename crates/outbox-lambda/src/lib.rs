@@ -3,12 +3,11 @@
 //!
 //! * [`relay::run_from_env`] (feature `relay`) is the whole relay function: DynamoDB Streams in,
 //!   EventBridge `PutEvents` out, `batchItemFailures` back;
-//! * [`LambdaConsumer`] (feature `consumer`) serves an [`outbox::Consumer`] as a Lambda handler
+//! * [`LambdaConsumer`] (feature `consumer`) serves an [`outbox::consumer::Consumer`] as a Lambda handler
 //!   bounded by the invocation's deadline;
 //! * [`webhooks::run_from_env`] (feature `webhooks`) is the whole webhook dispatcher function;
-//! * [`config`] reads a function's settings from its environment ([`Env`]), with the SDK
-//!   clients' time-outs ([`config::SdkTimeouts`], [`load_sdk_config`]) and the inbox retention
-//!   rule ([`config::inbox_retention`]);
+//! * [`Env`] reads a function's settings from its environment, with the SDK clients' time-outs
+//!   ([`SdkTimeouts`], [`load_sdk_config`]) and the inbox retention rule ([`inbox_retention`]);
 //! * [`run`] serves a handler and, with feature `metrics`, writes the library's counts as
 //!   CloudWatch Embedded Metric Format ([`emf_metrics`]).
 //!
@@ -16,7 +15,7 @@
 //!
 //! | feature | brings | needs |
 //! |---|---|---|
-//! | (none) | [`run`], [`deadline`], [`lease_until`], [`load_sdk_config`], [`config`] | `lambda_runtime`, `aws-config` |
+//! | (none) | [`run`], [`deadline`], [`lease_until`], [`load_sdk_config`], [`Env`], [`SdkTimeouts`], [`inbox_retention`] | `lambda_runtime`, `aws-config` |
 //! | `relay` | [`relay`] | `outbox/relay` |
 //! | `consumer` | [`LambdaConsumer`] | `outbox/inbox` |
 //! | `claim-check` | [`claim_check`]: the claim check of `CLAIM_CHECK_BUCKET` | `outbox/claim-check`, `aws-sdk-s3` |
@@ -31,7 +30,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod config;
+mod config;
 #[cfg(feature = "consumer")]
 mod consumer;
 #[cfg(feature = "relay")]
@@ -40,7 +39,7 @@ mod runtime;
 #[cfg(feature = "webhooks")]
 pub mod webhooks;
 
-pub use config::{ConfigError, Env};
+pub use config::{inbox_retention, ConfigError, Env, SdkTimeouts, DEFAULT_DEAD_LETTER_RETENTION, DEFAULT_REDRIVE_MARGIN, DEFAULT_RETENTION};
 #[cfg(feature = "consumer")]
 pub use consumer::LambdaConsumer;
 #[cfg(feature = "metrics")]
@@ -49,9 +48,13 @@ pub use runtime::emf_metrics;
 pub use runtime::{claim_check, BUCKET_ENV, MAX_BYTES_ENV, PREFIX_ENV};
 pub use runtime::{deadline, lease_until, load_sdk_config, run};
 
+// The crates whose types appear in this crate's public signatures, re-exported so a user
+// names (and matches) one version of each (the SDK clients: `outbox_lambda::outbox::aws_sdk_dynamodb`).
 pub use aws_config;
 pub use lambda_runtime;
 pub use outbox;
+#[cfg(feature = "webhooks")]
+pub use outbox_webhooks;
 
 /// An invocation that failed as a whole: Lambda retries it (the event source mapping's retry,
 /// the asynchronous invocation's retries). Converts into the runtime's
@@ -60,10 +63,10 @@ pub use outbox;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum InvocationError {
-    /// The consumer failed the invocation ([`outbox::ConsumerError`]).
+    /// The consumer failed the invocation ([`outbox::consumer::ConsumerError`]).
     #[cfg(feature = "consumer")]
     #[error(transparent)]
-    Consumer(#[from] outbox::ConsumerError),
+    Consumer(#[from] outbox::consumer::ConsumerError),
     /// The relay failed the whole batch ([`outbox::relay::RelayError`]).
     #[cfg(feature = "relay")]
     #[error(transparent)]

@@ -24,7 +24,7 @@
 //! | `OUTBOX_TABLE` | the outbox table (name, table ARN or stream ARN): records whose `eventSourceARN` is another table's stream are skipped and counted (`RecordsSkipped`, reason `foreign_stream`) | unset: every record of the attached stream is relayed |
 //! | `RELAY_MAX_CALLS_IN_FLIGHT` | most `PutEvents` calls of one invocation in flight at once (calls that carry events of one aggregate never overlap) | 10 |
 //! | `RELAY_SAFETY_MARGIN_MS` | time kept before the deadline, milliseconds | 2000 |
-//! | `SDK_CONNECT_TIMEOUT_MS`, `SDK_ATTEMPT_TIMEOUT_MS`, `SDK_OPERATION_TIMEOUT_MS` | the SDK clients' time-outs ([`crate::config::SdkTimeouts`]); no `PutEvents` call starts with less than the operation time-out + the safety margin left | 3000, 5000, 15000 |
+//! | `SDK_CONNECT_TIMEOUT_MS`, `SDK_ATTEMPT_TIMEOUT_MS`, `SDK_OPERATION_TIMEOUT_MS` | the SDK clients' time-outs ([`crate::SdkTimeouts`]); no `PutEvents` call starts with less than the operation time-out + the safety margin left | 3000, 5000, 15000 |
 //! | `OUTBOX_ATTRIBUTE_NAMES` | the table's names for contract attributes that it names differently: `contract=table` pairs, comma-separated, e.g. `event_id=EventId,payload=Body` | the contract's names |
 //! | `METRICS_NAMESPACE` | CloudWatch namespace of the EMF metrics (feature `metrics`) | `OutboxRelay` |
 //! | `AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL` | Lambda's logging controls (`LoggingConfig`): at `INFO` the relay writes one summary line per batch; `DEBUG` adds one line per event and `PutEvents` attempt, inside the event's span | Lambda's (the template: JSON, `INFO`) |

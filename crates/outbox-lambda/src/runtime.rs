@@ -165,7 +165,7 @@ mod tests {
     /// until the Lambda timeout.
     #[tokio::test]
     async fn a_stalled_call_times_out_retryably() {
-        use outbox::aws_error::{AwsError, AwsErrorKind};
+        use outbox::{AwsError, AwsErrorKind};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let held = tokio::spawn(async move {

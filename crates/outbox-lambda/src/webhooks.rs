@@ -89,7 +89,7 @@ pub const DEFAULT_METRICS_NAMESPACE: &str = "OutboxWebhooks";
 /// (feature `metrics`, namespace `METRICS_NAMESPACE`, default `OutboxWebhooks`), the
 /// configuration of [`dispatcher_config`] plus `INBOX_TABLE` (deliveries are recorded there as
 /// consumer `WEBHOOK_CONSUMER_NAME`, default `webhook-dispatcher`, kept as the retention rule
-/// says, [`crate::config::inbox_retention`]: a delivery redriven from the webhook dead-letter
+/// says, [`crate::inbox_retention`]: a delivery redriven from the webhook dead-letter
 /// queue still finds its record), with feature `claim-check` the claim check of
 /// `CLAIM_CHECK_BUCKET` / `CLAIM_CHECK_PREFIX` (claim-checked events delivered inline), and
 /// [`Dispatcher::handle`] per batch; the guarded lease ends at the invocation's deadline.
@@ -101,12 +101,12 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
     let env = Env::process();
     // The SDK clients' time-outs (SDK_*_TIMEOUT_MS), once per cold start.
     let sdk = crate::runtime::load_sdk_config(&env).await?;
-    let built = (|| -> Result<Dispatcher<outbox::Inbox>, Box<dyn std::error::Error + Send + Sync>> {
+    let built = (|| -> Result<Dispatcher<outbox::inbox::Inbox>, Box<dyn std::error::Error + Send + Sync>> {
         let (table, consumer) = (env.required("INBOX_TABLE")?, env.optional("WEBHOOK_CONSUMER_NAME", "webhook-dispatcher"));
         let retention = crate::config::inbox_retention(&env)?;
         let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
         let log = AttemptLog::new(dynamodb.clone(), &table, &consumer, env.seconds("WEBHOOK_ATTEMPTS_RETENTION_SECONDS", retention)?);
-        let inbox = outbox::Inbox::new(dynamodb, table, consumer, retention);
+        let inbox = outbox::inbox::Inbox::new(dynamodb, table, consumer, retention);
         let dispatcher = Dispatcher::new(&sdk, inbox, dispatcher_config(&env)?)?.with_attempt_log(log);
         #[cfg(feature = "claim-check")]
         let dispatcher = match crate::runtime::claim_check(&sdk, &env)? {

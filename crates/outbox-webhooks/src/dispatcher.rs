@@ -109,6 +109,7 @@ const VISIBILITY_MARGIN: Duration = Duration::from_secs(60);
 
 /// One subscriber, as stored in the subscriber table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Subscriber {
     /// Subscriber id (the table's partition key `id`): the metric dimension and inbox key part.
     pub id: String,
@@ -128,6 +129,12 @@ fn yes() -> bool {
 }
 
 impl Subscriber {
+    /// An enabled subscriber: `url` gets the `event_types` (`*` for all), signed with the
+    /// secrets of Secrets Manager secret `secret_id`.
+    pub fn new(id: impl Into<String>, url: impl Into<String>, event_types: Vec<String>, secret_id: impl Into<String>) -> Self {
+        Self { id: id.into(), url: url.into(), event_types, secret_id: secret_id.into(), enabled: true }
+    }
+
     /// Whether this subscriber gets events of `event_type`.
     pub fn wants(&self, event_type: &str) -> bool {
         self.enabled && self.event_types.iter().any(|t| t == "*" || t == event_type)
@@ -136,6 +143,7 @@ impl Subscriber {
 
 /// A bus event as the delivery queue holds it.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct WebhookEvent {
     /// The envelope metadata (`detail.metadata`): `id` is the `webhook-id`.
     pub metadata: EventMetadata,
@@ -272,6 +280,7 @@ pub struct Deliverer<S> {
 
 /// The value stored with a delivered (event, subscriber) in the inbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct DeliveryRecord {
     /// HTTP status of the delivering attempt.
     pub status: u16,
@@ -281,6 +290,7 @@ pub struct DeliveryRecord {
 
 /// One attempt's decision, and the HTTP request it sent (if it sent one).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Attempted {
     /// What to do with the message.
     pub decision: Decision,
@@ -815,6 +825,7 @@ pub struct AttemptLog {
 
 /// One recorded attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct AttemptRecord {
     /// Attempt number (1: the first).
     pub attempt: u32,

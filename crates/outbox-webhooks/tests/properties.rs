@@ -3,7 +3,7 @@
 //! current secret.
 
 mod signatures {
-    use outbox_webhooks::signature::{signature_header, WEBHOOK_ID, WEBHOOK_TIMESTAMP};
+    use outbox_webhooks::{signature_header, WEBHOOK_ID, WEBHOOK_TIMESTAMP};
     use outbox_webhooks::{Secret, SignedHeaders, Verifier};
     use proptest::prelude::*;
 
@@ -20,7 +20,7 @@ mod signatures {
             id in header(), timestamp in header(), signature in header(),
             body in prop::collection::vec(any::<u8>(), 0..256), now in any::<i64>(), tolerance in any::<u64>(),
         ) {
-            let headers = SignedHeaders { id: id.as_deref(), timestamp: timestamp.as_deref(), signature: signature.as_deref() };
+            let headers = SignedHeaders::new(id.as_deref(), timestamp.as_deref(), signature.as_deref());
             let verifier = Verifier::new(vec![Secret::generate()]).with_tolerance(std::time::Duration::from_secs(tolerance));
             let result = verifier.verify(&headers, &body, now);
             // A random signature never matches a fresh secret. A missing id or timestamp is named
@@ -40,7 +40,7 @@ mod signatures {
             let timestamp = now - skew;
             let header = signature_header(std::slice::from_ref(&current), &id, timestamp, &body);
             let ts = timestamp.to_string();
-            let signed = SignedHeaders { id: Some(&id), timestamp: Some(&ts), signature: Some(&header) };
+            let signed = SignedHeaders::new(Some(&id), Some(&ts), Some(&header));
             prop_assert_eq!(Verifier::new(vec![previous.clone(), current.clone()]).verify(&signed, &body, now), Ok(id.as_str()));
             prop_assert!(Verifier::new(vec![previous]).verify(&signed, &body, now).is_err(), "another secret");
             let mut tampered = body.clone();

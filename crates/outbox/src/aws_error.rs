@@ -91,6 +91,7 @@ pub enum AwsErrorKind {
 /// service answered), the HTTP status, and whether retrying can succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{operation} failed: {detail}")]
+#[non_exhaustive]
 pub struct AwsError {
     /// The API operation, e.g. `TransactWriteItems`.
     pub operation: &'static str,
@@ -109,6 +110,12 @@ pub struct AwsError {
 }
 
 impl AwsError {
+    /// A failure of `operation` described by hand (a test double's, a store's own): no error
+    /// code, message or HTTP status, which the public fields take afterwards.
+    pub fn new(operation: &'static str, kind: AwsErrorKind, retryable: bool, detail: impl Into<String>) -> Self {
+        Self { operation, kind, code: None, message: None, status: None, retryable, detail: detail.into() }
+    }
+
     /// Classifies a failed call of `operation` (see the module docs).
     pub fn from_sdk<E>(operation: &'static str, error: &SdkError<E, HttpResponse>) -> Self
     where

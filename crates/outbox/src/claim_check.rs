@@ -13,13 +13,13 @@
 //!   template's `OutboxPayloadBucket` expires objects after the outbox retention plus the longest
 //!   redelivery window); nothing else cleans it up.
 //! - **Relay**: publishes `detail.data_ref` (the reference), never the bytes
-//!   ([`OutboxItem::to_bus_event`](crate::OutboxItem::to_bus_event)).
+//!   ([`OutboxItem::to_bus_event`](crate::envelope::OutboxItem::to_bus_event)).
 //! - **Consumer**: with [`ConsumerBuilder::claim_check`](crate::consumer::ConsumerBuilder::claim_check),
 //!   an event with `detail.data_ref` and no `detail.data` is fetched (`GetObject`) and verified
 //!   (size, SHA-256) before decoding, so handlers are the same for small and large events and the
 //!   inbox's payload hash is over the real payload. A missing or corrupt object is dead-lettered
 //!   ([`ClaimCheckError::Missing`], [`ClaimCheckError::Corrupt`]); a transient S3 failure is
-//!   retried like any other ([`crate::aws_error`]).
+//!   retried like any other ([`AwsError`](crate::AwsError)).
 //!
 //! Permissions: the producer needs `s3:PutObject` on `arn:aws:s3:::<bucket>/<prefix>/*`, the
 //! consumer `s3:GetObject` on the same objects; nothing else. Without `s3:ListBucket`, S3 answers
@@ -32,7 +32,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use sha2::{Digest, Sha256};
 
 use crate::aws_error::AwsError;
-pub use crate::envelope::PayloadRef;
+use crate::envelope::PayloadRef;
 
 /// Default largest payload the claim check stores: 10 MiB.
 pub const DEFAULT_MAX_BYTES: usize = 10 * 1024 * 1024;
@@ -71,7 +71,7 @@ pub enum ClaimCheckError {
         /// The limit in bytes.
         limit: usize,
     },
-    /// `PutObject` or `GetObject` failed; retryable as [`crate::aws_error`] classifies it.
+    /// `PutObject` or `GetObject` failed; retryable as [`AwsError`](crate::AwsError) classifies it.
     #[error("payload object s3://{bucket}/{key}: {source}")]
     S3 {
         /// Bucket.
@@ -175,7 +175,7 @@ impl ClaimCheck {
     /// the same.
     ///
     /// # Errors
-    /// [`ClaimCheckError::S3`], retryable or not as [`crate::aws_error`] classifies it.
+    /// [`ClaimCheckError::S3`], retryable or not as [`AwsError`](crate::AwsError) classifies it.
     pub async fn upload(&self, reference: &PayloadRef, payload: Vec<u8>) -> Result<(), ClaimCheckError> {
         self.client
             .put_object()

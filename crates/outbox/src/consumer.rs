@@ -84,18 +84,19 @@ use serde_json::value::RawValue;
 
 use crate::envelope::EventMetadata;
 
-pub mod dead_letters;
-pub mod dispatch;
-pub mod error;
-pub mod handler;
-pub mod metrics;
-pub mod sqs;
-pub mod tx;
+mod dead_letters;
+mod dispatch;
+mod error;
+mod handler;
+mod metrics;
+mod sqs;
+mod tx;
 
-pub use dead_letters::{ConsumerDeadLetterQueue, DeadLetterError, DeadLetterSink, MemoryDeadLetters};
+pub use dead_letters::{ConsumerDeadLetterQueue, DeadLetterError, DeadLetterSink, DeadLettered, MemoryDeadLetters};
 pub use dispatch::{Consumer, ConsumerBuilder, ConsumerResponse, Handled, RetryPolicy, SettledEvent, DEFAULT_PARKED_BUDGET};
-pub use error::{ConsumerError, HandlerError};
+pub use error::{BoxError, ConsumerError, HandlerError};
 pub use handler::EventHandler;
+pub use metrics::DEFAULT_NAMESPACE as DEFAULT_METRICS_NAMESPACE;
 pub use sqs::{InvocationAnswer, ItemFailure, SqsBatchAnswer};
 pub use tx::{Fallback, Tx, SETTLED_ELSEWHERE};
 
@@ -119,6 +120,7 @@ pub fn decode_envelope(payload: &RawValue) -> Result<RawEventBridgeEvent, Malfor
 
 /// A delivered event, decoded.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct DeliveredEvent<T> {
     /// `detail.metadata`; `metadata.id` is the idempotency key.
     pub metadata: EventMetadata,

@@ -57,7 +57,7 @@
 //!
 //! Claim rows carry `expires_at` (epoch seconds, the table's TTL attribute), set to now + retention.
 //! The retention must outlive every redelivery of the event — the dead-letter queues' retention
-//! plus a redrive margin (`outbox_lambda::config::inbox_retention`, 16 days by default), or a message
+//! plus a redrive margin (`outbox_lambda::inbox_retention`, 16 days by default), or a message
 //! redriven after its row expired is applied twice.
 //! Source for the transaction semantics: the `TransactWriteItems` API reference,
 //! <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>.
@@ -76,14 +76,14 @@ use crate::transaction::{all_old, transact_write, TransactionError};
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::SdkError;
 
-pub mod guarded;
-pub mod memory;
-pub mod parked;
-pub mod store;
+mod guarded;
+mod memory;
+mod parked;
+mod store;
 
 pub use guarded::{Guarded, GuardedError};
-pub use memory::MemoryInbox;
-pub use parked::ParkedEvent;
+pub use memory::{AppliedEvent, Injected, MemoryInbox};
+pub use parked::{ParkedEvent, PARKED_KIND};
 pub use store::InboxStore;
 
 /// How one delivery ended.
@@ -108,6 +108,7 @@ pub enum InboxOutcome {
 /// that `trace` can say it: the handler's outcome (e.g. `reserved`), or `nothing_to_do` with the
 /// reason a fallback gave (e.g. "settled by another event").
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct RecordedOutcome {
     /// Short machine-readable outcome (`reserved`, `nothing_to_do`, …).
     pub outcome: String,
@@ -172,7 +173,7 @@ pub enum InboxError {
         last_applied: u64,
     },
     /// A DynamoDB call other than the transaction failed (retryable or not as
-    /// [`crate::aws_error`] classifies it; the service's code and message are kept).
+    /// [`AwsError`](crate::AwsError) classifies it; the service's code and message are kept).
     #[error("inbox {action} failed: {error}")]
     Sdk {
         /// What was being done.
@@ -210,6 +211,7 @@ pub enum Claim {
 
 /// A held claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Lease {
     /// The event id.
     pub event_id: String,
@@ -469,12 +471,6 @@ impl Inbox {
     /// Partition key of the inbox row for `event_id`: `<consumer>#<event_id>`.
     pub fn key(&self, event_id: &str) -> String {
         format!("{}#{}", self.consumer, event_id)
-    }
-
-    /// SHA-256 (hex) of the event data as delivered, stored to detect an id reused for a
-    /// different payload (the same as [`payload_hash`]).
-    pub fn payload_hash(data: &str) -> String {
-        payload_hash(data)
     }
 
     /// The conditional put that claims `metadata.id` for this consumer.

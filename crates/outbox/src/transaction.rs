@@ -36,7 +36,7 @@ pub enum TransactionError {
         /// The stored item, if returned.
         item: Option<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>,
     },
-    /// A transient failure ([`crate::aws_error`]): another transaction touched the same items
+    /// A transient failure ([`AwsError`](crate::AwsError)): another transaction touched the same items
     /// (`TransactionConflict`), throttling, a 5xx, a time-out or a network failure. Retrying
     /// later can succeed. The SDK does NOT retry a cancelled transaction (`TransactionConflict`
     /// is a cancellation reason), so the caller must. The text keeps the service's code and
@@ -148,7 +148,7 @@ fn record_metrics(result: &Result<(), TransactionError>, events: usize, took: st
 /// Maps `CancellationReasons` to the first cause that matters:
 /// a `ConditionalCheckFailed` reason wins (it is a definite answer about the data); otherwise a
 /// `TransactionConflict`, throttling or capacity reason makes the whole transaction retryable
-/// ([`crate::aws_error::RETRYABLE_CANCELLATION_CODES`]); anything else (e.g. `ValidationError`) is
+/// (`AwsError`'s retryable cancellation codes); anything else (e.g. `ValidationError`) is
 /// reported as is. Each reason is reported as `code` or `code: message`.
 pub fn classify_cancellation(reasons: &[CancellationReason]) -> TransactionError {
     if let Some((index, reason)) = reasons.iter().enumerate().find(|(_, r)| r.code() == Some("ConditionalCheckFailed")) {
@@ -220,7 +220,7 @@ pub enum CommitError {
     #[error("transaction cancelled: {0}")]
     ConditionFailed(ConditionFailed),
     /// `TransactionConflict`, throttling, capacity, a 5xx, a time-out or a network failure
-    /// ([`crate::aws_error`]): retrying later can succeed.
+    /// ([`AwsError`](crate::AwsError)): retrying later can succeed.
     #[error("transaction conflicted, was throttled or the service failed ({reason}); retry later")]
     Retryable {
         /// The AWS error codes or SDK error, for logs.

@@ -12,10 +12,12 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use outbox::consumer::{Consumer, ConsumerError, Fallback, Handled, HandlerError};
 use outbox::consumer::{ConsumerResponse, DeadLetterSink, MemoryDeadLetters, RawEvent, RetryPolicy};
-use outbox::inbox::memory::Injected;
+use outbox::inbox::Injected;
 use outbox::inbox::RecordedOutcome;
-use outbox::{ConditionFailed, Consumer, ConsumerError, Event, Fallback, Handled, HandlerError, InboxStore, MemoryInbox, OutboxWriter};
+use outbox::inbox::{InboxStore, MemoryInbox};
+use outbox::{ConditionFailed, Event, OutboxWriter};
 use serde_json::{json, Value};
 
 /// An invocation as Lambda hands it over: the payload and the context's deadline (epoch
@@ -580,7 +582,7 @@ fn sqs_batch(bodies: &[Invocation]) -> Box<serde_json::value::RawValue> {
 #[tokio::test]
 async fn an_sqs_batch_reports_only_what_may_pass_later_as_item_failures() {
     let inbox = MemoryInbox::new("queued").ordered();
-    let handler = |event: outbox::DeliveredEvent<Value>, _tx| async move { Ok::<_, HandlerError>(event.metadata.sequence) };
+    let handler = |event: outbox::consumer::DeliveredEvent<Value>, _tx| async move { Ok::<_, HandlerError>(event.metadata.sequence) };
     let consumer: Consumer<MemoryInbox, MemoryDeadLetters, u64> = Consumer::builder(inbox.clone(), MemoryDeadLetters::new())
         .retry(RetryPolicy::none())
         .on::<Value, _, _>("OrderCreated", handler)

@@ -51,15 +51,16 @@ prop_compose! {
         expires_at in any::<i64>(), previous in prop::collection::btree_map(word(), any::<u64>(), 0..3),
         claim_checked in any::<bool>(), size in any::<u64>(),
     ) -> OutboxItem {
-        let payload_ref = claim_checked.then(|| PayloadRef { bucket: "payloads".into(), key: format!("outbox/{event_id}"), size, sha256: "ab".repeat(32) });
-        OutboxItem {
-            pk: OutboxItem::partition_key(&aggregate_type, &aggregate_id),
-            sk: OutboxItem::sort_key(sequence),
-            payload: if payload_ref.is_some() { "null".into() } else { payload.to_string() },
-            occurred_at: at.to_rfc3339_opts(SecondsFormat::AutoSi, false),
-            event_id, event_type, event_version, source, aggregate_type, aggregate_id, sequence,
-            correlation_id, payload_ref, trace_header, expires_at, previous: previous.into_iter().collect::<BTreeMap<_, _>>(),
-        }
+        let payload_ref = claim_checked.then(|| PayloadRef::new("payloads", format!("outbox/{event_id}"), size, "ab".repeat(32)));
+        let payload = if payload_ref.is_some() { "null".into() } else { payload.to_string() };
+        let mut item = OutboxItem::new(event_id, event_type, source, (aggregate_type, aggregate_id), sequence, at.to_rfc3339_opts(SecondsFormat::AutoSi, false), payload);
+        item.event_version = event_version;
+        item.correlation_id = correlation_id;
+        item.payload_ref = payload_ref;
+        item.trace_header = trace_header;
+        item.expires_at = expires_at;
+        item.previous = previous.into_iter().collect::<BTreeMap<_, _>>();
+        item
     }
 }
 

@@ -60,7 +60,7 @@ async fn main() -> Result<(), Error> {
     let service = Service {
         dynamodb: aws_sdk_dynamodb::Client::new(&sdk),
         customers_table: env.required("CUSTOMERS_TABLE")?,
-        outbox: OutboxWriter::new(env.required("OUTBOX_TABLE")?, outbox_lambda::config::DEFAULT_RETENTION),
+        outbox: OutboxWriter::new(env.required("OUTBOX_TABLE")?, outbox_lambda::DEFAULT_RETENTION),
     };
     let service = &service;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<RegisterCustomer>| async move { service.register(event.payload).await })).await

@@ -64,9 +64,9 @@ use crate::http::Problem;
 use crate::idempotency::{
     read_error, IdempotencyRecord, IdempotencyStore, IdempotentRequest, ReadError, Replay, StoredResponse, DEFAULT_TTL, HEADER as IDEMPOTENCY_HEADER,
 };
-use outbox::transaction::{transact_write, TransactionError};
-use outbox::writer::{Event, OutboxWriter, WriteError, DEFAULT_MAX_PUT_EVENTS_BYTES};
-use outbox_lambda::config::{ConfigError, Env, DEFAULT_RETENTION};
+use outbox::envelope::DEFAULT_MAX_PUT_EVENTS_BYTES;
+use outbox::{transact_write, Event, OutboxWriter, TransactionError, WriteError};
+use outbox_lambda::{ConfigError, Env, DEFAULT_RETENTION};
 
 /// Largest accepted request body, bytes (after base64 decoding), not counting the attachment:
 /// `POST /orders` accepts this plus the configured attachment maximum
@@ -701,18 +701,10 @@ pub(crate) fn order_event(
     correlation_id: &str,
     trace_header: Option<String>,
 ) -> Event {
-    Event {
-        event_type: event_type.into(),
-        event_version: EVENT_VERSION,
-        source: source.into(),
-        aggregate_type: AGGREGATE_TYPE.into(),
-        aggregate_id: order_id.to_owned(),
-        sequence,
-        payload,
-        correlation_id: correlation_id.to_owned(),
-        trace_header,
-        previous: Default::default(),
-    }
+    Event::from_json(event_type, source, (AGGREGATE_TYPE, order_id.to_owned()), sequence, payload)
+        .version(EVENT_VERSION)
+        .correlation_id(correlation_id.to_owned())
+        .trace_header(trace_header)
 }
 
 /// The order item as stored in the orders table (`pk` = `ORDER#<order_id>`).

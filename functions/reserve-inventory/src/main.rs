@@ -3,7 +3,7 @@
 
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
 use orders_app::inventory::InventoryConsumer;
-use outbox::consumer::{metrics, RawEvent};
+use outbox::consumer::{RawEvent, DEFAULT_METRICS_NAMESPACE};
 use outbox_lambda::Env;
 
 // One thread: see functions/outbox-relay/src/main.rs.
@@ -15,5 +15,5 @@ async fn main() -> Result<(), Error> {
     let sdk = outbox_lambda::load_sdk_config(&env).await?;
     let consumer = InventoryConsumer::from_env(&sdk, &env)?;
     // EMF metrics (namespace METRICS_NAMESPACE, default OutboxConsumer), flushed per invocation.
-    outbox_lambda::run(&env, metrics::DEFAULT_NAMESPACE, service_fn(|event: LambdaEvent<RawEvent>| consumer.handle(event))).await
+    outbox_lambda::run(&env, DEFAULT_METRICS_NAMESPACE, service_fn(|event: LambdaEvent<RawEvent>| consumer.handle(event))).await
 }

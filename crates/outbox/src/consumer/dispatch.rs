@@ -282,7 +282,7 @@ where
     D: DeadLetterSink,
     O: Serialize + Send + 'static,
 {
-    /// Starts a consumer recording events in `store` (the DynamoDB [`Inbox`](crate::Inbox), or a
+    /// Starts a consumer recording events in `store` (the DynamoDB [`Inbox`](crate::inbox::Inbox), or a
     /// [`MemoryInbox`](crate::inbox::MemoryInbox) in tests) and dead-lettering to `dead_letters`
     /// (a [`ConsumerDeadLetterQueue`](super::ConsumerDeadLetterQueue), an `Option` of one — `None`
     /// fails such invocations instead — or a [`MemoryDeadLetters`](super::MemoryDeadLetters)).

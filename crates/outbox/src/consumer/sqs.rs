@@ -35,6 +35,7 @@ use crate::inbox::InboxStore;
 /// One message Lambda must not delete (`batchItemFailures[]`): it comes back after the
 /// queue's visibility timeout.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct ItemFailure {
     /// The SQS message id.
     #[serde(rename = "itemIdentifier")]
