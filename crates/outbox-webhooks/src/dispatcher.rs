@@ -37,7 +37,7 @@
 //! left), and a message reached with less than [`DispatcherConfig::min_attempt_time`] left is
 //! reported in `batchItemFailures` untouched: not an attempt, its `attempt` unchanged. A
 //! subscriber failing [`BreakerConfig::threshold`] times in a row opens its circuit breaker
-//! ([`super::breaker`]; state on its subscriber item, conditional updates): its messages wait
+//! ([`BreakerState`]; state on its subscriber item, conditional updates): its messages wait
 //! for the cool-down without calling it, then one probe decides. Other subscribers' messages
 //! never wait for it: they run beside its attempts, not after them.
 //!

@@ -19,7 +19,7 @@
 //!   (size, SHA-256) before decoding, so handlers are the same for small and large events and the
 //!   inbox's payload hash is over the real payload. A missing or corrupt object is dead-lettered
 //!   ([`ClaimCheckError::Missing`], [`ClaimCheckError::Corrupt`]); a transient S3 failure is
-//!   retried like any other ([`AwsError`](crate::AwsError)).
+//!   retried like any other ([`AwsError`]).
 //!
 //! Permissions: the producer needs `s3:PutObject` on `arn:aws:s3:::<bucket>/<prefix>/*`, the
 //! consumer `s3:GetObject` on the same objects; nothing else. Without `s3:ListBucket`, S3 answers
@@ -71,7 +71,7 @@ pub enum ClaimCheckError {
         /// The limit in bytes.
         limit: usize,
     },
-    /// `PutObject` or `GetObject` failed; retryable as [`AwsError`](crate::AwsError) classifies it.
+    /// `PutObject` or `GetObject` failed; retryable as [`AwsError`] classifies it.
     #[error("payload object s3://{bucket}/{key}: {source}")]
     S3 {
         /// Bucket.
@@ -175,7 +175,7 @@ impl ClaimCheck {
     /// the same.
     ///
     /// # Errors
-    /// [`ClaimCheckError::S3`], retryable or not as [`AwsError`](crate::AwsError) classifies it.
+    /// [`ClaimCheckError::S3`], retryable or not as [`AwsError`] classifies it.
     pub async fn upload(&self, reference: &PayloadRef, payload: Vec<u8>) -> Result<(), ClaimCheckError> {
         self.client
             .put_object()

@@ -52,13 +52,13 @@
 //!   retries are for what may pass).
 //! * An ordered consumer's event that arrives **before its predecessor** is parked in the inbox
 //!   table and answered `{"outcome": "parked"}`; it is applied, in its own transaction, right
-//!   after its predecessor ([`crate::inbox::parked`]).
+//!   after its predecessor ([`ParkedEvent`](crate::inbox::ParkedEvent)).
 //! * A fallback that finds **nothing to do** ([`Fallback::Duplicate`], [`Fallback::NothingToDo`])
 //!   still records the event (inbox row with the outcome and reason, the aggregate's sequence)
 //!   and answers `{"outcome": "nothing_to_do"}`.
 //! * What **may succeed later** — a conflict, throttling, a 5xx or time-out, a
 //!   [`HandlerError::Retry`] — fails the invocation (behind an SQS queue: the message is reported
-//!   in `batchItemFailures`, [`sqs`]), so Lambda retries it and, when retries run
+//!   in `batchItemFailures`, [`SqsBatchAnswer`]), so Lambda retries it and, when retries run
 //!   out, sends it to the function's on-failure destination. Transient failures (conflicts,
 //!   throttling, 5xx, time-outs, a condition without fallback, [`HandlerError::Retry`]) are first
 //!   retried inside the invocation, with backoff and full jitter, bounded by the time left before

@@ -44,7 +44,7 @@
 //! event at or below `last_sequence` is a duplicate; one whose predecessor is missing is
 //! [`InboxError::SequenceGap`]. The [`Consumer`](crate::consumer::Consumer) does not fail such
 //! an event: it **parks** it in this table and applies it when its predecessor is applied
-//! ([`parked`]: what is stored, why nothing is stranded). **A sequence that never comes**
+//! ([`ParkedEvent`]: what is stored, why nothing is stranded). **A sequence that never comes**
 //! (dead-lettered at the relay, lost to an expired retry) leaves its successor parked, listed
 //! with its age by `outbox-local ordering parked`; an operator releases the aggregate with
 //! [`Inbox::release_through`] (`outbox-local ordering release`, which also re-publishes what
@@ -173,7 +173,7 @@ pub enum InboxError {
         last_applied: u64,
     },
     /// A DynamoDB call other than the transaction failed (retryable or not as
-    /// [`AwsError`](crate::AwsError) classifies it; the service's code and message are kept).
+    /// [`AwsError`] classifies it; the service's code and message are kept).
     #[error("inbox {action} failed: {error}")]
     Sdk {
         /// What was being done.
@@ -251,7 +251,7 @@ pub(crate) fn report_gap(consumer: &str, error: &InboxError) {
     metrics::counter!("SequenceGaps").increment(1);
 }
 
-/// A parked row as stored ([`parked`]), `None` when it lacks a field.
+/// A parked row as stored ([`ParkedEvent`]), `None` when it lacks a field.
 pub fn parked_from_item(item: &std::collections::HashMap<String, AttributeValue>) -> Option<ParkedEvent> {
     let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
     let num = |k: &str| item.get(k).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<u64>().ok());
@@ -346,12 +346,12 @@ impl Inbox {
     }
 
     /// Partition key of the parked row of the event of `aggregate_type`/`aggregate_id` that
-    /// waits for `waits_for` ([`parked`]).
+    /// waits for `waits_for` ([`ParkedEvent`]).
     pub fn parked_key(&self, aggregate_type: &str, aggregate_id: &str, waits_for: u64) -> String {
         format!("{}#parked#{aggregate_type}#{aggregate_id}#{waits_for}", self.consumer)
     }
 
-    /// Parks the event of `metadata`, waiting for `waits_for` ([`parked`]): a conditional put of
+    /// Parks the event of `metadata`, waiting for `waits_for` ([`ParkedEvent`]): a conditional put of
     /// the parked row (absent, or held by the same event). Returns `false` when another event id
     /// waits for the same sequence.
     ///

@@ -74,7 +74,7 @@ impl TransactionError {
 /// <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>.
 ///
 /// # Errors
-/// See [`TransactionError`]; cancellation reasons are mapped by [`classify_cancellation`], every
+/// See [`TransactionError`]; cancellation reasons are mapped by `classify_cancellation`, every
 /// other failure by [`AwsError::from_sdk`] (retryable or not, with the service's code and message).
 pub async fn transact_write(client: &Client, items: Vec<TransactWriteItem>) -> Result<(), TransactionError> {
     transact_write_with_token(client, items, uuid::Uuid::new_v4().to_string()).await

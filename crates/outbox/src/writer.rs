@@ -503,7 +503,7 @@ pub struct OutboxTransaction<'w> {
 
 impl OutboxTransaction<'_> {
     /// Adds one of the caller's writes (Put, Update, Delete or ConditionCheck). Writes are
-    /// numbered from 0 in the order added, as [`ConditionFailed::Write`] reports them.
+    /// numbered from 0 in the order added, as [`ConditionFailed::Write`](crate::ConditionFailed::Write) reports them.
     pub fn write(&mut self, item: TransactWriteItem) -> &mut Self {
         self.batch.write(item);
         self

@@ -41,7 +41,7 @@ pub enum Handled<O> {
     Duplicate,
     /// Ordering: the event arrived before its predecessor (sequence `waits_for`) was applied; it
     /// was parked in the inbox table and is applied when the predecessor is
-    /// ([`crate::inbox::parked`]).
+    /// ([`ParkedEvent`](crate::inbox::ParkedEvent)).
     Parked {
         /// The sequence it waits for.
         waits_for: u64,
@@ -106,7 +106,7 @@ pub struct ConsumerResponse<O> {
     /// `detail.metadata.id` (empty when the event had none).
     pub event_id: String,
     /// Ordering: the events parked behind this one that this invocation applied after it, in
-    /// sequence ([`crate::inbox::parked`]); omitted when none.
+    /// sequence ([`ParkedEvent`](crate::inbox::ParkedEvent)); omitted when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub parked_applied: Vec<SettledEvent>,
 }
@@ -739,7 +739,7 @@ where
     /// Ordering: the most parked events one invocation applies after their predecessor (default
     /// [`DEFAULT_PARKED_BUDGET`]; the invocation's deadline less the retry policy's margin bounds
     /// it too). Beyond it the invocation fails with [`ConsumerError::ParkedPending`] and the
-    /// redelivery of its event carries on ([`crate::inbox::parked`]).
+    /// redelivery of its event carries on ([`ParkedEvent`](crate::inbox::ParkedEvent)).
     pub fn parked_budget(mut self, events: u32) -> Self {
         self.parked_budget = events;
         self

@@ -82,7 +82,7 @@ struct State {
     parked: HashMap<String, ParkedEvent>,
 }
 
-/// The in-memory [`InboxStore`] (see the [module docs](self)). Clones share one state.
+/// The in-memory [`InboxStore`] (see the [module docs](crate::inbox)). Clones share one state.
 #[derive(Debug, Clone)]
 pub struct MemoryInbox {
     consumer: String,

@@ -23,7 +23,7 @@ use super::guarded::{self, Guarded, GuardedError};
 use super::{Claim, Inbox, InboxError, InboxOutcome, Lease, ParkedEvent, RecordedOutcome};
 use crate::envelope::EventMetadata;
 
-/// Where a consumer records the events it applied. See the [module docs](self) for why it is
+/// Where a consumer records the events it applied. See the [module docs](crate::inbox) for why it is
 /// generic, and [`crate::inbox`] for the states and the AWS behaviour the DynamoDB store relies on.
 pub trait InboxStore: Send + Sync {
     /// The consumer name: inbox rows are per consumer, so two consumers of one event never block
@@ -60,7 +60,7 @@ pub trait InboxStore: Send + Sync {
         self.apply(metadata, payload_hash, writes)
     }
 
-    /// Whether this store parks events that arrive before their predecessor ([`super::parked`]):
+    /// Whether this store parks events that arrive before their predecessor ([`ParkedEvent`](super::ParkedEvent)):
     /// an ordered store that implements the three parking methods. Default `false`.
     fn parks(&self) -> bool {
         false
@@ -151,7 +151,7 @@ pub trait InboxStore: Send + Sync {
     /// `effect`, stores its `Ok` value (as JSON) and returns it; a later delivery of the same
     /// event gets the stored value back ([`Guarded::Replayed`]) without running `effect`. On
     /// `Err` the claim is released, so Lambda's retry runs the effect again. See
-    /// the [guarded module](super::guarded) for the states.
+    /// [`Guarded`](super::Guarded) for the states.
     ///
     /// `lease_until` bounds how long a crashed invocation blocks the event: use the invocation's
     /// deadline (`outbox_lambda::lease_until`).
