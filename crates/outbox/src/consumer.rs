@@ -2,11 +2,11 @@
 //! transaction → answer; you write the business logic per event type.
 //!
 //! ```no_run
-//! # async fn example(sdk: aws_config::SdkConfig) -> Result<(), lambda_runtime::Error> {
+//! # async fn example(dynamodb: aws_sdk_dynamodb::Client, sqs: aws_sdk_sqs::Client, payload: Box<serde_json::value::RawValue>) -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use lambda_runtime::{service_fn, LambdaEvent};
-//! use outbox::consumer::{Consumer, ConsumerDeadLetterQueue, Fallback, HandlerError, RawEvent};
-//! use outbox::{ConditionFailed, Event, Inbox, OutboxWriter};
+//! use outbox::consumer::{Consumer, ConsumerDeadLetterQueue, Fallback, HandlerError};
+//! use outbox::inbox::Inbox;
+//! use outbox::{ConditionFailed, Event, OutboxWriter};
 //!
 //! #[derive(serde::Deserialize)]
 //! struct OrderCreated { order_id: String, quantity: u32 }
@@ -15,10 +15,9 @@
 //! #[serde(rename_all = "snake_case")]
 //! enum Outcome { Reserved, Rejected }
 //!
-//! let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
 //! let week = Duration::from_secs(7 * 24 * 3600);
 //! let inbox = Inbox::new(dynamodb, "my-inbox", "reserve-stock", week);
-//! let dead_letters = ConsumerDeadLetterQueue::new(aws_sdk_sqs::Client::new(&sdk), "https://sqs…/my-dlq", "reserve-stock");
+//! let dead_letters = ConsumerDeadLetterQueue::new(sqs, "https://sqs…/my-dlq", "reserve-stock");
 //! let consumer = Consumer::builder(inbox, dead_letters)
 //!     .outbox(OutboxWriter::new("my-outbox", week))
 //!     .on::<OrderCreated, _, _>("OrderCreated", |event, tx| async move {
@@ -38,7 +37,10 @@
 //!         Ok::<_, HandlerError>(Outcome::Reserved)
 //!     })
 //!     .build();
-//! lambda_runtime::run(service_fn(|e: LambdaEvent<RawEvent>| consumer.handle(e))).await
+//! // One invocation's payload (in Lambda: `outbox_lambda::LambdaConsumer::handle`, which bounds
+//! // the retries by the invocation's deadline).
+//! let answer = consumer.handle_payload(&payload).await?;
+//! # let _ = answer; Ok(())
 //! # }
 //! # fn take_stock(order_id: &str, quantity: u32) -> aws_sdk_dynamodb::types::TransactWriteItem { unimplemented!() }
 //! ```

@@ -160,8 +160,8 @@ pub trait InboxStore: Send + Sync {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use outbox::inbox::{payload_hash, Guarded, InboxStore, MemoryInbox};
-    /// # let metadata: outbox::EventMetadata = serde_json::from_str(r#"{"id":"e-1","type":"OrderCreated","version":1,"source":"s","time":"t","subject":"o-1","aggregate_type":"Order","sequence":1,"correlation_id":"c"}"#)?;
-    /// let inbox = MemoryInbox::new("mailer"); // in Lambda: outbox::Inbox::new(client, table, "mailer", retention)
+    /// # let metadata: outbox::envelope::EventMetadata = serde_json::from_str(r#"{"id":"e-1","type":"OrderCreated","version":1,"source":"s","time":"t","subject":"o-1","aggregate_type":"Order","sequence":1,"correlation_id":"c"}"#)?;
+    /// let inbox = MemoryInbox::new("mailer"); // in Lambda: outbox::inbox::Inbox::new(client, table, "mailer", retention)
     /// let until = chrono::Utc::now() + chrono::Duration::seconds(30);
     /// let hash = payload_hash(r#"{"order_id":"o-1"}"#);
     /// let send = || async { Ok::<_, std::io::Error>(String::from("message-1")) }; // the call to your partner
