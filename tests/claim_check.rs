@@ -14,10 +14,13 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::{endpoint, root, short_id};
 use outbox::claim_check::{sha256_hex, ClaimCheck};
+use outbox::consumer::{Consumer, Handled};
 use outbox::consumer::{MemoryDeadLetters, RetryPolicy};
+use outbox::envelope::DEFAULT_MAX_PUT_EVENTS_BYTES;
+use outbox::envelope::{OutboxItem, PayloadRef};
+use outbox::inbox::Inbox;
 use outbox::relay::{Relay, RelayConfig};
-use outbox::writer::DEFAULT_MAX_PUT_EVENTS_BYTES;
-use outbox::{Consumer, Event, Handled, Inbox, OutboxItem, OutboxWriter, PayloadRef};
+use outbox::{Event, OutboxWriter};
 use outbox_local::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
 use outbox_local::stack::{Mode, Stack};
 use outbox_local::template::Template;
@@ -186,18 +189,7 @@ impl Setup {
 }
 
 fn event(order_id: &str, payload: &str) -> Event {
-    Event {
-        event_type: "OrderCreated".into(),
-        event_version: 1,
-        source: "example.orders".into(),
-        aggregate_type: "Order".into(),
-        aggregate_id: order_id.into(),
-        sequence: 1,
-        payload: payload.into(),
-        correlation_id: "c-1".into(),
-        trace_header: None,
-        previous: Default::default(),
-    }
+    Event::from_json("OrderCreated", "example.orders", ("Order", order_id), 1, payload).correlation_id("c-1").trace_header(None)
 }
 
 /// `{"order_id": …, "blob": "xx…"}` (a big text field stands for any large document) of exactly
@@ -219,12 +211,7 @@ async fn large_payload_end_to_end(payload_bytes: usize) {
     assert_eq!(item.payload, "null");
     assert_eq!(
         reference,
-        PayloadRef {
-            bucket: setup.bucket.clone(),
-            key: format!("orders/{}", item.event_id),
-            size: payload_bytes as u64,
-            sha256: sha256_hex(payload.as_bytes())
-        }
+        PayloadRef::new(setup.bucket.clone(), format!("orders/{}", item.event_id), payload_bytes as u64, sha256_hex(payload.as_bytes()))
     );
     assert_eq!(setup.object(&reference).await.as_deref(), Some(payload.as_bytes()), "uploaded before the transaction, byte for byte");
 
@@ -369,6 +356,6 @@ async fn the_payload_lifecycle_outlives_the_outbox_retention_and_the_longest_red
     let days = rule["ExpirationInDays"].as_u64().expect("ExpirationInDays is a number");
     let retention: u64 = setup().await.producer_env["OUTBOX_RETENTION_SECONDS"].parse().expect("seconds");
     // DeadLetterRetentionSeconds at its maximum (SQS's 14 days) plus the inbox's redrive margin.
-    let redelivery = outbox::config::DEFAULT_DEAD_LETTER_RETENTION.as_secs() + outbox::config::DEFAULT_REDRIVE_MARGIN.as_secs();
+    let redelivery = outbox_lambda::DEFAULT_DEAD_LETTER_RETENTION.as_secs() + outbox_lambda::DEFAULT_REDRIVE_MARGIN.as_secs();
     assert!(days * 86_400 >= retention + redelivery, "{days} days < {retention} s + {redelivery} s");
 }

@@ -79,18 +79,7 @@ fn cancelled_detail(reason: Option<&str>) -> Value {
 
 /// An inventory event as the consumer emits it: event version 1, aggregate `Reservation#<order>`.
 fn inventory_detail(event_type: &str, payload: String, sequence: u64) -> Value {
-    detail_of(Event {
-        event_type: event_type.into(),
-        event_version: 1,
-        source: "example.inventory".into(),
-        aggregate_type: RESERVATION.into(),
-        aggregate_id: "o-1".into(),
-        sequence,
-        payload,
-        correlation_id: "corr-1".into(),
-        trace_header: None,
-        previous: Default::default(),
-    })
+    detail_of(Event::from_json(event_type, "example.inventory", (RESERVATION, "o-1"), sequence, payload).correlation_id("corr-1").trace_header(None))
 }
 
 fn settled(reason: Option<&str>) -> String {

@@ -12,18 +12,10 @@ use outbox::envelope::EventMetadata;
 use outbox::inbox::{Claim, Inbox, InboxError, InboxOutcome};
 
 fn metadata(id: &str, aggregate: &str, sequence: u64) -> EventMetadata {
-    EventMetadata {
-        id: id.into(),
-        event_type: "OrderCreated".into(),
-        version: 1,
-        source: "example.orders".into(),
-        time: "2026-11-29T08:00:00.000Z".into(),
-        subject: aggregate.into(),
-        aggregate_type: "Order".into(),
-        sequence,
-        correlation_id: "c".into(),
-        previous: Default::default(),
-    }
+    let mut metadata = EventMetadata::new(id, "OrderCreated", "example.orders", ("Order", aggregate), sequence);
+    metadata.time = "2026-11-29T08:00:00.000Z".into();
+    metadata.correlation_id = "c".into();
+    metadata
 }
 
 fn inbox(local: &Local, consumer: &str) -> Inbox {

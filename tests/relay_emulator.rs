@@ -32,18 +32,17 @@ async fn only_inserted_outbox_items_are_published_verbatim() {
     let writer = OutboxWriter::new(&outbox_table, Duration::from_secs(3600));
     let mut tx = writer.transaction();
     for i in 0..3 {
-        tx.emit(Event {
-            event_type: "ThingHappened".into(),
-            event_version: 1,
-            source: source.clone(),
-            aggregate_type: "Thing".into(),
-            aggregate_id: format!("thing-{i}"),
-            sequence: 1,
-            payload: format!(r#"{{"big":{BIG},"name":"{NAME}","i":{i}}}"#),
-            correlation_id: "relay-emulator-test".into(),
-            trace_header: None,
-            previous: Default::default(),
-        })
+        tx.emit(
+            Event::from_json(
+                "ThingHappened",
+                source.clone(),
+                ("Thing", format!("thing-{i}")),
+                1,
+                format!(r#"{{"big":{BIG},"name":"{NAME}","i":{i}}}"#),
+            )
+            .correlation_id("relay-emulator-test")
+            .trace_header(None),
+        )
         .expect("the event is publishable");
     }
     let inserted = tx.execute(&local.dynamodb).await.expect("the outbox transaction commits");

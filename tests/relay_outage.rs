@@ -94,18 +94,11 @@ async fn emit(local: &Local, source: &str, n: usize) -> BTreeSet<String> {
     let writer = OutboxWriter::new(local.table("OutboxTable"), Duration::from_secs(3600));
     let mut tx = writer.transaction();
     for _ in 0..n {
-        tx.emit(Event {
-            event_type: "ThingHappened".into(),
-            event_version: 1,
-            source: source.into(),
-            aggregate_type: "Thing".into(),
-            aggregate_id: common::short_id(),
-            sequence: 1,
-            payload: r#"{"n":1}"#.into(),
-            correlation_id: "relay-outage-test".into(),
-            trace_header: None,
-            previous: Default::default(),
-        })
+        tx.emit(
+            Event::from_json("ThingHappened", source, ("Thing", common::short_id()), 1, r#"{"n":1}"#)
+                .correlation_id("relay-outage-test")
+                .trace_header(None),
+        )
         .expect("a publishable event");
     }
     tx.execute(&local.dynamodb).await.expect("the outbox transaction commits").into_iter().map(|i| i.event_id).collect()
@@ -326,17 +319,12 @@ async fn order_event(local: &Local, order_id: &str, cancelled: bool) {
         let lines = json!([{"sku": "SKU-OUTAGE", "quantity": 1, "unit_price": "1.00"}]);
         ("OrderCreated", 1, json!({"order_id": order_id, "customer_id": "c", "currency": "EUR", "lines": lines}), BTreeMap::new())
     };
-    tx.emit(Event {
-        event_type: event_type.into(),
-        event_version: 1,
-        source: "example.orders".into(),
-        aggregate_type: "Order".into(),
-        aggregate_id: order_id.into(),
-        sequence,
-        payload: payload.to_string(),
-        correlation_id: "outage-orders-test".into(),
-        trace_header: None,
-        previous,
+    tx.emit({
+        let mut event = Event::from_json(event_type, "example.orders", ("Order", order_id), sequence, payload.to_string())
+            .correlation_id("outage-orders-test")
+            .trace_header(None);
+        event.previous = previous;
+        event
     })
     .expect("a publishable event");
     tx.execute(&local.dynamodb).await.expect("the outbox transaction commits");

@@ -17,10 +17,10 @@ use aws_sdk_sqs::types::MessageSystemAttributeName;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use common::Local;
-use outbox::config::{Env, DEFAULT_RETENTION};
-use outbox::webhook::dispatcher::{DispatchReport, Dispatcher, DispatcherConfig};
-use outbox::webhook::{Secret, SignedHeaders, Verifier};
-use outbox::Inbox;
+use outbox::inbox::Inbox;
+use outbox_lambda::{Env, DEFAULT_RETENTION};
+use outbox_webhooks::dispatcher::{DispatchReport, Dispatcher};
+use outbox_webhooks::{Secret, SignedHeaders, Verifier};
 
 /// `(status, Retry-After)` answers, in order.
 type Script = Vec<(u16, Option<&'static str>)>;
@@ -201,7 +201,7 @@ impl Harness {
         for (k, v) in settings {
             env.insert((*k).into(), (*v).into());
         }
-        let config = DispatcherConfig::from_env(&Env::from_map(env.clone())).expect("the dispatcher's settings");
+        let config = outbox_lambda::webhooks::dispatcher_config(&Env::from_map(env.clone())).expect("the dispatcher's settings");
         let inbox = Inbox::new(local.dynamodb.clone(), env["INBOX_TABLE"].clone(), "webhook-dispatcher", DEFAULT_RETENTION);
         let dispatcher = Dispatcher::new(&local.runtime.sdk, inbox, config).expect("a dispatcher");
         let h = Harness {
@@ -478,7 +478,7 @@ async fn every_dead_letter_is_counted_malformed_messages_included() {
 async fn a_claim_checked_event_is_delivered_with_its_payload_inline() {
     let (h, env) = Harness::start().await;
     let claim_check =
-        outbox::lambda::claim_check(&h.local.runtime.sdk, &env).expect("claim check settings").expect("CLAIM_CHECK_BUCKET in the template");
+        outbox_lambda::claim_check(&h.local.runtime.sdk, &env).expect("claim check settings").expect("CLAIM_CHECK_BUCKET in the template");
     let h = Harness { dispatcher: h.dispatcher.with_claim_check(claim_check.clone()), ..h };
     let (secret, secret_name) = h.secret("big").await;
     let (endpoint, url) = Endpoint::start(vec![(200, None)]).await;
@@ -498,7 +498,7 @@ async fn a_claim_checked_event_is_delivered_with_its_payload_inline() {
     assert!(!body.contains("data_ref"), "the subscriber never sees the reference");
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let (id, ts, sig) = (get("webhook-id").unwrap(), get("webhook-timestamp").unwrap(), get("webhook-signature").unwrap());
-    let signed = SignedHeaders { id: Some(&id), timestamp: Some(&ts), signature: Some(&sig) };
+    let signed = SignedHeaders::new(Some(&id), Some(&ts), Some(&sig));
     assert_eq!(Verifier::new(vec![secret]).verify(&signed, body.as_bytes(), chrono::Utc::now().timestamp()), Ok("evt-large-1"));
     let report = h.deliver(&bus_event(metadata, &reference), 1).await;
     assert_eq!(report.already_delivered, 1, "{report:?}");
@@ -574,7 +574,7 @@ async fn events_fan_out_deliver_once_retry_and_dead_letter() {
     let (headers, body) = good.seen.lock().unwrap()[0].clone();
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let (id, ts, sig) = (get("webhook-id").unwrap(), get("webhook-timestamp").unwrap(), get("webhook-signature").unwrap());
-    let signed = SignedHeaders { id: Some(&id), timestamp: Some(&ts), signature: Some(&sig) };
+    let signed = SignedHeaders::new(Some(&id), Some(&ts), Some(&sig));
     let detail: serde_json::Value = serde_json::from_str(&bus_event).unwrap();
     assert_eq!(id, detail["detail"]["metadata"]["id"].as_str().unwrap());
     assert_eq!(serde_json::from_str::<serde_json::Value>(&body).unwrap(), detail["detail"], "the body is the event's detail");

@@ -1,13 +1,13 @@
 //! `outbox-local ordering parked|release`: the operator's view of an ordered consumer's waiting
 //! events, and the way out of a sequence gap that will never close. An ordered consumer
-//! ([`outbox::Inbox::ordered_by_types`]) applies an aggregate's events in sequence order; an
+//! ([`outbox::inbox::Inbox::ordered_by_types`]) applies an aggregate's events in sequence order; an
 //! event that arrives before its predecessor is **parked** in the inbox table
 //! ([`outbox::inbox::parked`]) and applied when the predecessor is. Transient reordering
 //! (a backlog drained at once) parks events for milliseconds. When a sequence never comes (the
 //! relay dead-lettered that event, or it is skipped on purpose), its successor stays parked:
 //! `ordering parked` lists every parked event with its age and flags those parked longer than
 //! the gap limit (exit status 1 when there is one). Releasing moves the consumer's
-//! `last_sequence` for the aggregate up to `N` ([`outbox::Inbox::release_through`]) and
+//! `last_sequence` for the aggregate up to `N` ([`outbox::inbox::Inbox::release_through`]) and
 //! re-publishes the events parked behind it to the bus, so the consumer applies them.
 //!
 //! It talks to the emulator with `--endpoint`/`AWS_ENDPOINT_URL`, else to AWS with your
@@ -38,7 +38,7 @@ pub async fn parked(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Result<
         .scan()
         .table_name(table)
         .filter_expression("kind = :parked")
-        .expression_attribute_values(":parked", AttributeValue::S(outbox::inbox::parked::PARKED_KIND.into()))
+        .expression_attribute_values(":parked", AttributeValue::S(outbox::inbox::PARKED_KIND.into()))
         .consistent_read(true)
         .into_paginator()
         .items()
@@ -99,7 +99,7 @@ pub async fn republish_parked(
     through: u64,
     bus: &str,
 ) -> Result<usize, String> {
-    let inbox = outbox::Inbox::new(dynamodb.clone(), table, consumer, Duration::ZERO);
+    let inbox = outbox::inbox::Inbox::new(dynamodb.clone(), table, consumer, Duration::ZERO);
     let mut sent = 0;
     for p in parked(dynamodb, table).await? {
         if p.consumer != consumer || p.event.aggregate() != aggregate || p.event.waits_for > through {
@@ -114,7 +114,7 @@ pub async fn republish_parked(
             Err(e) => Some(aws_sdk_eventbridge::error::DisplayErrorContext(e).to_string()),
         };
         if let Some(why) = refused {
-            let metadata: Option<outbox::EventMetadata> = serde_json::from_str::<serde_json::Value>(&p.event.payload)
+            let metadata: Option<outbox::envelope::EventMetadata> = serde_json::from_str::<serde_json::Value>(&p.event.payload)
                 .ok()
                 .and_then(|v| v.pointer("/detail/metadata").cloned())
                 .and_then(|m| serde_json::from_value(m).ok());
@@ -181,7 +181,7 @@ pub async fn release(
         }
     }
     // The retention only concerns claim rows, which a release does not write.
-    let inbox = outbox::Inbox::new(dynamodb.clone(), table, consumer, Duration::ZERO);
+    let inbox = outbox::inbox::Inbox::new(dynamodb.clone(), table, consumer, Duration::ZERO);
     let before = inbox.release_through(aggregate, through).await.map_err(|e| e.to_string())?;
     Ok(Released { before, after: before.max(through) })
 }

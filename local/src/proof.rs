@@ -580,11 +580,11 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
     // Parked rows (an event waiting for its predecessor) are not claims.
     let completed: HashSet<String> = inbox
         .iter()
-        .filter(|i| !text(i, "event_id").is_empty() && text(i, "kind") != outbox::inbox::parked::PARKED_KIND)
+        .filter(|i| !text(i, "event_id").is_empty() && text(i, "kind") != outbox::inbox::PARKED_KIND)
         .filter(|i| matches!(text(i, "status").as_str(), "" | "COMPLETED"))
         .map(|i| text(i, "event_id"))
         .collect();
-    let parked: Vec<String> = inbox.iter().filter(|i| text(i, "kind") == outbox::inbox::parked::PARKED_KIND).map(|i| text(i, "event_id")).collect();
+    let parked: Vec<String> = inbox.iter().filter(|i| text(i, "kind") == outbox::inbox::PARKED_KIND).map(|i| text(i, "event_id")).collect();
     // Without a redrive, events that can never succeed (dead-lettered with a permanent cause)
     // are the only ones allowed to be missing.
     let never: HashSet<String> =

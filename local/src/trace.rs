@@ -7,7 +7,7 @@
 //!   `event_id` (outbox items expire by TTL once published, so the table stays small; the scan
 //!   still reads every item: [Scan](https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html));
 //! * each consumer's inbox row (a function with `INBOX_TABLE` and an EventBridge rule): one
-//!   `GetItem` of `<CONSUMER_NAME>#<event id>` in the table its `INBOX_TABLE` names (the key [`outbox::Inbox::key`] writes);
+//!   `GetItem` of `<CONSUMER_NAME>#<event id>` in the table its `INBOX_TABLE` names (the key [`outbox::inbox::Inbox::key`] writes);
 //! * each webhook subscriber's delivery (a function with `INBOX_TABLE` and
 //!   `WEBHOOK_SUBSCRIBERS_TABLE`): a `Scan` of the subscriber table, then one `GetItem` of
 //!   `<WEBHOOK_CONSUMER_NAME>#<subscriber>#<event id>` per subscriber of the event's type, and
@@ -65,7 +65,7 @@ pub struct ConsumerRow {
     /// A webhook delivery's attempts (status, latency, response excerpt), as the dispatcher
     /// recorded them; empty for consumers.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub attempts: Vec<outbox::webhook::dispatcher::AttemptRecord>,
+    pub attempts: Vec<outbox_webhooks::dispatcher::AttemptRecord>,
 }
 
 /// Everything known about one event.
@@ -211,7 +211,7 @@ pub async fn trace(sdk: &aws_config::SdkConfig, stack: &Stack, event_id: &str) -
                 ("not subscribed".to_owned(), None)
             };
             let attempts =
-                outbox::webhook::dispatcher::read_attempts(&dynamodb, table, &consumer, id, event_id).await.map_err(|e| format!("{table}: {e}"))?;
+                outbox_webhooks::dispatcher::read_attempts(&dynamodb, table, &consumer, id, event_id).await.map_err(|e| format!("{table}: {e}"))?;
             consumers.push(ConsumerRow {
                 function: f.logical_id.clone(),
                 consumer: format!("{consumer} → subscriber {id}"),
@@ -293,7 +293,7 @@ async fn parked_state(
         .scan()
         .table_name(table)
         .filter_expression("kind = :parked AND event_id = :id AND consumer = :consumer")
-        .expression_attribute_values(":parked", AttributeValue::S(outbox::inbox::parked::PARKED_KIND.into()))
+        .expression_attribute_values(":parked", AttributeValue::S(outbox::inbox::PARKED_KIND.into()))
         .expression_attribute_values(":id", AttributeValue::S(event_id.to_owned()))
         .expression_attribute_values(":consumer", AttributeValue::S(consumer.to_owned()))
         .into_paginator()

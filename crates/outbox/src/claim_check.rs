@@ -13,13 +13,13 @@
 //!   template's `OutboxPayloadBucket` expires objects after the outbox retention plus the longest
 //!   redelivery window); nothing else cleans it up.
 //! - **Relay**: publishes `detail.data_ref` (the reference), never the bytes
-//!   ([`OutboxItem::to_bus_event`](crate::OutboxItem::to_bus_event)).
+//!   ([`OutboxItem::to_bus_event`](crate::envelope::OutboxItem::to_bus_event)).
 //! - **Consumer**: with [`ConsumerBuilder::claim_check`](crate::consumer::ConsumerBuilder::claim_check),
 //!   an event with `detail.data_ref` and no `detail.data` is fetched (`GetObject`) and verified
 //!   (size, SHA-256) before decoding, so handlers are the same for small and large events and the
 //!   inbox's payload hash is over the real payload. A missing or corrupt object is dead-lettered
 //!   ([`ClaimCheckError::Missing`], [`ClaimCheckError::Corrupt`]); a transient S3 failure is
-//!   retried like any other ([`crate::aws_error`]).
+//!   retried like any other ([`AwsError`]).
 //!
 //! Permissions: the producer needs `s3:PutObject` on `arn:aws:s3:::<bucket>/<prefix>/*`, the
 //! consumer `s3:GetObject` on the same objects; nothing else. Without `s3:ListBucket`, S3 answers
@@ -32,18 +32,11 @@ use aws_sdk_s3::primitives::ByteStream;
 use sha2::{Digest, Sha256};
 
 use crate::aws_error::AwsError;
-pub use crate::envelope::PayloadRef;
+use crate::envelope::PayloadRef;
 
 /// Default largest payload the claim check stores: 10 MiB.
 pub const DEFAULT_MAX_BYTES: usize = 10 * 1024 * 1024;
 
-/// Environment variable naming the payload bucket (`template.yaml` sets it on producers and
-/// consumers); unset means no claim check.
-pub const BUCKET_ENV: &str = "CLAIM_CHECK_BUCKET";
-/// Environment variable with the key prefix (default [`DEFAULT_PREFIX`]).
-pub const PREFIX_ENV: &str = "CLAIM_CHECK_PREFIX";
-/// Environment variable with the largest payload in bytes (default [`DEFAULT_MAX_BYTES`]).
-pub const MAX_BYTES_ENV: &str = "CLAIM_CHECK_MAX_BYTES";
 /// Default key prefix.
 pub const DEFAULT_PREFIX: &str = "outbox";
 
@@ -78,7 +71,7 @@ pub enum ClaimCheckError {
         /// The limit in bytes.
         limit: usize,
     },
-    /// `PutObject` or `GetObject` failed; retryable as [`crate::aws_error`] classifies it.
+    /// `PutObject` or `GetObject` failed; retryable as [`AwsError`] classifies it.
     #[error("payload object s3://{bucket}/{key}: {source}")]
     S3 {
         /// Bucket.
@@ -141,21 +134,6 @@ impl ClaimCheck {
         Self { client, bucket: bucket.into(), prefix, max_bytes: DEFAULT_MAX_BYTES }
     }
 
-    /// The claim check the environment configures ([`BUCKET_ENV`], [`PREFIX_ENV`],
-    /// [`MAX_BYTES_ENV`]); `None` when [`BUCKET_ENV`] is unset or empty.
-    ///
-    /// # Errors
-    /// [`crate::ConfigError`] when [`MAX_BYTES_ENV`] is not a positive number.
-    pub fn from_env(client: aws_sdk_s3::Client, env: &crate::Env) -> Result<Option<Self>, crate::ConfigError> {
-        let bucket = env.optional(BUCKET_ENV, "");
-        if bucket.trim().is_empty() {
-            return Ok(None);
-        }
-        let prefix = env.optional(PREFIX_ENV, DEFAULT_PREFIX);
-        let max_bytes = env.bytes(MAX_BYTES_ENV, DEFAULT_MAX_BYTES)?;
-        Ok(Some(Self::new(client, bucket, prefix).with_max_bytes(max_bytes)))
-    }
-
     /// Sets the largest payload accepted, in bytes.
     pub fn with_max_bytes(mut self, bytes: usize) -> Self {
         self.max_bytes = bytes;
@@ -197,7 +175,7 @@ impl ClaimCheck {
     /// the same.
     ///
     /// # Errors
-    /// [`ClaimCheckError::S3`], retryable or not as [`crate::aws_error`] classifies it.
+    /// [`ClaimCheckError::S3`], retryable or not as [`AwsError`] classifies it.
     pub async fn upload(&self, reference: &PayloadRef, payload: Vec<u8>) -> Result<(), ClaimCheckError> {
         self.client
             .put_object()
@@ -321,15 +299,5 @@ mod tests {
         assert!(digest.to_string().contains("is corrupt: SHA-256"), "{digest}");
         assert_eq!(digest.error_type(), "PayloadCorrupt");
         assert!(!digest.is_retryable());
-    }
-
-    #[test]
-    fn from_env_is_off_without_a_bucket() {
-        let client = check().client;
-        let env = |pairs: &[(&str, &str)]| crate::Env::from_map(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
-        assert!(ClaimCheck::from_env(client.clone(), &env(&[])).unwrap().is_none());
-        let cc = ClaimCheck::from_env(client.clone(), &env(&[(BUCKET_ENV, "b"), (MAX_BYTES_ENV, "2048")])).unwrap().unwrap();
-        assert_eq!((cc.bucket(), cc.key("e").as_str(), cc.max_bytes()), ("b", "outbox/e", 2048));
-        assert!(ClaimCheck::from_env(client, &env(&[(BUCKET_ENV, "b"), (MAX_BYTES_ENV, "0")])).is_err());
     }
 }

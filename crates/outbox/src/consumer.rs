@@ -2,11 +2,11 @@
 //! transaction → answer; you write the business logic per event type.
 //!
 //! ```no_run
-//! # async fn example(sdk: aws_config::SdkConfig) -> Result<(), lambda_runtime::Error> {
+//! # async fn example(dynamodb: aws_sdk_dynamodb::Client, sqs: aws_sdk_sqs::Client, payload: Box<serde_json::value::RawValue>) -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use lambda_runtime::{service_fn, LambdaEvent};
-//! use outbox::consumer::{Consumer, ConsumerDeadLetterQueue, Fallback, HandlerError, RawEvent};
-//! use outbox::{ConditionFailed, Event, Inbox, OutboxWriter};
+//! use outbox::consumer::{Consumer, ConsumerDeadLetterQueue, Fallback, HandlerError};
+//! use outbox::inbox::Inbox;
+//! use outbox::{ConditionFailed, Event, OutboxWriter};
 //!
 //! #[derive(serde::Deserialize)]
 //! struct OrderCreated { order_id: String, quantity: u32 }
@@ -15,10 +15,9 @@
 //! #[serde(rename_all = "snake_case")]
 //! enum Outcome { Reserved, Rejected }
 //!
-//! let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
 //! let week = Duration::from_secs(7 * 24 * 3600);
 //! let inbox = Inbox::new(dynamodb, "my-inbox", "reserve-stock", week);
-//! let dead_letters = ConsumerDeadLetterQueue::new(aws_sdk_sqs::Client::new(&sdk), "https://sqs…/my-dlq", "reserve-stock");
+//! let dead_letters = ConsumerDeadLetterQueue::new(sqs, "https://sqs…/my-dlq", "reserve-stock");
 //! let consumer = Consumer::builder(inbox, dead_letters)
 //!     .outbox(OutboxWriter::new("my-outbox", week))
 //!     .on::<OrderCreated, _, _>("OrderCreated", |event, tx| async move {
@@ -38,7 +37,10 @@
 //!         Ok::<_, HandlerError>(Outcome::Reserved)
 //!     })
 //!     .build();
-//! lambda_runtime::run(service_fn(|e: LambdaEvent<RawEvent>| consumer.handle(e))).await
+//! // One invocation's payload (in Lambda: `outbox_lambda::LambdaConsumer::handle`, which bounds
+//! // the retries by the invocation's deadline).
+//! let answer = consumer.handle_payload(&payload).await?;
+//! # let _ = answer; Ok(())
 //! # }
 //! # fn take_stock(order_id: &str, quantity: u32) -> aws_sdk_dynamodb::types::TransactWriteItem { unimplemented!() }
 //! ```
@@ -52,13 +54,13 @@
 //!   retries are for what may pass).
 //! * An ordered consumer's event that arrives **before its predecessor** is parked in the inbox
 //!   table and answered `{"outcome": "parked"}`; it is applied, in its own transaction, right
-//!   after its predecessor ([`crate::inbox::parked`]).
+//!   after its predecessor ([`ParkedEvent`](crate::inbox::ParkedEvent)).
 //! * A fallback that finds **nothing to do** ([`Fallback::Duplicate`], [`Fallback::NothingToDo`])
 //!   still records the event (inbox row with the outcome and reason, the aggregate's sequence)
 //!   and answers `{"outcome": "nothing_to_do"}`.
 //! * What **may succeed later** — a conflict, throttling, a 5xx or time-out, a
 //!   [`HandlerError::Retry`] — fails the invocation (behind an SQS queue: the message is reported
-//!   in `batchItemFailures`, [`sqs`]), so Lambda retries it and, when retries run
+//!   in `batchItemFailures`, [`SqsBatchAnswer`]), so Lambda retries it and, when retries run
 //!   out, sends it to the function's on-failure destination. Transient failures (conflicts,
 //!   throttling, 5xx, time-outs, a condition without fallback, [`HandlerError::Retry`]) are first
 //!   retried inside the invocation, with backoff and full jitter, bounded by the time left before
@@ -84,18 +86,19 @@ use serde_json::value::RawValue;
 
 use crate::envelope::EventMetadata;
 
-pub mod dead_letters;
-pub mod dispatch;
-pub mod error;
-pub mod handler;
-pub mod metrics;
-pub mod sqs;
-pub mod tx;
+mod dead_letters;
+mod dispatch;
+mod error;
+mod handler;
+mod metrics;
+mod sqs;
+mod tx;
 
-pub use dead_letters::{ConsumerDeadLetterQueue, DeadLetterError, DeadLetterSink, MemoryDeadLetters};
+pub use dead_letters::{ConsumerDeadLetterQueue, DeadLetterError, DeadLetterSink, DeadLettered, MemoryDeadLetters};
 pub use dispatch::{Consumer, ConsumerBuilder, ConsumerResponse, Handled, RetryPolicy, SettledEvent, DEFAULT_PARKED_BUDGET};
-pub use error::{ConsumerError, HandlerError};
+pub use error::{BoxError, ConsumerError, HandlerError};
 pub use handler::EventHandler;
+pub use metrics::DEFAULT_NAMESPACE as DEFAULT_METRICS_NAMESPACE;
 pub use sqs::{InvocationAnswer, ItemFailure, SqsBatchAnswer};
 pub use tx::{Fallback, Tx, SETTLED_ELSEWHERE};
 
@@ -119,6 +122,7 @@ pub fn decode_envelope(payload: &RawValue) -> Result<RawEventBridgeEvent, Malfor
 
 /// A delivered event, decoded.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct DeliveredEvent<T> {
     /// `detail.metadata`; `metadata.id` is the idempotency key.
     pub metadata: EventMetadata,

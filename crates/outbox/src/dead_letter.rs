@@ -31,6 +31,7 @@ pub const RELAY_FAILURE_KIND: &str = "outbox-relay-failure";
 /// is how the stream record is held: [`Value`] when reading, a `&RawValue` when writing
 /// (verbatim, as Lambda delivered it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct RelayFailureRecord<R = Value> {
     /// Always [`RELAY_FAILURE_KIND`].
     pub kind: String,
@@ -61,6 +62,7 @@ pub const CONSUMER_FAILURE_KIND: &str = "outbox-consumer-failure";
 /// A consumer's own dead-letter message for an event that can never be processed. `E` is how
 /// the event is held: [`Value`] when reading, a `&RawValue` when writing (verbatim).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ConsumerFailureRecord<E = Value> {
     /// Always [`CONSUMER_FAILURE_KIND`].
     pub kind: String,

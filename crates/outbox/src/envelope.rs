@@ -59,6 +59,7 @@ pub const SEQUENCE_WIDTH: usize = 20;
 /// Where a claim-checked payload is stored: an S3 object, its size and SHA-256. The outbox
 /// item's `payload_ref` attribute (a map) and the bus event's `detail.data_ref`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct PayloadRef {
     /// S3 bucket name.
     pub bucket: String,
@@ -70,8 +71,16 @@ pub struct PayloadRef {
     pub sha256: String,
 }
 
+impl PayloadRef {
+    /// The reference to `s3://<bucket>/<key>`, `size` bytes with SHA-256 `sha256` (lowercase hex).
+    pub fn new(bucket: impl Into<String>, key: impl Into<String>, size: u64, sha256: impl Into<String>) -> Self {
+        Self { bucket: bucket.into(), key: key.into(), size, sha256: sha256.into() }
+    }
+}
+
 /// The outbox item exactly as stored in the outbox table (see the module docs for the contract).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct OutboxItem {
     /// Partition key: `<aggregate_type>#<aggregate_id>`.
     pub pk: String,
@@ -139,6 +148,39 @@ pub enum EnvelopeError {
 }
 
 impl OutboxItem {
+    /// An item of `aggregate` (type, id) with its keys, version 1, no claim check, correlation
+    /// id, trace header or `previous`, and `expires_at` 0 (never, for TTL): the public fields
+    /// take the rest. The writer builds the items it stores from an [`Event`](crate::Event).
+    pub fn new(
+        event_id: impl Into<String>,
+        event_type: impl Into<String>,
+        source: impl Into<String>,
+        aggregate: (impl Into<String>, impl Into<String>),
+        sequence: u64,
+        occurred_at: impl Into<String>,
+        payload: impl Into<String>,
+    ) -> Self {
+        let (aggregate_type, aggregate_id) = (aggregate.0.into(), aggregate.1.into());
+        Self {
+            pk: Self::partition_key(&aggregate_type, &aggregate_id),
+            sk: Self::sort_key(sequence),
+            event_id: event_id.into(),
+            event_type: event_type.into(),
+            event_version: 1,
+            source: source.into(),
+            aggregate_type,
+            aggregate_id,
+            sequence,
+            occurred_at: occurred_at.into(),
+            payload: payload.into(),
+            payload_ref: None,
+            correlation_id: String::new(),
+            trace_header: None,
+            expires_at: 0,
+            previous: BTreeMap::new(),
+        }
+    }
+
     /// Sort key for `sequence`: zero-padded to [`SEQUENCE_WIDTH`] digits.
     pub fn sort_key(sequence: u64) -> String {
         format!("{sequence:0width$}", width = SEQUENCE_WIDTH)
@@ -240,6 +282,29 @@ pub fn event_span(event_id: &str, event_type: &str, aggregate_type: &str, aggreg
 }
 
 impl EventMetadata {
+    /// Metadata of event `id` of `aggregate` (type, id): version 1, `time` now, no correlation
+    /// id and no `previous`; the public fields take the rest.
+    pub fn new(
+        id: impl Into<String>,
+        event_type: impl Into<String>,
+        source: impl Into<String>,
+        aggregate: (impl Into<String>, impl Into<String>),
+        sequence: u64,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            event_type: event_type.into(),
+            version: 1,
+            source: source.into(),
+            time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            subject: aggregate.1.into(),
+            aggregate_type: aggregate.0.into(),
+            sequence,
+            correlation_id: String::new(),
+            previous: BTreeMap::new(),
+        }
+    }
+
     /// The [`event_span`] of this event (`aggregate_id` is [`EventMetadata::subject`]).
     pub fn span(&self) -> tracing::Span {
         event_span(&self.id, &self.event_type, &self.aggregate_type, &self.subject, &self.correlation_id)
@@ -249,6 +314,7 @@ impl EventMetadata {
 /// `detail.metadata` of every event this project publishes. Field names follow CloudEvents
 /// (`id`, `type`, `source`, `time`, `subject`) where one exists.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct EventMetadata {
     /// Event id (the outbox item's `event_id`): the idempotency key consumers dedupe on.
     pub id: String,
@@ -281,6 +347,7 @@ pub struct EventMetadata {
 ///
 /// `T` is `&RawValue`/`Box<RawValue>` to move the payload untouched, or a consumer's own type.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct EventDetail<T> {
     /// Envelope metadata.
     pub metadata: EventMetadata,
@@ -297,6 +364,7 @@ struct EventDetailRef<'a> {
 
 /// One event, ready to be a `PutEventsRequestEntry`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BusEvent {
     /// `Source`.
     pub source: String,

@@ -44,7 +44,7 @@
 //! event at or below `last_sequence` is a duplicate; one whose predecessor is missing is
 //! [`InboxError::SequenceGap`]. The [`Consumer`](crate::consumer::Consumer) does not fail such
 //! an event: it **parks** it in this table and applies it when its predecessor is applied
-//! ([`parked`]: what is stored, why nothing is stranded). **A sequence that never comes**
+//! ([`ParkedEvent`]: what is stored, why nothing is stranded). **A sequence that never comes**
 //! (dead-lettered at the relay, lost to an expired retry) leaves its successor parked, listed
 //! with its age by `outbox-local ordering parked`; an operator releases the aggregate with
 //! [`Inbox::release_through`] (`outbox-local ordering release`, which also re-publishes what
@@ -57,7 +57,7 @@
 //!
 //! Claim rows carry `expires_at` (epoch seconds, the table's TTL attribute), set to now + retention.
 //! The retention must outlive every redelivery of the event — the dead-letter queues' retention
-//! plus a redrive margin ([`crate::config::inbox_retention`], 16 days by default), or a message
+//! plus a redrive margin (`outbox_lambda::inbox_retention`, 16 days by default), or a message
 //! redriven after its row expired is applied twice.
 //! Source for the transaction semantics: the `TransactWriteItems` API reference,
 //! <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>.
@@ -76,14 +76,14 @@ use crate::transaction::{all_old, transact_write, TransactionError};
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::SdkError;
 
-pub mod guarded;
-pub mod memory;
-pub mod parked;
-pub mod store;
+mod guarded;
+mod memory;
+mod parked;
+mod store;
 
 pub use guarded::{Guarded, GuardedError};
-pub use memory::MemoryInbox;
-pub use parked::ParkedEvent;
+pub use memory::{AppliedEvent, Injected, MemoryInbox};
+pub use parked::{ParkedEvent, PARKED_KIND};
 pub use store::InboxStore;
 
 /// How one delivery ended.
@@ -108,6 +108,7 @@ pub enum InboxOutcome {
 /// that `trace` can say it: the handler's outcome (e.g. `reserved`), or `nothing_to_do` with the
 /// reason a fallback gave (e.g. "settled by another event").
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct RecordedOutcome {
     /// Short machine-readable outcome (`reserved`, `nothing_to_do`, …).
     pub outcome: String,
@@ -172,7 +173,7 @@ pub enum InboxError {
         last_applied: u64,
     },
     /// A DynamoDB call other than the transaction failed (retryable or not as
-    /// [`crate::aws_error`] classifies it; the service's code and message are kept).
+    /// [`AwsError`] classifies it; the service's code and message are kept).
     #[error("inbox {action} failed: {error}")]
     Sdk {
         /// What was being done.
@@ -210,6 +211,7 @@ pub enum Claim {
 
 /// A held claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Lease {
     /// The event id.
     pub event_id: String,
@@ -243,13 +245,13 @@ pub(crate) fn report_gap(consumer: &str, error: &InboxError) {
         release = %format!("outbox-local ordering release --consumer {consumer} --aggregate {aggregate} --through {expected}"),
         "sequence gap: the event waits for its predecessor; if that never comes, release it"
     );
-    // Through the metrics facade: the function's EMF recorder (`outbox::lambda::run`) turns it
+    // Through the metrics facade: the function's EMF recorder (`outbox_lambda::run`) turns it
     // into the CloudWatch metric, dimension `function`.
     #[cfg(feature = "metrics")]
     metrics::counter!("SequenceGaps").increment(1);
 }
 
-/// A parked row as stored ([`parked`]), `None` when it lacks a field.
+/// A parked row as stored ([`ParkedEvent`]), `None` when it lacks a field.
 pub fn parked_from_item(item: &std::collections::HashMap<String, AttributeValue>) -> Option<ParkedEvent> {
     let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
     let num = |k: &str| item.get(k).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<u64>().ok());
@@ -344,12 +346,12 @@ impl Inbox {
     }
 
     /// Partition key of the parked row of the event of `aggregate_type`/`aggregate_id` that
-    /// waits for `waits_for` ([`parked`]).
+    /// waits for `waits_for` ([`ParkedEvent`]).
     pub fn parked_key(&self, aggregate_type: &str, aggregate_id: &str, waits_for: u64) -> String {
         format!("{}#parked#{aggregate_type}#{aggregate_id}#{waits_for}", self.consumer)
     }
 
-    /// Parks the event of `metadata`, waiting for `waits_for` ([`parked`]): a conditional put of
+    /// Parks the event of `metadata`, waiting for `waits_for` ([`ParkedEvent`]): a conditional put of
     /// the parked row (absent, or held by the same event). Returns `false` when another event id
     /// waits for the same sequence.
     ///
@@ -469,12 +471,6 @@ impl Inbox {
     /// Partition key of the inbox row for `event_id`: `<consumer>#<event_id>`.
     pub fn key(&self, event_id: &str) -> String {
         format!("{}#{}", self.consumer, event_id)
-    }
-
-    /// SHA-256 (hex) of the event data as delivered, stored to detect an id reused for a
-    /// different payload (the same as [`payload_hash`]).
-    pub fn payload_hash(data: &str) -> String {
-        payload_hash(data)
     }
 
     /// The conditional put that claims `metadata.id` for this consumer.
@@ -617,7 +613,7 @@ impl Inbox {
     }
 
     /// Guarded mode: claims `metadata.id` for an effect outside DynamoDB, with a lease until
-    /// `lease_until` (use the invocation's deadline; see [`crate::lambda::deadline`] with feature `lambda`).
+    /// `lease_until` (use the invocation's deadline; see `outbox_lambda::deadline`).
     ///
     /// # Errors
     /// [`InboxError::InProgress`] while another invocation holds a live lease;

@@ -15,7 +15,7 @@
 //! use outbox::testing::LostAnswer;
 //! let lost = LostAnswer::new(1);
 //! let client = lost.client(); // aws_sdk_dynamodb::Client answering through `lost`
-//! outbox::transaction::transact_write(&client, vec![/* your items */]).await.ok();
+//! outbox::transact_write(&client, vec![/* your items */]).await.ok();
 //! assert!(lost.tokens().len() <= 3);
 //! # }
 //! ```

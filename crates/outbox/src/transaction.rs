@@ -36,7 +36,7 @@ pub enum TransactionError {
         /// The stored item, if returned.
         item: Option<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>,
     },
-    /// A transient failure ([`crate::aws_error`]): another transaction touched the same items
+    /// A transient failure ([`AwsError`](crate::AwsError)): another transaction touched the same items
     /// (`TransactionConflict`), throttling, a 5xx, a time-out or a network failure. Retrying
     /// later can succeed. The SDK does NOT retry a cancelled transaction (`TransactionConflict`
     /// is a cancellation reason), so the caller must. The text keeps the service's code and
@@ -74,7 +74,7 @@ impl TransactionError {
 /// <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>.
 ///
 /// # Errors
-/// See [`TransactionError`]; cancellation reasons are mapped by [`classify_cancellation`], every
+/// See [`TransactionError`]; cancellation reasons are mapped by `classify_cancellation`, every
 /// other failure by [`AwsError::from_sdk`] (retryable or not, with the service's code and message).
 pub async fn transact_write(client: &Client, items: Vec<TransactWriteItem>) -> Result<(), TransactionError> {
     transact_write_with_token(client, items, uuid::Uuid::new_v4().to_string()).await
@@ -115,7 +115,7 @@ async fn send(client: &Client, items: Vec<TransactWriteItem>, token: String) -> 
 }
 
 /// The transaction's figures through the `metrics` facade (feature `metrics`; the function's
-/// EMF recorder, [`crate::lambda::emf_metrics`], sends them to CloudWatch): counters
+/// EMF recorder, `outbox_lambda::emf_metrics`, sends them to CloudWatch): counters
 /// `TransactionsCommitted`, `EventsWritten` (outbox items committed), `TransactionsCancelled`
 /// (dimension `function` only, for alarms) and `TransactionsCancelledByCause` (dimension
 /// `cause`: `ConditionFailed`, `Retryable`, `TooManyItems`, `Error`), and the histogram
@@ -148,7 +148,7 @@ fn record_metrics(result: &Result<(), TransactionError>, events: usize, took: st
 /// Maps `CancellationReasons` to the first cause that matters:
 /// a `ConditionalCheckFailed` reason wins (it is a definite answer about the data); otherwise a
 /// `TransactionConflict`, throttling or capacity reason makes the whole transaction retryable
-/// ([`crate::aws_error::RETRYABLE_CANCELLATION_CODES`]); anything else (e.g. `ValidationError`) is
+/// (`AwsError`'s retryable cancellation codes); anything else (e.g. `ValidationError`) is
 /// reported as is. Each reason is reported as `code` or `code: message`.
 pub fn classify_cancellation(reasons: &[CancellationReason]) -> TransactionError {
     if let Some((index, reason)) = reasons.iter().enumerate().find(|(_, r)| r.code() == Some("ConditionalCheckFailed")) {
@@ -220,7 +220,7 @@ pub enum CommitError {
     #[error("transaction cancelled: {0}")]
     ConditionFailed(ConditionFailed),
     /// `TransactionConflict`, throttling, capacity, a 5xx, a time-out or a network failure
-    /// ([`crate::aws_error`]): retrying later can succeed.
+    /// ([`AwsError`](crate::AwsError)): retrying later can succeed.
     #[error("transaction conflicted, was throttled or the service failed ({reason}); retry later")]
     Retryable {
         /// The AWS error codes or SDK error, for logs.

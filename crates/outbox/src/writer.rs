@@ -58,9 +58,9 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 
 use crate::envelope::{EnvelopeError, OutboxItem};
-pub use crate::envelope::{DEFAULT_MAX_PUT_EVENTS_BYTES, MAX_ITEM_BYTES};
+use crate::envelope::{DEFAULT_MAX_PUT_EVENTS_BYTES, MAX_ITEM_BYTES};
+use crate::transaction::CommitError;
 use crate::transaction::{transact_write, Batch, MAX_TRANSACTION_ITEMS};
-pub use crate::transaction::{CommitError, ConditionFailed};
 
 /// The environment variable in which the Lambda runtime puts the X-Ray trace header of the
 /// current invocation (`Root=1-…;Parent=…;Sampled=…`). `lambda_runtime` sets it before each
@@ -82,6 +82,7 @@ pub fn current_trace_header() -> Option<String> {
 /// adjust it with [`Event::version`], [`Event::correlation_id`] and [`Event::trace_header`]; or
 /// write the struct literally when the payload is JSON text already.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Event {
     /// Event type, e.g. `OrderCreated` (the bus event's `DetailType`).
     pub event_type: String,
@@ -108,6 +109,30 @@ pub struct Event {
 }
 
 impl Event {
+    /// An event whose data is already JSON text (`payload`, stored and published verbatim; it
+    /// is checked when the event is emitted), version 1, a fresh correlation id and the trace
+    /// header of [`current_trace_header`]. [`Event::new`] serialises a value instead.
+    pub fn from_json(
+        event_type: impl Into<String>,
+        source: impl Into<String>,
+        aggregate: (impl Into<String>, impl Into<String>),
+        sequence: u64,
+        payload: impl Into<String>,
+    ) -> Self {
+        Self {
+            event_type: event_type.into(),
+            event_version: 1,
+            source: source.into(),
+            aggregate_type: aggregate.0.into(),
+            aggregate_id: aggregate.1.into(),
+            sequence,
+            payload: payload.into(),
+            correlation_id: uuid::Uuid::now_v7().to_string(),
+            trace_header: current_trace_header(),
+            previous: Default::default(),
+        }
+    }
+
     /// An event of `event_type` from `source` about `aggregate` = `(aggregate_type, aggregate_id)`,
     /// number `sequence` (from 1) of that aggregate, with `data` serialised as the payload by
     /// `serde_json` (so it is valid JSON; decimals and big integers are kept as your `Serialize`
@@ -478,7 +503,7 @@ pub struct OutboxTransaction<'w> {
 
 impl OutboxTransaction<'_> {
     /// Adds one of the caller's writes (Put, Update, Delete or ConditionCheck). Writes are
-    /// numbered from 0 in the order added, as [`ConditionFailed::Write`] reports them.
+    /// numbered from 0 in the order added, as [`ConditionFailed::Write`](crate::ConditionFailed::Write) reports them.
     pub fn write(&mut self, item: TransactWriteItem) -> &mut Self {
         self.batch.write(item);
         self

@@ -26,24 +26,19 @@ mod support {
 
     /// Outbox item `sequence` of aggregate `Order#<aggregate_id>`; event id `evt-<id>-<seq>`.
     pub fn item(aggregate_id: &str, sequence: u64) -> OutboxItem {
-        OutboxItem {
-            pk: OutboxItem::partition_key("Order", aggregate_id),
-            sk: OutboxItem::sort_key(sequence),
-            event_id: format!("evt-{aggregate_id}-{sequence}"),
-            event_type: "OrderCreated".into(),
-            event_version: 1,
-            source: "example.orders".into(),
-            aggregate_type: "Order".into(),
-            aggregate_id: aggregate_id.into(),
+        let payload = format!(r#"{{"order_id":"{aggregate_id}","n":{sequence}}}"#);
+        let mut item = OutboxItem::new(
+            format!("evt-{aggregate_id}-{sequence}"),
+            "OrderCreated",
+            "example.orders",
+            ("Order", aggregate_id),
             sequence,
-            occurred_at: "2026-11-29T08:00:00.000Z".into(),
-            payload: format!(r#"{{"order_id":"{aggregate_id}","n":{sequence}}}"#),
-            payload_ref: None,
-            correlation_id: "corr-1".into(),
-            trace_header: None,
-            expires_at: 1_900_000_000,
-            previous: Default::default(),
-        }
+            "2026-11-29T08:00:00.000Z",
+            payload,
+        );
+        item.correlation_id = "corr-1".into();
+        item.expires_at = 1_900_000_000;
+        item
     }
 
     /// The item as a stream image (DynamoDB JSON).

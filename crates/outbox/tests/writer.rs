@@ -90,10 +90,10 @@ async fn conflicts_and_throttling_are_retryable() {
 #[tokio::test]
 async fn the_trace_header_comes_from_the_lambda_environment_unless_given() {
     // The only test of this binary that reads or writes the variable.
-    std::env::set_var(outbox::writer::TRACE_HEADER_ENV, "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1");
+    std::env::set_var(outbox::TRACE_HEADER_ENV, "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1");
     let picked = Event::new("OrderShipped", "example.orders", ("Order", "o-1"), 2, &()).expect("unit serialises");
     let given = picked.clone().trace_header(Some("Root=1-given".into()));
-    std::env::remove_var(outbox::writer::TRACE_HEADER_ENV);
+    std::env::remove_var(outbox::TRACE_HEADER_ENV);
     assert_eq!(picked.trace_header.as_deref(), Some("Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"));
     assert_eq!(given.trace_header.as_deref(), Some("Root=1-given"));
     assert_eq!(Event::new("E", "s", ("A", "a"), 1, &()).expect("unit serialises").trace_header, None);

@@ -60,7 +60,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use sha2::{Digest, Sha256};
 
 use crate::http::Problem;
-use outbox::transaction::all_old;
+use outbox::all_old;
 
 /// The request header, as clients spell it (HTTP header names are case-insensitive).
 pub const HEADER: &str = "Idempotency-Key";
@@ -349,12 +349,12 @@ impl IdempotencyStore {
 
 /// Whether a failed read can succeed later: throttling, DynamoDB 5xx, time-outs and dispatch
 /// failures (after the SDK's own retries). The library's one classification,
-/// [`outbox::aws_error::AwsError`].
+/// [`outbox::AwsError`].
 pub fn is_retryable_read<E>(error: &aws_sdk_dynamodb::error::SdkError<E, aws_sdk_dynamodb::config::http::HttpResponse>) -> bool
 where
     E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
 {
-    outbox::aws_error::AwsError::from_sdk("GetItem", error).is_retryable()
+    outbox::AwsError::from_sdk("GetItem", error).is_retryable()
 }
 
 /// A failed `GetItem` as [`ReadError::Sdk`]: retryable or not, with the service's code and message.
@@ -362,7 +362,7 @@ pub fn read_error<E>(error: &aws_sdk_dynamodb::error::SdkError<E, aws_sdk_dynamo
 where
     E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
 {
-    let aws = outbox::aws_error::AwsError::from_sdk("GetItem", error);
+    let aws = outbox::AwsError::from_sdk("GetItem", error);
     ReadError::Sdk { retryable: aws.is_retryable(), message: aws.to_string() }
 }
 

@@ -1,6 +1,6 @@
 //! Partner webhooks in (`PartnerWebhookFunction`, `POST /webhooks/{partner}`): a payment
 //! provider tells us an order was paid, signed by the Standard Webhooks scheme
-//! ([`outbox::webhook::signature`]).
+//! ([`outbox_webhooks::signature`]).
 //!
 //! | check, in order | answer when it fails | written |
 //! |---|---|---|
@@ -11,7 +11,7 @@
 //! | body `{"type": "payment.succeeded", "data": {"order_id", "payment_id", "amount", "currency"}}` | 400 naming the field (`data.order_id`) | nothing |
 //! | the order exists | 422 naming `data.order_id` | nothing |
 //!
-//! Then ONE `TransactWriteItems` ([`outbox::Inbox::apply`]): the inbox claim of
+//! Then ONE `TransactWriteItems` ([`outbox::inbox::Inbox::apply`]): the inbox claim of
 //! `<partner>#<webhook-id>` (consumer `partner-webhooks`), the order `CREATED → PAID` with its
 //! version condition (`version + 1`), and the outbox put of `OrderPaid` (sequence = the new
 //! version). A replayed or redelivered webhook finds its claim: 200 with `"duplicate": true`,
@@ -22,7 +22,7 @@
 //! Partners' secrets: Secrets Manager secret `PARTNER_SECRETS_ID` whose string is a JSON object
 //! `{"<partner>": "whsec_… [whsec_…]"}` (two secrets while one is rotated), cached for
 //! `PARTNER_SECRETS_TTL_SECONDS` (default 300). Each secret must decode to at least 24 bytes (the
-//! Standard Webhooks minimum, [`outbox::webhook::Secret::parse`]). A partner whose entry does not
+//! Standard Webhooks minimum, [`outbox_webhooks::Secret::parse`]). A partner whose entry does not
 //! parse is disabled alone (its webhooks answer 503 and the error is logged); every other partner
 //! keeps working.
 //!
@@ -45,11 +45,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::http::{problem_response, Problem, CORRELATION_HEADER};
 use crate::orders::{order_event, order_key, to_json, OrderView, STATUS_CREATED};
-use outbox::config::{ConfigError, Env, DEFAULT_RETENTION};
 use outbox::envelope::EventMetadata;
 use outbox::inbox::{payload_hash, Inbox, InboxError, InboxOutcome};
-use outbox::webhook::{Secret, SignedHeaders, Verifier};
-use outbox::writer::OutboxWriter;
+use outbox::OutboxWriter;
+use outbox_lambda::{ConfigError, Env, DEFAULT_RETENTION};
+use outbox_webhooks::{Secret, SignedHeaders, Verifier};
 
 /// Largest accepted webhook body: 64 KiB.
 pub const MAX_WEBHOOK_BODY_BYTES: usize = 64 * 1024;
@@ -206,7 +206,7 @@ impl PartnerWebhooks {
             inbox,
             partners,
             source: source.into(),
-            tolerance: outbox::webhook::signature::DEFAULT_TOLERANCE,
+            tolerance: outbox_webhooks::DEFAULT_TOLERANCE,
         }
     }
 
@@ -218,7 +218,7 @@ impl PartnerWebhooks {
 
     /// Reads `ORDERS_TABLE`, `OUTBOX_TABLE`, `INBOX_TABLE`, `PARTNER_SECRETS_ID`,
     /// `PARTNER_SECRETS_TTL_SECONDS` (300), `WEBHOOK_TOLERANCE_SECONDS` (300), `EVENT_SOURCE`
-    /// (`example.orders`), `OUTBOX_RETENTION_SECONDS` (7 days) and the inbox retention rule ([`outbox::config::inbox_retention`]).
+    /// (`example.orders`), `OUTBOX_RETENTION_SECONDS` (7 days) and the inbox retention rule ([`outbox_lambda::inbox_retention`]).
     ///
     /// # Errors
     /// [`ConfigError`] naming the variable.
@@ -230,10 +230,10 @@ impl PartnerWebhooks {
             ttl: env.seconds("PARTNER_SECRETS_TTL_SECONDS", Duration::from_secs(300))?,
             cache: Mutex::new(None),
         };
-        let inbox = Inbox::new(dynamodb.clone(), env.required("INBOX_TABLE")?, CONSUMER, outbox::config::inbox_retention(env)?);
+        let inbox = Inbox::new(dynamodb.clone(), env.required("INBOX_TABLE")?, CONSUMER, outbox_lambda::inbox_retention(env)?);
         let writer = OutboxWriter::new(env.required("OUTBOX_TABLE")?, env.seconds("OUTBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?);
         Ok(Self::new(dynamodb, env.required("ORDERS_TABLE")?, writer, inbox, partners, env.optional("EVENT_SOURCE", "example.orders"))
-            .with_tolerance(env.seconds("WEBHOOK_TOLERANCE_SECONDS", outbox::webhook::signature::DEFAULT_TOLERANCE)?))
+            .with_tolerance(env.seconds("WEBHOOK_TOLERANCE_SECONDS", outbox_webhooks::DEFAULT_TOLERANCE)?))
     }
 
     /// Handles one webhook: the checks and the transaction of the module docs.
@@ -308,18 +308,10 @@ impl PartnerWebhooks {
             .build()
             // table_name, key and update_expression, the builder's required fields, are set above.
             .expect("Update has its required fields");
-        let metadata = EventMetadata {
-            id: format!("{partner}#{webhook_id}"),
-            event_type: webhook.kind.clone(),
-            version: 1,
-            source: partner.to_owned(),
-            time: now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            subject: payment.order_id.clone(),
-            aggregate_type: "Order".into(),
-            sequence: 0,
-            correlation_id: correlation_id.to_owned(),
-            previous: Default::default(),
-        };
+        let mut metadata =
+            EventMetadata::new(format!("{partner}#{webhook_id}"), webhook.kind.clone(), partner, ("Order", payment.order_id.clone()), 0);
+        metadata.time = now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        metadata.correlation_id = correlation_id.to_owned();
         let body_text = String::from_utf8_lossy(body);
         let writes = vec![TransactWriteItem::builder().update(update).build(), self.writer.put(&item)];
         match self.inbox.apply(&metadata, &payload_hash(&body_text), writes).await {
@@ -338,7 +330,7 @@ impl PartnerWebhooks {
                 format!("order {} is {} (version {}), or changed meanwhile", payment.order_id, order.status, order.version),
             )),
             Err(InboxError::PayloadMismatch { .. }) => Err(Problem {
-                field: Some(outbox::webhook::signature::WEBHOOK_ID.into()),
+                field: Some(outbox_webhooks::WEBHOOK_ID.into()),
                 ..Problem::new(422, "Webhook id reused", format!("webhook {webhook_id} was received before with another body"))
             }),
             Err(e) if e.is_retryable() => {
@@ -418,7 +410,7 @@ async fn handle(State(webhooks): State<Arc<PartnerWebhooks>>, Path(partner): Pat
 mod tests {
     use aws_sdk_secretsmanager::operation::get_secret_value::GetSecretValueOutput;
     use aws_smithy_mocks::{mock, mock_client, Rule, RuleMode};
-    use outbox::webhook::signature::{signature_header, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP};
+    use outbox_webhooks::{signature_header, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP};
 
     use super::*;
 

@@ -41,7 +41,7 @@ pub enum Handled<O> {
     Duplicate,
     /// Ordering: the event arrived before its predecessor (sequence `waits_for`) was applied; it
     /// was parked in the inbox table and is applied when the predecessor is
-    /// ([`crate::inbox::parked`]).
+    /// ([`ParkedEvent`](crate::inbox::ParkedEvent)).
     Parked {
         /// The sequence it waits for.
         waits_for: u64,
@@ -106,7 +106,7 @@ pub struct ConsumerResponse<O> {
     /// `detail.metadata.id` (empty when the event had none).
     pub event_id: String,
     /// Ordering: the events parked behind this one that this invocation applied after it, in
-    /// sequence ([`crate::inbox::parked`]); omitted when none.
+    /// sequence ([`ParkedEvent`](crate::inbox::ParkedEvent)); omitted when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub parked_applied: Vec<SettledEvent>,
 }
@@ -282,7 +282,7 @@ where
     D: DeadLetterSink,
     O: Serialize + Send + 'static,
 {
-    /// Starts a consumer recording events in `store` (the DynamoDB [`Inbox`](crate::Inbox), or a
+    /// Starts a consumer recording events in `store` (the DynamoDB [`Inbox`](crate::inbox::Inbox), or a
     /// [`MemoryInbox`](crate::inbox::MemoryInbox) in tests) and dead-lettering to `dead_letters`
     /// (a [`ConsumerDeadLetterQueue`](super::ConsumerDeadLetterQueue), an `Option` of one — `None`
     /// fails such invocations instead — or a [`MemoryDeadLetters`](super::MemoryDeadLetters)).
@@ -572,17 +572,6 @@ where
         }
     }
 
-    /// [`Consumer::handle_payload`] as a Lambda handler:
-    /// `lambda_runtime::run(service_fn(|e| consumer.handle(e)))`.
-    ///
-    /// # Errors
-    /// See [`Consumer::handle_payload`].
-    #[cfg(feature = "lambda")]
-    pub async fn handle(&self, event: lambda_runtime::LambdaEvent<super::RawEvent>) -> Result<ConsumerResponse<O>, ConsumerError> {
-        let deadline = crate::lambda::deadline(&event.context, self.inner.retry.fallback_budget);
-        self.handle_payload_until(&event.payload, deadline).await
-    }
-
     async fn process(&self, payload: &RawValue) -> Result<(EventMetadata, Handled<O>), ConsumerError> {
         let envelope = decode_envelope(payload)?;
         #[cfg(feature = "claim-check")]
@@ -750,7 +739,7 @@ where
     /// Ordering: the most parked events one invocation applies after their predecessor (default
     /// [`DEFAULT_PARKED_BUDGET`]; the invocation's deadline less the retry policy's margin bounds
     /// it too). Beyond it the invocation fails with [`ConsumerError::ParkedPending`] and the
-    /// redelivery of its event carries on ([`crate::inbox::parked`]).
+    /// redelivery of its event carries on ([`ParkedEvent`](crate::inbox::ParkedEvent)).
     pub fn parked_budget(mut self, events: u32) -> Self {
         self.parked_budget = events;
         self

@@ -76,7 +76,7 @@ pub enum ConsumerError {
     Handler(HandlerError),
     /// Ordering: this invocation's event was settled, but events parked behind it on its
     /// aggregate are still waiting (the invocation's budget ended, or one failed transiently;
-    /// see [`crate::inbox::parked`]). Retryable: the redelivery of this event finds it a
+    /// see [`ParkedEvent`](crate::inbox::ParkedEvent)). Retryable: the redelivery of this event finds it a
     /// duplicate and applies the parked events.
     #[error("events parked on {aggregate} still wait after sequence {after}: {why}")]
     ParkedPending {
@@ -153,12 +153,5 @@ impl ConsumerError {
             #[cfg(feature = "claim-check")]
             ConsumerError::ClaimCheck(e) => e.is_retryable(),
         }
-    }
-}
-
-#[cfg(feature = "lambda")]
-impl From<ConsumerError> for lambda_runtime::Diagnostic {
-    fn from(e: ConsumerError) -> Self {
-        lambda_runtime::Diagnostic { error_type: e.error_type().into(), error_message: e.to_string() }
     }
 }

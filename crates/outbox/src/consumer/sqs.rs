@@ -20,7 +20,7 @@
 //!
 //! Messages of one batch are handled one after another, in the batch's order, so two events
 //! of one aggregate in a batch are applied in order (or the later one is parked,
-//! [`crate::inbox::parked`]). A message not started before the invocation's deadline nears is
+//! [`ParkedEvent`](crate::inbox::ParkedEvent)). A message not started before the invocation's deadline nears is
 //! reported failed, not attempted: it comes back after the visibility timeout.
 
 use std::time::Instant;
@@ -35,6 +35,7 @@ use crate::inbox::InboxStore;
 /// One message Lambda must not delete (`batchItemFailures[]`): it comes back after the
 /// queue's visibility timeout.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct ItemFailure {
     /// The SQS message id.
     #[serde(rename = "itemIdentifier")]
@@ -102,17 +103,6 @@ where
             Ok(Probe { records: Some(_) }) => Ok(InvocationAnswer::Batch(self.handle_sqs_until(payload, deadline).await)),
             _ => self.handle_payload_until(payload, deadline).await.map(InvocationAnswer::Event),
         }
-    }
-
-    /// [`Consumer::handle_invocation`] as a Lambda handler, for a function behind an SQS queue
-    /// (or still on an EventBridge rule).
-    ///
-    /// # Errors
-    /// See [`Consumer::handle_invocation`].
-    #[cfg(feature = "lambda")]
-    pub async fn handle_any(&self, event: lambda_runtime::LambdaEvent<super::RawEvent>) -> Result<InvocationAnswer<O>, ConsumerError> {
-        let deadline = crate::lambda::deadline(&event.context, self.retry_policy().fallback_budget);
-        self.handle_invocation(&event.payload, deadline).await
     }
 
     /// Handles an `SqsEvent` whose message bodies are EventBridge events (a rule's SQS target),

@@ -9,7 +9,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use outbox::inbox::{InboxOutcome, InboxStore, MemoryInbox};
-//! # let metadata: outbox::EventMetadata = serde_json::from_str(r#"{"id":"e-1","type":"OrderCreated","version":1,"source":"s","time":"t","subject":"o-1","aggregate_type":"Order","sequence":1,"correlation_id":"c"}"#)?;
+//! # let metadata: outbox::envelope::EventMetadata = serde_json::from_str(r#"{"id":"e-1","type":"OrderCreated","version":1,"source":"s","time":"t","subject":"o-1","aggregate_type":"Order","sequence":1,"correlation_id":"c"}"#)?;
 //! let inbox = MemoryInbox::new("reserve-inventory");
 //! assert_eq!(inbox.apply(&metadata, "hash", vec![]).await?, InboxOutcome::Applied);
 //! assert_eq!(inbox.apply(&metadata, "hash", vec![]).await?, InboxOutcome::Duplicate);
@@ -82,7 +82,7 @@ struct State {
     parked: HashMap<String, ParkedEvent>,
 }
 
-/// The in-memory [`InboxStore`] (see the [module docs](self)). Clones share one state.
+/// The in-memory [`InboxStore`] (see the [module docs](crate::inbox)). Clones share one state.
 #[derive(Debug, Clone)]
 pub struct MemoryInbox {
     consumer: String,

@@ -23,7 +23,7 @@ use super::guarded::{self, Guarded, GuardedError};
 use super::{Claim, Inbox, InboxError, InboxOutcome, Lease, ParkedEvent, RecordedOutcome};
 use crate::envelope::EventMetadata;
 
-/// Where a consumer records the events it applied. See the [module docs](self) for why it is
+/// Where a consumer records the events it applied. See the [module docs](crate::inbox) for why it is
 /// generic, and [`crate::inbox`] for the states and the AWS behaviour the DynamoDB store relies on.
 pub trait InboxStore: Send + Sync {
     /// The consumer name: inbox rows are per consumer, so two consumers of one event never block
@@ -60,7 +60,7 @@ pub trait InboxStore: Send + Sync {
         self.apply(metadata, payload_hash, writes)
     }
 
-    /// Whether this store parks events that arrive before their predecessor ([`super::parked`]):
+    /// Whether this store parks events that arrive before their predecessor ([`ParkedEvent`](super::ParkedEvent)):
     /// an ordered store that implements the three parking methods. Default `false`.
     fn parks(&self) -> bool {
         false
@@ -151,17 +151,17 @@ pub trait InboxStore: Send + Sync {
     /// `effect`, stores its `Ok` value (as JSON) and returns it; a later delivery of the same
     /// event gets the stored value back ([`Guarded::Replayed`]) without running `effect`. On
     /// `Err` the claim is released, so Lambda's retry runs the effect again. See
-    /// the [guarded module](super::guarded) for the states.
+    /// [`Guarded`](super::Guarded) for the states.
     ///
     /// `lease_until` bounds how long a crashed invocation blocks the event: use the invocation's
-    /// deadline ([`crate::lambda::lease_until`] with feature `lambda`).
+    /// deadline (`outbox_lambda::lease_until`).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use outbox::inbox::{payload_hash, Guarded, InboxStore, MemoryInbox};
-    /// # let metadata: outbox::EventMetadata = serde_json::from_str(r#"{"id":"e-1","type":"OrderCreated","version":1,"source":"s","time":"t","subject":"o-1","aggregate_type":"Order","sequence":1,"correlation_id":"c"}"#)?;
-    /// let inbox = MemoryInbox::new("mailer"); // in Lambda: outbox::Inbox::new(client, table, "mailer", retention)
+    /// # let metadata: outbox::envelope::EventMetadata = serde_json::from_str(r#"{"id":"e-1","type":"OrderCreated","version":1,"source":"s","time":"t","subject":"o-1","aggregate_type":"Order","sequence":1,"correlation_id":"c"}"#)?;
+    /// let inbox = MemoryInbox::new("mailer"); // in Lambda: outbox::inbox::Inbox::new(client, table, "mailer", retention)
     /// let until = chrono::Utc::now() + chrono::Duration::seconds(30);
     /// let hash = payload_hash(r#"{"order_id":"o-1"}"#);
     /// let send = || async { Ok::<_, std::io::Error>(String::from("message-1")) }; // the call to your partner

@@ -16,6 +16,7 @@ use serde_json::value::RawValue;
 
 /// One invocation's stream batch: the payload of the relay's event source mapping.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct StreamBatch {
     /// `Records`, in stream order.
     pub records: Vec<StreamRecord>,
@@ -23,6 +24,7 @@ pub struct StreamBatch {
 
 /// One stream record: its JSON text as delivered, and what the relay reads from it.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct StreamRecord {
     /// The record exactly as Lambda delivered it.
     pub raw: Box<RawValue>,

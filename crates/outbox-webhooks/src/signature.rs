@@ -183,6 +183,7 @@ impl VerifyError {
 
 /// The three headers of a signed request, as received (any may be missing).
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct SignedHeaders<'a> {
     /// `webhook-id`.
     pub id: Option<&'a str>,
@@ -193,6 +194,11 @@ pub struct SignedHeaders<'a> {
 }
 
 impl<'a> SignedHeaders<'a> {
+    /// The three header values as received (`None`: the header is missing).
+    pub fn new(id: Option<&'a str>, timestamp: Option<&'a str>, signature: Option<&'a str>) -> Self {
+        Self { id, timestamp, signature }
+    }
+
     /// Reads the three headers through `get` (e.g. `|name| headers.get(name)?.to_str().ok()`
     /// over an `http::HeaderMap`, whose names are case-insensitive).
     pub fn from_fn(get: impl Fn(&'static str) -> Option<&'a str>) -> Self {
@@ -285,7 +291,7 @@ mod tests {
     }
 
     fn headers<'a>(id: &'a str, ts: &'a str, sig: &'a str) -> SignedHeaders<'a> {
-        SignedHeaders { id: Some(id), timestamp: Some(ts), signature: Some(sig) }
+        SignedHeaders::new(Some(id), Some(ts), Some(sig))
     }
 
     #[test]
@@ -350,7 +356,7 @@ mod tests {
         assert_eq!(headers(PY_ID, "x", "y").missing(), None);
         let no_ts = SignedHeaders { id: Some(PY_ID), ..Default::default() };
         assert_eq!(v.verify(&no_ts, b"", PY_TS).unwrap_err(), VerifyError::Missing { header: WEBHOOK_TIMESTAMP });
-        let no_sig = SignedHeaders { id: Some(PY_ID), timestamp: Some(&ts), signature: None };
+        let no_sig = SignedHeaders::new(Some(PY_ID), Some(&ts), None);
         assert_eq!(v.verify(&no_sig, b"", PY_TS).unwrap_err(), VerifyError::Missing { header: WEBHOOK_SIGNATURE });
         assert_eq!(v.verify(&headers(PY_ID, "soon", PY_SIGNATURE), b"", PY_TS).unwrap_err(), VerifyError::Invalid { header: WEBHOOK_TIMESTAMP });
     }

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 /// Settings of the breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BreakerConfig {
     /// Consecutive failed attempts that open the breaker; 0 turns the breaker off. Default 5.
     pub threshold: u32,
@@ -40,6 +41,7 @@ impl Default for BreakerConfig {
 
 /// The breaker attributes of a subscriber item (epoch milliseconds).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BreakerState {
     /// `breaker_failures`: consecutive failed attempts.
     pub failures: u32,

@@ -12,11 +12,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use outbox::envelope::EventMetadata;
+use outbox::inbox::MemoryInbox;
 use outbox::inbox::{Claim, InboxError, InboxOutcome, InboxStore, Lease};
-use outbox::webhook::client::{ClientConfig, WebhookClient};
-use outbox::webhook::dispatcher::{Decision, Deliverer, Subscriber, WebhookEvent};
-use outbox::webhook::{RetrySchedule, Secret, SignedHeaders, Verifier};
-use outbox::MemoryInbox;
+use outbox_webhooks::client::{ClientConfig, WebhookClient};
+use outbox_webhooks::dispatcher::{Decision, Deliverer, Subscriber, WebhookEvent};
+use outbox_webhooks::{RetrySchedule, Secret, SignedHeaders, Verifier};
 
 /// One scripted answer: status, extra headers, body, delay before answering.
 #[derive(Clone)]
@@ -76,7 +76,7 @@ fn event() -> WebhookEvent {
 }
 
 fn subscriber(url: &str) -> Subscriber {
-    Subscriber { id: "partner-a".into(), url: url.into(), event_types: vec!["OrderCreated".into()], secret_id: "s".into(), enabled: true }
+    Subscriber::new("partner-a", url, vec!["OrderCreated".into()], "s")
 }
 
 fn deliverer<S: InboxStore>(inbox: S, timeout: Duration) -> Deliverer<S> {
@@ -84,7 +84,8 @@ fn deliverer<S: InboxStore>(inbox: S, timeout: Duration) -> Deliverer<S> {
     config.allow_http = true;
     config.timeout = timeout;
     // 4 attempts: 3 delays, without jitter.
-    let schedule = RetrySchedule { delays: [5, 10, 20].map(Duration::from_secs).to_vec(), jitter: 0.0, ..RetrySchedule::default() };
+    let mut schedule = RetrySchedule::new([5, 10, 20].map(Duration::from_secs).to_vec());
+    schedule.jitter = 0.0;
     Deliverer::new(WebhookClient::new(&config).unwrap(), inbox, schedule)
 }
 
@@ -114,7 +115,7 @@ async fn a_2xx_is_delivered_signed_verbatim_and_recorded_once() {
     assert_eq!(sig.split(' ').count(), 2, "one signature per current secret");
     let now = Utc::now().timestamp();
     for secret in &secrets {
-        let signed = SignedHeaders { id: Some(&id), timestamp: Some(&ts), signature: Some(&sig) };
+        let signed = SignedHeaders::new(Some(&id), Some(&ts), Some(&sig));
         assert_eq!(Verifier::new(vec![secret.clone()]).verify(&signed, body, now), Ok("evt-1"));
     }
     assert!(d.inbox().contains("partner-a#evt-1"), "the delivery is recorded per (subscriber, event)");
@@ -225,15 +226,7 @@ impl InboxStore for CrashBeforeRecord {
     async fn complete(&self, lease: &Lease, result: Option<&str>) -> Result<(), InboxError> {
         let first = std::mem::replace(&mut *self.crashed.lock().unwrap(), true);
         if !first {
-            let died = outbox::aws_error::AwsError {
-                operation: "UpdateItem",
-                kind: outbox::aws_error::AwsErrorKind::Dispatch,
-                code: None,
-                message: None,
-                status: None,
-                retryable: true,
-                detail: "the invocation died".into(),
-            };
+            let died = outbox::AwsError::new("UpdateItem", outbox::AwsErrorKind::Dispatch, true, "the invocation died");
             return Err(InboxError::Sdk { action: "complete", error: died });
         }
         self.inner.complete(lease, result).await
@@ -270,9 +263,11 @@ fn messages_that_are_not_bus_events_are_named() {
     assert!(err.to_string().contains("metadata"), "{err}");
     let s = subscriber("https://x");
     assert!(s.wants("OrderCreated") && !s.wants("OrderPaid"));
-    let all = Subscriber { event_types: vec!["*".into()], ..s.clone() };
+    let mut all = s.clone();
+    all.event_types = vec!["*".into()];
     assert!(all.wants("OrderPaid"));
-    assert!(!Subscriber { enabled: false, ..all }.wants("OrderPaid"));
+    all.enabled = false;
+    assert!(!all.wants("OrderPaid"));
 }
 
 const BIG_METADATA: &str = r#"{"id":"evt-big","type":"OrderCreated","version":1,"source":"example.orders","time":"2026-12-01T06:00:00.000Z","subject":"o-9","aggregate_type":"Order","sequence":1,"correlation_id":"corr-9"}"#;
@@ -320,7 +315,7 @@ fn a_claim_checked_event_is_read_and_its_payload_put_inline() {
 /// dead-lettered `WebhookClaimCheckUnavailable`.
 #[tokio::test]
 async fn a_claim_checked_delivery_fetches_only_to_send_and_fails_like_any_attempt() {
-    use outbox::webhook::dispatcher::Unresolved;
+    use outbox_webhooks::dispatcher::Unresolved;
     use std::sync::atomic::{AtomicUsize, Ordering};
     let (server, url) = Server::start(vec![answer(200)]).await;
     let d = deliverer(MemoryInbox::new("webhook-dispatcher"), Duration::from_secs(10));
@@ -344,7 +339,7 @@ async fn a_claim_checked_delivery_fetches_only_to_send_and_fails_like_any_attemp
     assert_eq!(body.as_ref(), expected.as_bytes(), "the payload inline, never the reference");
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let (id, ts, sig) = (get("webhook-id").unwrap(), get("webhook-timestamp").unwrap(), get("webhook-signature").unwrap());
-    let signed = SignedHeaders { id: Some(&id), timestamp: Some(&ts), signature: Some(&sig) };
+    let signed = SignedHeaders::new(Some(&id), Some(&ts), Some(&sig));
     assert_eq!(Verifier::new(secrets.clone()).verify(&signed, body, Utc::now().timestamp()), Ok("evt-big"), "signed over the inline body");
 
     // S3 unavailable: retried with the backoff, then given up with a reason; nothing recorded, nothing sent.

@@ -54,6 +54,7 @@ pub struct ClientBuildError(#[source] reqwest::Error);
 
 /// What one attempt sends.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct SignedPost<'a> {
     /// Subscriber URL.
     pub url: &'a str,
@@ -69,11 +70,20 @@ pub struct SignedPost<'a> {
     pub trace_header: Option<&'a str>,
 }
 
+impl<'a> SignedPost<'a> {
+    /// A post of `body` to `url` as event `id`, signed with each of `secrets`, without
+    /// correlation id or trace header (the public fields take them).
+    pub fn new(url: &'a str, id: &'a str, body: &'a str, secrets: &'a [Secret]) -> Self {
+        Self { url, id, body, secrets, correlation_id: None, trace_header: None }
+    }
+}
+
 /// The most of an answer's body the client reads: 4 KiB.
 pub const READ_LIMIT_BYTES: usize = 4096;
 
 /// What one attempt got.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Attempt {
     /// The answer's meaning.
     pub outcome: Outcome,

@@ -28,6 +28,7 @@ pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The delays between attempts, with jitter.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RetrySchedule {
     /// The wait before retry `n` (0 for the first retry); its length + 1 is the number of
     /// attempts. Default [`DEFAULT_SCHEDULE`].
@@ -50,6 +51,12 @@ impl Default for RetrySchedule {
 pub struct ScheduleError(pub String);
 
 impl RetrySchedule {
+    /// The schedule `delays` (its length + 1 attempts) with the default jitter (0.2) and
+    /// longest `Retry-After` ([`DEFAULT_MAX_RETRY_AFTER`]); the public fields take others.
+    pub fn new(delays: Vec<Duration>) -> Self {
+        Self { delays, ..Self::default() }
+    }
+
     /// Attempts in all: the first and one per delay.
     pub fn attempts(&self) -> u32 {
         u32::try_from(self.delays.len()).unwrap_or(u32::MAX).saturating_add(1)
