@@ -7,6 +7,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+pub use crate::envelope::MAX_RETENTION;
+
 /// A missing or unusable setting.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -78,6 +80,26 @@ impl Env {
     /// [`ConfigError::Invalid`] if set but not a positive integer.
     pub fn seconds(&self, name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
         Ok(self.parsed(name, |s: &u64| *s > 0, "expected a positive number of seconds")?.map_or(default, Duration::from_secs))
+    }
+
+    /// A whole number of seconds in `min..=max` (default `default`).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the variable and the range if set but not a whole number
+    /// in it.
+    pub fn seconds_in(&self, name: &'static str, default: Duration, min: u64, max: u64) -> Result<Duration, ConfigError> {
+        let reason = format!("expected a whole number of seconds from {min} to {max}");
+        Ok(self.parsed(name, |s: &u64| (min..=max).contains(s), &reason)?.map_or(default, Duration::from_secs))
+    }
+
+    /// A retention (a TTL: how long an item is kept) of 1 to [`MAX_RETENTION`] seconds (default
+    /// `default`), e.g. `OUTBOX_RETENTION_SECONDS`. `expires_at` = now + retention, in epoch
+    /// seconds: the bound keeps it in range (see [`MAX_RETENTION`] for why this one).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the variable and the range.
+    pub fn retention(&self, name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
+        self.seconds_in(name, default, 1, MAX_RETENTION.as_secs())
     }
 
     /// A positive byte count (default `default`).
@@ -201,6 +223,11 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// (as `DEAD_LETTER_RETENTION_SECONDS`) for the consumers.
 pub const DEFAULT_DEAD_LETTER_RETENTION: Duration = Duration::from_secs(14 * 24 * 3600);
 
+/// The range of `DEAD_LETTER_RETENTION_SECONDS`: SQS's `MessageRetentionPeriod`, 60 seconds to
+/// 1,209,600 (14 days). Source: the `SetQueueAttributes` API reference,
+/// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SetQueueAttributes.html>.
+pub const DEAD_LETTER_RETENTION_RANGE: std::ops::RangeInclusive<u64> = 60..=1_209_600;
+
 /// Default time between an event leaving a dead-letter queue's retention window and the last
 /// moment it can still arrive at a consumer (`REDRIVE_MARGIN_SECONDS`): 2 days, covering
 /// EventBridge's retries (24 h), Lambda's asynchronous event age (up to 6 h) and an operator's
@@ -217,12 +244,28 @@ pub const DEFAULT_REDRIVE_MARGIN: Duration = Duration::from_secs(2 * 24 * 3600);
 ///
 /// # Errors
 /// [`ConfigError::Invalid`] naming `INBOX_RETENTION_SECONDS` when it is shorter than the rule
-/// allows (checked at function start, so a misconfigured consumer never runs).
+/// allows or longer than [`MAX_RETENTION`]; naming `DEAD_LETTER_RETENTION_SECONDS` outside
+/// [`DEAD_LETTER_RETENTION_RANGE`], `REDRIVE_MARGIN_SECONDS` outside 1..=[`MAX_RETENTION`] or
+/// when the rule's minimum exceeds [`MAX_RETENTION`] (all checked at function start, so a
+/// misconfigured consumer never runs).
 pub fn inbox_retention(env: &Env) -> Result<Duration, ConfigError> {
-    let dead_letters = env.seconds("DEAD_LETTER_RETENTION_SECONDS", DEFAULT_DEAD_LETTER_RETENTION)?;
-    let margin = env.seconds("REDRIVE_MARGIN_SECONDS", DEFAULT_REDRIVE_MARGIN)?;
+    let (min, max) = (*DEAD_LETTER_RETENTION_RANGE.start(), *DEAD_LETTER_RETENTION_RANGE.end());
+    let dead_letters = env.seconds_in("DEAD_LETTER_RETENTION_SECONDS", DEFAULT_DEAD_LETTER_RETENTION, min, max)?;
+    let margin = env.retention("REDRIVE_MARGIN_SECONDS", DEFAULT_REDRIVE_MARGIN)?;
+    // Both are bounded above, far below `Duration`'s range: the sum cannot overflow.
     let minimum = dead_letters + margin;
-    let retention = env.seconds("INBOX_RETENTION_SECONDS", minimum)?;
+    if minimum > MAX_RETENTION {
+        return Err(ConfigError::Invalid {
+            name: "REDRIVE_MARGIN_SECONDS",
+            value: margin.as_secs().to_string(),
+            reason: format!(
+                "DEAD_LETTER_RETENTION_SECONDS + REDRIVE_MARGIN_SECONDS = {} seconds, over the longest retention of {} seconds",
+                minimum.as_secs(),
+                MAX_RETENTION.as_secs()
+            ),
+        });
+    }
+    let retention = env.retention("INBOX_RETENTION_SECONDS", minimum)?;
     if retention < minimum {
         return Err(ConfigError::Invalid {
             name: "INBOX_RETENTION_SECONDS",
@@ -280,6 +323,30 @@ mod tests {
         assert_eq!(inbox_retention(&env(&short_queues)).unwrap(), Duration::from_secs(90_000));
         let longer = [("DEAD_LETTER_RETENTION_SECONDS", "86400"), ("INBOX_RETENTION_SECONDS", "604800")];
         assert_eq!(inbox_retention(&env(&longer)).unwrap(), Duration::from_secs(604_800));
+    }
+
+    /// A retention beyond what an epoch-seconds TTL can hold (or a unit mistake: milliseconds
+    /// in a `*_SECONDS` variable) is refused at start, naming the variable and the range.
+    #[test]
+    fn out_of_range_retention_is_refused_at_start() {
+        for huge in ["18446744073709551615", "9223372036854775807", "1382400000000"] {
+            let result = inbox_retention(&env(&[("INBOX_RETENTION_SECONDS", huge)]));
+            let err = result.expect_err(&format!("INBOX_RETENTION_SECONDS={huge} was accepted"));
+            assert!(err.to_string().contains("INBOX_RETENTION_SECONDS") && err.to_string().contains("315360000"), "{err}");
+        }
+        assert_eq!(env(&[("R", "315360000")]).retention("R", DEFAULT_RETENTION).unwrap(), MAX_RETENTION);
+        let err = env(&[("R", "315360001")]).retention("R", DEFAULT_RETENTION).unwrap_err();
+        assert!(err.to_string().contains("from 1 to 315360000"), "{err}");
+        assert!(env(&[("R", "0")]).retention("R", DEFAULT_RETENTION).is_err());
+        let err = inbox_retention(&env(&[("DEAD_LETTER_RETENTION_SECONDS", "30")])).unwrap_err();
+        assert!(err.to_string().contains("DEAD_LETTER_RETENTION_SECONDS") && err.to_string().contains("from 60 to 1209600"), "{err}");
+        let err = inbox_retention(&env(&[("REDRIVE_MARGIN_SECONDS", "315360000")])).unwrap_err();
+        assert!(err.to_string().contains("REDRIVE_MARGIN_SECONDS") && err.to_string().contains("over the longest retention"), "{err}");
+        // The sum of the rule's two parts must not overflow either (a panic at start today).
+        let huge = [("DEAD_LETTER_RETENTION_SECONDS", "18446744073709551615"), ("REDRIVE_MARGIN_SECONDS", "18446744073709551615")];
+        let result = std::panic::catch_unwind(|| inbox_retention(&env(&huge)));
+        let err = result.expect("no panic").unwrap_err();
+        assert!(err.to_string().contains("DEAD_LETTER_RETENTION_SECONDS"), "{err}");
     }
 
     #[test]

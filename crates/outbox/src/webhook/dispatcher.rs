@@ -906,7 +906,7 @@ impl AttemptLog {
             excerpt: sent.excerpt.clone(),
         };
         let value: AttributeValue = serde_dynamo::to_attribute_value(&record).map_err(|e| DispatchError::Subscriber(e.to_string()))?;
-        let expires = Utc::now().timestamp() + i64::try_from(self.retention.as_secs()).unwrap_or(i64::MAX / 2);
+        let expires = crate::envelope::expires_at(Utc::now(), self.retention);
         self.client
             .update_item()
             .table_name(&self.table)
@@ -1598,7 +1598,7 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
         let (table, consumer) = (env.required("INBOX_TABLE")?, env.optional("WEBHOOK_CONSUMER_NAME", "webhook-dispatcher"));
         let retention = crate::config::inbox_retention(&env)?;
         let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
-        let log = AttemptLog::new(dynamodb.clone(), &table, &consumer, env.seconds("WEBHOOK_ATTEMPTS_RETENTION_SECONDS", retention)?);
+        let log = AttemptLog::new(dynamodb.clone(), &table, &consumer, env.retention("WEBHOOK_ATTEMPTS_RETENTION_SECONDS", retention)?);
         let inbox = crate::inbox::Inbox::new(dynamodb, table, consumer, retention);
         let dispatcher = Dispatcher::new(&sdk, inbox, DispatcherConfig::from_env(&env)?)?.with_attempt_log(log);
         #[cfg(feature = "claim-check")]
