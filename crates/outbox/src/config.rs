@@ -28,6 +28,11 @@ pub enum ConfigError {
     },
 }
 
+/// The largest `*_MS` setting ([`Env::millis`]): 900,000 ms, Lambda's longest function time-out
+/// (15 minutes; "Configure Lambda function timeout",
+/// <https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html>).
+pub const MAX_MILLIS: u64 = 900_000;
+
 type Lookup = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 /// A lookup of environment variables.
@@ -74,12 +79,15 @@ impl Env {
         (self.lookup)(name).filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())
     }
 
-    /// A positive whole number of seconds (default `default`).
+    /// A positive whole number of seconds, at most [`MAX_RETENTION`]'s 315,360,000 (3,650 days:
+    /// no span this project configures is longer, and the bound keeps `now + value` far from
+    /// overflowing, in seconds or milliseconds), default `default`.
     ///
     /// # Errors
-    /// [`ConfigError::Invalid`] if set but not a positive integer.
+    /// [`ConfigError::Invalid`] naming the variable and the range if set but not a whole number
+    /// in it.
     pub fn seconds(&self, name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
-        Ok(self.parsed(name, |s: &u64| *s > 0, "expected a positive number of seconds")?.map_or(default, Duration::from_secs))
+        self.seconds_in(name, default, 1, MAX_RETENTION.as_secs())
     }
 
     /// A whole number of seconds in `min..=max` (default `default`).
@@ -99,7 +107,7 @@ impl Env {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the variable and the range.
     pub fn retention(&self, name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
-        self.seconds_in(name, default, 1, MAX_RETENTION.as_secs())
+        self.seconds(name, default)
     }
 
     /// A positive byte count (default `default`).
@@ -131,12 +139,17 @@ impl Env {
         Ok(self.parsed(name, |n: &u32| *n > 0, "expected a positive whole number")?.unwrap_or(default))
     }
 
-    /// A whole number of milliseconds, 0 allowed (default `default`).
+    /// A whole number of milliseconds from 0 to [`MAX_MILLIS`] (default `default`). Every `*_MS`
+    /// setting is a time within one invocation (a time-out, a safety margin), added to the
+    /// current instant: the bound refuses a value that would overflow it (a panic in every
+    /// invocation) or could never be meant.
     ///
     /// # Errors
-    /// [`ConfigError::Invalid`] if set but not a non-negative integer.
+    /// [`ConfigError::Invalid`] naming the variable and the range if set but not a whole number
+    /// in it.
     pub fn millis(&self, name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
-        Ok(self.parsed(name, |_: &u64| true, "expected a whole number of milliseconds")?.map_or(default, Duration::from_millis))
+        let reason = format!("expected a whole number of milliseconds from 0 to {MAX_MILLIS} (15 minutes, Lambda's longest time-out)");
+        Ok(self.parsed(name, |ms: &u64| *ms <= MAX_MILLIS, &reason)?.map_or(default, Duration::from_millis))
     }
 }
 
@@ -311,6 +324,7 @@ mod tests {
         assert!(env(&[("N", "0")]).count("N", 5).is_err());
         assert_eq!(env(&[("M", "0")]).millis("M", Duration::from_secs(2)).unwrap(), Duration::ZERO);
         assert!(env(&[("M", "-1")]).millis("M", Duration::from_secs(2)).is_err());
+        assert_eq!(env(&[("M", "900000")]).millis("M", Duration::from_secs(2)).unwrap(), Duration::from_secs(900));
     }
 
     #[test]
@@ -347,6 +361,21 @@ mod tests {
         let result = std::panic::catch_unwind(|| inbox_retention(&env(&huge)));
         let err = result.expect("no panic").unwrap_err();
         assert!(err.to_string().contains("DEAD_LETTER_RETENTION_SECONDS"), "{err}");
+    }
+
+    /// Durations from the environment are added to "now" (an `Instant`, epoch milliseconds):
+    /// a value that overflows it is refused at start, naming the variable, instead of panicking
+    /// in every invocation.
+    #[test]
+    fn durations_that_would_overflow_now_are_refused_at_start() {
+        let err = env(&[("RELAY_SAFETY_MARGIN_MS", "18446744073709551615")]).millis("RELAY_SAFETY_MARGIN_MS", Duration::ZERO).unwrap_err();
+        assert!(err.to_string().contains("RELAY_SAFETY_MARGIN_MS") && err.to_string().contains("from 0 to 900000"), "{err}");
+        assert!(env(&[("M", "900001")]).millis("M", Duration::ZERO).is_err());
+        let err = SdkTimeouts::from_env(&env(&[("SDK_OPERATION_TIMEOUT_MS", "18446744073709551615")])).unwrap_err();
+        assert!(err.to_string().contains("SDK_OPERATION_TIMEOUT_MS"), "{err}");
+        let err =
+            env(&[("WEBHOOK_MAX_RETRY_AFTER_SECONDS", "9223372036854775")]).seconds("WEBHOOK_MAX_RETRY_AFTER_SECONDS", Duration::ZERO).unwrap_err();
+        assert!(err.to_string().contains("WEBHOOK_MAX_RETRY_AFTER_SECONDS") && err.to_string().contains("from 1 to 315360000"), "{err}");
     }
 
     #[test]
