@@ -64,10 +64,10 @@ pub const MAX_ITEM_BYTES: usize = 400 * 1024;
 /// <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/time-to-live-ttl-before-you-start.html>.
 pub const MAX_RETENTION: std::time::Duration = std::time::Duration::from_secs(3650 * 24 * 3600);
 
-/// `expires_at` of an item written at `now` and kept `retention` (at most [`MAX_RETENTION`]):
-/// epoch seconds, never earlier than `now`.
-#[cfg(feature = "writer")]
-pub(crate) fn expires_at(now: DateTime<Utc>, retention: std::time::Duration) -> i64 {
+/// `expires_at` (the TTL attribute) of an item written at `now` and kept `retention` (at most
+/// [`MAX_RETENTION`]; a longer one is capped): epoch seconds, never earlier than `now`, never
+/// wrapping. The outbox writer, the inbox and the webhook attempt log all compute it here.
+pub fn expires_at(now: DateTime<Utc>, retention: std::time::Duration) -> i64 {
     let seconds = retention.min(MAX_RETENTION).as_secs();
     // MAX_RETENTION is a few times 10^8 seconds: it fits an i64, and the sum saturates anyway.
     now.timestamp().saturating_add(i64::try_from(seconds).unwrap_or(i64::MAX))

@@ -13,10 +13,10 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use outbox::envelope::EventMetadata;
 use outbox::inbox::{Claim, InboxError, InboxOutcome, InboxStore, Lease};
-use outbox::webhook::client::{ClientConfig, WebhookClient};
-use outbox::webhook::dispatcher::{Decision, Deliverer, Subscriber, WebhookEvent};
-use outbox::webhook::{RetrySchedule, Secret, SignedHeaders, Verifier};
 use outbox::MemoryInbox;
+use outbox_webhooks::client::{ClientConfig, WebhookClient};
+use outbox_webhooks::dispatcher::{Decision, Deliverer, Subscriber, WebhookEvent};
+use outbox_webhooks::{RetrySchedule, Secret, SignedHeaders, Verifier};
 
 /// One scripted answer: status, extra headers, body, delay before answering.
 #[derive(Clone)]
@@ -320,7 +320,7 @@ fn a_claim_checked_event_is_read_and_its_payload_put_inline() {
 /// dead-lettered `WebhookClaimCheckUnavailable`.
 #[tokio::test]
 async fn a_claim_checked_delivery_fetches_only_to_send_and_fails_like_any_attempt() {
-    use outbox::webhook::dispatcher::Unresolved;
+    use outbox_webhooks::dispatcher::Unresolved;
     use std::sync::atomic::{AtomicUsize, Ordering};
     let (server, url) = Server::start(vec![answer(200)]).await;
     let d = deliverer(MemoryInbox::new("webhook-dispatcher"), Duration::from_secs(10));
@@ -421,7 +421,7 @@ async fn endless_subscriber(status: u16, sent: Arc<std::sync::atomic::AtomicUsiz
 /// an endless body neither holds the attempt until its timeout nor fills the dispatcher's memory.
 #[tokio::test]
 async fn an_endless_answer_body_is_read_only_up_to_the_cap() {
-    use outbox::webhook::client::{SignedPost, READ_LIMIT_BYTES};
+    use outbox_webhooks::client::{SignedPost, READ_LIMIT_BYTES};
     use std::sync::atomic::{AtomicUsize, Ordering};
     for status in [200u16, 500] {
         let sent = Arc::new(AtomicUsize::new(0));

@@ -39,7 +39,7 @@ pub const MIN_SECRET_BYTES: usize = 24;
 /// Default tolerance between the sender's timestamp and the receiver's clock: 5 minutes.
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
 /// Default largest body a [`Verifier`] hashes: 1 MiB, the largest event a bus carries inline
-/// (one `PutEvents` entry, [`crate::envelope::DEFAULT_MAX_PUT_EVENTS_BYTES`]), so every event this
+/// (one `PutEvents` entry, `outbox::envelope::DEFAULT_MAX_PUT_EVENTS_BYTES`), so every event this
 /// library's dispatcher delivers without a claim check fits. A receiver that accepts larger
 /// bodies (claim-checked events delivered inline) raises it with
 /// [`Verifier::with_max_body_bytes`]; one that knows its bodies are small lowers it.
