@@ -7,6 +7,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+pub use outbox::envelope::MAX_RETENTION;
+
 /// A missing or unusable setting.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -25,6 +27,11 @@ pub enum ConfigError {
         reason: String,
     },
 }
+
+/// The largest `*_MS` setting ([`Env::millis`]): 900,000 ms, Lambda's longest function time-out
+/// (15 minutes; "Configure Lambda function timeout",
+/// <https://docs.aws.amazon.com/lambda/latest/dg/configuration-timeout.html>).
+pub const MAX_MILLIS: u64 = 900_000;
 
 type Lookup = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
@@ -72,12 +79,35 @@ impl Env {
         (self.lookup)(name).filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_owned())
     }
 
-    /// A positive whole number of seconds (default `default`).
+    /// A positive whole number of seconds, at most [`MAX_RETENTION`]'s 315,360,000 (3,650 days:
+    /// no span this project configures is longer, and the bound keeps `now + value` far from
+    /// overflowing, in seconds or milliseconds), default `default`.
     ///
     /// # Errors
-    /// [`ConfigError::Invalid`] if set but not a positive integer.
+    /// [`ConfigError::Invalid`] naming the variable and the range if set but not a whole number
+    /// in it.
     pub fn seconds(&self, name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
-        Ok(self.parsed(name, |s: &u64| *s > 0, "expected a positive number of seconds")?.map_or(default, Duration::from_secs))
+        self.seconds_in(name, default, 1, MAX_RETENTION.as_secs())
+    }
+
+    /// A whole number of seconds in `min..=max` (default `default`).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the variable and the range if set but not a whole number
+    /// in it.
+    pub fn seconds_in(&self, name: &'static str, default: Duration, min: u64, max: u64) -> Result<Duration, ConfigError> {
+        let reason = format!("expected a whole number of seconds from {min} to {max}");
+        Ok(self.parsed(name, |s: &u64| (min..=max).contains(s), &reason)?.map_or(default, Duration::from_secs))
+    }
+
+    /// A retention (a TTL: how long an item is kept) of 1 to [`MAX_RETENTION`] seconds (default
+    /// `default`), e.g. `OUTBOX_RETENTION_SECONDS`. `expires_at` = now + retention, in epoch
+    /// seconds: the bound keeps it in range (see [`MAX_RETENTION`] for why this one).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the variable and the range.
+    pub fn retention(&self, name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
+        self.seconds(name, default)
     }
 
     /// A positive byte count (default `default`).
@@ -109,12 +139,17 @@ impl Env {
         Ok(self.parsed(name, |n: &u32| *n > 0, "expected a positive whole number")?.unwrap_or(default))
     }
 
-    /// A whole number of milliseconds, 0 allowed (default `default`).
+    /// A whole number of milliseconds from 0 to [`MAX_MILLIS`] (default `default`). Every `*_MS`
+    /// setting is a time within one invocation (a time-out, a safety margin), added to the
+    /// current instant: the bound refuses a value that would overflow it (a panic in every
+    /// invocation) or could never be meant.
     ///
     /// # Errors
-    /// [`ConfigError::Invalid`] if set but not a non-negative integer.
+    /// [`ConfigError::Invalid`] naming the variable and the range if set but not a whole number
+    /// in it.
     pub fn millis(&self, name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
-        Ok(self.parsed(name, |_: &u64| true, "expected a whole number of milliseconds")?.map_or(default, Duration::from_millis))
+        let reason = format!("expected a whole number of milliseconds from 0 to {MAX_MILLIS} (15 minutes, Lambda's longest time-out)");
+        Ok(self.parsed(name, |ms: &u64| *ms <= MAX_MILLIS, &reason)?.map_or(default, Duration::from_millis))
     }
 }
 
@@ -200,6 +235,11 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// (as `DEAD_LETTER_RETENTION_SECONDS`) for the consumers.
 pub const DEFAULT_DEAD_LETTER_RETENTION: Duration = Duration::from_secs(14 * 24 * 3600);
 
+/// The range of `DEAD_LETTER_RETENTION_SECONDS`: SQS's `MessageRetentionPeriod`, 60 seconds to
+/// 1,209,600 (14 days). Source: the `SetQueueAttributes` API reference,
+/// <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SetQueueAttributes.html>.
+pub const DEAD_LETTER_RETENTION_RANGE: std::ops::RangeInclusive<u64> = 60..=1_209_600;
+
 /// Default time between an event leaving a dead-letter queue's retention window and the last
 /// moment it can still arrive at a consumer (`REDRIVE_MARGIN_SECONDS`): 2 days, covering
 /// EventBridge's retries (24 h), Lambda's asynchronous event age (up to 6 h) and an operator's
@@ -216,12 +256,28 @@ pub const DEFAULT_REDRIVE_MARGIN: Duration = Duration::from_secs(2 * 24 * 3600);
 ///
 /// # Errors
 /// [`ConfigError::Invalid`] naming `INBOX_RETENTION_SECONDS` when it is shorter than the rule
-/// allows (checked at function start, so a misconfigured consumer never runs).
+/// allows or longer than [`MAX_RETENTION`]; naming `DEAD_LETTER_RETENTION_SECONDS` outside
+/// [`DEAD_LETTER_RETENTION_RANGE`], `REDRIVE_MARGIN_SECONDS` outside 1..=[`MAX_RETENTION`] or
+/// when the rule's minimum exceeds [`MAX_RETENTION`] (all checked at function start, so a
+/// misconfigured consumer never runs).
 pub fn inbox_retention(env: &Env) -> Result<Duration, ConfigError> {
-    let dead_letters = env.seconds("DEAD_LETTER_RETENTION_SECONDS", DEFAULT_DEAD_LETTER_RETENTION)?;
-    let margin = env.seconds("REDRIVE_MARGIN_SECONDS", DEFAULT_REDRIVE_MARGIN)?;
+    let (min, max) = (*DEAD_LETTER_RETENTION_RANGE.start(), *DEAD_LETTER_RETENTION_RANGE.end());
+    let dead_letters = env.seconds_in("DEAD_LETTER_RETENTION_SECONDS", DEFAULT_DEAD_LETTER_RETENTION, min, max)?;
+    let margin = env.retention("REDRIVE_MARGIN_SECONDS", DEFAULT_REDRIVE_MARGIN)?;
+    // Both are bounded above, far below `Duration`'s range: the sum cannot overflow.
     let minimum = dead_letters + margin;
-    let retention = env.seconds("INBOX_RETENTION_SECONDS", minimum)?;
+    if minimum > MAX_RETENTION {
+        return Err(ConfigError::Invalid {
+            name: "REDRIVE_MARGIN_SECONDS",
+            value: margin.as_secs().to_string(),
+            reason: format!(
+                "DEAD_LETTER_RETENTION_SECONDS + REDRIVE_MARGIN_SECONDS = {} seconds, over the longest retention of {} seconds",
+                minimum.as_secs(),
+                MAX_RETENTION.as_secs()
+            ),
+        });
+    }
+    let retention = env.retention("INBOX_RETENTION_SECONDS", minimum)?;
     if retention < minimum {
         return Err(ConfigError::Invalid {
             name: "INBOX_RETENTION_SECONDS",
@@ -267,6 +323,7 @@ mod tests {
         assert!(env(&[("N", "0")]).count("N", 5).is_err());
         assert_eq!(env(&[("M", "0")]).millis("M", Duration::from_secs(2)).unwrap(), Duration::ZERO);
         assert!(env(&[("M", "-1")]).millis("M", Duration::from_secs(2)).is_err());
+        assert_eq!(env(&[("M", "900000")]).millis("M", Duration::from_secs(2)).unwrap(), Duration::from_secs(900));
     }
 
     #[test]
@@ -279,6 +336,45 @@ mod tests {
         assert_eq!(inbox_retention(&env(&short_queues)).unwrap(), Duration::from_secs(90_000));
         let longer = [("DEAD_LETTER_RETENTION_SECONDS", "86400"), ("INBOX_RETENTION_SECONDS", "604800")];
         assert_eq!(inbox_retention(&env(&longer)).unwrap(), Duration::from_secs(604_800));
+    }
+
+    /// A retention beyond what an epoch-seconds TTL can hold (or a unit mistake: milliseconds
+    /// in a `*_SECONDS` variable) is refused at start, naming the variable and the range.
+    #[test]
+    fn out_of_range_retention_is_refused_at_start() {
+        for huge in ["18446744073709551615", "9223372036854775807", "1382400000000"] {
+            let result = inbox_retention(&env(&[("INBOX_RETENTION_SECONDS", huge)]));
+            let err = result.expect_err(&format!("INBOX_RETENTION_SECONDS={huge} was accepted"));
+            assert!(err.to_string().contains("INBOX_RETENTION_SECONDS") && err.to_string().contains("315360000"), "{err}");
+        }
+        assert_eq!(env(&[("R", "315360000")]).retention("R", DEFAULT_RETENTION).unwrap(), MAX_RETENTION);
+        let err = env(&[("R", "315360001")]).retention("R", DEFAULT_RETENTION).unwrap_err();
+        assert!(err.to_string().contains("from 1 to 315360000"), "{err}");
+        assert!(env(&[("R", "0")]).retention("R", DEFAULT_RETENTION).is_err());
+        let err = inbox_retention(&env(&[("DEAD_LETTER_RETENTION_SECONDS", "30")])).unwrap_err();
+        assert!(err.to_string().contains("DEAD_LETTER_RETENTION_SECONDS") && err.to_string().contains("from 60 to 1209600"), "{err}");
+        let err = inbox_retention(&env(&[("REDRIVE_MARGIN_SECONDS", "315360000")])).unwrap_err();
+        assert!(err.to_string().contains("REDRIVE_MARGIN_SECONDS") && err.to_string().contains("over the longest retention"), "{err}");
+        // The sum of the rule's two parts must not overflow either (a panic at start today).
+        let huge = [("DEAD_LETTER_RETENTION_SECONDS", "18446744073709551615"), ("REDRIVE_MARGIN_SECONDS", "18446744073709551615")];
+        let result = std::panic::catch_unwind(|| inbox_retention(&env(&huge)));
+        let err = result.expect("no panic").unwrap_err();
+        assert!(err.to_string().contains("DEAD_LETTER_RETENTION_SECONDS"), "{err}");
+    }
+
+    /// Durations from the environment are added to "now" (an `Instant`, epoch milliseconds):
+    /// a value that overflows it is refused at start, naming the variable, instead of panicking
+    /// in every invocation.
+    #[test]
+    fn durations_that_would_overflow_now_are_refused_at_start() {
+        let err = env(&[("RELAY_SAFETY_MARGIN_MS", "18446744073709551615")]).millis("RELAY_SAFETY_MARGIN_MS", Duration::ZERO).unwrap_err();
+        assert!(err.to_string().contains("RELAY_SAFETY_MARGIN_MS") && err.to_string().contains("from 0 to 900000"), "{err}");
+        assert!(env(&[("M", "900001")]).millis("M", Duration::ZERO).is_err());
+        let err = SdkTimeouts::from_env(&env(&[("SDK_OPERATION_TIMEOUT_MS", "18446744073709551615")])).unwrap_err();
+        assert!(err.to_string().contains("SDK_OPERATION_TIMEOUT_MS"), "{err}");
+        let err =
+            env(&[("WEBHOOK_MAX_RETRY_AFTER_SECONDS", "9223372036854775")]).seconds("WEBHOOK_MAX_RETRY_AFTER_SECONDS", Duration::ZERO).unwrap_err();
+        assert!(err.to_string().contains("WEBHOOK_MAX_RETRY_AFTER_SECONDS") && err.to_string().contains("from 1 to 315360000"), "{err}");
     }
 
     #[test]

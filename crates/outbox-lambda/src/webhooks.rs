@@ -105,7 +105,7 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
         let (table, consumer) = (env.required("INBOX_TABLE")?, env.optional("WEBHOOK_CONSUMER_NAME", "webhook-dispatcher"));
         let retention = crate::config::inbox_retention(&env)?;
         let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
-        let log = AttemptLog::new(dynamodb.clone(), &table, &consumer, env.seconds("WEBHOOK_ATTEMPTS_RETENTION_SECONDS", retention)?);
+        let log = AttemptLog::new(dynamodb.clone(), &table, &consumer, env.retention("WEBHOOK_ATTEMPTS_RETENTION_SECONDS", retention)?);
         let inbox = outbox::inbox::Inbox::new(dynamodb, table, consumer, retention);
         let dispatcher = Dispatcher::new(&sdk, inbox, dispatcher_config(&env)?)?.with_attempt_log(log);
         #[cfg(feature = "claim-check")]

@@ -867,7 +867,7 @@ impl AttemptLog {
             excerpt: sent.excerpt.clone(),
         };
         let value: AttributeValue = serde_dynamo::to_attribute_value(&record).map_err(|e| DispatchError::Subscriber(e.to_string()))?;
-        let expires = Utc::now().timestamp() + i64::try_from(self.retention.as_secs()).unwrap_or(i64::MAX / 2);
+        let expires = outbox::envelope::expires_at(Utc::now(), self.retention);
         self.client
             .update_item()
             .table_name(&self.table)
@@ -1368,7 +1368,7 @@ impl<S: InboxStore> Dispatcher<S> {
         let wait = ceil_seconds(wait.max(Duration::from_secs(1)));
         let receive_count: u32 = copy.message.attributes.get("ApproximateReceiveCount").and_then(|c| c.parse().ok()).unwrap_or(1);
         let first_receive = copy.message.attributes.get("ApproximateFirstReceiveTimestamp").and_then(|t| t.parse::<i64>().ok());
-        let held = first_receive.map_or(Duration::ZERO, |t| millis(Utc::now().timestamp_millis() - t));
+        let held = first_receive.map_or(Duration::ZERO, |t| millis(Utc::now().timestamp_millis().saturating_sub(t)));
         let room = MAX_VISIBILITY.saturating_sub(held + VISIBILITY_MARGIN);
         if receive_count <= 1 && room >= Duration::from_secs(1) {
             // The rest, if longer than the room, is waited by a re-enqueued copy on the next receive.

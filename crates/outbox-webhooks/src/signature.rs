@@ -11,7 +11,10 @@
 //!   clock, which bounds replays of a captured request.
 //!
 //! Comparison is constant-time: the expected tag is checked with the `hmac` crate's
-//! [`Mac::verify_slice`] (`subtle` underneath), never with `==`.
+//! [`Mac::verify_slice`] (`subtle` underneath), never with `==`. The HMAC over the body is
+//! computed once per secret, however many signatures the header lists, and only for a body of at
+//! most [`Verifier::with_max_body_bytes`] (default [`DEFAULT_MAX_BODY_BYTES`]): what a request
+//! costs the receiver is bounded before any hashing.
 
 use std::fmt;
 use std::time::Duration;
@@ -35,6 +38,12 @@ pub const SECRET_PREFIX: &str = "whsec_";
 pub const MIN_SECRET_BYTES: usize = 24;
 /// Default tolerance between the sender's timestamp and the receiver's clock: 5 minutes.
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
+/// Default largest body a [`Verifier`] hashes: 1 MiB, the largest event a bus carries inline
+/// (one `PutEvents` entry, `outbox::envelope::DEFAULT_MAX_PUT_EVENTS_BYTES`), so every event this
+/// library's dispatcher delivers without a claim check fits. A receiver that accepts larger
+/// bodies (claim-checked events delivered inline) raises it with
+/// [`Verifier::with_max_body_bytes`]; one that knows its bodies are small lowers it.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// Decodes padded and unpadded base64 alike, ignoring stray trailing bits (the reference
 /// libraries accept such secrets).
@@ -111,6 +120,8 @@ impl Secret {
     }
 
     fn mac(&self, id: &str, timestamp: i64, body: &[u8]) -> Hmac<Sha256> {
+        #[cfg(test)]
+        tests::MACS.with(|n| n.set(n.get() + 1));
         // HMAC takes keys of any length (longer ones are hashed first): this cannot fail.
         let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).expect("HMAC accepts keys of any length");
         mac.update(id.as_bytes());
@@ -124,14 +135,6 @@ impl Secret {
     /// One signature: `v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">`.
     pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
         format!("v1,{}", STANDARD.encode(self.mac(id, timestamp, body).finalize().into_bytes()))
-    }
-
-    /// Whether `signature` (the base64 part after `v1,`) is this secret's, compared in constant time.
-    fn matches(&self, id: &str, timestamp: i64, body: &[u8], signature: &str) -> bool {
-        match STANDARD.decode(signature) {
-            Ok(tag) => self.mac(id, timestamp, body).verify_slice(&tag).is_ok(),
-            Err(_) => false,
-        }
     }
 }
 
@@ -168,15 +171,26 @@ pub enum VerifyError {
     /// No `v1` signature in the header matches any current secret.
     #[error("no signature in header webhook-signature matches")]
     NoMatch,
+    /// The body is larger than the verifier hashes ([`Verifier::with_max_body_bytes`]): refused
+    /// before any HMAC is computed (a receiver answers 413).
+    #[error("the body is {bytes} bytes, over the limit of {limit}")]
+    BodyTooLarge {
+        /// The body's size.
+        bytes: usize,
+        /// The verifier's limit.
+        limit: usize,
+    },
 }
 
 impl VerifyError {
-    /// The header at fault.
+    /// The header at fault (`body` for [`VerifyError::BodyTooLarge`], the one error about the
+    /// body rather than a header).
     pub fn header(&self) -> &'static str {
         match self {
             VerifyError::Missing { header } | VerifyError::Invalid { header } => header,
             VerifyError::Stale { .. } => WEBHOOK_TIMESTAMP,
             VerifyError::NoMatch => WEBHOOK_SIGNATURE,
+            VerifyError::BodyTooLarge { .. } => "body",
         }
     }
 }
@@ -226,13 +240,21 @@ impl<'a> SignedHeaders<'a> {
 pub struct Verifier {
     secrets: Vec<Secret>,
     tolerance: Duration,
+    max_body_bytes: usize,
 }
 
 impl Verifier {
     /// A verifier accepting any of `secrets` (during a rotation: the new and the old one), with
-    /// the default tolerance of 5 minutes.
+    /// the default tolerance of 5 minutes and bodies of at most [`DEFAULT_MAX_BODY_BYTES`].
     pub fn new(secrets: Vec<Secret>) -> Self {
-        Self { secrets, tolerance: DEFAULT_TOLERANCE }
+        Self { secrets, tolerance: DEFAULT_TOLERANCE, max_body_bytes: DEFAULT_MAX_BODY_BYTES }
+    }
+
+    /// Sets the largest body, in bytes, that [`Verifier::verify`] hashes (default
+    /// [`DEFAULT_MAX_BODY_BYTES`]); a larger one is [`VerifyError::BodyTooLarge`].
+    pub fn with_max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body_bytes = bytes;
+        self
     }
 
     /// Sets the timestamp tolerance.
@@ -242,8 +264,13 @@ impl Verifier {
     }
 
     /// Checks the headers in the order id → timestamp (present, integer, within the tolerance of
-    /// `now`, epoch seconds) → signature (any `v1` entry matching any secret; other versions are
-    /// skipped). Returns the message id.
+    /// `now`, epoch seconds) → signature header present → body within the size limit →
+    /// signature (any `v1` entry matching any secret; other versions are skipped). Returns the
+    /// message id.
+    ///
+    /// Cost: one HMAC-SHA256 pass over the body per secret (at most), whatever the number of
+    /// entries the header lists, and none for a body over the limit or a header without a
+    /// well-formed `v1` entry.
     ///
     /// # Errors
     /// [`VerifyError`], naming the header at fault.
@@ -256,11 +283,25 @@ impl Verifier {
             return Err(VerifyError::Stale { skew_secs: skew, tolerance_secs: self.tolerance.as_secs() });
         }
         let signatures = headers.signature.ok_or(VerifyError::Missing { header: WEBHOOK_SIGNATURE })?;
-        let matched = signatures
+        if body.len() > self.max_body_bytes {
+            return Err(VerifyError::BodyTooLarge { bytes: body.len(), limit: self.max_body_bytes });
+        }
+        // The listed tags, decoded once; entries of other versions or not base64 are skipped.
+        let tags: Vec<Vec<u8>> = signatures
             .split(' ')
             .filter_map(|entry| entry.split_once(','))
             .filter(|(version, _)| *version == "v1")
-            .any(|(_, signature)| self.secrets.iter().any(|secret| secret.matches(id, timestamp, body, signature)));
+            .filter_map(|(_, signature)| STANDARD.decode(signature).ok())
+            .collect();
+        if tags.is_empty() {
+            return Err(VerifyError::NoMatch);
+        }
+        // One pass over the body per secret; each listed tag is then compared (in constant time)
+        // against a copy of that secret's finished state.
+        let matched = self.secrets.iter().any(|secret| {
+            let mac = secret.mac(id, timestamp, body);
+            tags.iter().any(|tag| mac.clone().verify_slice(tag).is_ok())
+        });
         if matched {
             Ok(id)
         } else {
@@ -371,6 +412,62 @@ mod tests {
             assert_eq!(Verifier::new(receiver).verify(&headers("evt_1", ts, &header), b"{}", 1_700_000_000), Ok("evt_1"));
         }
         assert_eq!(Verifier::new(vec![Secret::generate()]).verify(&headers("evt_1", ts, &header), b"{}", 1_700_000_000), Err(VerifyError::NoMatch));
+    }
+
+    // The tags computed for one verification, thread by thread (each test runs on its own thread).
+    thread_local! {
+        pub(super) static MACS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    fn macs_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
+        MACS.with(|n| n.set(0));
+        let result = f();
+        (result, MACS.with(std::cell::Cell::get))
+    }
+
+    /// The HMAC over the body is computed once per secret, however many signatures the sender
+    /// lists (a header of 50 entries must not cost 50 passes over the body).
+    #[test]
+    fn verification_computes_one_tag_per_secret_whatever_the_header_lists() {
+        let secrets = vec![Secret::generate(), Secret::generate()];
+        let body = vec![b'x'; 64 * 1024];
+        let ts = 1_700_000_000;
+        let mut entries: Vec<String> = (0..50).map(|_| Secret::generate().sign("evt_1", ts, &body)).collect();
+        let header = entries.join(" ");
+        let v = Verifier::new(secrets.clone());
+        let (result, macs) = macs_during(|| v.verify(&headers("evt_1", "1700000000", &header), &body, ts));
+        assert_eq!(result, Err(VerifyError::NoMatch));
+        assert_eq!(macs, secrets.len(), "one HMAC per secret, not per (entry, secret)");
+        // The matching entry listed last, signed by the second secret, is still found.
+        entries.push(secrets[1].sign("evt_1", ts, &body));
+        let header = entries.join(" ");
+        let (result, macs) = macs_during(|| v.verify(&headers("evt_1", "1700000000", &header), &body, ts));
+        assert_eq!(result, Ok("evt_1"));
+        assert!(macs <= secrets.len(), "{macs}");
+    }
+
+    /// A body over the verifier's cap is refused before any HMAC is computed.
+    #[test]
+    fn a_body_over_the_cap_is_refused_without_hashing_it() {
+        let secret = Secret::generate();
+        let ts = 1_700_000_000;
+        let body = vec![b'x'; 2 * 1024 * 1024];
+        let header = secret.sign("evt_1", ts, &body);
+        let v = Verifier::new(vec![secret.clone()]);
+        let (result, macs) = macs_during(|| v.verify(&headers("evt_1", "1700000000", &header), &body, ts));
+        assert_eq!(result, Err(VerifyError::BodyTooLarge { bytes: 2 * 1024 * 1024, limit: DEFAULT_MAX_BODY_BYTES }));
+        assert_eq!(result.unwrap_err().header(), "body");
+        assert_eq!(macs, 0, "refused before hashing");
+        // At the limit it verifies; the limit is the receiver's to set.
+        let at = &body[..DEFAULT_MAX_BODY_BYTES];
+        let header_at = secret.sign("evt_1", ts, at);
+        assert_eq!(v.verify(&headers("evt_1", "1700000000", &header_at), at, ts), Ok("evt_1"));
+        let raised = v.clone().with_max_body_bytes(4 * 1024 * 1024);
+        assert_eq!(raised.verify(&headers("evt_1", "1700000000", &header), &body, ts), Ok("evt_1"));
+        let lowered = v.with_max_body_bytes(1024);
+        let small = &body[..2048];
+        let err = lowered.verify(&headers("evt_1", "1700000000", &header), small, ts).unwrap_err();
+        assert_eq!(err.to_string(), "the body is 2048 bytes, over the limit of 1024");
     }
 
     #[test]

@@ -366,3 +366,82 @@ async fn a_claim_checked_delivery_fetches_only_to_send_and_fails_like_any_attemp
     assert!(server.requests().is_empty(), "nothing is sent without the payload");
     assert!(!d.inbox().contains("webhook-dispatcher#evt-big") && !d.inbox().contains("partner-a#evt-big"), "nothing recorded");
 }
+
+/// A subscriber that answers every request with `status` and a body that never ends (chunked,
+/// 16 KiB chunks, stopped only when the client goes away or after 1 GiB); counts the bytes it
+/// managed to send.
+async fn endless_subscriber(status: u16, sent: Arc<std::sync::atomic::AtomicUsize>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let sent = sent.clone();
+            tokio::spawn(async move {
+                // The request: its head, then as many body bytes as its content-length says.
+                let mut request = Vec::new();
+                let mut buf = [0u8; 8192];
+                let body_end = loop {
+                    let Ok(n) = socket.read(&mut buf).await else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    request.extend_from_slice(&buf[..n]);
+                    let Some(head_end) = request.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4) else { continue };
+                    let head = String::from_utf8_lossy(&request[..head_end]).to_ascii_lowercase();
+                    let length: usize = head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+                    if request.len() >= head_end + length {
+                        break head_end + length;
+                    }
+                };
+                assert!(request.len() >= body_end);
+                let head = format!("HTTP/1.1 {status} Whatever\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n");
+                if socket.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                let chunk = format!("4000\r\n{}\r\n", "e".repeat(0x4000));
+                while sent.load(std::sync::atomic::Ordering::SeqCst) < 1 << 30 {
+                    if socket.write_all(chunk.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    sent.fetch_add(0x4000, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    format!("http://{addr}/hook")
+}
+
+/// The client reads at most `READ_LIMIT_BYTES` of a subscriber's answer and drops the connection:
+/// an endless body neither holds the attempt until its timeout nor fills the dispatcher's memory.
+#[tokio::test]
+async fn an_endless_answer_body_is_read_only_up_to_the_cap() {
+    use outbox_webhooks::client::{SignedPost, READ_LIMIT_BYTES};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    for status in [200u16, 500] {
+        let sent = Arc::new(AtomicUsize::new(0));
+        let url = endless_subscriber(status, sent.clone()).await;
+        let mut config = ClientConfig::default();
+        config.allow_http = true;
+        config.timeout = Duration::from_secs(60);
+        let client = WebhookClient::new(&config).unwrap();
+        let secrets = [Secret::generate()];
+        let post = SignedPost::new(&url, "evt-1", BODY, &secrets);
+        let attempt = client.post(&post, Utc::now().timestamp(), None).await;
+        // The answer's status, not a time-out: the body was not read to its (non-existent) end.
+        assert_eq!(attempt.status, status, "{attempt:?}");
+        assert!(attempt.excerpt.len() <= 1024 && attempt.excerpt.starts_with("eeee"), "{:?}", attempt.excerpt);
+        // Once the client dropped the connection, the subscriber's writes fail: what it sent stays
+        // bounded by the cap plus the socket buffers, far from the 1 GiB it would send to a reader.
+        let mut last = sent.load(Ordering::SeqCst);
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let now = sent.load(Ordering::SeqCst);
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        assert!(last < 64 << 20, "the subscriber sent {last} bytes; the client reads {READ_LIMIT_BYTES}");
+    }
+}

@@ -17,7 +17,10 @@
 //! - **Consumer**: with [`ConsumerBuilder::claim_check`](crate::consumer::ConsumerBuilder::claim_check),
 //!   an event with `detail.data_ref` and no `detail.data` is fetched (`GetObject`) and verified
 //!   (size, SHA-256) before decoding, so handlers are the same for small and large events and the
-//!   inbox's payload hash is over the real payload. A missing or corrupt object is dead-lettered
+//!   inbox's payload hash is over the real payload. It is fetched only when the inbox does not
+//!   already hold the event as applied with that hash
+//!   ([`InboxStore::applied_hash`](crate::inbox::InboxStore::applied_hash), one consistent read):
+//!   a duplicate costs no download. A missing or corrupt object is dead-lettered
 //!   ([`ClaimCheckError::Missing`], [`ClaimCheckError::Corrupt`]); a transient S3 failure is
 //!   retried like any other ([`AwsError`]).
 //!

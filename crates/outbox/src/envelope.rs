@@ -43,9 +43,69 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-/// DynamoDB's maximum item size: 400 KB, counted as the UTF-8 bytes of attribute names and values.
-/// Source: <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html>.
+/// DynamoDB's maximum item size: 400 KB, counted over every attribute's name and value as
+/// [`OutboxItem::item_size`] does. Source:
+/// <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html>.
 pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+
+/// The longest retention (TTL) of an outbox item, an inbox row or a webhook attempt record:
+/// 3,650 days (315,360,000 seconds, about ten years). Configuration refuses longer ones at start
+/// (`*_RETENTION_SECONDS`); a longer `Duration` given in code is capped to it.
+///
+/// Why this bound: `expires_at` is DynamoDB's TTL attribute, a Number of epoch seconds, computed
+/// as now + retention. Bounding the retention keeps that sum a plausible epoch second, far inside
+/// `i64`, so it can never wrap into the past (a row born expired: the inbox would let the next
+/// delivery of its event claim it again and apply it twice). DynamoDB's TTL deletes an item only
+/// once its `expires_at` is in the past, so a value years ahead already means "keep": a longer
+/// retention would keep nothing more safely. It is far beyond every window in which an event can
+/// be redelivered (SQS keeps a message 14 days at most, EventBridge retries for 24 h, Lambda's
+/// asynchronous queue 6 h), and a value above it is almost always a unit mistake (16 days written
+/// in milliseconds is 1,382,400,000 "seconds", 43 years). Source: "Using DynamoDB Time to Live",
+/// <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/time-to-live-ttl-before-you-start.html>.
+pub const MAX_RETENTION: std::time::Duration = std::time::Duration::from_secs(3650 * 24 * 3600);
+
+/// `expires_at` (the TTL attribute) of an item written at `now` and kept `retention` (at most
+/// [`MAX_RETENTION`]; a longer one is capped): epoch seconds, never earlier than `now`, never
+/// wrapping. The outbox writer, the inbox and the webhook attempt log all compute it here.
+pub fn expires_at(now: DateTime<Utc>, retention: std::time::Duration) -> i64 {
+    let seconds = retention.min(MAX_RETENTION).as_secs();
+    // MAX_RETENTION is a few times 10^8 seconds: it fits an i64, and the sum saturates anyway.
+    now.timestamp().saturating_add(i64::try_from(seconds).unwrap_or(i64::MAX))
+}
+
+/// The size of a DynamoDB item as DynamoDB counts it against [`MAX_ITEM_BYTES`]: for every
+/// attribute, the UTF-8 bytes of its name plus its value's size — a string's UTF-8 bytes, a
+/// binary's raw bytes, a number 1 byte per two significant digits plus 1, a Boolean or null 1
+/// byte, a list or map 3 bytes plus, per element, 1 byte and the element (with its name, for a
+/// map). Numbers are counted as an upper bound (DynamoDB calls its figure approximate). Source:
+/// "Item sizes and formats",
+/// <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/CapacityUnitCalculations.html>.
+pub fn item_size(item: &std::collections::HashMap<String, serde_dynamo::AttributeValue>) -> usize {
+    item.iter().map(|(name, value)| name.len().saturating_add(value_size(value))).fold(0, usize::saturating_add)
+}
+
+fn value_size(value: &serde_dynamo::AttributeValue) -> usize {
+    use serde_dynamo::AttributeValue as V;
+    let sum = |sizes: &mut dyn Iterator<Item = usize>| sizes.fold(0, usize::saturating_add);
+    match value {
+        V::S(s) => s.len(),
+        V::N(n) => number_size(n),
+        V::B(b) => b.len(),
+        V::Bool(_) | V::Null(_) => 1,
+        V::M(m) => 3usize.saturating_add(sum(&mut m.iter().map(|(k, v)| k.len().saturating_add(value_size(v)).saturating_add(1)))),
+        V::L(l) => 3usize.saturating_add(sum(&mut l.iter().map(|v| value_size(v).saturating_add(1)))),
+        V::Ss(s) => sum(&mut s.iter().map(String::len)),
+        V::Ns(n) => sum(&mut n.iter().map(|n| number_size(n))),
+        V::Bs(b) => sum(&mut b.iter().map(Vec::len)),
+    }
+}
+
+/// A number's size: 1 byte per two significant digits, plus 1. Counted over every digit after the
+/// leading zeros (trailing zeros included) plus one for the exponent's alignment: an upper bound.
+fn number_size(number: &str) -> usize {
+    let digits = number.bytes().filter(u8::is_ascii_digit).skip_while(|d| *d == b'0').count();
+    (digits.max(1) + 1).div_ceil(2) + 1
+}
 
 /// Default limit of one `PutEvents` request, in bytes: 1 MiB, raised from 256 KiB in January 2026.
 /// Accounts or regions still on the old limit set `PUT_EVENTS_MAX_REQUEST_BYTES=262144`.
@@ -211,6 +271,16 @@ impl OutboxItem {
             // The root's errors ("missing field `x`") name the attribute already.
             EnvelopeError::Decode(if path == "." { inner.to_string() } else { format!("attribute `{path}`: {inner}") })
         })
+    }
+
+    /// The item's size as DynamoDB counts it against [`MAX_ITEM_BYTES`] ([`item_size`] of the
+    /// attributes [`OutboxItem::to_item`] stores: every one, `payload_ref` and `previous` included).
+    pub fn item_size(&self) -> usize {
+        match self.to_item::<serde_dynamo::Item>() {
+            Ok(item) => item_size(&item),
+            // Cannot happen (strings and integers); too large to store is the safe answer.
+            Err(_) => usize::MAX,
+        }
     }
 
     /// Encodes the item as DynamoDB attributes.
@@ -477,6 +547,36 @@ mod tests {
         let mut item = sample_item();
         item.event_type = " ".into();
         assert_eq!(item.to_bus_event(), Err(EnvelopeError::Empty("event_type")));
+    }
+
+    /// The documented rules, attribute by attribute
+    /// (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/CapacityUnitCalculations.html>).
+    #[test]
+    fn item_size_follows_dynamodbs_rules() {
+        use serde_dynamo::AttributeValue as V;
+        let one = |name: &str, value: V| item_size(&[(name.to_owned(), value)].into_iter().collect());
+        assert_eq!(one("name", V::S("Zoë".into())), 4 + 4, "UTF-8 bytes");
+        assert_eq!(one("b", V::B(vec![0; 10])), 1 + 10, "raw bytes");
+        assert_eq!(one("flag", V::Bool(true)), 4 + 1);
+        assert_eq!(one("nothing", V::Null(true)), 7 + 1);
+        assert_eq!(one("n", V::N("7".into())), 1 + 2);
+        assert_eq!(one("n", V::N("12345678901234567890".into())), 1 + 11 + 1, "20 digits: 10 bytes + 1, + 1 for alignment");
+        assert_eq!(one("n", V::N("0007".into())), 1 + 2, "leading zeros do not count");
+        assert_eq!(one("m", V::M(Default::default())), 1 + 3, "an empty map");
+        let map = V::M([("a".to_owned(), V::S("xy".into())), ("bb".to_owned(), V::N("1".into()))].into_iter().collect());
+        assert_eq!(one("m", map), 1 + 3 + (1 + 2 + 1) + (2 + 2 + 1), "3 bytes, then name + value + 1 per element");
+        assert_eq!(one("l", V::L(vec![V::S("abc".into()), V::Bool(false)])), 1 + 3 + (3 + 1) + (1 + 1));
+        assert_eq!(one("ss", V::Ss(vec!["ab".into(), "c".into()])), 2 + 3);
+    }
+
+    #[test]
+    fn the_item_size_counts_every_attribute_stored() {
+        let mut item = sample_item();
+        let base = item.item_size();
+        item.previous.insert("OrderCreated".into(), 1);
+        assert_eq!(item.item_size(), base + "previous".len() + 3 + "OrderCreated".len() + 2 + 1);
+        item.trace_header = Some("Root=1-abc".into());
+        assert_eq!(item.item_size(), base + 8 + 3 + 12 + 2 + 1 + "trace_header".len() + 10);
     }
 
     #[test]

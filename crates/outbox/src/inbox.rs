@@ -295,7 +295,9 @@ pub struct Inbox {
 }
 
 impl Inbox {
-    /// The inbox of `consumer` in `table`; rows expire `retention` after they are written.
+    /// The inbox of `consumer` in `table`; rows expire `retention` after they are written (at
+    /// most [`crate::envelope::MAX_RETENTION`]; a longer one is capped to it, so a row is never
+    /// written already expired).
     pub fn new(client: Client, table: impl Into<String>, consumer: impl Into<String>, retention: Duration) -> Self {
         Self { client, table: table.into(), consumer: consumer.into(), retention, ordered: false, types: None }
     }
@@ -458,6 +460,36 @@ impl Inbox {
         Ok(out.item().and_then(|i| i.get("last_sequence")).and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or(0))
     }
 
+    /// The payload hash `event_id` was applied with, when this consumer's inbox holds a live
+    /// record of it (transactional claim or completed guarded claim, `expires_at` not passed):
+    /// a strongly consistent `GetItem` ([`InboxStore::applied_hash`]).
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] if DynamoDB fails.
+    pub async fn applied_hash(&self, event_id: &str) -> Result<Option<String>, InboxError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(self.key(event_id)))
+            .consistent_read(true)
+            .projection_expression("payload_hash, expires_at, #status")
+            .expression_attribute_names("#status", "status")
+            .send()
+            .await
+            .map_err(|e| sdk("read the inbox row", "GetItem", &e))?;
+        let Some(item) = out.item() else { return Ok(None) };
+        let expires_at = item.get("expires_at").and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<i64>().ok());
+        // The claim's own condition: a row whose expires_at has passed is free to claim again.
+        if expires_at.is_none_or(|at| at < Utc::now().timestamp()) {
+            return Ok(None);
+        }
+        if item.get("status").and_then(|v| v.as_s().ok()).is_some_and(|status| status != COMPLETED) {
+            return Ok(None);
+        }
+        Ok(item.get("payload_hash").and_then(|v| v.as_s().ok()).cloned())
+    }
+
     /// The DynamoDB client.
     pub fn client(&self) -> &Client {
         &self.client
@@ -506,7 +538,7 @@ impl Inbox {
             .item("sequence", AttributeValue::N(metadata.sequence.to_string()))
             .item("payload_hash", s(payload_hash))
             .item("processed_at", s(&now.to_rfc3339_opts(SecondsFormat::Millis, true)))
-            .item("expires_at", n(now.timestamp() + self.retention.as_secs() as i64))
+            .item("expires_at", n(crate::envelope::expires_at(now, self.retention)))
             .condition_expression("attribute_not_exists(pk) OR expires_at < :now")
             .expression_attribute_values(":now", n(now.timestamp()))
             .return_values_on_condition_check_failure(all_old())
@@ -636,7 +668,7 @@ impl Inbox {
             .item("lease_token", s(&token))
             .item("lease_expires_at", n(lease_until.timestamp_millis()))
             .item("payload_hash", s(payload_hash))
-            .item("expires_at", n(now.timestamp() + self.retention.as_secs() as i64))
+            .item("expires_at", n(crate::envelope::expires_at(now, self.retention)))
             .condition_expression("attribute_not_exists(pk) OR expires_at < :now OR (#status = :in_progress AND lease_expires_at < :now_ms)")
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":now", n(now.timestamp()))
@@ -721,6 +753,74 @@ impl Inbox {
                 Some(aws_sdk_dynamodb::operation::delete_item::DeleteItemError::ConditionalCheckFailedException(_)) => Ok(()),
                 _ => Err(sdk("release", "DeleteItem", &e)),
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metadata() -> EventMetadata {
+        serde_json::from_str(
+            r#"{"id":"e-1","type":"OrderCreated","version":1,"source":"s","time":"2026-12-01T00:00:00Z","subject":"o-1","aggregate_type":"Order","sequence":1,"correlation_id":"c"}"#,
+        )
+        .unwrap()
+    }
+
+    fn expires_at(item: &TransactWriteItem) -> i64 {
+        item.put().and_then(|p| p.item().get("expires_at")).and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap()
+    }
+
+    /// A retention too large for epoch seconds must never produce a claim that is expired when
+    /// written (`expires_at < now`): the next delivery would overwrite it and apply the event again.
+    #[test]
+    fn a_huge_retention_never_makes_a_claim_born_expired() {
+        let client =
+            Client::from_conf(aws_sdk_dynamodb::Config::builder().behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest()).build());
+        let now = Utc::now();
+        for seconds in [u64::MAX, i64::MAX as u64, i64::MAX as u64 - 1, 1 << 62] {
+            let inbox = Inbox::new(client.clone(), "inbox", "c", Duration::from_secs(seconds));
+            let expires = expires_at(&inbox.claim(&metadata(), "h", now));
+            assert!(expires > now.timestamp(), "retention {seconds} s: expires_at {expires} is not after now ({})", now.timestamp());
+        }
+    }
+
+    /// What the consumer asks before fetching a claim-checked payload: a live applied row only.
+    #[tokio::test]
+    async fn applied_hash_reads_live_applied_rows_only() {
+        use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
+        use aws_smithy_mocks::{mock, mock_client, RuleMode};
+        let row = |expires: i64, status: Option<&str>| {
+            let mut item = std::collections::HashMap::from([
+                ("payload_hash".to_owned(), AttributeValue::S("h".into())),
+                ("expires_at".to_owned(), AttributeValue::N(expires.to_string())),
+            ]);
+            if let Some(status) = status {
+                item.insert("status".to_owned(), AttributeValue::S(status.into()));
+            }
+            GetItemOutput::builder().set_item(Some(item)).build()
+        };
+        let later = Utc::now().timestamp() + 3600;
+        let answers = [
+            (Some(row(later, None)), Some("h")),
+            (Some(row(later, Some(COMPLETED))), Some("h")),
+            (Some(row(later, Some(IN_PROGRESS))), None),
+            (Some(row(Utc::now().timestamp() - 10, None)), None),
+            (Some(GetItemOutput::builder().build()), None),
+        ];
+        for (answer, expected) in answers {
+            let answer = answer.unwrap();
+            let rule = mock!(Client::get_item)
+                .match_requests(|r| {
+                    r.consistent_read() == Some(true)
+                        && r.key().and_then(|k| k.get("pk")).and_then(|v| v.as_s().ok()).map(String::as_str) == Some("c#e-1")
+                })
+                .then_output(move || answer.clone());
+            let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
+            let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60));
+            assert_eq!(inbox.applied_hash("e-1").await.unwrap().as_deref(), expected);
+            assert_eq!(rule.num_calls(), 1);
         }
     }
 }

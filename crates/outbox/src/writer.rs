@@ -280,8 +280,9 @@ pub(crate) struct Offload {
 }
 
 impl OutboxWriter {
-    /// A writer for `table` whose items expire (TTL) `retention` after they are written.
-    /// The retention only bounds storage: the relay publishes on INSERT, long before it.
+    /// A writer for `table` whose items expire (TTL) `retention` after they are written (at most
+    /// [`crate::envelope::MAX_RETENTION`]; a longer one is capped to it). The retention only
+    /// bounds storage: the relay publishes on INSERT, long before it.
     pub fn new(table: impl Into<String>, retention: Duration) -> Self {
         Self {
             table: table.into(),
@@ -367,8 +368,8 @@ impl OutboxWriter {
         let mut probe = item.clone();
         probe.payload = "0".into();
         let entry = probe.to_bus_event().map(|e| e.entry_size()).unwrap_or(usize::MAX);
-        let in_entry = (self.max_event_bytes + 1).saturating_sub(entry);
-        let in_item = (MAX_ITEM_BYTES + 1).saturating_sub(estimated_item_size(&probe));
+        let in_entry = self.max_event_bytes.saturating_add(1).saturating_sub(entry);
+        let in_item = (MAX_ITEM_BYTES + 1).saturating_sub(probe.item_size());
         in_entry.min(in_item)
     }
 
@@ -389,7 +390,7 @@ impl OutboxWriter {
             payload_ref: None,
             correlation_id: event.correlation_id,
             trace_header: event.trace_header,
-            expires_at: now.timestamp() + self.retention.as_secs() as i64,
+            expires_at: crate::envelope::expires_at(now, self.retention),
             previous: event.previous,
         }
     }
@@ -401,7 +402,7 @@ impl OutboxWriter {
         if bytes > max_event_bytes {
             return Err(WriteError::EventTooLarge { event_type: item.event_type, bytes, limit: max_event_bytes });
         }
-        let bytes = estimated_item_size(&item);
+        let bytes = item.item_size();
         if bytes > MAX_ITEM_BYTES {
             return Err(WriteError::ItemTooLarge { event_type: item.event_type, bytes });
         }
@@ -469,27 +470,6 @@ impl OutboxWriter {
     pub fn transaction(&self) -> OutboxTransaction<'_> {
         OutboxTransaction { writer: self, batch: Batch::default(), now: Utc::now(), offloads: Vec::new() }
     }
-}
-
-/// Rough DynamoDB item size: attribute names plus values as UTF-8 bytes (numbers count as their
-/// decimal digits, an over-estimate of DynamoDB's encoding).
-fn estimated_item_size(item: &OutboxItem) -> usize {
-    let strings = [
-        ("pk", item.pk.len()),
-        ("sk", item.sk.len()),
-        ("event_id", item.event_id.len()),
-        ("event_type", item.event_type.len()),
-        ("source", item.source.len()),
-        ("aggregate_type", item.aggregate_type.len()),
-        ("aggregate_id", item.aggregate_id.len()),
-        ("occurred_at", item.occurred_at.len()),
-        ("payload", item.payload.len()),
-        ("payload_ref", item.payload_ref.as_ref().map_or(0, |r| r.bucket.len() + r.key.len() + r.sha256.len() + "bucketkeysizesha256".len() + 20)),
-        ("correlation_id", item.correlation_id.len()),
-        ("trace_header", item.trace_header.as_ref().map_or(0, String::len)),
-    ];
-    let numbers = [("event_version", 10), ("sequence", 20), ("expires_at", 20)];
-    strings.iter().chain(numbers.iter()).map(|(name, len)| name.len() + len).sum()
 }
 
 /// One `TransactWriteItems` call in the making: the caller's writes plus outbox events.
@@ -604,6 +584,48 @@ mod tests {
         let writer = OutboxWriter::new("t", Duration::from_secs(1)).with_max_event_bytes(usize::MAX);
         let payload = format!("\"{}\"", "x".repeat(MAX_ITEM_BYTES));
         assert!(matches!(writer.outbox_item(event(&payload), Utc::now()), Err(WriteError::ItemTooLarge { .. })));
+    }
+
+    /// A retention too large for epoch seconds must not wrap `expires_at` into the past (DynamoDB
+    /// would treat the item as expired at once).
+    #[test]
+    fn a_huge_retention_never_makes_an_item_born_expired() {
+        let now = Utc::now();
+        for seconds in [u64::MAX, i64::MAX as u64, 1 << 62] {
+            let item = OutboxWriter::new("t", Duration::from_secs(seconds)).outbox_item(event("{}"), now).unwrap();
+            assert!(item.expires_at > now.timestamp(), "retention {seconds} s: expires_at {} is not after now", item.expires_at);
+        }
+    }
+
+    /// The size check counts every attribute the item carries, `previous` included: an item that
+    /// DynamoDB would refuse (over 400 KB) is refused here, before any write.
+    #[test]
+    fn the_item_size_check_counts_previous() {
+        let writer = OutboxWriter::new("t", Duration::from_secs(1)).with_max_event_bytes(4 * 1024 * 1024);
+        let mut with_previous = event("{}");
+        for n in 0..2_000u64 {
+            with_previous = with_previous.previous(format!("SomeRatherLongEventTypeName{n:05}"), u64::MAX - n);
+        }
+        // What DynamoDB counts for `previous` alone: name, map overhead, each entry's name, its
+        // number (20 digits: 10 bytes + 1) and its 1-byte element overhead.
+        let previous_bytes: usize = "previous".len() + 3 + with_previous.previous.keys().map(|k| k.len() + 11 + 1).sum::<usize>();
+        assert!(previous_bytes > 60_000, "{previous_bytes}");
+        // A payload that fills the item up to the limit without `previous`...
+        let fill = writer.inline_limit(&event("{}"));
+        let payload = format!("\"{}\"", "x".repeat(fill - 2));
+        assert!(writer.outbox_item(event(&payload), Utc::now()).is_ok());
+        // ...is over it with `previous`.
+        with_previous.payload = payload;
+        let result = writer.outbox_item(with_previous, Utc::now()).map(|item| item.item_size());
+        assert!(matches!(result, Err(WriteError::ItemTooLarge { .. })), "an item over 400 KB passed the check: {result:?}");
+    }
+
+    /// A writer without a bus limit (`usize::MAX`) still computes its inline limit.
+    #[test]
+    fn an_unbounded_event_size_does_not_overflow_the_inline_limit() {
+        let writer = OutboxWriter::new("t", Duration::from_secs(1)).with_max_event_bytes(usize::MAX);
+        let limit = writer.inline_limit(&event("{}"));
+        assert!(limit > 0 && limit < MAX_ITEM_BYTES, "{limit}");
     }
 
     #[test]

@@ -616,3 +616,82 @@ async fn an_sqs_batch_reports_only_what_may_pass_later_as_item_failures() {
     let single = consumer.handle_invocation(sequenced("OrderUpdated", 3, json!({})).payload.as_ref(), deadline).await.unwrap();
     assert!(matches!(single, outbox::consumer::InvocationAnswer::Event(r) if r.outcome == Handled::Duplicate));
 }
+
+/// Claim-checked events (`detail.data_ref`): the payload is fetched from S3 only for an event the
+/// inbox has not recorded; a duplicate is absorbed without a `GetObject`.
+#[cfg(feature = "claim-check")]
+mod claim_checked {
+    use super::*;
+    use aws_sdk_s3::operation::get_object::GetObjectOutput;
+    use aws_smithy_mocks::{mock, MockResponseInterceptor, Rule, RuleMode};
+    use outbox::claim_check::ClaimCheck;
+
+    const DATA: &str = r#"{"order_id":"o-1","quantity":2}"#;
+
+    /// An S3 client that answers `GetObject` with `DATA` (counted by the rule) and nothing else.
+    fn s3(get: &Rule) -> aws_sdk_s3::Client {
+        let config = aws_sdk_s3::Config::builder()
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .region(aws_sdk_s3::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_s3::config::Credentials::new("test", "test", None, None, "test"))
+            .http_client(aws_smithy_mocks::create_mock_http_client())
+            .interceptor(MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny).with_rule(get))
+            .build();
+        aws_sdk_s3::Client::from_conf(config)
+    }
+
+    fn get_object() -> Rule {
+        mock!(aws_sdk_s3::Client::get_object).then_output(|| {
+            GetObjectOutput::builder()
+                .content_length(DATA.len() as i64)
+                .body(aws_sdk_s3::primitives::ByteStream::from_static(DATA.as_bytes()))
+                .build()
+        })
+    }
+
+    fn claim_checked(event_id: &str, claim_check: &ClaimCheck) -> Invocation {
+        let reference = claim_check.reference(event_id, DATA.as_bytes()).expect("small enough");
+        let event = json!({
+            "version": "0", "id": format!("envelope-{}", uuid::Uuid::new_v4()), "detail-type": "OrderCreated", "source": "example.orders",
+            "time": "2026-11-29T08:00:00Z", "region": "us-east-1", "resources": [],
+            "detail": {
+                "metadata": {"id": event_id, "type": "OrderCreated", "version": 1, "source": "example.orders",
+                             "time": "2026-11-29T08:00:00.000Z", "subject": "o-1", "aggregate_type": "Order", "sequence": 1, "correlation_id": "corr-1"},
+                "data_ref": reference
+            }
+        });
+        Invocation::new(serde_json::value::to_raw_value(&event).expect("a JSON value serialises"))
+    }
+
+    fn consumer_with_claim_check(inbox: &MemoryInbox, dlq: &MemoryDeadLetters, claim_check: ClaimCheck) -> TestConsumer {
+        Consumer::builder(inbox.clone(), dlq.clone())
+            .retry(RetryPolicy::none())
+            .claim_check(claim_check)
+            .on::<OrderCreated, _, _>("OrderCreated", |event, tx| async move {
+                tx.write(stock_check(&event.data.order_id));
+                Ok(Outcome::Reserved)
+            })
+            .build()
+    }
+
+    #[tokio::test]
+    async fn a_duplicate_is_absorbed_without_fetching_its_payload() {
+        let get = get_object();
+        let claim_check = ClaimCheck::new(s3(&get), "payloads", "orders");
+        let (inbox, dlq) = (MemoryInbox::new("reserve"), MemoryDeadLetters::new());
+        let consumer = consumer_with_claim_check(&inbox, &dlq, claim_check.clone());
+
+        let first = consumer.handle(claim_checked("cc-1", &claim_check)).await.expect("applied");
+        assert_eq!(first.outcome, Handled::Applied(Outcome::Reserved));
+        assert_eq!(get.num_calls(), 1, "a new event's payload is fetched once");
+        assert_eq!(inbox.applied()[0].payload_hash, outbox::inbox::payload_hash(DATA), "hashed from the fetched bytes");
+
+        for _ in 0..3 {
+            let again = consumer.handle(claim_checked("cc-1", &claim_check)).await.expect("duplicate");
+            assert_eq!(again.outcome, Handled::Duplicate);
+        }
+        assert_eq!(get.num_calls(), 1, "a duplicate must not fetch its payload from S3 again");
+        assert_eq!(inbox.applied().len(), 1);
+        assert!(dlq.messages().is_empty());
+    }
+}

@@ -119,7 +119,7 @@ impl InventoryConsumer {
             url => Some(ConsumerDeadLetterQueue::new(aws_sdk_sqs::Client::new(sdk), url, name.clone())),
         };
         let inbox = Inbox::new(client.clone(), env.required("INBOX_TABLE")?, name, inbox_retention(env)?).ordered_by_types(HANDLED_TYPES);
-        let outbox = OutboxWriter::new(env.required("OUTBOX_TABLE")?, env.seconds("OUTBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?);
+        let outbox = OutboxWriter::new(env.required("OUTBOX_TABLE")?, env.retention("OUTBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?);
         let source = env.optional("EVENT_SOURCE", "example.inventory");
         let claim_check = outbox_lambda::claim_check(sdk, env)?;
         Ok(Self::new(client, inbox, dead_letters, env.required("INVENTORY_TABLE")?, source, outbox, claim_check))

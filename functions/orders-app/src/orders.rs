@@ -375,7 +375,7 @@ impl OrdersApi {
     /// # Errors
     /// [`ConfigError`] naming the variable.
     pub fn from_env(sdk: &aws_config::SdkConfig, env: &Env) -> Result<Self, ConfigError> {
-        let writer = OutboxWriter::new(env.required("OUTBOX_TABLE")?, env.seconds("OUTBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?)
+        let writer = OutboxWriter::new(env.required("OUTBOX_TABLE")?, env.retention("OUTBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?)
             .with_max_event_bytes(env.bytes("PUT_EVENTS_MAX_REQUEST_BYTES", DEFAULT_MAX_PUT_EVENTS_BYTES)?);
         let writer = match outbox_lambda::claim_check(sdk, env)? {
             Some(claim_check) => writer.with_claim_check(claim_check),

@@ -6,8 +6,9 @@
 //! |---|---|---|
 //! | `webhook-id`, `webhook-timestamp`, `webhook-signature` are present | 401 naming the header (no secret is read) | nothing |
 //! | `{partner}` is known and its secrets are valid | 404; 503 when its secrets are unreadable or invalid | nothing |
-//! | body at most [`MAX_WEBHOOK_BODY_BYTES`] | 413 naming `body` | nothing |
-//! | `webhook-id`, `webhook-timestamp` (±5 min), `webhook-signature` (any current secret, constant-time) | 401 problem naming the header | nothing |
+//! | `webhook-timestamp` is epoch seconds within ±5 min | 401 problem naming the header | nothing |
+//! | body at most [`MAX_WEBHOOK_BODY_BYTES`] (the verifier's limit, before any hashing) | 413 naming `body` | nothing |
+//! | `webhook-signature` (any current secret, constant-time, one HMAC per secret) | 401 problem naming the header | nothing |
 //! | body `{"type": "payment.succeeded", "data": {"order_id", "payment_id", "amount", "currency"}}` | 400 naming the field (`data.order_id`) | nothing |
 //! | the order exists | 422 naming `data.order_id` | nothing |
 //!
@@ -49,7 +50,7 @@ use outbox::envelope::EventMetadata;
 use outbox::inbox::{payload_hash, Inbox, InboxError, InboxOutcome};
 use outbox::OutboxWriter;
 use outbox_lambda::{ConfigError, Env, DEFAULT_RETENTION};
-use outbox_webhooks::{Secret, SignedHeaders, Verifier};
+use outbox_webhooks::{Secret, SignedHeaders, Verifier, VerifyError};
 
 /// Largest accepted webhook body: 64 KiB.
 pub const MAX_WEBHOOK_BODY_BYTES: usize = 64 * 1024;
@@ -231,7 +232,7 @@ impl PartnerWebhooks {
             cache: Mutex::new(None),
         };
         let inbox = Inbox::new(dynamodb.clone(), env.required("INBOX_TABLE")?, CONSUMER, outbox_lambda::inbox_retention(env)?);
-        let writer = OutboxWriter::new(env.required("OUTBOX_TABLE")?, env.seconds("OUTBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?);
+        let writer = OutboxWriter::new(env.required("OUTBOX_TABLE")?, env.retention("OUTBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?);
         Ok(Self::new(dynamodb, env.required("ORDERS_TABLE")?, writer, inbox, partners, env.optional("EVENT_SOURCE", "example.orders"))
             .with_tolerance(env.seconds("WEBHOOK_TOLERANCE_SECONDS", outbox_webhooks::DEFAULT_TOLERANCE)?))
     }
@@ -258,15 +259,17 @@ impl PartnerWebhooks {
                 return Err(Problem::new(503, "Service unavailable", "partner secrets are unavailable; retry later"));
             }
         };
-        if body.len() > MAX_WEBHOOK_BODY_BYTES {
-            let detail = format!("the body is {} bytes, over the limit of {MAX_WEBHOOK_BODY_BYTES}", body.len());
-            return Err(Problem { field: Some("body".into()), ..Problem::new(413, "Body too large", detail) });
-        }
         let now = chrono::Utc::now();
+        // The verifier refuses a body over the limit before hashing it (413), then checks the
+        // headers and the signature (401).
         let webhook_id = Verifier::new(secrets)
             .with_tolerance(self.tolerance)
+            .with_max_body_bytes(MAX_WEBHOOK_BODY_BYTES)
             .verify(&signed, body, now.timestamp())
-            .map_err(|e| Problem { field: Some(e.header().to_owned()), ..Problem::new(401, "Invalid webhook signature", e.to_string()) })?;
+            .map_err(|e| match e {
+                VerifyError::BodyTooLarge { .. } => Problem { field: Some("body".into()), ..Problem::new(413, "Body too large", e.to_string()) },
+                e => Problem { field: Some(e.header().to_owned()), ..Problem::new(401, "Invalid webhook signature", e.to_string()) },
+            })?;
         let webhook: PartnerWebhook = parse(body)?;
         if webhook.kind != PAYMENT_SUCCEEDED {
             return Err(Problem::bad_field("type", format!("unsupported webhook type {:?}; expected {PAYMENT_SUCCEEDED}", webhook.kind)));

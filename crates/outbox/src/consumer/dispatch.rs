@@ -185,6 +185,14 @@ impl RetryPolicy {
     }
 }
 
+/// What [`Consumer::claimed`] found: the event to handle (its payload inline), or a duplicate
+/// whose payload was not fetched.
+#[cfg(feature = "claim-check")]
+enum Claimed {
+    Event(RawEventBridgeEvent),
+    Duplicate(EventMetadata),
+}
+
 /// A decoded event and what its handler answered.
 struct Called<O> {
     metadata: EventMetadata,
@@ -575,7 +583,10 @@ where
     async fn process(&self, payload: &RawValue) -> Result<(EventMetadata, Handled<O>), ConsumerError> {
         let envelope = decode_envelope(payload)?;
         #[cfg(feature = "claim-check")]
-        let envelope = self.claimed(envelope).await?;
+        let envelope = match self.claimed(envelope).await? {
+            Claimed::Event(envelope) => envelope,
+            Claimed::Duplicate(metadata) => return Ok((metadata, Handled::Duplicate)),
+        };
         let Some(route) = self.inner.routes.get(&envelope.detail_type) else {
             let known: Vec<&str> = self.inner.routes.keys().map(String::as_str).collect();
             return Err(MalformedEvent(format!("detail-type {:?} is not handled here ({})", envelope.detail_type, known.join(", "))).into());
@@ -589,9 +600,12 @@ where
 
     /// `envelope` with `detail.data` in place of `detail.data_ref`: the payload fetched from S3
     /// and verified (size, SHA-256). Events with `detail.data` (or without either, which decoding
-    /// reports) pass unchanged.
+    /// reports) pass unchanged. An event the inbox already holds as applied with the reference's
+    /// SHA-256 ([`InboxStore::applied_hash`]: the payload hash is the SHA-256 of the same bytes)
+    /// is a duplicate: nothing is fetched. Any other answer, or a failed read, fetches: the
+    /// transaction's claim decides, as for an inline event.
     #[cfg(feature = "claim-check")]
-    async fn claimed(&self, mut envelope: RawEventBridgeEvent) -> Result<RawEventBridgeEvent, ConsumerError> {
+    async fn claimed(&self, mut envelope: RawEventBridgeEvent) -> Result<Claimed, ConsumerError> {
         #[derive(serde::Deserialize)]
         struct Parts<'a> {
             #[serde(borrow)]
@@ -603,10 +617,22 @@ where
         }
         let Ok(Parts { metadata: Some(metadata), data: None, data_ref: Some(data_ref) }) = serde_json::from_str::<Parts<'_>>(envelope.detail.get())
         else {
-            return Ok(envelope);
+            return Ok(Claimed::Event(envelope));
         };
         let reference: crate::envelope::PayloadRef =
             serde_json::from_str(data_ref.get()).map_err(|e| MalformedEvent(format!("detail.data_ref: {e}")))?;
+        // Metadata that does not decode is reported by decoding, after the fetch, as before.
+        if let Ok(decoded) = serde_json::from_str::<EventMetadata>(metadata.get()) {
+            let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.applied_hash(&decoded.id));
+            match applied.await {
+                Ok(Some(hash)) if hash.eq_ignore_ascii_case(&reference.sha256) => {
+                    tracing::debug!("claim-checked event already applied; its payload is not fetched");
+                    return Ok(Claimed::Duplicate(decoded));
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "could not read the inbox before fetching the payload; fetching it"),
+            }
+        }
         let Some(claim_check) = &self.inner.claim_check else {
             return Err(MalformedEvent(format!(
                 "detail.data_ref: the payload is in s3://{}/{}, but this consumer has no claim check (ConsumerBuilder::claim_check)",
@@ -620,7 +646,7 @@ where
         let detail = RawValue::from_string(format!(r#"{{"metadata":{},"data":{data}}}"#, metadata.get()))
             .map_err(|e| MalformedEvent(format!("the payload in s3://{}/{} is not JSON: {e}", reference.bucket, reference.key)))?;
         envelope.detail = detail;
-        Ok(envelope)
+        Ok(Claimed::Event(envelope))
     }
 
     /// Commits `tx` with the inbox claim (recording the outcome on it); on a false business

@@ -285,6 +285,14 @@ impl InboxStore for MemoryInbox {
         std::future::ready(self.apply_now(metadata, payload_hash, writes, Some(outcome)))
     }
 
+    fn applied_hash(&self, event_id: &str) -> impl Future<Output = Result<Option<String>, InboxError>> + Send {
+        let hash = match self.lock().rows.get(event_id) {
+            Some(Row::Applied { payload_hash } | Row::Completed { payload_hash, .. }) => Some(payload_hash.clone()),
+            Some(Row::InProgress { .. }) | None => None,
+        };
+        std::future::ready(Ok(hash))
+    }
+
     fn parks(&self) -> bool {
         self.ordered
     }

@@ -60,6 +60,20 @@ pub trait InboxStore: Send + Sync {
         self.apply(metadata, payload_hash, writes)
     }
 
+    /// The payload hash `event_id` was applied with, when the store holds a live record of it
+    /// (applied, or completed in guarded mode; not expired, not in progress): `None` otherwise.
+    /// The consumer asks it before fetching a claim-checked payload from S3, so a duplicate
+    /// costs one read instead of a download; the transaction's own claim still decides (a record
+    /// written after this read is found there). The default answers `None`: the consumer then
+    /// fetches, as for a new event.
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] if the store fails.
+    fn applied_hash(&self, event_id: &str) -> impl Future<Output = Result<Option<String>, InboxError>> + Send {
+        let _ = event_id;
+        std::future::ready(Ok(None))
+    }
+
     /// Whether this store parks events that arrive before their predecessor ([`ParkedEvent`](super::ParkedEvent)):
     /// an ordered store that implements the three parking methods. Default `false`.
     fn parks(&self) -> bool {
@@ -219,6 +233,10 @@ impl InboxStore for Inbox {
         Inbox::apply_recording(self, metadata, payload_hash, writes, Some(outcome))
     }
 
+    fn applied_hash(&self, event_id: &str) -> impl Future<Output = Result<Option<String>, InboxError>> + Send {
+        Inbox::applied_hash(self, event_id)
+    }
+
     fn parks(&self) -> bool {
         self.is_ordered()
     }
@@ -288,6 +306,10 @@ impl<S: InboxStore> InboxStore for Arc<S> {
         outcome: &RecordedOutcome,
     ) -> impl Future<Output = Result<InboxOutcome, InboxError>> + Send {
         (**self).apply_recording(metadata, payload_hash, writes, outcome)
+    }
+
+    fn applied_hash(&self, event_id: &str) -> impl Future<Output = Result<Option<String>, InboxError>> + Send {
+        (**self).applied_hash(event_id)
     }
 
     fn parks(&self) -> bool {
