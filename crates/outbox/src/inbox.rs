@@ -178,6 +178,7 @@ pub enum InboxError {
         /// What was being done.
         action: &'static str,
         /// The classified AWS error.
+        #[source]
         error: AwsError,
     },
 }

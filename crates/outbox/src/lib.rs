@@ -82,7 +82,7 @@ pub use relay::{Relay, RelayConfig};
 #[cfg(feature = "writer")]
 pub use transaction::{CommitError, ConditionFailed, TransactionError};
 #[cfg(feature = "writer")]
-pub use writer::{Event, OutboxTransaction, OutboxWriter, WriteError};
+pub use writer::{AggregateSequence, Event, OutboxTransaction, OutboxWriter, WriteError};
 
 /// The Rust snippets of the repository's README ("Use it in your own service") compile as
 /// doctests of this crate, so the README cannot drift from the API. Not part of the published

@@ -890,7 +890,9 @@ impl Relay {
             record: &*record.raw,
         };
         let body = serde_json::to_string(&body).map_err(|e| e.to_string())?;
-        crate::dead_letter::send(&self.sqs, &self.config.dead_letter_queue_url, body, &[("error_code", error_code), ("reason", reason)]).await
+        crate::dead_letter::send(&self.sqs, &self.config.dead_letter_queue_url, body, &[("error_code", error_code), ("reason", reason)])
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 
