@@ -63,8 +63,6 @@
 //! use the ordered inbox ([`crate::consumer`]), which applies them by `detail.metadata.sequence`
 //! whatever order they arrive in.
 
-#[cfg(feature = "lambda")]
-pub mod lambda;
 pub mod stream;
 
 use std::collections::HashMap;
@@ -109,7 +107,7 @@ pub struct RelayConfig {
     /// `deadline − safety_margin` (default 2 s).
     pub safety_margin: Duration,
     /// Longest one `PutEvents` call can take: the SDK operation time-out
-    /// ([`crate::config::SdkTimeouts`], default 15 s). After the invocation's first call, no
+    /// (`outbox_lambda::config::SdkTimeouts`, default 15 s). After the invocation's first call, no
     /// call (a new wave's or a resend) starts with less than `call_budget + safety_margin` left
     /// before the deadline; the records not sent then are reported from the earliest one on as
     /// `batchItemFailures`, so nothing after them is acknowledged and Lambda delivers them again.
@@ -346,18 +344,18 @@ impl RelayReport {
 
     #[cfg(feature = "metrics")]
     fn record_metrics(&self) {
-        metrics::counter!("RecordsSeen").increment(self.records as u64);
+        metrics::counter!(crate::contract::metric::RECORDS_SEEN).increment(self.records as u64);
         for (reason, n) in &self.skipped {
-            metrics::counter!("RecordsSkipped", "reason" => reason.as_str()).increment(*n as u64);
+            metrics::counter!(crate::contract::metric::RECORDS_SKIPPED, crate::contract::dimension::REASON => reason.as_str()).increment(*n as u64);
         }
-        metrics::counter!("EventsPublished").increment(self.published as u64);
-        metrics::counter!("EntriesRetried").increment(self.retried as u64);
-        metrics::counter!("RecordsDeadLettered").increment(self.dead_lettered as u64);
-        metrics::counter!("RecordsFailed").increment(self.failed as u64);
-        metrics::counter!("RecordsDeferred").increment(self.deferred as u64);
-        metrics::counter!("PutEventsCalls").increment(self.put_events_calls as u64);
+        metrics::counter!(crate::contract::metric::EVENTS_PUBLISHED).increment(self.published as u64);
+        metrics::counter!(crate::contract::metric::ENTRIES_RETRIED).increment(self.retried as u64);
+        metrics::counter!(crate::contract::metric::RECORDS_DEAD_LETTERED).increment(self.dead_lettered as u64);
+        metrics::counter!(crate::contract::metric::RECORDS_FAILED).increment(self.failed as u64);
+        metrics::counter!(crate::contract::metric::RECORDS_DEFERRED).increment(self.deferred as u64);
+        metrics::counter!(crate::contract::metric::PUT_EVENTS_CALLS).increment(self.put_events_calls as u64);
         if self.published > 0 {
-            metrics::histogram!("LagMilliseconds").record(self.max_lag_ms as f64);
+            metrics::histogram!(crate::contract::metric::LAG_MILLISECONDS).record(self.max_lag_ms as f64);
         }
     }
 }
@@ -893,13 +891,6 @@ impl Relay {
         crate::dead_letter::send(&self.sqs, &self.config.dead_letter_queue_url, body, &[("error_code", error_code), ("reason", reason)])
             .await
             .map_err(|e| e.to_string())
-    }
-}
-
-#[cfg(feature = "lambda")]
-impl From<RelayError> for lambda_runtime::Diagnostic {
-    fn from(e: RelayError) -> Self {
-        lambda_runtime::Diagnostic { error_type: "RelayError".into(), error_message: e.to_string() }
     }
 }
 

@@ -130,7 +130,7 @@ async fn send(client: &Client, items: Vec<TransactWriteItem>, token: String) -> 
 }
 
 /// The transaction's figures through the `metrics` facade (feature `metrics`; the function's
-/// EMF recorder, [`crate::lambda::emf_metrics`], sends them to CloudWatch): counters
+/// EMF recorder, `outbox_lambda::emf_metrics`, sends them to CloudWatch): counters
 /// `TransactionsCommitted`, `EventsWritten` (outbox items committed), `TransactionsCancelled`
 /// (dimension `function` only, for alarms) and `TransactionsCancelledByCause` (dimension
 /// `cause`: `ConditionFailed`, `Retryable`, `TooManyItems`, `Error`), and the histogram
@@ -138,11 +138,11 @@ async fn send(client: &Client, items: Vec<TransactWriteItem>, token: String) -> 
 fn record_metrics(result: &Result<(), TransactionError>, events: usize, took: std::time::Duration) {
     #[cfg(feature = "metrics")]
     {
-        metrics::histogram!("TransactionMilliseconds").record(took.as_secs_f64() * 1000.0);
+        metrics::histogram!(crate::contract::metric::TRANSACTION_MILLISECONDS).record(took.as_secs_f64() * 1000.0);
         match result {
             Ok(()) => {
-                metrics::counter!("TransactionsCommitted").increment(1);
-                metrics::counter!("EventsWritten").increment(events as u64);
+                metrics::counter!(crate::contract::metric::TRANSACTIONS_COMMITTED).increment(1);
+                metrics::counter!(crate::contract::metric::EVENTS_WRITTEN).increment(events as u64);
             }
             Err(e) => {
                 let cause = match e {
@@ -151,8 +151,8 @@ fn record_metrics(result: &Result<(), TransactionError>, events: usize, took: st
                     TransactionError::TooManyItems(_) => "TooManyItems",
                     TransactionError::Sdk(_) => "Error",
                 };
-                metrics::counter!("TransactionsCancelled").increment(1);
-                metrics::counter!("TransactionsCancelledByCause", "cause" => cause).increment(1);
+                metrics::counter!(crate::contract::metric::TRANSACTIONS_CANCELLED).increment(1);
+                metrics::counter!(crate::contract::metric::TRANSACTIONS_CANCELLED_BY_CAUSE, crate::contract::dimension::CAUSE => cause).increment(1);
             }
         }
     }
