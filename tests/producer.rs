@@ -117,3 +117,58 @@ async fn a_bad_body_is_a_400_naming_the_field_and_writes_nothing() {
 
     local.shutdown().await;
 }
+
+/// Several events of one aggregate in one transaction, numbered by the library from the
+/// aggregate's current sequence; two writers that read the same current sequence cannot both
+/// commit: the outbox put's condition on (aggregate, sequence) refuses the second, which writes
+/// nothing (checked in the outbox table, not from the error alone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrent_writer_of_the_same_aggregate_sequence_is_refused_not_duplicated() {
+    use outbox::{AggregateSequence, CommitError, ConditionFailed, Event, OutboxWriter};
+    let local = Local::start().await;
+    let outbox_table = local.table("OutboxTable");
+    let writer = OutboxWriter::new(outbox_table.clone(), std::time::Duration::from_secs(3600));
+    let account = format!("a-{}", common::short_id());
+    let event =
+        |event_type: &str| Event::new(event_type, "example.accounts", ("Account", account.as_str()), 0, &json!({"account": account})).unwrap();
+
+    // Both writers read the aggregate's current sequence (none yet: 0) once.
+    let read = || AggregateSequence::read(&local.dynamodb, &writer, ("Account", account.as_str()));
+    let (seen_first, seen_second) = (read().await.unwrap(), read().await.unwrap());
+    assert_eq!((seen_first.current(), seen_second.current()), (0, 0));
+
+    let mut first = writer.transaction();
+    first.sequence(seen_first);
+    first.emit_next(event("AccountOpened")).unwrap();
+    first.emit_next(event("AccountCredited")).unwrap();
+    let mut second = writer.transaction();
+    second.sequence(seen_second);
+    second.emit_next(event("AccountOpened")).unwrap();
+
+    let committed = first.execute(&local.dynamodb).await.expect("the first writer commits");
+    assert_eq!(committed.iter().map(|e| e.sequence).collect::<Vec<_>>(), [1, 2], "consecutive sequences in one transaction");
+    let refused = second.execute(&local.dynamodb).await.expect_err("the second writer read a stale sequence");
+    assert!(
+        matches!(&refused, CommitError::ConditionFailed(ConditionFailed::SequenceTaken { sequence: 1, aggregate_id, .. }) if *aggregate_id == account),
+        "{refused:?}"
+    );
+
+    let stored = local
+        .dynamodb
+        .query()
+        .table_name(&outbox_table)
+        .key_condition_expression("pk = :pk")
+        .expression_attribute_values(":pk", aws_sdk_dynamodb::types::AttributeValue::S(format!("Account#{account}")))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    let ids: Vec<String> = stored.items().iter().map(|i| s(i, "event_id").to_owned()).collect();
+    assert_eq!(ids, committed.iter().map(|e| e.event_id.clone()).collect::<Vec<_>>(), "only the first writer's events, once each");
+
+    // A writer that reads again continues after them.
+    let mut third = writer.transaction();
+    third.sequence(read().await.unwrap());
+    assert_eq!(third.emit_next(event("AccountDebited")).unwrap().sequence, 3);
+    third.execute(&local.dynamodb).await.expect("commits after the latest");
+}

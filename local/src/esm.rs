@@ -411,7 +411,7 @@ impl StreamMapping {
         let mut delay = Duration::from_millis(100);
         loop {
             let sent = match destination {
-                Destination::Sqs { url } => outbox::dead_letter::send(&self.sqs, url, body.to_string(), &[]).await,
+                Destination::Sqs { url } => outbox::dead_letter::send(&self.sqs, url, body.to_string(), &[]).await.map_err(|e| e.to_string()),
                 Destination::S3 { bucket } => {
                     let records: Vec<&Value> = skipped.iter().map(|b| &b.record).collect();
                     body["payload"] = json!(json!({ "Records": records }).to_string());

@@ -46,7 +46,7 @@ use crate::InvocationError;
 pub const FALLBACK_BUDGET: Duration = Duration::from_secs(60);
 
 /// Default CloudWatch namespace of the relay's metrics.
-pub const DEFAULT_METRICS_NAMESPACE: &str = "OutboxRelay";
+pub const DEFAULT_METRICS_NAMESPACE: &str = outbox::contract::namespace::RELAY;
 
 /// The relay function, built once per cold start.
 #[derive(Debug, Clone)]
@@ -60,7 +60,7 @@ impl RelayFunction {
     /// # Errors
     /// [`ConfigError`] naming the variable.
     pub fn from_env(sdk: &aws_config::SdkConfig, env: &Env) -> Result<Self, ConfigError> {
-        let mut config = RelayConfig::new(env.required("EVENT_BUS_NAME")?, env.required("RELAY_DLQ_URL")?);
+        let mut config = RelayConfig::new(env.required(outbox::contract::env::EVENT_BUS_NAME)?, env.required(outbox::contract::env::RELAY_DLQ_URL)?);
         config.max_request_bytes = env.bytes_at_most("PUT_EVENTS_MAX_REQUEST_BYTES", DEFAULT_MAX_PUT_EVENTS_BYTES, DEFAULT_MAX_PUT_EVENTS_BYTES)?;
         config.max_attempts = env.count("RELAY_MAX_ATTEMPTS", config.max_attempts)?;
         config.max_calls_in_flight = env.count("RELAY_MAX_CALLS_IN_FLIGHT", config.max_calls_in_flight as u32)? as usize;

@@ -73,10 +73,10 @@ fn claim_check_from_env(client: aws_sdk_s3::Client, env: &Env) -> Result<Option<
 /// or without feature `metrics`.
 #[cfg(feature = "metrics")]
 pub fn emf_metrics(env: &Env, default_namespace: &str) -> Option<&'static metrics_cloudwatch_embedded::Collector> {
-    let function_name = env.optional("AWS_LAMBDA_FUNCTION_NAME", "local");
+    let function_name = env.optional(outbox::contract::env::AWS_LAMBDA_FUNCTION_NAME, "local");
     let installed = metrics_cloudwatch_embedded::Builder::new()
-        .cloudwatch_namespace(env.optional("METRICS_NAMESPACE", default_namespace))
-        .with_dimension("function", function_name)
+        .cloudwatch_namespace(env.optional(outbox::contract::env::METRICS_NAMESPACE, default_namespace))
+        .with_dimension(outbox::contract::dimension::FUNCTION, function_name)
         .lambda_cold_start_metric("ColdStart")
         .with_lambda_request_id("RequestId")
         .init();

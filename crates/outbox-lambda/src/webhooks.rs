@@ -46,9 +46,9 @@ use crate::config::{ConfigError, Env};
 /// [`ConfigError`] naming the variable.
 pub fn dispatcher_config(env: &Env) -> Result<DispatcherConfig, ConfigError> {
     let mut config = DispatcherConfig::new(
-        env.required("WEBHOOK_DELIVERY_QUEUE_URL")?,
-        env.required("WEBHOOK_DLQ_URL")?,
-        env.required("WEBHOOK_SUBSCRIBERS_TABLE")?,
+        env.required(outbox::contract::env::WEBHOOK_DELIVERY_QUEUE_URL)?,
+        env.required(outbox::contract::env::WEBHOOK_DLQ_URL)?,
+        env.required(outbox::contract::env::WEBHOOK_SUBSCRIBERS_TABLE)?,
     );
     let allow_http = env.optional("WEBHOOK_ALLOW_HTTP", "false");
     config.client.allow_http = match allow_http.as_str() {
@@ -75,7 +75,7 @@ pub fn dispatcher_config(env: &Env) -> Result<DispatcherConfig, ConfigError> {
     config.breaker.threshold = env.count("WEBHOOK_BREAKER_FAILURES", config.breaker.threshold)?;
     config.breaker.cooldown = env.seconds("WEBHOOK_BREAKER_COOLDOWN_SECONDS", config.breaker.cooldown)?;
     config.disable_after = env.seconds("WEBHOOK_DISABLE_AFTER_SECONDS", config.disable_after)?;
-    config.event_bus = Some(env.optional("EVENT_BUS_NAME", "")).filter(|b| !b.is_empty());
+    config.event_bus = Some(env.optional(outbox::contract::env::EVENT_BUS_NAME, "")).filter(|b| !b.is_empty());
     config.event_source = env.optional("WEBHOOK_EVENT_SOURCE", &config.event_source);
     config.secrets_ttl = env.seconds("WEBHOOK_SECRETS_TTL_SECONDS", config.secrets_ttl)?;
     config.subscribers_ttl = env.seconds("WEBHOOK_SUBSCRIBERS_TTL_SECONDS", config.subscribers_ttl)?;
@@ -83,7 +83,7 @@ pub fn dispatcher_config(env: &Env) -> Result<DispatcherConfig, ConfigError> {
 }
 
 /// Default CloudWatch namespace of the dispatcher's metrics.
-pub const DEFAULT_METRICS_NAMESPACE: &str = "OutboxWebhooks";
+pub const DEFAULT_METRICS_NAMESPACE: &str = outbox::contract::namespace::WEBHOOKS;
 
 /// The whole `WebhookDispatcherFunction`: Lambda's tracing subscriber, an EMF metrics recorder
 /// (feature `metrics`, namespace `METRICS_NAMESPACE`, default `OutboxWebhooks`), the
@@ -102,7 +102,7 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
     // The SDK clients' time-outs (SDK_*_TIMEOUT_MS), once per cold start.
     let sdk = crate::runtime::load_sdk_config(&env).await?;
     let built = (|| -> Result<Dispatcher<outbox::inbox::Inbox>, Box<dyn std::error::Error + Send + Sync>> {
-        let (table, consumer) = (env.required("INBOX_TABLE")?, env.optional("WEBHOOK_CONSUMER_NAME", "webhook-dispatcher"));
+        let (table, consumer) = (env.required(outbox::contract::env::INBOX_TABLE)?, env.optional("WEBHOOK_CONSUMER_NAME", "webhook-dispatcher"));
         let retention = crate::config::inbox_retention(&env)?;
         let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
         let log = AttemptLog::new(dynamodb.clone(), &table, &consumer, env.retention("WEBHOOK_ATTEMPTS_RETENTION_SECONDS", retention)?);

@@ -1338,7 +1338,7 @@ impl<S: InboxStore> Dispatcher<S> {
         lock(report).disabled += 1;
         tracing::error!(subscriber = %subscriber.id, %reason, "webhook endpoint disabled; `outbox-local webhooks enable` re-enables it and recovers what it missed");
         #[cfg(feature = "metrics")]
-        metrics::counter!("WebhookEndpointsDisabled").increment(1);
+        metrics::counter!(outbox::contract::metric::WEBHOOK_ENDPOINTS_DISABLED).increment(1);
         let Some(bus) = &self.config.event_bus else { return };
         let detail = serde_json::json!({
             "subscriber": subscriber.id,
@@ -1479,7 +1479,7 @@ impl<S: InboxStore> Dispatcher<S> {
                 tracing::warn!(subscriber = subscriber.unwrap_or(""), code, reason, "webhook dead-lettered");
                 lock(report).dead_lettered += 1;
                 #[cfg(feature = "metrics")]
-                metrics::counter!("WebhooksDeadLettered", "subscriber" => subscriber.unwrap_or("none").to_owned()).increment(1);
+                metrics::counter!(outbox::contract::metric::WEBHOOKS_DEAD_LETTERED, outbox::contract::dimension::SUBSCRIBER => subscriber.unwrap_or("none").to_owned()).increment(1);
                 MessageResult::Done
             }
             Err(e) => {
@@ -1526,10 +1526,14 @@ fn record_metrics(subscriber: &str, decision: &Decision) {
         let label = subscriber.to_owned();
         match decision {
             Decision::Delivered { latency, .. } => {
-                metrics::counter!("WebhooksDelivered", "subscriber" => label.clone()).increment(1);
-                metrics::histogram!("WebhookLatencyMilliseconds", "subscriber" => label).record(latency.as_secs_f64() * 1000.0);
+                metrics::counter!(outbox::contract::metric::WEBHOOKS_DELIVERED, outbox::contract::dimension::SUBSCRIBER => label.clone())
+                    .increment(1);
+                metrics::histogram!(outbox::contract::metric::WEBHOOK_LATENCY_MILLISECONDS, outbox::contract::dimension::SUBSCRIBER => label)
+                    .record(latency.as_secs_f64() * 1000.0);
             }
-            Decision::Retry { .. } => metrics::counter!("WebhookRetries", "subscriber" => label).increment(1),
+            Decision::Retry { .. } => {
+                metrics::counter!(outbox::contract::metric::WEBHOOK_RETRIES, outbox::contract::dimension::SUBSCRIBER => label).increment(1)
+            }
             // Counted where every dead letter is sent (`Dispatcher::dead_letter`).
             Decision::DeadLetter { .. } | Decision::AlreadyDelivered => {}
         }

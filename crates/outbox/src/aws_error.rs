@@ -162,9 +162,46 @@ impl AwsError {
         Self { operation, kind, code, message, status, retryable, detail }
     }
 
+    /// A failure the service answered with `code` and `message` at HTTP `status`, classified as
+    /// [`AwsError::from_sdk`] classifies it (retryable by code or by a 5xx/429 status). For fakes,
+    /// tests and errors the library builds from a service answer it has already decoded.
+    pub fn service(operation: &'static str, code: impl Into<String>, message: impl Into<String>, status: u16) -> Self {
+        let (code, message) = (code.into(), message.into());
+        let retryable = is_retryable_code(&code) || status >= 500 || status == 429;
+        let detail = format!("{code}: {message} (HTTP {status})");
+        Self { operation, kind: AwsErrorKind::Service, code: Some(code), message: Some(message), status: Some(status), retryable, detail }
+    }
+
+    /// A `TransactWriteItems` answered with `TransactionCanceledException`, classified by its
+    /// cancellation reasons (`described`, one `code` or `code: message` per reason that is not
+    /// `None`): retryable when one of them is ([`RETRYABLE_CANCELLATION_CODES`]). `detail` is
+    /// `transaction cancelled: <reasons>`; `status` is the answer's, when known (400).
+    pub fn cancelled(described: &[String], retryable: bool, message: Option<String>, status: Option<u16>) -> Self {
+        Self {
+            operation: "TransactWriteItems",
+            kind: AwsErrorKind::Service,
+            code: Some("TransactionCanceledException".to_owned()),
+            message,
+            status,
+            retryable,
+            detail: format!("transaction cancelled: {}", described.join(", ")),
+        }
+    }
+
+    /// A request of `operation` that could not be built (`detail` says why): not retryable.
+    pub fn construction(operation: &'static str, detail: impl Into<String>) -> Self {
+        Self { operation, kind: AwsErrorKind::Construction, code: None, message: None, status: None, retryable: false, detail: detail.into() }
+    }
+
     /// Whether a later attempt of the same request can succeed.
     pub fn is_retryable(&self) -> bool {
         self.retryable
+    }
+
+    /// The service's error code without its `namespace#` prefix, e.g. `AccessDeniedException`
+    /// (`None` when the service did not answer one: time-out, network failure).
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref().map(|c| c.rsplit('#').next().unwrap_or(c))
     }
 }
 

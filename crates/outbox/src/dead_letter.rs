@@ -88,19 +88,21 @@ pub struct ConsumerFailureRecord<E = Value> {
 /// an outbox item is at most 400 KB.
 ///
 /// # Errors
-/// The SQS error as text: the caller must then keep the record (fail it), never drop it.
+/// The classified SQS failure ([`crate::aws_error::AwsError`]): the caller must then keep the
+/// record (fail it), never drop it.
 #[cfg(any(feature = "relay", feature = "inbox"))]
-pub async fn send(sqs: &aws_sdk_sqs::Client, url: &str, body: String, attributes: &[(&str, &str)]) -> Result<(), String> {
+pub async fn send(sqs: &aws_sdk_sqs::Client, url: &str, body: String, attributes: &[(&str, &str)]) -> Result<(), crate::aws_error::AwsError> {
+    use crate::aws_error::AwsError;
     let mut request = sqs.send_message().queue_url(url).message_body(body);
     for (name, value) in attributes {
         let value = aws_sdk_sqs::types::MessageAttributeValue::builder()
             .data_type("String")
             .string_value(value.chars().take(1024).collect::<String>())
             .build()
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| AwsError::construction("SendMessage", e.to_string()))?;
         request = request.message_attributes(*name, value);
     }
-    request.send().await.map_err(|e| crate::aws_error::AwsError::from_sdk("SendMessage", &e).to_string())?;
+    request.send().await.map_err(|e| AwsError::from_sdk("SendMessage", &e))?;
     Ok(())
 }
 

@@ -179,6 +179,7 @@ pub enum InboxError {
         /// What was being done.
         action: &'static str,
         /// The classified AWS error.
+        #[source]
         error: AwsError,
     },
 }
@@ -248,7 +249,7 @@ pub(crate) fn report_gap(consumer: &str, error: &InboxError) {
     // Through the metrics facade: the function's EMF recorder (`outbox_lambda::run`) turns it
     // into the CloudWatch metric, dimension `function`.
     #[cfg(feature = "metrics")]
-    metrics::counter!("SequenceGaps").increment(1);
+    metrics::counter!(crate::contract::metric::SEQUENCE_GAPS).increment(1);
 }
 
 /// A parked row as stored ([`ParkedEvent`]), `None` when it lacks a field.

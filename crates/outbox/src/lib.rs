@@ -51,6 +51,7 @@ mod aws_error;
 pub mod claim_check;
 #[cfg(feature = "inbox")]
 pub mod consumer;
+pub mod contract;
 pub mod dead_letter;
 pub mod envelope;
 #[cfg(feature = "inbox")]
@@ -71,7 +72,7 @@ pub use aws_error::{AwsError, AwsErrorKind};
 #[cfg(feature = "writer")]
 pub use transaction::{all_old, transact_write, transact_write_with_token, CommitError, ConditionFailed, TransactionError, MAX_TRANSACTION_ITEMS};
 #[cfg(feature = "writer")]
-pub use writer::{current_trace_header, Event, OutboxTransaction, OutboxWriter, WriteError, TRACE_HEADER_ENV};
+pub use writer::{current_trace_header, AggregateSequence, Event, OutboxTransaction, OutboxWriter, WriteError, TRACE_HEADER_ENV};
 
 // The crates whose types appear in this crate's public signatures, re-exported so a user
 // names (and matches) one version of each: `outbox::aws_sdk_dynamodb::Client`, …

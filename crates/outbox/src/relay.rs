@@ -344,18 +344,18 @@ impl RelayReport {
 
     #[cfg(feature = "metrics")]
     fn record_metrics(&self) {
-        metrics::counter!("RecordsSeen").increment(self.records as u64);
+        metrics::counter!(crate::contract::metric::RECORDS_SEEN).increment(self.records as u64);
         for (reason, n) in &self.skipped {
-            metrics::counter!("RecordsSkipped", "reason" => reason.as_str()).increment(*n as u64);
+            metrics::counter!(crate::contract::metric::RECORDS_SKIPPED, crate::contract::dimension::REASON => reason.as_str()).increment(*n as u64);
         }
-        metrics::counter!("EventsPublished").increment(self.published as u64);
-        metrics::counter!("EntriesRetried").increment(self.retried as u64);
-        metrics::counter!("RecordsDeadLettered").increment(self.dead_lettered as u64);
-        metrics::counter!("RecordsFailed").increment(self.failed as u64);
-        metrics::counter!("RecordsDeferred").increment(self.deferred as u64);
-        metrics::counter!("PutEventsCalls").increment(self.put_events_calls as u64);
+        metrics::counter!(crate::contract::metric::EVENTS_PUBLISHED).increment(self.published as u64);
+        metrics::counter!(crate::contract::metric::ENTRIES_RETRIED).increment(self.retried as u64);
+        metrics::counter!(crate::contract::metric::RECORDS_DEAD_LETTERED).increment(self.dead_lettered as u64);
+        metrics::counter!(crate::contract::metric::RECORDS_FAILED).increment(self.failed as u64);
+        metrics::counter!(crate::contract::metric::RECORDS_DEFERRED).increment(self.deferred as u64);
+        metrics::counter!(crate::contract::metric::PUT_EVENTS_CALLS).increment(self.put_events_calls as u64);
         if self.published > 0 {
-            metrics::histogram!("LagMilliseconds").record(self.max_lag_ms as f64);
+            metrics::histogram!(crate::contract::metric::LAG_MILLISECONDS).record(self.max_lag_ms as f64);
         }
     }
 }
@@ -888,7 +888,9 @@ impl Relay {
             record: &*record.raw,
         };
         let body = serde_json::to_string(&body).map_err(|e| e.to_string())?;
-        crate::dead_letter::send(&self.sqs, &self.config.dead_letter_queue_url, body, &[("error_code", error_code), ("reason", reason)]).await
+        crate::dead_letter::send(&self.sqs, &self.config.dead_letter_queue_url, body, &[("error_code", error_code), ("reason", reason)])
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 

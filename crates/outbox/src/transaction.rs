@@ -40,22 +40,41 @@ pub enum TransactionError {
     /// (`TransactionConflict`), throttling, a 5xx, a time-out or a network failure. Retrying
     /// later can succeed. The SDK does NOT retry a cancelled transaction (`TransactionConflict`
     /// is a cancellation reason), so the caller must. The text keeps the service's code and
-    /// message.
-    #[error("transaction conflicted, was throttled or the service failed ({0}); retry later")]
-    Retryable(String),
+    /// message; the classified [`AwsError`] is the source.
+    #[error("transaction conflicted, was throttled or the service failed ({}); retry later", .0.detail)]
+    Retryable(#[source] AwsError),
     /// More than [`MAX_TRANSACTION_ITEMS`] items.
     #[error("a transaction holds at most {MAX_TRANSACTION_ITEMS} items, got {0}")]
     TooManyItems(usize),
     /// A failure no retry fixes (validation, permissions, `IdempotentParameterMismatch`), with
-    /// the service's code and message.
-    #[error("TransactWriteItems failed: {0}")]
-    Sdk(String),
+    /// the service's code and message; the classified [`AwsError`] is the source (e.g.
+    /// `code()` = `AccessDeniedException` or `ValidationException`).
+    #[error("TransactWriteItems failed: {}", .0.detail)]
+    Sdk(#[source] AwsError),
 }
 
 impl TransactionError {
     /// Whether a later retry of the same transaction can succeed.
     pub fn is_retryable(&self) -> bool {
         matches!(self, TransactionError::Retryable(_))
+    }
+
+    /// The classified AWS failure (code, HTTP status, retryable), when the transaction failed in
+    /// AWS rather than on a condition or a limit.
+    pub fn aws_error(&self) -> Option<&AwsError> {
+        match self {
+            TransactionError::Retryable(e) | TransactionError::Sdk(e) => Some(e),
+            TransactionError::ConditionFailed { .. } | TransactionError::TooManyItems(_) => None,
+        }
+    }
+
+    /// A classified failure as the variant its retryability calls for.
+    pub fn from_aws(error: AwsError) -> Self {
+        if error.is_retryable() {
+            TransactionError::Retryable(error)
+        } else {
+            TransactionError::Sdk(error)
+        }
     }
 }
 
@@ -103,15 +122,11 @@ async fn send(client: &Client, items: Vec<TransactWriteItem>, token: String) -> 
     };
     if let SdkError::ServiceError(service) = &err {
         if let TransactWriteItemsError::TransactionCanceledException(cancelled) = service.err() {
-            return Err(classify_cancellation(cancelled.cancellation_reasons()));
+            let status = Some(service.raw().status().as_u16());
+            return Err(classify(cancelled.cancellation_reasons(), cancelled.message().map(str::to_owned), status));
         }
     }
-    let aws = AwsError::from_sdk("TransactWriteItems", &err);
-    if aws.is_retryable() {
-        Err(TransactionError::Retryable(aws.detail))
-    } else {
-        Err(TransactionError::Sdk(aws.detail))
-    }
+    Err(TransactionError::from_aws(AwsError::from_sdk("TransactWriteItems", &err)))
 }
 
 /// The transaction's figures through the `metrics` facade (feature `metrics`; the function's
@@ -123,11 +138,11 @@ async fn send(client: &Client, items: Vec<TransactWriteItem>, token: String) -> 
 fn record_metrics(result: &Result<(), TransactionError>, events: usize, took: std::time::Duration) {
     #[cfg(feature = "metrics")]
     {
-        metrics::histogram!("TransactionMilliseconds").record(took.as_secs_f64() * 1000.0);
+        metrics::histogram!(crate::contract::metric::TRANSACTION_MILLISECONDS).record(took.as_secs_f64() * 1000.0);
         match result {
             Ok(()) => {
-                metrics::counter!("TransactionsCommitted").increment(1);
-                metrics::counter!("EventsWritten").increment(events as u64);
+                metrics::counter!(crate::contract::metric::TRANSACTIONS_COMMITTED).increment(1);
+                metrics::counter!(crate::contract::metric::EVENTS_WRITTEN).increment(events as u64);
             }
             Err(e) => {
                 let cause = match e {
@@ -136,8 +151,8 @@ fn record_metrics(result: &Result<(), TransactionError>, events: usize, took: st
                     TransactionError::TooManyItems(_) => "TooManyItems",
                     TransactionError::Sdk(_) => "Error",
                 };
-                metrics::counter!("TransactionsCancelled").increment(1);
-                metrics::counter!("TransactionsCancelledByCause", "cause" => cause).increment(1);
+                metrics::counter!(crate::contract::metric::TRANSACTIONS_CANCELLED).increment(1);
+                metrics::counter!(crate::contract::metric::TRANSACTIONS_CANCELLED_BY_CAUSE, crate::contract::dimension::CAUSE => cause).increment(1);
             }
         }
     }
@@ -149,8 +164,15 @@ fn record_metrics(result: &Result<(), TransactionError>, events: usize, took: st
 /// a `ConditionalCheckFailed` reason wins (it is a definite answer about the data); otherwise a
 /// `TransactionConflict`, throttling or capacity reason makes the whole transaction retryable
 /// (`AwsError`'s retryable cancellation codes); anything else (e.g. `ValidationError`) is
-/// reported as is. Each reason is reported as `code` or `code: message`.
-pub fn classify_cancellation(reasons: &[CancellationReason]) -> TransactionError {
+/// reported as is. Each reason is reported as `code` or `code: message`; the [`AwsError`](crate::AwsError) of a
+/// non-condition failure has code `TransactionCanceledException`. (The tests' entry; the client
+/// path passes the answer's message and status to `classify`.)
+#[cfg(test)]
+fn classify_cancellation(reasons: &[CancellationReason]) -> TransactionError {
+    classify(reasons, None, None)
+}
+
+fn classify(reasons: &[CancellationReason], message: Option<String>, status: Option<u16>) -> TransactionError {
     if let Some((index, reason)) = reasons.iter().enumerate().find(|(_, r)| r.code() == Some("ConditionalCheckFailed")) {
         return TransactionError::ConditionFailed { index, item: reason.item().cloned() };
     }
@@ -162,11 +184,8 @@ pub fn classify_cancellation(reasons: &[CancellationReason]) -> TransactionError
             (code, None) => code.to_owned(),
         })
         .collect();
-    if relevant.clone().any(|r| r.code().is_some_and(is_retryable_cancellation)) {
-        TransactionError::Retryable(format!("transaction cancelled: {}", described.join(", ")))
-    } else {
-        TransactionError::Sdk(format!("transaction cancelled: {}", described.join(", ")))
-    }
+    let retryable = relevant.clone().any(|r| r.code().is_some_and(is_retryable_cancellation));
+    TransactionError::from_aws(AwsError::cancelled(&described, retryable, message, status))
 }
 
 /// A DynamoDB item: attribute name → value.
@@ -221,10 +240,11 @@ pub enum CommitError {
     ConditionFailed(ConditionFailed),
     /// `TransactionConflict`, throttling, capacity, a 5xx, a time-out or a network failure
     /// ([`AwsError`](crate::AwsError)): retrying later can succeed.
-    #[error("transaction conflicted, was throttled or the service failed ({reason}); retry later")]
+    #[error("transaction conflicted, was throttled or the service failed ({}); retry later", .source.detail)]
     Retryable {
-        /// The AWS error codes or SDK error, for logs.
-        reason: String,
+        /// The classified AWS failure: code (`TransactionCanceledException` for a cancellation
+        /// whose reasons are in `detail`), HTTP status, message.
+        source: AwsError,
     },
     /// More than [`MAX_TRANSACTION_ITEMS`] items.
     #[error("a transaction holds at most {MAX_TRANSACTION_ITEMS} items, got {count}")]
@@ -235,14 +255,14 @@ pub enum CommitError {
     /// Uploading a claim-checked payload failed before the transaction was sent (nothing written).
     #[cfg(feature = "claim-check")]
     #[error("storing a large payload failed, nothing was written: {0}")]
-    ClaimCheck(crate::claim_check::ClaimCheckError),
+    ClaimCheck(#[source] crate::claim_check::ClaimCheckError),
     /// Anything else (validation, permissions): a bug or a configuration error, not retryable.
-    /// `reason` keeps the service's code and message (e.g. which action on which resource was
-    /// denied).
-    #[error("TransactWriteItems failed: {reason}")]
+    /// `source` keeps the service's code and message (e.g. which action on which resource was
+    /// denied): `source.code()` tells `AccessDeniedException` from `ValidationException`.
+    #[error("TransactWriteItems failed: {}", .source.detail)]
     Other {
-        /// The AWS error, for logs.
-        reason: String,
+        /// The classified AWS failure.
+        source: AwsError,
     },
 }
 
@@ -254,6 +274,17 @@ impl CommitError {
             #[cfg(feature = "claim-check")]
             CommitError::ClaimCheck(e) => e.is_retryable(),
             _ => false,
+        }
+    }
+
+    /// The classified AWS failure (code, HTTP status, message), when the transaction failed in
+    /// AWS: `Retryable` and `Other` (and a claim-check upload's S3 failure).
+    pub fn aws_error(&self) -> Option<&AwsError> {
+        match self {
+            CommitError::Retryable { source } | CommitError::Other { source } => Some(source),
+            #[cfg(feature = "claim-check")]
+            CommitError::ClaimCheck(crate::claim_check::ClaimCheckError::S3 { source, .. }) => Some(source.as_ref()),
+            _ => None,
         }
     }
 }
@@ -284,6 +315,19 @@ impl Batch {
         self.slots.push(Slot::Write(self.writes));
         self.writes += 1;
         self.items.push(item);
+    }
+
+    /// Adds the caller's write in front of every item so far: it becomes write 0 and the writes
+    /// added before it move up by one.
+    pub(crate) fn write_first(&mut self, item: TransactWriteItem) {
+        for slot in &mut self.slots {
+            if let Slot::Write(n) = slot {
+                *n += 1;
+            }
+        }
+        self.slots.insert(0, Slot::Write(0));
+        self.writes += 1;
+        self.items.insert(0, item);
     }
 
     /// Adds an outbox put for `event`.
@@ -322,9 +366,9 @@ impl Batch {
     pub(crate) fn commit_error(&self, error: TransactionError) -> CommitError {
         match error {
             TransactionError::ConditionFailed { index, item } => CommitError::ConditionFailed(self.failed_at(index, item)),
-            TransactionError::Retryable(reason) => CommitError::Retryable { reason },
+            TransactionError::Retryable(source) => CommitError::Retryable { source },
             TransactionError::TooManyItems(count) => CommitError::TooManyItems { count },
-            TransactionError::Sdk(reason) => CommitError::Other { reason },
+            TransactionError::Sdk(source) => CommitError::Other { source },
         }
     }
 }

@@ -50,9 +50,11 @@
 //! [`OutboxTransaction::execute`] maps the failed position back to *your* write or to the
 //! outbox put ([`ConditionFailed`]).
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use aws_sdk_dynamodb::Client;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
@@ -259,6 +261,27 @@ pub enum WriteError {
     /// The transaction would exceed [`MAX_TRANSACTION_ITEMS`].
     #[error("a transaction holds at most {MAX_TRANSACTION_ITEMS} items")]
     TooManyItems,
+    /// The transaction already holds an event with this (aggregate, sequence): DynamoDB would
+    /// refuse the whole request (two operations on one item). Use
+    /// [`OutboxTransaction::emit_next`] for several events of one aggregate.
+    #[error("{event_type}: the transaction already holds sequence {sequence} of {aggregate}")]
+    SequenceRepeated {
+        /// Event type.
+        event_type: String,
+        /// `<aggregate_type>#<aggregate_id>`.
+        aggregate: String,
+        /// The repeated sequence.
+        sequence: u64,
+    },
+    /// [`OutboxTransaction::emit_next`] for an aggregate whose current sequence the transaction
+    /// does not know ([`OutboxTransaction::sequence`]).
+    #[error("{event_type}: the current sequence of {aggregate} is unknown (OutboxTransaction::sequence)")]
+    SequenceUnknown {
+        /// Event type.
+        event_type: String,
+        /// `<aggregate_type>#<aggregate_id>`.
+        aggregate: String,
+    },
 }
 
 /// Builds outbox items and transactions for one outbox table.
@@ -468,17 +491,142 @@ impl OutboxWriter {
 
     /// Starts a transaction that mixes the caller's writes with outbox events.
     pub fn transaction(&self) -> OutboxTransaction<'_> {
-        OutboxTransaction { writer: self, batch: Batch::default(), now: Utc::now(), offloads: Vec::new() }
+        OutboxTransaction {
+            writer: WriterRef::Borrowed(self),
+            batch: Batch::default(),
+            now: Utc::now(),
+            offloads: Vec::new(),
+            reserved: 0,
+            sequences: HashMap::new(),
+        }
     }
 }
 
-/// One `TransactWriteItems` call in the making: the caller's writes plus outbox events.
+/// The writer a transaction writes its events with: borrowed (a producer's
+/// [`OutboxWriter::transaction`]), shared (a consumer's, which outlives no borrow), or none (a
+/// consumer built without an outbox: [`OutboxTransaction::emit`] answers [`WriteError::NoOutbox`]).
+#[derive(Debug, Clone)]
+enum WriterRef<'w> {
+    Borrowed(&'w OutboxWriter),
+    Shared(Arc<OutboxWriter>),
+    Missing,
+}
+
+impl WriterRef<'_> {
+    fn get(&self) -> Option<&OutboxWriter> {
+        match self {
+            WriterRef::Borrowed(w) => Some(w),
+            WriterRef::Shared(w) => Some(w),
+            WriterRef::Missing => None,
+        }
+    }
+}
+
+/// The current sequence of one aggregate, for [`OutboxTransaction::emit_next`]: the events of
+/// that aggregate in the transaction get `current + 1`, `current + 2`, … in the order emitted.
+///
+/// Where the current sequence comes from is the caller's business: the version kept on the
+/// aggregate's own item (read once, e.g. with the `GetItem` that loads it: [`Self::new`]), or
+/// the latest outbox item of the aggregate ([`Self::read`]). Optimistic concurrency stays the
+/// caller's too, and is enforced by DynamoDB: each outbox item is put with
+/// `attribute_not_exists(pk)` on its (aggregate, sequence) key, so of two writers that read the
+/// same current sequence only the first to commit succeeds; the other's transaction fails with
+/// [`CommitError::ConditionFailed`]`(`[`ConditionFailed::SequenceTaken`]`)` and writes nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AggregateSequence {
+    aggregate_type: String,
+    aggregate_id: String,
+    current: u64,
+}
+
+impl AggregateSequence {
+    /// Aggregate `(aggregate_type, aggregate_id)` whose latest event has sequence `current`
+    /// (0: the aggregate has no event yet, its first gets 1).
+    pub fn new(aggregate: (impl Into<String>, impl Into<String>), current: u64) -> Self {
+        Self { aggregate_type: aggregate.0.into(), aggregate_id: aggregate.1.into(), current }
+    }
+
+    /// Reads the aggregate's current sequence from `writer`'s outbox table: the sort key of its
+    /// latest outbox item (one strongly consistent `Query`, descending, `Limit` 1, projecting
+    /// `sk`), or 0 when it has none.
+    ///
+    /// Only as good as the outbox's memory: the table's TTL deletes items `retention` after
+    /// they were written, so an aggregate quiet for longer than that would restart at 1 and an
+    /// ordered consumer would take its new events for duplicates. Aggregates that live longer
+    /// than the retention keep their version on their own item and use [`Self::new`].
+    /// Source: `Query`, `ScanIndexForward`, `ConsistentRead`,
+    /// <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Query.html>.
+    ///
+    /// # Errors
+    /// The classified `Query` failure ([`AwsError`](crate::aws_error::AwsError)), or a
+    /// construction error when a stored `sk` is not a sequence.
+    pub async fn read(
+        client: &Client,
+        writer: &OutboxWriter,
+        aggregate: (impl Into<String>, impl Into<String>),
+    ) -> Result<Self, crate::aws_error::AwsError> {
+        let mut sequence = Self::new(aggregate, 0);
+        let out = client
+            .query()
+            .table_name(&writer.table)
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(":pk", AttributeValue::S(OutboxItem::partition_key(&sequence.aggregate_type, &sequence.aggregate_id)))
+            .scan_index_forward(false)
+            .limit(1)
+            .consistent_read(true)
+            .projection_expression("sk")
+            .send()
+            .await
+            .map_err(|e| crate::aws_error::AwsError::from_sdk("Query", &e))?;
+        if let Some(sk) = out.items().first().and_then(|i| i.get("sk")) {
+            let text = sk.as_s().map(String::as_str).unwrap_or_default();
+            sequence.current =
+                text.parse().map_err(|_| crate::aws_error::AwsError::construction("Query", format!("outbox item sk {sk:?} is not a sequence")))?;
+        }
+        Ok(sequence)
+    }
+
+    /// The aggregate's current sequence.
+    pub fn current(&self) -> u64 {
+        self.current
+    }
+}
+
+/// One `TransactWriteItems` call in the making: the caller's writes plus outbox events. The
+/// producer's ([`OutboxWriter::transaction`]) and, underneath, a consumer's
+/// ([`crate::consumer::Tx`]): the claim check, the size checks and the naming of a failed write
+/// ([`ConditionFailed`]) are the same on both sides.
 #[derive(Debug)]
 pub struct OutboxTransaction<'w> {
-    writer: &'w OutboxWriter,
+    writer: WriterRef<'w>,
     batch: Batch,
     now: DateTime<Utc>,
     offloads: Vec<Offload>,
+    /// Items the committer adds beside these (a consumer's inbox claim and sequence row).
+    reserved: usize,
+    /// Aggregate (type, id) → the highest sequence emitted in this transaction (or its current
+    /// one, [`Self::sequence`]).
+    sequences: HashMap<(String, String), u64>,
+}
+
+impl OutboxTransaction<'static> {
+    /// A consumer's transaction: events through `writer` (none: [`WriteError::NoOutbox`]),
+    /// `reserved` items left for the inbox.
+    #[cfg_attr(not(feature = "inbox"), allow(dead_code))]
+    pub(crate) fn shared(writer: Option<Arc<OutboxWriter>>, reserved: usize) -> Self {
+        let writer = writer.map_or(WriterRef::Missing, WriterRef::Shared);
+        Self { writer, batch: Batch::default(), now: Utc::now(), offloads: Vec::new(), reserved, sequences: HashMap::new() }
+    }
+
+    /// An empty transaction with the same writer and reservation.
+    #[cfg_attr(not(feature = "inbox"), allow(dead_code))]
+    pub(crate) fn fresh(&self) -> Self {
+        let writer = match &self.writer {
+            WriterRef::Shared(w) => WriterRef::Shared(w.clone()),
+            _ => WriterRef::Missing,
+        };
+        Self { writer, batch: Batch::default(), now: Utc::now(), offloads: Vec::new(), reserved: self.reserved, sequences: HashMap::new() }
+    }
 }
 
 impl OutboxTransaction<'_> {
@@ -489,19 +637,90 @@ impl OutboxTransaction<'_> {
         self
     }
 
+    /// Adds one of the caller's writes in FRONT of the request: it becomes write 0 and the writes
+    /// added before it move up by one ([`ConditionFailed::Write`] numbers them so). For a write
+    /// whose failed condition must win over the others': [`CommitError::ConditionFailed`] names
+    /// the first failed item in request order (e.g. an idempotency key record, whose content
+    /// needs the event id that [`Self::emit`] assigns).
+    pub fn write_first(&mut self, item: TransactWriteItem) -> &mut Self {
+        self.batch.write_first(item);
+        self
+    }
+
     /// Adds an event; returns the outbox item that will be stored (with its `event_id`; with
     /// its `payload_ref` when the payload goes to S3, uploaded by [`Self::execute`]).
     ///
     /// # Errors
     /// [`WriteError`] if the event is not publishable or the transaction is full.
     pub fn emit(&mut self, event: Event) -> Result<&OutboxItem, WriteError> {
-        if self.batch.items.len() >= MAX_TRANSACTION_ITEMS {
+        let Some(writer) = self.writer.get() else { return Err(WriteError::NoOutbox(event.event_type)) };
+        if self.batch.items.len() + self.reserved >= MAX_TRANSACTION_ITEMS {
             return Err(WriteError::TooManyItems);
         }
-        let (item, offload) = self.writer.plan(event, self.now)?;
+        let repeated = self
+            .batch
+            .events
+            .iter()
+            .any(|e| e.sequence == event.sequence && e.aggregate_type == event.aggregate_type && e.aggregate_id == event.aggregate_id);
+        if repeated {
+            return Err(WriteError::SequenceRepeated {
+                event_type: event.event_type,
+                aggregate: OutboxItem::partition_key(&event.aggregate_type, &event.aggregate_id),
+                sequence: event.sequence,
+            });
+        }
+        let key = (event.aggregate_type.clone(), event.aggregate_id.clone());
+        let sequence = event.sequence;
+        let (item, offload) = writer.plan(event, self.now)?;
+        let put = writer.put(&item);
         self.offloads.extend(offload);
-        let put = self.writer.put(&item);
+        let highest = self.sequences.entry(key).or_insert(sequence);
+        *highest = (*highest).max(sequence);
         Ok(self.batch.event(put, item))
+    }
+
+    /// Sets the current sequence of an aggregate for [`Self::emit_next`] (see
+    /// [`AggregateSequence`]). Set it once, before its first event: events already emitted for
+    /// the aggregate keep their sequences, and the next one follows the highest of them and
+    /// `sequence.current()`.
+    pub fn sequence(&mut self, sequence: AggregateSequence) -> &mut Self {
+        let highest = self.sequences.entry((sequence.aggregate_type, sequence.aggregate_id)).or_insert(sequence.current);
+        *highest = (*highest).max(sequence.current);
+        self
+    }
+
+    /// [`Self::emit`] with the sequence assigned by the transaction: one more than the
+    /// aggregate's highest so far (its [`Self::sequence`], or the latest event of the aggregate
+    /// emitted in this transaction), whatever `event.sequence` held. Two events of one aggregate
+    /// thus get consecutive sequences in one transaction.
+    ///
+    /// # Errors
+    /// [`WriteError::SequenceUnknown`] when the transaction knows no sequence of the event's
+    /// aggregate yet (neither [`Self::sequence`] nor an earlier event); otherwise as [`Self::emit`].
+    pub fn emit_next(&mut self, mut event: Event) -> Result<&OutboxItem, WriteError> {
+        let key = (event.aggregate_type.clone(), event.aggregate_id.clone());
+        let Some(highest) = self.sequences.get(&key) else {
+            return Err(WriteError::SequenceUnknown {
+                event_type: event.event_type,
+                aggregate: OutboxItem::partition_key(&event.aggregate_type, &event.aggregate_id),
+            });
+        };
+        event.sequence = highest.checked_add(1).ok_or_else(|| WriteError::SequenceRepeated {
+            event_type: event.event_type.clone(),
+            aggregate: OutboxItem::partition_key(&event.aggregate_type, &event.aggregate_id),
+            sequence: u64::MAX,
+        })?;
+        self.emit(event)
+    }
+
+    /// The outbox items emitted so far, in the order emitted.
+    pub fn events(&self) -> &[OutboxItem] {
+        &self.batch.events
+    }
+
+    /// The items so far, in request order (your writes and the outbox puts).
+    pub fn items(&self) -> &[TransactWriteItem] {
+        &self.batch.items
     }
 
     /// Whether request position `index` (as in [`crate::TransactionError::ConditionFailed`]) is
@@ -528,19 +747,35 @@ impl OutboxTransaction<'_> {
     /// [`CommitError`]: [`CommitError::ConditionFailed`] names your write by its index among
     /// your writes, or the event whose sequence is taken; [`CommitError::Retryable`] for
     /// conflicts and throttling.
-    pub async fn execute(self, client: &Client) -> Result<Vec<OutboxItem>, CommitError> {
-        #[cfg(feature = "claim-check")]
-        if let Some(claim_check) = &self.writer.claim_check {
-            for offload in self.offloads {
-                claim_check.upload(&offload.reference, offload.payload).await.map_err(CommitError::ClaimCheck)?;
-            }
-        }
-        let mut batch = self.batch;
-        let items = std::mem::take(&mut batch.items);
+    pub async fn execute(mut self, client: &Client) -> Result<Vec<OutboxItem>, CommitError> {
+        self.upload_offloads().await?;
+        let (items, batch) = self.into_parts();
         match transact_write(client, items).await {
             Ok(()) => Ok(batch.events),
             Err(e) => Err(batch.commit_error(e)),
         }
+    }
+
+    /// Uploads the claim-checked payloads (one after the other), before the transaction that
+    /// references them is sent; each is uploaded once.
+    pub(crate) async fn upload_offloads(&mut self) -> Result<(), CommitError> {
+        let offloads = std::mem::take(&mut self.offloads);
+        #[cfg(feature = "claim-check")]
+        if let Some(claim_check) = self.writer.get().and_then(|w| w.claim_check.as_ref()) {
+            for offload in offloads {
+                claim_check.upload(&offload.reference, offload.payload).await.map_err(CommitError::ClaimCheck)?;
+            }
+        }
+        #[cfg(not(feature = "claim-check"))]
+        let _ = offloads;
+        Ok(())
+    }
+
+    /// The request items, and the batch that names a failed position.
+    pub(crate) fn into_parts(self) -> (Vec<TransactWriteItem>, Batch) {
+        let mut batch = self.batch;
+        let items = std::mem::take(&mut batch.items);
+        (items, batch)
     }
 }
 
@@ -670,7 +905,7 @@ mod tests {
             assert!(tx.offloads.is_empty());
 
             let over = format!("\"{}\"", "x".repeat(limit - 1));
-            let item = tx.emit(event(&over)).unwrap().clone();
+            let item = tx.emit(Event { sequence: 8, ..event(&over) }).unwrap().clone();
             let reference = item.payload_ref.clone().expect("one byte over the limit is claim-checked");
             assert_eq!(item.payload, "null");
             assert_eq!((reference.bucket.as_str(), reference.key.clone()), ("payloads", format!("orders/{}", item.event_id)));
@@ -700,10 +935,10 @@ mod tests {
     fn a_transaction_holds_at_most_one_hundred_items() {
         let writer = OutboxWriter::new("t", Duration::from_secs(1));
         let mut tx = writer.transaction();
-        for _ in 0..MAX_TRANSACTION_ITEMS {
-            tx.emit(event("{}")).unwrap();
+        for sequence in 1..=MAX_TRANSACTION_ITEMS as u64 {
+            tx.emit(Event { sequence, ..event("{}") }).unwrap();
         }
-        assert!(matches!(tx.emit(event("{}")), Err(WriteError::TooManyItems)));
+        assert!(matches!(tx.emit(Event { sequence: 101, ..event("{}") }), Err(WriteError::TooManyItems)));
         assert!(tx.is_outbox_position(0));
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use outbox::consumer::{Consumer, ConsumerError, Fallback, Handled, HandlerError};
+use outbox::consumer::{Consumer, ConsumerError, Fallback, Handled, HandlerError, Tx};
 use outbox::consumer::{ConsumerResponse, DeadLetterSink, MemoryDeadLetters, RawEvent, RetryPolicy};
 use outbox::inbox::Injected;
 use outbox::inbox::RecordedOutcome;
@@ -694,4 +694,82 @@ mod claim_checked {
         assert_eq!(inbox.applied().len(), 1);
         assert!(dlq.messages().is_empty());
     }
+}
+
+/// One builder on both sides: an event too large for an outbox item, emitted from a consumer's
+/// `Tx`, is offloaded to the claim check of the consumer's writer exactly as the producer's
+/// `OutboxTransaction` offloads it, and uploaded before the inbox transaction commits.
+#[cfg(feature = "claim-check")]
+#[tokio::test]
+async fn an_event_too_large_for_an_outbox_item_is_claim_checked_from_a_consumer_as_from_a_producer() {
+    use aws_smithy_mocks::{mock, MockResponseInterceptor, RuleMode};
+    use outbox::claim_check::ClaimCheck;
+
+    let uploads = mock!(aws_sdk_s3::Client::put_object)
+        .match_requests(|req| req.bucket() == Some("payloads"))
+        .then_output(|| aws_sdk_s3::operation::put_object::PutObjectOutput::builder().build());
+    let s3 = aws_sdk_s3::Config::builder()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_s3::config::Credentials::new("test", "test", None, None, "test"))
+        .http_client(aws_smithy_mocks::create_mock_http_client())
+        .interceptor(MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny).with_rule(&uploads))
+        .build();
+    let writer = OutboxWriter::new("outbox", Duration::from_secs(3600)).with_claim_check(ClaimCheck::new(
+        aws_sdk_s3::Client::from_conf(s3),
+        "payloads",
+        "events",
+    ));
+    let big = json!({"order_id": "o-1", "note": "x".repeat(outbox::envelope::MAX_ITEM_BYTES)});
+    let reserved = |data: &Value| Event::new("StockReserved", "example.stock", ("Reservation", "o-1"), 1, data).expect("JSON serialises");
+
+    // The producer's transaction.
+    let mut producer = writer.transaction();
+    let produced = producer.emit(reserved(&big)).expect("offloaded, not refused").clone();
+    assert_eq!((produced.payload.as_str(), produced.payload_ref.as_ref().map(|r| r.bucket.as_str())), ("null", Some("payloads")));
+
+    // The same event from a consumer's handler.
+    let inbox = MemoryInbox::new("inventory");
+    let dead_letters = MemoryDeadLetters::new();
+    let data = big.clone();
+    let consumer: TestConsumer = Consumer::builder(inbox.clone(), dead_letters.clone())
+        .retry(RetryPolicy::none())
+        .outbox(writer)
+        .on::<OrderCreated, _, _>("OrderCreated", move |_event, tx| {
+            let data = data.clone();
+            async move {
+                tx.emit(Event::new("StockReserved", "example.stock", ("Reservation", "o-1"), 1, &data)?)?;
+                Ok(Outcome::Reserved)
+            }
+        })
+        .build();
+    consumer.handle(created("e-big", 2)).await.expect("applied, not dead-lettered");
+    assert!(dead_letters.messages().is_empty(), "{:?}", dead_letters.messages());
+    assert_eq!(uploads.num_calls(), 1, "the payload was uploaded before the commit");
+    let applied = inbox.applied();
+    let put = applied[0].writes[0].put().expect("the outbox put");
+    assert_eq!(put.item().get("payload").and_then(|v| v.as_s().ok()).map(String::as_str), Some("null"));
+    let reference = put.item().get("payload_ref").and_then(|v| v.as_m().ok()).expect("a payload_ref");
+    assert_eq!(reference.get("bucket").and_then(|v| v.as_s().ok()).map(String::as_str), Some("payloads"));
+    assert_eq!(
+        reference.get("size").and_then(|v| v.as_n().ok()).map(String::as_str),
+        produced.payload_ref.as_ref().map(|r| r.size.to_string()).as_deref(),
+        "the same payload size on both sides"
+    );
+}
+
+/// Several events of one aggregate from one delivery: the consumer's `Tx` numbers them after the
+/// aggregate's current sequence, like the producer's transaction.
+#[tokio::test]
+async fn a_consumer_emits_consecutive_sequences_of_one_aggregate() {
+    let tx = Tx::<Outcome>::for_test(Some(OutboxWriter::new("outbox", Duration::from_secs(3600))));
+    tx.sequence(outbox::AggregateSequence::new(("Reservation", "o-1"), 3));
+    let event = |t: &str| Event::new(t, "example.stock", ("Reservation", "o-1"), 0, &json!({})).expect("JSON serialises");
+    let first = tx.emit_next(event("StockReserved")).expect("publishable");
+    let second = tx.emit_next(event("StockShipped")).expect("publishable");
+    assert_eq!((first.sequence, second.sequence), (4, 5));
+    assert!(matches!(
+        Tx::<Outcome>::for_test(None).emit(event("StockReserved")),
+        Err(outbox::WriteError::NoOutbox(t)) if t == "StockReserved"
+    ));
 }

@@ -180,3 +180,110 @@ async fn the_transaction_counts_events_written_and_cancellations_as_metrics() {
     assert_eq!(counter("TransactionsCancelledByCause[\"cause=Retryable\"]"), 1);
     assert!(matches!(values.get("TransactionMilliseconds[]"), Some(DebugValue::Histogram(h)) if h.len() == 3));
 }
+
+/// A `TransactWriteItems` answered with HTTP `status` and the awsJson error `code`.
+fn answered(status: u16, code: &'static str, message: &'static str) -> Rule {
+    mock!(aws_sdk_dynamodb::Client::transact_write_items).then_http_response(move || {
+        let body = format!(r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{code}","message":"{message}"}}"#);
+        aws_sdk_dynamodb::config::http::HttpResponse::new(status.try_into().expect("a valid status"), aws_smithy_types::body::SdkBody::from(body))
+    })
+}
+
+#[tokio::test]
+async fn a_caller_tells_access_denied_from_a_validation_error_on_a_failed_commit() {
+    let writer = OutboxWriter::new("outbox", Duration::from_secs(3600));
+    let mut codes = Vec::new();
+    for (code, message) in [
+        ("AccessDeniedException", "not authorized to perform: dynamodb:TransactWriteItems on resource: table/outbox"),
+        ("ValidationException", "One or more parameter values were invalid"),
+    ] {
+        let rule = answered(400, code, message);
+        let mut tx = writer.transaction();
+        tx.emit(event(1)).expect("publishable");
+        let err = tx.execute(&client(&rule)).await.expect_err("the mock refuses the call");
+        assert!(!err.is_retryable(), "{err}");
+        assert_eq!(err.to_string(), format!("TransactWriteItems failed: {code}: {message} (HTTP 400)"), "the message is kept");
+        // The classified error, by accessor and as the error's source.
+        let aws = err.aws_error().expect("an AWS failure");
+        assert_eq!((aws.code(), aws.status, aws.retryable), (Some(code), Some(400), false));
+        let source = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<outbox::AwsError>()).expect("AwsError is the source");
+        codes.push(source.code().map(str::to_owned));
+    }
+    assert_eq!(codes, [Some("AccessDeniedException".to_owned()), Some("ValidationException".to_owned())]);
+
+    // A throttle is retryable and keeps its code too.
+    let rule = answered(400, "ThrottlingException", "slow down");
+    let mut tx = writer.transaction();
+    tx.emit(event(1)).expect("publishable");
+    let err = tx.execute(&client(&rule)).await.expect_err("throttled");
+    assert!(matches!(&err, CommitError::Retryable { source } if source.code() == Some("ThrottlingException")), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_cancelled_commit_keeps_the_cancellation_as_its_source() {
+    let err = execute_cancelled(&["TransactionConflict", "None", "None"]).await;
+    let aws = err.aws_error().expect("an AWS failure");
+    assert_eq!((aws.code(), aws.retryable), (Some("TransactionCanceledException"), true));
+    assert!(err.to_string().contains("transaction cancelled: TransactionConflict"), "{err}");
+}
+
+fn typed(event_type: &str) -> Event {
+    Event::new(event_type, "example.orders", ("Order", "o-1"), 0, &serde_json::json!({"order_id": "o-1"}))
+        .expect("JSON serialises")
+        .trace_header(None)
+}
+
+fn sequences_of(items: &[TransactWriteItem]) -> Vec<String> {
+    items.iter().filter_map(|i| i.put()).filter_map(|p| p.item().get("sk")).filter_map(|v| v.as_s().ok().cloned()).collect()
+}
+
+#[tokio::test]
+async fn two_events_of_one_aggregate_in_one_transaction_get_consecutive_sequences() {
+    let rule = mock!(aws_sdk_dynamodb::Client::transact_write_items)
+        .match_requests(|req| sequences_of(req.transact_items()) == ["00000000000000000005", "00000000000000000006"])
+        .then_output(|| TransactWriteItemsOutput::builder().build());
+    let writer = OutboxWriter::new("outbox", Duration::from_secs(3600));
+    let mut tx = writer.transaction();
+    tx.sequence(outbox::AggregateSequence::new(("Order", "o-1"), 4));
+    tx.write(check("orders"));
+    assert_eq!(tx.emit_next(typed("OrderPaid")).expect("publishable").sequence, 5);
+    assert_eq!(tx.emit_next(typed("OrderShipped")).expect("publishable").sequence, 6);
+    let stored = tx.execute(&client(&rule)).await.expect("committed");
+    assert_eq!(rule.num_calls(), 1, "the request carried sequences 5 and 6");
+    assert_eq!(stored.iter().map(|e| (e.event_type.as_str(), e.sequence)).collect::<Vec<_>>(), [("OrderPaid", 5), ("OrderShipped", 6)]);
+}
+
+#[test]
+fn a_repeated_or_unknown_sequence_is_refused_before_any_write() {
+    let writer = OutboxWriter::new("outbox", Duration::from_secs(3600));
+    let mut tx = writer.transaction();
+    let err = tx.emit_next(typed("OrderPaid")).expect_err("no sequence known for the aggregate");
+    assert!(matches!(&err, outbox::WriteError::SequenceUnknown { aggregate, .. } if aggregate == "Order#o-1"), "{err:?}");
+    tx.emit(event(4)).expect("publishable");
+    let err = tx.emit(event(4)).expect_err("sequence 4 twice");
+    assert!(err.to_string().contains("already holds sequence 4 of Order#o-1"), "{err}");
+    // After an explicit sequence, the next follows it.
+    assert_eq!(tx.emit_next(typed("OrderPaid")).expect("publishable").sequence, 5);
+    assert_eq!(tx.len(), 2);
+}
+
+#[tokio::test]
+async fn the_current_sequence_is_read_from_the_aggregates_latest_outbox_item() {
+    use aws_sdk_dynamodb::operation::query::QueryOutput;
+    let latest = mock!(aws_sdk_dynamodb::Client::query)
+        .match_requests(|req| {
+            req.scan_index_forward() == Some(false)
+                && req.limit() == Some(1)
+                && req.consistent_read() == Some(true)
+                && req.expression_attribute_values().and_then(|v| v.get(":pk")).and_then(|v| v.as_s().ok()).map(String::as_str) == Some("Order#o-1")
+        })
+        .then_output(|| {
+            let item = std::collections::HashMap::from([("sk".to_owned(), AttributeValue::S("00000000000000000007".into()))]);
+            QueryOutput::builder().items(item).build()
+        });
+    let writer = OutboxWriter::new("outbox", Duration::from_secs(3600));
+    let sequence = outbox::AggregateSequence::read(&client(&latest), &writer, ("Order", "o-1")).await.expect("read");
+    assert_eq!(sequence.current(), 7);
+    let none = mock!(aws_sdk_dynamodb::Client::query).then_output(|| QueryOutput::builder().build());
+    assert_eq!(outbox::AggregateSequence::read(&client(&none), &writer, ("Order", "o-2")).await.expect("read").current(), 0);
+}

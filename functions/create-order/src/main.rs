@@ -17,7 +17,7 @@ async fn main() -> Result<(), Error> {
     // transaction figures (EventsWritten, TransactionsCancelled, ...), flushed per request.
     // Base64Guard: a body marked base64 that is not is a 400, not a panic in lambda_http.
     let service = Base64Guard::new(Adapter::from(router(api)));
-    match outbox_lambda::emf_metrics(&env, "OutboxProducer") {
+    match outbox_lambda::emf_metrics(&env, outbox_lambda::outbox::contract::namespace::PRODUCER) {
         Some(metrics) => metrics_cloudwatch_embedded::lambda::service::run(metrics, service).await,
         // Another recorder was installed first (never in this function): the runtime alone.
         None => outbox_lambda::lambda_runtime::run(service).await,

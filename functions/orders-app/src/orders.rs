@@ -65,7 +65,7 @@ use crate::idempotency::{
     read_error, IdempotencyRecord, IdempotencyStore, IdempotentRequest, ReadError, Replay, StoredResponse, DEFAULT_TTL, HEADER as IDEMPOTENCY_HEADER,
 };
 use outbox::envelope::DEFAULT_MAX_PUT_EVENTS_BYTES;
-use outbox::{transact_write, Event, OutboxWriter, TransactionError, WriteError};
+use outbox::{AggregateSequence, CommitError, ConditionFailed, Event, OutboxTransaction, OutboxWriter, WriteError};
 use outbox_lambda::{ConfigError, Env, DEFAULT_RETENTION};
 
 /// Largest accepted request body, bytes (after base64 decoding), not counting the attachment:
@@ -274,7 +274,7 @@ pub enum OrderError {
     Event(WriteError),
     /// The transaction failed: 503 when retryable, else 500.
     #[error(transparent)]
-    Transaction(#[from] TransactionError),
+    Transaction(CommitError),
     /// Storing the event's payload in S3 (claim check) failed: 503 when retryable, else 500.
     #[error(transparent)]
     PayloadStore(outbox::claim_check::ClaimCheckError),
@@ -294,6 +294,15 @@ impl From<WriteError> for OrderError {
             WriteError::EventTooLarge { .. } | WriteError::ItemTooLarge { .. } | WriteError::PayloadTooLarge { .. } => OrderError::TooLarge(e),
             WriteError::ClaimCheck(e) => OrderError::PayloadStore(e),
             other => OrderError::Event(other),
+        }
+    }
+}
+
+impl From<CommitError> for OrderError {
+    fn from(e: CommitError) -> Self {
+        match e {
+            CommitError::ClaimCheck(e) => OrderError::PayloadStore(e),
+            other => OrderError::Transaction(other),
         }
     }
 }
@@ -480,9 +489,12 @@ impl OrdersApi {
             lines: request.lines,
             attachment: request.attachment,
         };
-        // Inline when the event fits an outbox item and a PutEvents entry; otherwise (claim check
-        // configured) its payload is uploaded to S3 here, before the transaction.
-        let (event, event_put) = self.writer.prepare(order_created_event(&data, &self.source, correlation_id, trace_header)).await?;
+        // One transaction: the key record (when there is a key, in front), the order, its event.
+        // The event is inline when it fits an outbox item and a PutEvents entry; otherwise (claim
+        // check configured) its payload is uploaded to S3 by `execute`, before the transaction.
+        let mut tx = self.writer.transaction();
+        tx.sequence(AggregateSequence::new((AGGREGATE_TYPE, order_id.as_str()), 0));
+        let event = tx.emit_next(order_created_event(&data, &self.source, correlation_id, trace_header))?.clone();
         // The event's lines carry its fields (outbox::envelope::event_span).
         let span = event.span();
         if let Some(reference) = &event.payload_ref {
@@ -515,15 +527,20 @@ impl OrdersApi {
             // table_name and item, the builder's only required fields, are set just above.
             .expect("Put has its required fields");
 
+        // In front of the event (request order: key record, order, event).
+        tx.write_first(TransactWriteItem::builder().put(put).build());
         let stored = StoredResponse { status: 201, body: to_json(&created), location: Some(location_of(&order_id)) };
-        let (items, key_at) = self.with_key(idempotent, stored, now, vec![TransactWriteItem::builder().put(put).build(), event_put]);
-        match transact_write(&self.dynamodb, items).await {
-            Ok(()) => {
+        self.key_first(&mut tx, idempotent, stored, now);
+        match tx.execute(&self.dynamodb).await {
+            Ok(_) => {
                 span.in_scope(|| tracing::info!(order_id = %created.order_id, "order created"));
                 Ok(Answer::Done(created))
             }
-            Err(TransactionError::ConditionFailed { index, item }) if Some(index) == key_at => self.after_key_taken(idempotent, item).await,
-            Err(TransactionError::ConditionFailed { .. }) => Err(OrderError::AlreadyExists(order_id)),
+            Err(CommitError::ConditionFailed(ConditionFailed::Write { index: 0, item })) if idempotent.is_some() => {
+                self.after_key_taken(idempotent, item).await
+            }
+            // The order item exists, or its sequence 1 is taken: the order was created before.
+            Err(CommitError::ConditionFailed(_)) => Err(OrderError::AlreadyExists(order_id)),
             Err(e) => Err(e.into()),
         }
     }
@@ -555,9 +572,12 @@ impl OrdersApi {
             return Err(OrderError::NotCancellable { order_id: order_id.to_owned(), status: order.status });
         }
         let expected = order.version;
-        let next = expected + 1;
         let data = OrderCancelled { order_id: order_id.to_owned(), reason: request.reason.clone(), lines: order.lines };
-        let event = self.writer.outbox_item(order_cancelled_event(&data, next, &self.source, correlation_id, trace_header), now)?;
+        // The order's version is the sequence of its latest event: the cancellation's is the next.
+        let mut tx = self.writer.transaction();
+        tx.sequence(AggregateSequence::new((AGGREGATE_TYPE, order_id), expected));
+        let event = tx.emit_next(order_cancelled_event(&data, expected + 1, &self.source, correlation_id, trace_header))?.clone();
+        let next = event.sequence;
         let cancelled =
             CancelledOrder { order_id: order_id.to_owned(), status: STATUS_CANCELLED.into(), version: next, event_id: event.event_id.clone() };
 
@@ -583,17 +603,20 @@ impl OrdersApi {
             // table_name, key and update_expression, the builder's required fields, are set above.
             .expect("Update has its required fields");
 
+        // The update goes in front of the event, as write 0 (or 1 behind the key record).
+        tx.write_first(TransactWriteItem::builder().update(update).build());
         let stored = StoredResponse { status: 200, body: to_json(&cancelled), location: None };
-        let (items, key_at) =
-            self.with_key(idempotent, stored, now, vec![TransactWriteItem::builder().update(update).build(), self.writer.put(&event)]);
-        match transact_write(&self.dynamodb, items).await {
-            Ok(()) => {
+        self.key_first(&mut tx, idempotent, stored, now);
+        match tx.execute(&self.dynamodb).await {
+            Ok(_) => {
                 event.span().in_scope(|| tracing::info!(order_id = %cancelled.order_id, version = next, "order cancelled"));
                 Ok(Answer::Done(cancelled))
             }
-            Err(TransactionError::ConditionFailed { index, item }) if Some(index) == key_at => self.after_key_taken(idempotent, item).await,
+            Err(CommitError::ConditionFailed(ConditionFailed::Write { index: 0, item })) if idempotent.is_some() => {
+                self.after_key_taken(idempotent, item).await
+            }
             // The order's version or status moved, or sequence `next` is taken: another change won.
-            Err(TransactionError::ConditionFailed { .. }) => Err(OrderError::Conflict(order_id.to_owned())),
+            Err(CommitError::ConditionFailed(_)) => Err(OrderError::Conflict(order_id.to_owned())),
             Err(e) => Err(e.into()),
         }
     }
@@ -623,23 +646,18 @@ impl OrdersApi {
         read_order(&self.dynamodb, &self.orders_table, order_id).await
     }
 
-    /// `writes` with the key record put in FRONT when there is a key; returns the items and the
-    /// key record's position.
-    fn with_key(
+    /// Puts the key record (holding `response`) in FRONT of `tx` when there is a key: its failed
+    /// condition is then the one the cancellation names (write 0).
+    fn key_first(
         &self,
+        tx: &mut OutboxTransaction<'_>,
         idempotent: Option<&IdempotentRequest>,
         response: StoredResponse,
         now: chrono::DateTime<chrono::Utc>,
-        writes: Vec<TransactWriteItem>,
-    ) -> (Vec<TransactWriteItem>, Option<usize>) {
-        match idempotent {
-            None => (writes, None),
-            Some(request) => {
-                let record = self.idempotency.record(request, response, now);
-                let mut items = vec![self.idempotency.put(&record, now.timestamp())];
-                items.extend(writes);
-                (items, Some(0))
-            }
+    ) {
+        if let Some(request) = idempotent {
+            let record = self.idempotency.record(request, response, now);
+            tx.write_first(self.idempotency.put(&record, now.timestamp()));
         }
     }
 
@@ -672,7 +690,7 @@ impl OrdersApi {
             Some(Replay::Response(stored)) => Ok(Answer::Replayed(stored)),
             Some(Replay::Mismatch) => Err(OrderError::KeyReused),
             // Expired between the failed condition and the read: the client may simply retry.
-            None => Err(OrderError::Transaction(TransactionError::Retryable("idempotency record expired meanwhile".into()))),
+            None => Err(OrderError::Read { message: "idempotency record expired meanwhile".into(), retryable: true }),
         }
     }
 }
@@ -684,7 +702,8 @@ pub fn order_created_event(data: &OrderCreated, source: &str, correlation_id: &s
 }
 
 /// The outbox event of a cancellation: `OrderCancelled` version [`EVENT_VERSION`], aggregate
-/// `Order#<order_id>`, `sequence` = the order's new version, `previous` = `{"OrderCreated": 1}`:
+/// `Order#<order_id>`, `sequence` = the order's new version (what
+/// [`OutboxTransaction::emit_next`] assigns after the order's current version), `previous` = `{"OrderCreated": 1}`:
 /// an order emits `OrderCreated` (sequence 1) and, from status `CREATED` only, one
 /// `OrderCancelled`, so that is the whole history before it (an ordered consumer of these two
 /// types waits for nothing else).
@@ -967,7 +986,8 @@ mod tests {
         assert_eq!(OrderError::from(too_large).status(), 413);
         assert_eq!(OrderError::from(WriteError::ItemTooLarge { event_type: "OrderCreated".into(), bytes: 2 }).status(), 413);
         assert_eq!(OrderError::from(WriteError::Envelope(outbox::envelope::EnvelopeError::Empty("source"))).status(), 500);
-        let problem = OrderError::Transaction(TransactionError::Retryable("TransactionConflict".into())).to_problem();
+        let conflict = outbox::AwsError::cancelled(&["TransactionConflict".into()], true, None, Some(400));
+        let problem = OrderError::Transaction(CommitError::Retryable { source: conflict }).to_problem();
         assert_eq!((problem.status, problem.title.as_str()), (503, "Try again"));
     }
 

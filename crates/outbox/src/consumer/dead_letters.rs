@@ -19,9 +19,9 @@ pub enum DeadLetterError {
     /// No dead-letter queue is configured (a `None` sink).
     #[error("no dead-letter queue is configured")]
     NotConfigured,
-    /// Sending failed.
+    /// Sending failed: the classified SQS failure (code, HTTP status, retryable).
     #[error("the dead-letter queue is unreachable: {0}")]
-    Send(String),
+    Send(#[source] crate::aws_error::AwsError),
 }
 
 /// A destination for events that can never be processed. Generic like
@@ -100,8 +100,9 @@ impl ConsumerDeadLetterQueue {
     /// console.
     ///
     /// # Errors
-    /// The SQS error as text; the caller must then fail the invocation so nothing is lost.
-    pub async fn send(&self, event: &RawValue, error_type: &str, reason: &str) -> Result<(), String> {
+    /// [`DeadLetterError::Send`] with the classified SQS failure; the caller must then fail the
+    /// invocation so nothing is lost.
+    pub async fn send(&self, event: &RawValue, error_type: &str, reason: &str) -> Result<(), DeadLetterError> {
         let record = ConsumerFailureRecord {
             kind: CONSUMER_FAILURE_KIND.into(),
             consumer: self.consumer.clone(),
@@ -112,14 +113,16 @@ impl ConsumerDeadLetterQueue {
             // Embedded verbatim (a RawValue), so no number is rounded.
             event,
         };
-        let body = serde_json::to_string(&record).map_err(|e| e.to_string())?;
-        crate::dead_letter::send(&self.sqs, &self.url, body, &[("error_type", error_type), ("reason", reason)]).await
+        let body = serde_json::to_string(&record).map_err(|e| {
+            DeadLetterError::Send(crate::aws_error::AwsError::construction("SendMessage", format!("the record does not encode: {e}")))
+        })?;
+        crate::dead_letter::send(&self.sqs, &self.url, body, &[("error_type", error_type), ("reason", reason)]).await.map_err(DeadLetterError::Send)
     }
 }
 
 impl DeadLetterSink for ConsumerDeadLetterQueue {
     async fn send(&self, event: &RawValue, error_type: &str, reason: &str) -> Result<(), DeadLetterError> {
-        ConsumerDeadLetterQueue::send(self, event, error_type, reason).await.map_err(DeadLetterError::Send)
+        ConsumerDeadLetterQueue::send(self, event, error_type, reason).await
     }
 }
 

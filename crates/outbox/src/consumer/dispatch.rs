@@ -655,8 +655,17 @@ where
     /// inbox claim alone, so an ordered aggregate's sequence advances past it.
     async fn commit(&self, metadata: &EventMetadata, hash: &str, mut tx: Tx<O>, mut outcome: O) -> Result<Handled<O>, ConsumerError> {
         loop {
-            let (mut batch, fallback) = tx.take();
-            let items = std::mem::take(&mut batch.items);
+            let (mut pending, fallback) = tx.take();
+            // Claim-checked payloads of the emitted events go to S3 before the transaction that
+            // references them (an aborted transaction leaves an orphan the bucket's lifecycle
+            // rule deletes).
+            match pending.upload_offloads().await {
+                Ok(()) => {}
+                #[cfg(feature = "claim-check")]
+                Err(crate::transaction::CommitError::ClaimCheck(e)) => return Err(e.into()),
+                Err(e) => return Err(HandlerError::retry(e).into()),
+            }
+            let (items, batch) = pending.into_parts();
             let recorded = RecordedOutcome::new(outcome_text(&outcome));
             // Boxed: the SDK's futures are deeply nested, and without a box the future of a whole
             // Lambda `main` exceeds rustc's default query depth when computing its layout.

@@ -22,16 +22,16 @@
 //! (<https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch_concepts.html#Dimension>).
 
 /// Default CloudWatch namespace of a consumer's metrics.
-pub const DEFAULT_NAMESPACE: &str = "OutboxConsumer";
+pub const DEFAULT_NAMESPACE: &str = crate::contract::namespace::CONSUMER;
 
 /// An event took effect; `time` is its `metadata.time` (RFC 3339).
 pub(crate) fn applied(time: &str) {
     #[cfg(feature = "metrics")]
     {
-        metrics::counter!("EventsApplied").increment(1);
+        metrics::counter!(crate::contract::metric::EVENTS_APPLIED).increment(1);
         if let Ok(at) = chrono::DateTime::parse_from_rfc3339(time) {
             let ms = (chrono::Utc::now() - at.with_timezone(&chrono::Utc)).num_milliseconds().max(0);
-            metrics::histogram!("CommitToEffectMilliseconds").record(ms as f64);
+            metrics::histogram!(crate::contract::metric::COMMIT_TO_EFFECT_MILLISECONDS).record(ms as f64);
         }
     }
     #[cfg(not(feature = "metrics"))]
@@ -41,21 +41,21 @@ pub(crate) fn applied(time: &str) {
 /// The inbox absorbed a duplicate.
 pub(crate) fn duplicate() {
     #[cfg(feature = "metrics")]
-    metrics::counter!("DuplicatesAbsorbed").increment(1);
+    metrics::counter!(crate::contract::metric::DUPLICATES_ABSORBED).increment(1);
 }
 
 /// A fallback found nothing to do; the event was recorded.
 pub(crate) fn nothing_to_do() {
     #[cfg(feature = "metrics")]
-    metrics::counter!("NothingToDo").increment(1);
+    metrics::counter!(crate::contract::metric::NOTHING_TO_DO).increment(1);
 }
 
 /// An event was dead-lettered because of `reason` (an error type).
 pub(crate) fn dead_lettered(reason: &'static str) {
     #[cfg(feature = "metrics")]
     {
-        metrics::counter!("EventsDeadLettered").increment(1);
-        metrics::counter!("DeadLetteredByReason", "reason" => reason).increment(1);
+        metrics::counter!(crate::contract::metric::EVENTS_DEAD_LETTERED).increment(1);
+        metrics::counter!(crate::contract::metric::DEAD_LETTERED_BY_REASON, crate::contract::dimension::REASON => reason).increment(1);
     }
     #[cfg(not(feature = "metrics"))]
     let _ = reason;
@@ -64,17 +64,17 @@ pub(crate) fn dead_lettered(reason: &'static str) {
 /// An event was parked to wait for its predecessor.
 pub(crate) fn parked() {
     #[cfg(feature = "metrics")]
-    metrics::counter!("EventsParked").increment(1);
+    metrics::counter!(crate::contract::metric::EVENTS_PARKED).increment(1);
 }
 
 /// A transient failure is retried inside the invocation.
 pub(crate) fn retried() {
     #[cfg(feature = "metrics")]
-    metrics::counter!("EventsRetried").increment(1);
+    metrics::counter!(crate::contract::metric::EVENTS_RETRIED).increment(1);
 }
 
 /// The invocation fails (Lambda retries it).
 pub(crate) fn failed() {
     #[cfg(feature = "metrics")]
-    metrics::counter!("EventsFailed").increment(1);
+    metrics::counter!(crate::contract::metric::EVENTS_FAILED).increment(1);
 }

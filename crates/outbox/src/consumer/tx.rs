@@ -1,6 +1,12 @@
 //! [`Tx`]: the writes and events a handler adds for one delivery, committed by the library in ONE
 //! `TransactWriteItems` call with the inbox claim — and what to do when one of their conditions
 //! is false ([`Tx::on_condition_failed`]).
+//!
+//! Underneath, a `Tx` is the producer's [`OutboxTransaction`]: an event a producer can emit, a
+//! consumer can emit, with the same size checks, the same claim check (a payload too large for an
+//! outbox item goes to S3 when the consumer's writer has one, `OutboxWriter::with_claim_check`,
+//! uploaded before the commit), the same sequences ([`Tx::emit_next`]) and the same naming of a
+//! failed write ([`ConditionFailed`]).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -8,8 +14,8 @@ use aws_sdk_dynamodb::types::TransactWriteItem;
 
 use super::HandlerError;
 use crate::envelope::OutboxItem;
-use crate::transaction::{Batch, ConditionFailed, MAX_TRANSACTION_ITEMS};
-use crate::writer::{Event, OutboxWriter, WriteError};
+use crate::transaction::ConditionFailed;
+use crate::writer::{AggregateSequence, Event, OutboxTransaction, OutboxWriter, WriteError};
 
 /// Items the library adds to every consumer transaction: the inbox claim and, for an ordered
 /// inbox, the aggregate's sequence row.
@@ -38,7 +44,7 @@ pub const SETTLED_ELSEWHERE: &str = "settled by another event";
 type FallbackFn<O> = Box<dyn FnOnce(ConditionFailed, Tx<O>) -> Result<Fallback<O>, HandlerError> + Send>;
 
 struct State<O> {
-    batch: Batch,
+    tx: OutboxTransaction<'static>,
     fallback: Option<FallbackFn<O>>,
 }
 
@@ -47,12 +53,11 @@ struct State<O> {
 /// returns `Ok`, and drops it when it returns `Err`.
 pub struct Tx<O> {
     state: Arc<Mutex<State<O>>>,
-    writer: Option<Arc<OutboxWriter>>,
 }
 
 impl<O> Clone for Tx<O> {
     fn clone(&self) -> Self {
-        Self { state: self.state.clone(), writer: self.writer.clone() }
+        Self { state: self.state.clone() }
     }
 }
 
@@ -65,7 +70,11 @@ impl<O> std::fmt::Debug for Tx<O> {
 impl<O> Tx<O> {
     /// An empty transaction whose events go to `writer`'s outbox table.
     pub(crate) fn new(writer: Option<Arc<OutboxWriter>>) -> Self {
-        Self { state: Arc::new(Mutex::new(State { batch: Batch::default(), fallback: None })), writer }
+        Self::around(OutboxTransaction::shared(writer, INBOX_ITEMS))
+    }
+
+    fn around(tx: OutboxTransaction<'static>) -> Self {
+        Self { state: Arc::new(Mutex::new(State { tx, fallback: None })) }
     }
 
     /// An empty transaction, for testing a handler directly (its events go to `writer`).
@@ -82,24 +91,35 @@ impl<O> Tx<O> {
     /// Adds one of your writes (Put, Update, Delete or ConditionCheck). Writes are numbered from 0
     /// in the order added, as [`ConditionFailed::Write`] reports them.
     pub fn write(&self, item: TransactWriteItem) -> &Self {
-        self.lock().batch.write(item);
+        self.lock().tx.write(item);
         self
     }
 
-    /// Adds an event to the consumer's outbox; returns the outbox item that will be stored.
+    /// Adds an event to the consumer's outbox; returns the outbox item that will be stored (with
+    /// its `payload_ref` when its payload goes to S3, uploaded before the commit). The same
+    /// checks as [`OutboxTransaction::emit`].
     ///
     /// # Errors
     /// [`WriteError`] if the event is not publishable, the transaction is full (100 items less
     /// the inbox's 2), or the consumer has no outbox ([`WriteError::NoOutbox`]).
     pub fn emit(&self, event: Event) -> Result<OutboxItem, WriteError> {
-        let Some(writer) = &self.writer else { return Err(WriteError::NoOutbox(event.event_type)) };
-        let mut state = self.lock();
-        if state.batch.items.len() + INBOX_ITEMS >= MAX_TRANSACTION_ITEMS {
-            return Err(WriteError::TooManyItems);
-        }
-        let item = writer.outbox_item(event, chrono::Utc::now())?;
-        let put = writer.put(&item);
-        Ok(state.batch.event(put, item).clone())
+        self.lock().tx.emit(event).cloned()
+    }
+
+    /// Sets the current sequence of an aggregate for [`Tx::emit_next`]
+    /// ([`OutboxTransaction::sequence`]).
+    pub fn sequence(&self, sequence: AggregateSequence) -> &Self {
+        self.lock().tx.sequence(sequence);
+        self
+    }
+
+    /// [`Tx::emit`] with the next sequence of the event's aggregate
+    /// ([`OutboxTransaction::emit_next`]).
+    ///
+    /// # Errors
+    /// As [`OutboxTransaction::emit_next`], and [`WriteError::NoOutbox`].
+    pub fn emit_next(&self, event: Event) -> Result<OutboxItem, WriteError> {
+        self.lock().tx.emit_next(event).cloned()
     }
 
     /// What to do when a condition of these writes is false (nothing was written, not even the
@@ -117,7 +137,7 @@ impl<O> Tx<O> {
 
     /// Number of items so far (your writes and events).
     pub fn len(&self) -> usize {
-        self.lock().batch.items.len()
+        self.lock().tx.len()
     }
 
     /// Whether nothing was added.
@@ -128,22 +148,23 @@ impl<O> Tx<O> {
     /// The items so far, in request order (your writes and outbox puts), e.g. to assert on them
     /// in a handler's unit test.
     pub fn items(&self) -> Vec<TransactWriteItem> {
-        self.lock().batch.items.clone()
+        self.lock().tx.items().to_vec()
     }
 
     /// The outbox items emitted so far.
     pub fn events(&self) -> Vec<OutboxItem> {
-        self.lock().batch.events.clone()
+        self.lock().tx.events().to_vec()
     }
 
-    /// Takes the batch and the fallback out, leaving the handle empty.
-    pub(crate) fn take(&self) -> (Batch, Option<FallbackFn<O>>) {
+    /// Takes the transaction and the fallback out, leaving the handle empty.
+    pub(crate) fn take(&self) -> (OutboxTransaction<'static>, Option<FallbackFn<O>>) {
         let mut state = self.lock();
-        (std::mem::take(&mut state.batch), state.fallback.take())
+        let fresh = state.tx.fresh();
+        (std::mem::replace(&mut state.tx, fresh), state.fallback.take())
     }
 
-    /// The writer, for the fallback's fresh `Tx`.
+    /// An empty `Tx` with the same writer, for the fallback.
     pub(crate) fn fresh(&self) -> Self {
-        Self::new(self.writer.clone())
+        Self::around(self.lock().tx.fresh())
     }
 }

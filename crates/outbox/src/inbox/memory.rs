@@ -208,7 +208,10 @@ impl MemoryInbox {
         }
         match state.injected.pop_front() {
             Some(Injected::ConditionFailed { index }) => return Ok(InboxOutcome::BusinessConditionFailed { index, item: None }),
-            Some(Injected::Conflict) => return Err(InboxError::Transaction(TransactionError::Retryable("TransactionConflict (injected)".into()))),
+            Some(Injected::Conflict) => {
+                let injected = crate::aws_error::AwsError::cancelled(&["TransactionConflict (injected)".to_owned()], true, None, None);
+                return Err(InboxError::Transaction(TransactionError::Retryable(injected)));
+            }
             None => {}
         }
         if self.ordered {
