@@ -5,7 +5,7 @@
 //! cargo bench -p outbox-pipeline-tests --bench functions -- --runs 9 --bootstrap target/lambda
 //! ```
 //!
-//! The relay (`outbox::relay::lambda::RelayFunction`) and the inventory consumer
+//! The relay (`outbox_lambda::relay::RelayFunction`) and the inventory consumer
 //! (`orders_app::inventory::InventoryConsumer`) run IN this process, built from the template's
 //! environment as their `main` builds them, against a moto emulator this process starts and
 //! provisions from `template.yaml`. Every run sends the same inputs (fresh ids):
@@ -53,9 +53,9 @@ use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_runtime_api::shared::IntoShared;
 use lambda_runtime::{Context, LambdaEvent};
 use orders_app::inventory::InventoryConsumer;
-use outbox::relay::lambda::RelayFunction;
 use outbox::relay::stream::StreamBatch;
-use outbox::Env;
+use outbox_lambda::relay::RelayFunction;
+use outbox_lambda::Env;
 use outbox_local::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
 use outbox_local::emulator::Emulator;
 use outbox_local::function::{lambda_environment, LocalFunction, Placement};

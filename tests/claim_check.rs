@@ -369,6 +369,6 @@ async fn the_payload_lifecycle_outlives_the_outbox_retention_and_the_longest_red
     let days = rule["ExpirationInDays"].as_u64().expect("ExpirationInDays is a number");
     let retention: u64 = setup().await.producer_env["OUTBOX_RETENTION_SECONDS"].parse().expect("seconds");
     // DeadLetterRetentionSeconds at its maximum (SQS's 14 days) plus the inbox's redrive margin.
-    let redelivery = outbox::config::DEFAULT_DEAD_LETTER_RETENTION.as_secs() + outbox::config::DEFAULT_REDRIVE_MARGIN.as_secs();
+    let redelivery = outbox_lambda::config::DEFAULT_DEAD_LETTER_RETENTION.as_secs() + outbox_lambda::config::DEFAULT_REDRIVE_MARGIN.as_secs();
     assert!(days * 86_400 >= retention + redelivery, "{days} days < {retention} s + {redelivery} s");
 }

@@ -12,10 +12,10 @@ use axum::http::HeaderMap;
 use common::{s, Local};
 use orders_app::orders::{Answer, CreateOrderRequest, OrdersApi};
 use orders_app::partner::{Accepted, PartnerWebhooks, Partners, CONSUMER, STATUS_PAID};
-use outbox::config::{Env, DEFAULT_RETENTION};
-use outbox::webhook::Secret;
 use outbox::writer::OutboxWriter;
 use outbox::Inbox;
+use outbox_lambda::config::{Env, DEFAULT_RETENTION};
+use outbox_webhooks::Secret;
 use serde_json::json;
 
 struct Fixture {
@@ -83,7 +83,7 @@ fn signed(secrets: &[Secret], id: &str, timestamp: i64, body: &str) -> HeaderMap
     let mut headers = HeaderMap::new();
     headers.insert("webhook-id", id.parse().unwrap());
     headers.insert("webhook-timestamp", timestamp.to_string().parse().unwrap());
-    headers.insert("webhook-signature", outbox::webhook::signature_header(secrets, id, timestamp, body.as_bytes()).parse().unwrap());
+    headers.insert("webhook-signature", outbox_webhooks::signature_header(secrets, id, timestamp, body.as_bytes()).parse().unwrap());
     headers
 }
 
@@ -172,7 +172,7 @@ async fn refused_webhooks_name_the_reason_and_write_nothing() {
     // A body signed for another body (tampered in transit).
     let mut tampered = signed(&current, "wh-e", now(), &text);
     tampered.remove("webhook-signature");
-    tampered.insert("webhook-signature", outbox::webhook::signature_header(&current, "wh-e", now(), b"{}").parse().unwrap());
+    tampered.insert("webhook-signature", outbox_webhooks::signature_header(&current, "wh-e", now(), b"{}").parse().unwrap());
     let problem = f.webhooks.receive("acme", &tampered, text.as_bytes(), "corr").await.unwrap_err();
     assert_eq!((problem.status, problem.field.as_deref()), (401, Some("webhook-signature")));
     // Oversized, before any signature work.

@@ -9,10 +9,10 @@
 mod common;
 
 use common::{Deadline, Local};
-use outbox::webhook::Secret;
 use outbox_local::demo::subscriber::SubscriberServer;
 use outbox_local::dlq;
 use outbox_local::template::Template;
+use outbox_webhooks::Secret;
 
 /// The sample bus event (`events/order-created.json`) as a PutEvents entry on the stack's bus.
 fn order_created(bus: &str) -> aws_sdk_eventbridge::types::PutEventsRequestEntry {

@@ -24,10 +24,10 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::types::AttributeValue;
 use axum::http::{HeaderMap, StatusCode};
 use common::Local;
-use outbox::webhook::Secret;
 use outbox::{Event, OutboxWriter};
 use outbox_local::dlq;
 use outbox_local::template::Template;
+use outbox_webhooks::Secret;
 
 const DISPATCHER: &str = "WebhookDispatcherFunction";
 

@@ -17,10 +17,10 @@ use aws_sdk_sqs::types::MessageSystemAttributeName;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use common::Local;
-use outbox::config::{Env, DEFAULT_RETENTION};
-use outbox::webhook::dispatcher::{DispatchReport, Dispatcher, DispatcherConfig};
-use outbox::webhook::{Secret, SignedHeaders, Verifier};
 use outbox::Inbox;
+use outbox_lambda::config::{Env, DEFAULT_RETENTION};
+use outbox_webhooks::dispatcher::{DispatchReport, Dispatcher};
+use outbox_webhooks::{Secret, SignedHeaders, Verifier};
 
 /// `(status, Retry-After)` answers, in order.
 type Script = Vec<(u16, Option<&'static str>)>;
@@ -201,7 +201,7 @@ impl Harness {
         for (k, v) in settings {
             env.insert((*k).into(), (*v).into());
         }
-        let config = DispatcherConfig::from_env(&Env::from_map(env.clone())).expect("the dispatcher's settings");
+        let config = outbox_lambda::webhooks::dispatcher_config(&Env::from_map(env.clone())).expect("the dispatcher's settings");
         let inbox = Inbox::new(local.dynamodb.clone(), env["INBOX_TABLE"].clone(), "webhook-dispatcher", DEFAULT_RETENTION);
         let dispatcher = Dispatcher::new(&local.runtime.sdk, inbox, config).expect("a dispatcher");
         let h = Harness {
@@ -478,7 +478,7 @@ async fn every_dead_letter_is_counted_malformed_messages_included() {
 async fn a_claim_checked_event_is_delivered_with_its_payload_inline() {
     let (h, env) = Harness::start().await;
     let claim_check =
-        outbox::lambda::claim_check(&h.local.runtime.sdk, &env).expect("claim check settings").expect("CLAIM_CHECK_BUCKET in the template");
+        outbox_lambda::claim_check(&h.local.runtime.sdk, &env).expect("claim check settings").expect("CLAIM_CHECK_BUCKET in the template");
     let h = Harness { dispatcher: h.dispatcher.with_claim_check(claim_check.clone()), ..h };
     let (secret, secret_name) = h.secret("big").await;
     let (endpoint, url) = Endpoint::start(vec![(200, None)]).await;

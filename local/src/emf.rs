@@ -4,7 +4,7 @@
 //! number or an array of numbers (a batch of values). Source:
 //! <https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html>.
 //!
-//! The relay (`outbox::relay::lambda::run_from_env`, feature `metrics`) writes one document per
+//! The relay (`outbox_lambda::relay::run_from_env`, feature `metrics`) writes one document per
 //! invocation through `metrics_cloudwatch_embedded`: its counters (`EventsPublished`,
 //! `PutEventsCalls`, `RecordsSeen`, …) hold the *delta* since the previous document, so summing
 //! the values of every document gives the totals. The local runtime reads its functions'

@@ -150,7 +150,7 @@ impl Replayer {
     /// # Errors
     /// A message naming the variable the relay cannot use.
     pub fn new(sdk: &aws_config::SdkConfig, env: HashMap<String, String>) -> Result<Self, String> {
-        let function = outbox::relay::lambda::RelayFunction::from_env(sdk, &outbox::config::Env::from_map(env)).map_err(|e| e.to_string())?;
+        let function = outbox_lambda::relay::RelayFunction::from_env(sdk, &outbox_lambda::config::Env::from_map(env)).map_err(|e| e.to_string())?;
         Ok(Self { relay: function.relay().clone(), dynamodb: aws_sdk_dynamodb::Client::new(sdk), streams: aws_sdk_dynamodbstreams::Client::new(sdk) })
     }
 

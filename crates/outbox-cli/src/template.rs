@@ -1054,7 +1054,8 @@ Resources:
             assert!(by_ref(stated), "{}: DEAD_LETTER_RETENTION_SECONDS must be !Ref DeadLetterRetentionSeconds", function.logical_id);
             let env: std::collections::HashMap<String, String> =
                 function.environment.iter().filter_map(|(k, v)| Some((k.clone(), r.resolve_string(v, k).ok()?))).collect();
-            let inbox = outbox::config::inbox_retention(&outbox::Env::from_map(env)).unwrap_or_else(|e| panic!("{}: {e}", function.logical_id));
+            let inbox =
+                outbox_lambda::config::inbox_retention(&outbox_lambda::Env::from_map(env)).unwrap_or_else(|e| panic!("{}: {e}", function.logical_id));
             assert!(inbox.as_secs() > retention.parse::<u64>().unwrap(), "{}: the inbox outlives the dead-letter queues", function.logical_id);
         }
     }

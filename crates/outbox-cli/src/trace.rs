@@ -87,7 +87,7 @@ pub struct ConsumerRow {
     /// A webhook delivery's attempts (status, latency, response excerpt), as the dispatcher
     /// recorded them; empty for consumers.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub attempts: Vec<outbox::webhook::dispatcher::AttemptRecord>,
+    pub attempts: Vec<outbox_webhooks::dispatcher::AttemptRecord>,
 }
 
 /// Everything known about one event.
@@ -230,7 +230,7 @@ pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id:
                 ("not subscribed".to_owned(), None)
             };
             let attempts =
-                outbox::webhook::dispatcher::read_attempts(&dynamodb, table, &consumer, id, event_id).await.map_err(|e| format!("{table}: {e}"))?;
+                outbox_webhooks::dispatcher::read_attempts(&dynamodb, table, &consumer, id, event_id).await.map_err(|e| format!("{table}: {e}"))?;
             consumers.push(ConsumerRow {
                 function: f.logical_id.clone(),
                 consumer: format!("{consumer} → subscriber {id}"),

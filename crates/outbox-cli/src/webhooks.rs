@@ -2,7 +2,7 @@
 //!
 //! * `attempts <event-id> --subscriber S`: the delivery's attempts (status, latency, response
 //!   excerpt), from the dispatcher's attempt log in the inbox table
-//!   ([`outbox::webhook::dispatcher::AttemptLog`], kept for its retention);
+//!   ([`outbox_webhooks::dispatcher::AttemptLog`], kept for its retention);
 //! * `resend <event-id> --subscriber S`: forgets the delivery's record (its inbox row) and puts
 //!   one message for that subscriber on the delivery queue: the subscriber gets the event again,
 //!   signed with the same `webhook-id`;
@@ -26,8 +26,8 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use outbox::envelope::OutboxItem;
-use outbox::webhook::dispatcher::{read_attempts, AttemptRecord, Subscriber, SUBSCRIBER_ATTRIBUTE};
-use outbox::webhook::RetrySchedule;
+use outbox_webhooks::dispatcher::{read_attempts, AttemptRecord, Subscriber, SUBSCRIBER_ATTRIBUTE};
+use outbox_webhooks::RetrySchedule;
 use serde::Serialize;
 
 use crate::resources::Resources;

@@ -73,6 +73,7 @@ fn relay(fail_every: usize) -> (Relay, Arc<AtomicUsize>) {
     (Relay::new(events, sqs, config), calls)
 }
 
+#[allow(unsafe_code)] // getrusage: see SAFETY
 fn rusage() -> (Duration, i64) {
     // SAFETY: getrusage writes into the zeroed struct we own; RUSAGE_SELF is always valid.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };

@@ -37,13 +37,6 @@ pub use crate::envelope::PayloadRef;
 /// Default largest payload the claim check stores: 10 MiB.
 pub const DEFAULT_MAX_BYTES: usize = 10 * 1024 * 1024;
 
-/// Environment variable naming the payload bucket (`template.yaml` sets it on producers and
-/// consumers); unset means no claim check.
-pub const BUCKET_ENV: &str = "CLAIM_CHECK_BUCKET";
-/// Environment variable with the key prefix (default [`DEFAULT_PREFIX`]).
-pub const PREFIX_ENV: &str = "CLAIM_CHECK_PREFIX";
-/// Environment variable with the largest payload in bytes (default [`DEFAULT_MAX_BYTES`]).
-pub const MAX_BYTES_ENV: &str = "CLAIM_CHECK_MAX_BYTES";
 /// Default key prefix.
 pub const DEFAULT_PREFIX: &str = "outbox";
 
@@ -139,21 +132,6 @@ impl ClaimCheck {
     pub fn new(client: aws_sdk_s3::Client, bucket: impl Into<String>, prefix: impl Into<String>) -> Self {
         let prefix = prefix.into().trim_matches('/').to_owned();
         Self { client, bucket: bucket.into(), prefix, max_bytes: DEFAULT_MAX_BYTES }
-    }
-
-    /// The claim check the environment configures ([`BUCKET_ENV`], [`PREFIX_ENV`],
-    /// [`MAX_BYTES_ENV`]); `None` when [`BUCKET_ENV`] is unset or empty.
-    ///
-    /// # Errors
-    /// [`crate::ConfigError`] when [`MAX_BYTES_ENV`] is not a positive number.
-    pub fn from_env(client: aws_sdk_s3::Client, env: &crate::Env) -> Result<Option<Self>, crate::ConfigError> {
-        let bucket = env.optional(BUCKET_ENV, "");
-        if bucket.trim().is_empty() {
-            return Ok(None);
-        }
-        let prefix = env.optional(PREFIX_ENV, DEFAULT_PREFIX);
-        let max_bytes = env.bytes(MAX_BYTES_ENV, DEFAULT_MAX_BYTES)?;
-        Ok(Some(Self::new(client, bucket, prefix).with_max_bytes(max_bytes)))
     }
 
     /// Sets the largest payload accepted, in bytes.
@@ -321,15 +299,5 @@ mod tests {
         assert!(digest.to_string().contains("is corrupt: SHA-256"), "{digest}");
         assert_eq!(digest.error_type(), "PayloadCorrupt");
         assert!(!digest.is_retryable());
-    }
-
-    #[test]
-    fn from_env_is_off_without_a_bucket() {
-        let client = check().client;
-        let env = |pairs: &[(&str, &str)]| crate::Env::from_map(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
-        assert!(ClaimCheck::from_env(client.clone(), &env(&[])).unwrap().is_none());
-        let cc = ClaimCheck::from_env(client.clone(), &env(&[(BUCKET_ENV, "b"), (MAX_BYTES_ENV, "2048")])).unwrap().unwrap();
-        assert_eq!((cc.bucket(), cc.key("e").as_str(), cc.max_bytes()), ("b", "outbox/e", 2048));
-        assert!(ClaimCheck::from_env(client, &env(&[(BUCKET_ENV, "b"), (MAX_BYTES_ENV, "0")])).is_err());
     }
 }

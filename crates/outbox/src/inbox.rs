@@ -57,7 +57,7 @@
 //!
 //! Claim rows carry `expires_at` (epoch seconds, the table's TTL attribute), set to now + retention.
 //! The retention must outlive every redelivery of the event — the dead-letter queues' retention
-//! plus a redrive margin ([`crate::config::inbox_retention`], 16 days by default), or a message
+//! plus a redrive margin (`outbox_lambda::config::inbox_retention`, 16 days by default), or a message
 //! redriven after its row expired is applied twice.
 //! Source for the transaction semantics: the `TransactWriteItems` API reference,
 //! <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>.
@@ -243,7 +243,7 @@ pub(crate) fn report_gap(consumer: &str, error: &InboxError) {
         release = %format!("outbox-local ordering release --consumer {consumer} --aggregate {aggregate} --through {expected}"),
         "sequence gap: the event waits for its predecessor; if that never comes, release it"
     );
-    // Through the metrics facade: the function's EMF recorder (`outbox::lambda::run`) turns it
+    // Through the metrics facade: the function's EMF recorder (`outbox_lambda::run`) turns it
     // into the CloudWatch metric, dimension `function`.
     #[cfg(feature = "metrics")]
     metrics::counter!("SequenceGaps").increment(1);
@@ -617,7 +617,7 @@ impl Inbox {
     }
 
     /// Guarded mode: claims `metadata.id` for an effect outside DynamoDB, with a lease until
-    /// `lease_until` (use the invocation's deadline; see [`crate::lambda::deadline`] with feature `lambda`).
+    /// `lease_until` (use the invocation's deadline; see `outbox_lambda::deadline`).
     ///
     /// # Errors
     /// [`InboxError::InProgress`] while another invocation holds a live lease;

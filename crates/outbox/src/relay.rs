@@ -63,8 +63,6 @@
 //! use the ordered inbox ([`crate::consumer`]), which applies them by `detail.metadata.sequence`
 //! whatever order they arrive in.
 
-#[cfg(feature = "lambda")]
-pub mod lambda;
 pub mod stream;
 
 use std::collections::HashMap;
@@ -109,7 +107,7 @@ pub struct RelayConfig {
     /// `deadline − safety_margin` (default 2 s).
     pub safety_margin: Duration,
     /// Longest one `PutEvents` call can take: the SDK operation time-out
-    /// ([`crate::config::SdkTimeouts`], default 15 s). After the invocation's first call, no
+    /// (`outbox_lambda::config::SdkTimeouts`, default 15 s). After the invocation's first call, no
     /// call (a new wave's or a resend) starts with less than `call_budget + safety_margin` left
     /// before the deadline; the records not sent then are reported from the earliest one on as
     /// `batchItemFailures`, so nothing after them is acknowledged and Lambda delivers them again.
@@ -891,13 +889,6 @@ impl Relay {
         };
         let body = serde_json::to_string(&body).map_err(|e| e.to_string())?;
         crate::dead_letter::send(&self.sqs, &self.config.dead_letter_queue_url, body, &[("error_code", error_code), ("reason", reason)]).await
-    }
-}
-
-#[cfg(feature = "lambda")]
-impl From<RelayError> for lambda_runtime::Diagnostic {
-    fn from(e: RelayError) -> Self {
-        lambda_runtime::Diagnostic { error_type: "RelayError".into(), error_message: e.to_string() }
     }
 }
 

@@ -115,7 +115,7 @@ async fn send(client: &Client, items: Vec<TransactWriteItem>, token: String) -> 
 }
 
 /// The transaction's figures through the `metrics` facade (feature `metrics`; the function's
-/// EMF recorder, [`crate::lambda::emf_metrics`], sends them to CloudWatch): counters
+/// EMF recorder, `outbox_lambda::emf_metrics`, sends them to CloudWatch): counters
 /// `TransactionsCommitted`, `EventsWritten` (outbox items committed), `TransactionsCancelled`
 /// (dimension `function` only, for alarms) and `TransactionsCancelledByCause` (dimension
 /// `cause`: `ConditionFailed`, `Retryable`, `TooManyItems`, `Error`), and the histogram

@@ -5,7 +5,8 @@
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
-use outbox::{CommitError, ConditionFailed, Env, Event, OutboxWriter};
+use outbox::{CommitError, ConditionFailed, Event, OutboxWriter};
+use outbox_lambda::Env;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Deserialize, Serialize)]
@@ -55,11 +56,11 @@ async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let env = Env::process();
     // The documented SDK time-outs (SDK_*_TIMEOUT_MS), so a stalled call fails instead of hanging.
-    let sdk = aws_config::from_env().timeout_config(outbox::config::SdkTimeouts::from_env(&env)?.timeout_config()).load().await;
+    let sdk = outbox_lambda::load_sdk_config(&env).await?;
     let service = Service {
         dynamodb: aws_sdk_dynamodb::Client::new(&sdk),
         customers_table: env.required("CUSTOMERS_TABLE")?,
-        outbox: OutboxWriter::new(env.required("OUTBOX_TABLE")?, outbox::config::DEFAULT_RETENTION),
+        outbox: OutboxWriter::new(env.required("OUTBOX_TABLE")?, outbox_lambda::config::DEFAULT_RETENTION),
     };
     let service = &service;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<RegisterCustomer>| async move { service.register(event.payload).await })).await

@@ -338,9 +338,9 @@ mod tests {
     use super::*;
     use crate::idempotency::{IdempotencyRecord, DEFAULT_TTL, KEY_PREFIX};
     use crate::orders::{order_key, OrderCancelled, OrderLine, OrderView, DEFAULT_MAX_ATTACHMENT_BYTES, MAX_LINES, STATUS_CANCELLED, STATUS_CREATED};
-    use outbox::config::DEFAULT_RETENTION;
     use outbox::envelope::OutboxItem;
     use outbox::writer::OutboxWriter;
+    use outbox_lambda::config::DEFAULT_RETENTION;
 
     const GOOD: &str = r#"{"customer_id":"c-1","currency":"EUR","lines":[{"sku":"A","quantity":2,"unit_price":"12.50"}]}"#;
 

@@ -33,10 +33,11 @@ use serde::Serialize;
 
 use crate::orders::{OrderCreated, OrderLine};
 use outbox::claim_check::ClaimCheck;
-use outbox::config::{inbox_retention, ConfigError, Env, DEFAULT_RETENTION};
 use outbox::consumer::{ConsumerResponse, MalformedEvent, RawEvent};
-use outbox::{ConditionFailed, Consumer, ConsumerDeadLetterQueue, ConsumerError, DeliveredEvent, Event, EventHandler, Fallback, HandlerError};
+use outbox::{ConditionFailed, Consumer, ConsumerDeadLetterQueue, DeliveredEvent, Event, EventHandler, Fallback, HandlerError};
 use outbox::{Inbox, OutboxWriter, Tx, WriteError};
+use outbox_lambda::config::{inbox_retention, ConfigError, Env, DEFAULT_RETENTION};
+use outbox_lambda::{InvocationError, LambdaConsumer as _};
 
 /// The event types this consumer handles (its rule's `detail-type` list): per order it waits
 /// only for the latest earlier event of these types (`detail.metadata.previous`), never for
@@ -98,10 +99,10 @@ pub struct InventoryConsumer {
 impl InventoryConsumer {
     /// Reads `INBOX_TABLE`, `INVENTORY_TABLE`, `OUTBOX_TABLE`, `CONSUMER_NAME` (default
     /// `reserve-inventory`), `EVENT_SOURCE` (default `example.inventory`), the inbox retention by
-    /// the retention rule ([`outbox::config::inbox_retention`]: `DEAD_LETTER_RETENTION_SECONDS`,
+    /// the retention rule ([`outbox_lambda::config::inbox_retention`]: `DEAD_LETTER_RETENTION_SECONDS`,
     /// `REDRIVE_MARGIN_SECONDS`, `INBOX_RETENTION_SECONDS`), `OUTBOX_RETENTION_SECONDS` (default
     /// 7 days), `DEAD_LETTER_QUEUE_URL` (optional: where events no retry can fix go at once), and
-    /// the claim check's variables ([`outbox::lambda::claim_check`]: with `CLAIM_CHECK_BUCKET` set,
+    /// the claim check's variables ([`outbox_lambda::claim_check`]: with `CLAIM_CHECK_BUCKET` set,
     /// an event carrying `detail.data_ref` is fetched from S3 and verified before the handler
     /// sees it).
     ///
@@ -117,7 +118,7 @@ impl InventoryConsumer {
         let inbox = Inbox::new(client.clone(), env.required("INBOX_TABLE")?, name, inbox_retention(env)?).ordered_by_types(HANDLED_TYPES);
         let outbox = OutboxWriter::new(env.required("OUTBOX_TABLE")?, env.seconds("OUTBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?);
         let source = env.optional("EVENT_SOURCE", "example.inventory");
-        let claim_check = outbox::lambda::claim_check(sdk, env)?;
+        let claim_check = outbox_lambda::claim_check(sdk, env)?;
         Ok(Self::new(client, inbox, dead_letters, env.required("INVENTORY_TABLE")?, source, outbox, claim_check))
     }
 
@@ -147,10 +148,10 @@ impl InventoryConsumer {
     /// Lambda handler for one EventBridge event (`OrderCreated` or `OrderCancelled`).
     ///
     /// # Errors
-    /// A retryable [`ConsumerError`] (Lambda retries it, then sends it to the on-failure
+    /// A retryable [`outbox::ConsumerError`] (Lambda retries it, then sends it to the on-failure
     /// destination), or a non-retryable one when no dead-letter queue is configured or it
-    /// cannot be reached.
-    pub async fn handle(&self, event: LambdaEvent<RawEvent>) -> Result<ConsumerResponse<Outcome>, ConsumerError> {
+    /// cannot be reached; as an [`InvocationError`].
+    pub async fn handle(&self, event: LambdaEvent<RawEvent>) -> Result<ConsumerResponse<Outcome>, InvocationError> {
         self.consumer.handle(event).await
     }
 }

@@ -39,7 +39,7 @@
 //! naming `attachment`). The attachment travels in the `OrderCreated` event; the order item keeps
 //! only its size (`attachment_bytes`: a DynamoDB item holds at most 400 KB). An order whose event
 //! does not fit an outbox item or one `PutEvents` entry goes by claim check: with
-//! `CLAIM_CHECK_BUCKET` set ([`outbox::lambda::claim_check`]) its payload is stored in S3 before
+//! `CLAIM_CHECK_BUCKET` set ([`outbox_lambda::claim_check`]) its payload is stored in S3 before
 //! the transaction and the event carries `detail.data_ref`; without it the order is refused (413).
 //!
 //! `POST /orders/{id}/cancel`: no body, or `{"reason"?: string}` (1–[`MAX_REASON_CHARS`]
@@ -64,9 +64,9 @@ use crate::http::Problem;
 use crate::idempotency::{
     read_error, IdempotencyRecord, IdempotencyStore, IdempotentRequest, ReadError, Replay, StoredResponse, DEFAULT_TTL, HEADER as IDEMPOTENCY_HEADER,
 };
-use outbox::config::{ConfigError, Env, DEFAULT_RETENTION};
 use outbox::transaction::{transact_write, TransactionError};
 use outbox::writer::{Event, OutboxWriter, WriteError, DEFAULT_MAX_PUT_EVENTS_BYTES};
+use outbox_lambda::config::{ConfigError, Env, DEFAULT_RETENTION};
 
 /// Largest accepted request body, bytes (after base64 decoding), not counting the attachment:
 /// `POST /orders` accepts this plus the configured attachment maximum
@@ -370,14 +370,14 @@ impl OrdersApi {
     /// `OUTBOX_RETENTION_SECONDS` (default 7 days), `PUT_EVENTS_MAX_REQUEST_BYTES` and
     /// `IDEMPOTENCY_TTL_SECONDS` (default 86400 = 24 h), `ORDER_ATTACHMENT_MAX_BYTES` (default
     /// [`DEFAULT_MAX_ATTACHMENT_BYTES`]) and the claim check's variables
-    /// ([`outbox::lambda::claim_check`]: `CLAIM_CHECK_BUCKET`, unset = no claim check).
+    /// ([`outbox_lambda::claim_check`]: `CLAIM_CHECK_BUCKET`, unset = no claim check).
     ///
     /// # Errors
     /// [`ConfigError`] naming the variable.
     pub fn from_env(sdk: &aws_config::SdkConfig, env: &Env) -> Result<Self, ConfigError> {
         let writer = OutboxWriter::new(env.required("OUTBOX_TABLE")?, env.seconds("OUTBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?)
             .with_max_event_bytes(env.bytes("PUT_EVENTS_MAX_REQUEST_BYTES", DEFAULT_MAX_PUT_EVENTS_BYTES)?);
-        let writer = match outbox::lambda::claim_check(sdk, env)? {
+        let writer = match outbox_lambda::claim_check(sdk, env)? {
             Some(claim_check) => writer.with_claim_check(claim_check),
             None => writer,
         };

@@ -1,6 +1,6 @@
 //! Partner webhooks in (`PartnerWebhookFunction`, `POST /webhooks/{partner}`): a payment
 //! provider tells us an order was paid, signed by the Standard Webhooks scheme
-//! ([`outbox::webhook::signature`]).
+//! ([`outbox_webhooks::signature`]).
 //!
 //! | check, in order | answer when it fails | written |
 //! |---|---|---|
@@ -22,7 +22,7 @@
 //! Partners' secrets: Secrets Manager secret `PARTNER_SECRETS_ID` whose string is a JSON object
 //! `{"<partner>": "whsec_… [whsec_…]"}` (two secrets while one is rotated), cached for
 //! `PARTNER_SECRETS_TTL_SECONDS` (default 300). Each secret must decode to at least 24 bytes (the
-//! Standard Webhooks minimum, [`outbox::webhook::Secret::parse`]). A partner whose entry does not
+//! Standard Webhooks minimum, [`outbox_webhooks::Secret::parse`]). A partner whose entry does not
 //! parse is disabled alone (its webhooks answer 503 and the error is logged); every other partner
 //! keeps working.
 //!
@@ -45,11 +45,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::http::{problem_response, Problem, CORRELATION_HEADER};
 use crate::orders::{order_event, order_key, to_json, OrderView, STATUS_CREATED};
-use outbox::config::{ConfigError, Env, DEFAULT_RETENTION};
 use outbox::envelope::EventMetadata;
 use outbox::inbox::{payload_hash, Inbox, InboxError, InboxOutcome};
-use outbox::webhook::{Secret, SignedHeaders, Verifier};
 use outbox::writer::OutboxWriter;
+use outbox_lambda::config::{ConfigError, Env, DEFAULT_RETENTION};
+use outbox_webhooks::{Secret, SignedHeaders, Verifier};
 
 /// Largest accepted webhook body: 64 KiB.
 pub const MAX_WEBHOOK_BODY_BYTES: usize = 64 * 1024;
@@ -206,7 +206,7 @@ impl PartnerWebhooks {
             inbox,
             partners,
             source: source.into(),
-            tolerance: outbox::webhook::signature::DEFAULT_TOLERANCE,
+            tolerance: outbox_webhooks::signature::DEFAULT_TOLERANCE,
         }
     }
 
@@ -218,7 +218,7 @@ impl PartnerWebhooks {
 
     /// Reads `ORDERS_TABLE`, `OUTBOX_TABLE`, `INBOX_TABLE`, `PARTNER_SECRETS_ID`,
     /// `PARTNER_SECRETS_TTL_SECONDS` (300), `WEBHOOK_TOLERANCE_SECONDS` (300), `EVENT_SOURCE`
-    /// (`example.orders`), `OUTBOX_RETENTION_SECONDS` (7 days) and the inbox retention rule ([`outbox::config::inbox_retention`]).
+    /// (`example.orders`), `OUTBOX_RETENTION_SECONDS` (7 days) and the inbox retention rule ([`outbox_lambda::config::inbox_retention`]).
     ///
     /// # Errors
     /// [`ConfigError`] naming the variable.
@@ -230,10 +230,10 @@ impl PartnerWebhooks {
             ttl: env.seconds("PARTNER_SECRETS_TTL_SECONDS", Duration::from_secs(300))?,
             cache: Mutex::new(None),
         };
-        let inbox = Inbox::new(dynamodb.clone(), env.required("INBOX_TABLE")?, CONSUMER, outbox::config::inbox_retention(env)?);
+        let inbox = Inbox::new(dynamodb.clone(), env.required("INBOX_TABLE")?, CONSUMER, outbox_lambda::config::inbox_retention(env)?);
         let writer = OutboxWriter::new(env.required("OUTBOX_TABLE")?, env.seconds("OUTBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?);
         Ok(Self::new(dynamodb, env.required("ORDERS_TABLE")?, writer, inbox, partners, env.optional("EVENT_SOURCE", "example.orders"))
-            .with_tolerance(env.seconds("WEBHOOK_TOLERANCE_SECONDS", outbox::webhook::signature::DEFAULT_TOLERANCE)?))
+            .with_tolerance(env.seconds("WEBHOOK_TOLERANCE_SECONDS", outbox_webhooks::signature::DEFAULT_TOLERANCE)?))
     }
 
     /// Handles one webhook: the checks and the transaction of the module docs.
@@ -338,7 +338,7 @@ impl PartnerWebhooks {
                 format!("order {} is {} (version {}), or changed meanwhile", payment.order_id, order.status, order.version),
             )),
             Err(InboxError::PayloadMismatch { .. }) => Err(Problem {
-                field: Some(outbox::webhook::signature::WEBHOOK_ID.into()),
+                field: Some(outbox_webhooks::signature::WEBHOOK_ID.into()),
                 ..Problem::new(422, "Webhook id reused", format!("webhook {webhook_id} was received before with another body"))
             }),
             Err(e) if e.is_retryable() => {
@@ -418,7 +418,7 @@ async fn handle(State(webhooks): State<Arc<PartnerWebhooks>>, Path(partner): Pat
 mod tests {
     use aws_sdk_secretsmanager::operation::get_secret_value::GetSecretValueOutput;
     use aws_smithy_mocks::{mock, mock_client, Rule, RuleMode};
-    use outbox::webhook::signature::{signature_header, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP};
+    use outbox_webhooks::signature::{signature_header, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP};
 
     use super::*;
 

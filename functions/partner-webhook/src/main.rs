@@ -4,14 +4,14 @@
 
 use lambda_http::{tracing, Error};
 use orders_app::partner::{router, PartnerWebhooks};
-use outbox::Env;
+use outbox_lambda::Env;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let env = Env::process();
     // The SDK clients' time-outs (SDK_*_TIMEOUT_MS), once per cold start.
-    let sdk = outbox::lambda::load_sdk_config(&env).await?;
+    let sdk = outbox_lambda::load_sdk_config(&env).await?;
     let webhooks = PartnerWebhooks::from_env(&sdk, &env)?;
     // orders_app::serve::run: lambda_http::run behind the base64 body guard.
     orders_app::serve::run(router(webhooks)).await

@@ -4,7 +4,7 @@
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
 use orders_app::inventory::InventoryConsumer;
 use outbox::consumer::{metrics, RawEvent};
-use outbox::Env;
+use outbox_lambda::Env;
 
 // One thread: see functions/outbox-relay/src/main.rs.
 #[tokio::main(flavor = "current_thread")]
@@ -12,8 +12,8 @@ async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let env = Env::process();
     // The SDK clients' time-outs (SDK_*_TIMEOUT_MS) are read here, once per cold start.
-    let sdk = outbox::lambda::load_sdk_config(&env).await?;
+    let sdk = outbox_lambda::load_sdk_config(&env).await?;
     let consumer = InventoryConsumer::from_env(&sdk, &env)?;
     // EMF metrics (namespace METRICS_NAMESPACE, default OutboxConsumer), flushed per invocation.
-    outbox::lambda::run(&env, metrics::DEFAULT_NAMESPACE, service_fn(|event: LambdaEvent<RawEvent>| consumer.handle(event))).await
+    outbox_lambda::run(&env, metrics::DEFAULT_NAMESPACE, service_fn(|event: LambdaEvent<RawEvent>| consumer.handle(event))).await
 }

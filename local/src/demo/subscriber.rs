@@ -12,7 +12,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use outbox::webhook::{Secret, SignedHeaders, Verifier};
+use outbox_webhooks::{Secret, SignedHeaders, Verifier};
 use tokio::sync::watch;
 
 /// One scripted answer: the status and an optional `Retry-After` in seconds.

@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use outbox::webhook::{signature_header, Secret};
+use outbox_webhooks::{signature_header, Secret};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 

@@ -572,17 +572,6 @@ where
         }
     }
 
-    /// [`Consumer::handle_payload`] as a Lambda handler:
-    /// `lambda_runtime::run(service_fn(|e| consumer.handle(e)))`.
-    ///
-    /// # Errors
-    /// See [`Consumer::handle_payload`].
-    #[cfg(feature = "lambda")]
-    pub async fn handle(&self, event: lambda_runtime::LambdaEvent<super::RawEvent>) -> Result<ConsumerResponse<O>, ConsumerError> {
-        let deadline = crate::lambda::deadline(&event.context, self.inner.retry.fallback_budget);
-        self.handle_payload_until(&event.payload, deadline).await
-    }
-
     async fn process(&self, payload: &RawValue) -> Result<(EventMetadata, Handled<O>), ConsumerError> {
         let envelope = decode_envelope(payload)?;
         #[cfg(feature = "claim-check")]

@@ -155,10 +155,3 @@ impl ConsumerError {
         }
     }
 }
-
-#[cfg(feature = "lambda")]
-impl From<ConsumerError> for lambda_runtime::Diagnostic {
-    fn from(e: ConsumerError) -> Self {
-        lambda_runtime::Diagnostic { error_type: e.error_type().into(), error_message: e.to_string() }
-    }
-}

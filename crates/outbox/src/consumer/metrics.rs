@@ -1,5 +1,5 @@
 //! The consumer's figures, through the [`metrics`](https://docs.rs/metrics) facade: with the
-//! EMF recorder the Lambda entry points install ([`crate::lambda::run`]), CloudWatch metrics in
+//! EMF recorder the Lambda entry points install (`outbox_lambda::run`), CloudWatch metrics in
 //! namespace `METRICS_NAMESPACE` (default [`DEFAULT_NAMESPACE`]) with dimension `function`.
 //! Without a recorder, and without feature `metrics`, they cost nothing.
 //!

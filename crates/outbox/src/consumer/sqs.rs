@@ -104,17 +104,6 @@ where
         }
     }
 
-    /// [`Consumer::handle_invocation`] as a Lambda handler, for a function behind an SQS queue
-    /// (or still on an EventBridge rule).
-    ///
-    /// # Errors
-    /// See [`Consumer::handle_invocation`].
-    #[cfg(feature = "lambda")]
-    pub async fn handle_any(&self, event: lambda_runtime::LambdaEvent<super::RawEvent>) -> Result<InvocationAnswer<O>, ConsumerError> {
-        let deadline = crate::lambda::deadline(&event.context, self.retry_policy().fallback_budget);
-        self.handle_invocation(&event.payload, deadline).await
-    }
-
     /// Handles an `SqsEvent` whose message bodies are EventBridge events (a rule's SQS target),
     /// one message after another: what may succeed later is reported in `batchItemFailures`, what
     /// can never succeed is dead-lettered (and deleted), everything else is settled.

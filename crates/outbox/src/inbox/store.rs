@@ -154,7 +154,7 @@ pub trait InboxStore: Send + Sync {
     /// the [guarded module](super::guarded) for the states.
     ///
     /// `lease_until` bounds how long a crashed invocation blocks the event: use the invocation's
-    /// deadline ([`crate::lambda::lease_until`] with feature `lambda`).
+    /// deadline (`outbox_lambda::lease_until`).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

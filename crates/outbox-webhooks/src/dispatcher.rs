@@ -1,4 +1,4 @@
-//! The webhook dispatcher (feature `webhook-dispatcher`): delivers bus events to subscribers'
+//! The webhook dispatcher (feature `dispatcher`): delivers bus events to subscribers'
 //! HTTPS endpoints, signed, once per event and subscriber, retried for about a day.
 //!
 //! ```text
@@ -85,9 +85,8 @@ use super::breaker::{BreakerConfig, BreakerState, Gate};
 use super::client::{Attempt as ClientAttempt, ClientConfig, SignedPost, WebhookClient};
 use super::outcome::Outcome;
 use super::signature::Secret;
-use crate::config::{ConfigError, Env};
-use crate::envelope::EventMetadata;
-use crate::inbox::{payload_hash, GuardedError, InboxError, InboxStore};
+use outbox::envelope::EventMetadata;
+use outbox::inbox::{payload_hash, GuardedError, InboxError, InboxStore};
 
 /// The message attribute naming the subscriber of a fanned-out message.
 pub const SUBSCRIBER_ATTRIBUTE: &str = "subscriber";
@@ -144,7 +143,7 @@ pub struct WebhookEvent {
     /// dispatcher replaced its `data_ref` with the payload: [`WebhookEvent::with_payload`]).
     pub body: String,
     /// `detail.data_ref` of a claim-checked event (its payload is in S3, `detail.data` absent).
-    pub data_ref: Option<crate::envelope::PayloadRef>,
+    pub data_ref: Option<outbox::envelope::PayloadRef>,
 }
 
 /// Why a queue message could not be read as a bus event.
@@ -170,7 +169,7 @@ impl WebhookEvent {
             // `deserialize_with` runs only for a present key: `"data": null` is a payload.
             #[serde(borrow, default, deserialize_with = "present")]
             data: Option<&'a RawValue>,
-            data_ref: Option<crate::envelope::PayloadRef>,
+            data_ref: Option<outbox::envelope::PayloadRef>,
         }
         fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
             <&RawValue>::deserialize(d).map(Some)
@@ -249,7 +248,7 @@ pub enum Unresolved {
 }
 
 /// `WebhookClaimCheckUnavailable`: a claim-checked event and nothing to fetch its payload with.
-fn no_claim_check(reference: Option<&crate::envelope::PayloadRef>) -> Unresolved {
+fn no_claim_check(reference: Option<&outbox::envelope::PayloadRef>) -> Unresolved {
     let what = reference.map_or_else(String::new, |r| format!(" (s3://{}/{}, {} bytes)", r.bucket, r.key, r.size));
     Unresolved::Permanent(
         "WebhookClaimCheckUnavailable",
@@ -450,7 +449,7 @@ impl<S: InboxStore> Deliverer<S> {
     }
 }
 
-/// Settings of the dispatcher function (see [`DispatcherConfig::from_env`]).
+/// Settings of the dispatcher function (see [`DispatcherConfig::new`]).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct DispatcherConfig {
@@ -485,77 +484,28 @@ pub struct DispatcherConfig {
 }
 
 impl DispatcherConfig {
-    /// Reads:
-    ///
-    /// | variable | meaning | default |
-    /// |---|---|---|
-    /// | `WEBHOOK_DELIVERY_QUEUE_URL` | the delivery queue | required |
-    /// | `WEBHOOK_DLQ_URL` | the dead-letter queue | required |
-    /// | `WEBHOOK_SUBSCRIBERS_TABLE` | the subscriber table | required |
-    /// | `WEBHOOK_RETRY_SCHEDULE` | delays between attempts, e.g. `5s,5m,30m,2h,5h,10h,10h` (bare numbers are seconds) | Svix's, that one |
-    /// | `WEBHOOK_RETRY_JITTER_PERCENT` | largest random lengthening of a delay | 20 |
-    /// | `WEBHOOK_MAX_RETRY_AFTER_SECONDS` | longest `Retry-After` honoured | 86400 |
-    /// | `WEBHOOK_BATCH_MARGIN_MS` | time kept free before the deadline | 3000 |
-    /// | `WEBHOOK_MIN_ATTEMPT_MS` | least time left to start an attempt | 1000 |
-    /// | `WEBHOOK_BREAKER_FAILURES` | consecutive failures that open a subscriber's breaker (0: off) | 5 |
-    /// | `WEBHOOK_BREAKER_COOLDOWN_SECONDS` | how long an open breaker waits before a probe | 60 |
-    /// | `WEBHOOK_DISABLE_AFTER_SECONDS` | a subscriber failing every attempt this long is disabled (0: never) | 259200 (3 days) |
-    /// | `EVENT_BUS_NAME` | the bus of `WebhookEndpointDisabled` events | none: no event |
-    /// | `WEBHOOK_EVENT_SOURCE` | their `source` | `outbox.webhooks` |
-    /// | `WEBHOOK_CONNECT_TIMEOUT_MS` | connect timeout | 3000 |
-    /// | `WEBHOOK_TIMEOUT_MS` | whole-request timeout | 10000 |
-    /// | `WEBHOOK_ALLOW_HTTP` | `true` accepts `http://` URLs (local runs only) | `false` |
-    /// | `WEBHOOK_SECRETS_TTL_SECONDS` | secret cache TTL | 300 |
-    /// | `WEBHOOK_SUBSCRIBERS_TTL_SECONDS` | subscriber cache TTL | 60 |
-    ///
-    /// # Errors
-    /// [`ConfigError`] naming the variable.
-    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        let client_defaults = ClientConfig::default();
-        let allow_http = env.optional("WEBHOOK_ALLOW_HTTP", "false");
-        let allow_http = match allow_http.as_str() {
-            "true" | "1" => true,
-            "false" | "0" | "" => false,
-            _ => return Err(ConfigError::Invalid { name: "WEBHOOK_ALLOW_HTTP", value: allow_http, reason: "expected true or false".into() }),
-        };
-        let client = ClientConfig {
-            connect_timeout: env.millis("WEBHOOK_CONNECT_TIMEOUT_MS", client_defaults.connect_timeout)?,
-            timeout: env.millis("WEBHOOK_TIMEOUT_MS", client_defaults.timeout)?,
-            allow_http,
-        };
-        let defaults = RetrySchedule::default();
-        let delays = match env.optional("WEBHOOK_RETRY_SCHEDULE", "").as_str() {
-            "" => defaults.delays.clone(),
-            text => RetrySchedule::parse_delays(text).map_err(|e| ConfigError::Invalid {
-                name: "WEBHOOK_RETRY_SCHEDULE",
-                value: text.to_owned(),
-                reason: e.to_string(),
-            })?,
-        };
-        let jitter = env.count("WEBHOOK_RETRY_JITTER_PERCENT", 20)?.min(100);
-        let breaker_defaults = BreakerConfig::default();
-        Ok(Self {
-            delivery_queue_url: env.required("WEBHOOK_DELIVERY_QUEUE_URL")?,
-            dead_letter_queue_url: env.required("WEBHOOK_DLQ_URL")?,
-            subscribers_table: env.required("WEBHOOK_SUBSCRIBERS_TABLE")?,
-            schedule: RetrySchedule {
-                delays,
-                jitter: f64::from(jitter) / 100.0,
-                max_retry_after: env.seconds("WEBHOOK_MAX_RETRY_AFTER_SECONDS", defaults.max_retry_after)?,
-            },
-            batch_margin: env.millis("WEBHOOK_BATCH_MARGIN_MS", Duration::from_secs(3))?,
-            min_attempt_time: env.millis("WEBHOOK_MIN_ATTEMPT_MS", Duration::from_secs(1))?,
-            breaker: BreakerConfig {
-                threshold: env.count("WEBHOOK_BREAKER_FAILURES", breaker_defaults.threshold)?,
-                cooldown: env.seconds("WEBHOOK_BREAKER_COOLDOWN_SECONDS", breaker_defaults.cooldown)?,
-            },
-            disable_after: env.seconds("WEBHOOK_DISABLE_AFTER_SECONDS", DEFAULT_DISABLE_AFTER)?,
-            event_bus: Some(env.optional("EVENT_BUS_NAME", "")).filter(|b| !b.is_empty()),
-            event_source: env.optional("WEBHOOK_EVENT_SOURCE", "outbox.webhooks"),
-            client,
-            secrets_ttl: env.seconds("WEBHOOK_SECRETS_TTL_SECONDS", Duration::from_secs(300))?,
-            subscribers_ttl: env.seconds("WEBHOOK_SUBSCRIBERS_TTL_SECONDS", Duration::from_secs(60))?,
-        })
+    /// The settings for these queues and table, everything else at its default: Svix's
+    /// [`RetrySchedule`], a 3 s batch margin, 1 s least attempt time, the default
+    /// [`BreakerConfig`], subscribers disabled after [`DEFAULT_DISABLE_AFTER`], no
+    /// `WebhookEndpointDisabled` event (no bus; source `outbox.webhooks`), the default
+    /// [`ClientConfig`], secrets cached 5 minutes and the subscriber list 60 s.
+    /// (`outbox_lambda::webhooks::dispatcher_config` reads them from the environment.)
+    pub fn new(delivery_queue_url: impl Into<String>, dead_letter_queue_url: impl Into<String>, subscribers_table: impl Into<String>) -> Self {
+        Self {
+            delivery_queue_url: delivery_queue_url.into(),
+            dead_letter_queue_url: dead_letter_queue_url.into(),
+            subscribers_table: subscribers_table.into(),
+            schedule: RetrySchedule::default(),
+            batch_margin: Duration::from_secs(3),
+            min_attempt_time: Duration::from_secs(1),
+            breaker: BreakerConfig::default(),
+            disable_after: DEFAULT_DISABLE_AFTER,
+            event_bus: None,
+            event_source: "outbox.webhooks".into(),
+            client: ClientConfig::default(),
+            secrets_ttl: Duration::from_secs(300),
+            subscribers_ttl: Duration::from_secs(60),
+        }
     }
 }
 
@@ -990,7 +940,7 @@ pub struct Dispatcher<S> {
     attempt_log: Option<AttemptLog>,
     events: aws_sdk_eventbridge::Client,
     #[cfg(feature = "claim-check")]
-    claim_check: Option<crate::claim_check::ClaimCheck>,
+    claim_check: Option<outbox::claim_check::ClaimCheck>,
 }
 
 enum MessageResult {
@@ -1050,7 +1000,7 @@ impl<S: InboxStore> Dispatcher<S> {
     /// Without it such an event is dead-lettered (`WebhookClaimCheckUnavailable`). Needs
     /// `s3:GetObject` on the payloads.
     #[cfg(feature = "claim-check")]
-    pub fn with_claim_check(mut self, claim_check: crate::claim_check::ClaimCheck) -> Self {
+    pub fn with_claim_check(mut self, claim_check: outbox::claim_check::ClaimCheck) -> Self {
         self.claim_check = Some(claim_check);
         self
     }
@@ -1573,54 +1523,4 @@ fn record_metrics(subscriber: &str, decision: &Decision) {
             Decision::DeadLetter { .. } | Decision::AlreadyDelivered => {}
         }
     }
-}
-
-/// The whole `WebhookDispatcherFunction` (feature `lambda`): Lambda's tracing subscriber, an EMF
-/// metrics recorder (feature `metrics`, namespace `METRICS_NAMESPACE`, default
-/// `OutboxWebhooks`), the configuration of [`DispatcherConfig::from_env`] plus `INBOX_TABLE`
-/// (deliveries are recorded there as consumer `WEBHOOK_CONSUMER_NAME`, default
-/// `webhook-dispatcher`, kept as the retention rule says, [`crate::config::inbox_retention`]: a
-/// delivery redriven from the webhook dead-letter queue still finds its record), with feature
-/// `claim-check` the claim check of `CLAIM_CHECK_BUCKET` / `CLAIM_CHECK_PREFIX` (claim-checked
-/// events delivered inline), and [`Dispatcher::handle`] per batch; the guarded lease ends at the
-/// invocation's deadline.
-///
-/// # Errors
-/// A missing or invalid variable ends the cold start with a Lambda init error naming it.
-#[cfg(feature = "lambda")]
-pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
-    use lambda_runtime::LambdaEvent;
-    lambda_runtime::tracing::init_default_subscriber();
-    let env = Env::process();
-    // The SDK clients' time-outs (SDK_*_TIMEOUT_MS), once per cold start.
-    let sdk = crate::lambda::load_sdk_config(&env).await?;
-    let built = (|| -> Result<Dispatcher<crate::inbox::Inbox>, Box<dyn std::error::Error + Send + Sync>> {
-        let (table, consumer) = (env.required("INBOX_TABLE")?, env.optional("WEBHOOK_CONSUMER_NAME", "webhook-dispatcher"));
-        let retention = crate::config::inbox_retention(&env)?;
-        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
-        let log = AttemptLog::new(dynamodb.clone(), &table, &consumer, env.seconds("WEBHOOK_ATTEMPTS_RETENTION_SECONDS", retention)?);
-        let inbox = crate::inbox::Inbox::new(dynamodb, table, consumer, retention);
-        let dispatcher = Dispatcher::new(&sdk, inbox, DispatcherConfig::from_env(&env)?)?.with_attempt_log(log);
-        #[cfg(feature = "claim-check")]
-        let dispatcher = match crate::lambda::claim_check(&sdk, &env)? {
-            Some(claim_check) => dispatcher.with_claim_check(claim_check),
-            None => dispatcher,
-        };
-        Ok(dispatcher)
-    })();
-    let dispatcher = match built {
-        Ok(d) => d,
-        Err(e) => {
-            tracing::error!(error = %e, "the dispatcher's configuration is invalid");
-            return Err(e.to_string().into());
-        }
-    };
-    let dispatcher = &dispatcher;
-    let handler = lambda_runtime::service_fn(move |event: LambdaEvent<SqsEvent>| async move {
-        // The batch's time budget ends at the invocation's deadline (less the batch margin).
-        let deadline = crate::lambda::lease_until(&event.context, Duration::from_secs(60));
-        let (response, _report) = dispatcher.handle(&event.payload, deadline).await;
-        Ok::<_, std::convert::Infallible>(response)
-    });
-    crate::lambda::run(&env, "OutboxWebhooks", handler).await
 }

@@ -1,4 +1,6 @@
-//! Signed webhooks, out and in (feature `webhook`; delivery with `webhook-dispatcher`).
+//! Signed webhooks, out and in: Standard Webhooks signing and verification with no AWS
+//! dependency (default features: none); the HTTPS delivery client (feature `client`); the
+//! dispatcher (feature `dispatcher`).
 //!
 //! Events leave the company as HTTP `POST`s signed by the [Standard Webhooks] scheme, and a
 //! partner's webhooks arrive verified by the same scheme:
@@ -10,19 +12,23 @@
 //!   `Retry-After` honoured;
 //! * [`breaker`]: a subscriber's circuit breaker (closed, open, half-open with one probe);
 //! * [`outcome`]: what each answer means (delivered, gone, rejected, retry);
-//! * `client` (feature `webhook-dispatcher`): one signed attempt over HTTPS with timeouts and no redirects;
-//! * `dispatcher` (feature `webhook-dispatcher`): the SQS-triggered function that fans an event
+//! * `client` (feature `client`): one signed attempt over HTTPS with timeouts and no redirects;
+//! * `dispatcher` (feature `dispatcher`): the SQS-triggered function that fans an event
 //!   out to its subscribers, delivers a batch's messages concurrently within the invocation's
 //!   time budget, each once (guarded inbox), retries by re-enqueueing the message for the next
 //!   attempt, and dead-letters with a readable reason.
 //!
 //! [Standard Webhooks]: https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md
 
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod backoff;
 pub mod breaker;
-#[cfg(feature = "webhook-dispatcher")]
+#[cfg(feature = "client")]
 pub mod client;
-#[cfg(feature = "webhook-dispatcher")]
+#[cfg(feature = "dispatcher")]
 pub mod dispatcher;
 pub mod outcome;
 pub mod signature;

@@ -1,16 +1,16 @@
-//! The relay as a Lambda function (features `relay` + `lambda`): glue between the DynamoDB
-//! Streams event source mapping and [`Relay`].
+//! The relay as a Lambda function (feature `relay`): glue between the DynamoDB Streams event
+//! source mapping and [`Relay`].
 //!
 //! The whole `main.rs` of a relay function is
 //!
 //! ```no_run
 //! #[tokio::main]
 //! async fn main() -> Result<(), lambda_runtime::Error> {
-//!     outbox::relay::lambda::run_from_env().await
+//!     outbox_lambda::relay::run_from_env().await
 //! }
 //! ```
 //!
-//! It works for any outbox table that follows the item contract of [`crate::envelope`],
+//! It works for any outbox table that follows the item contract of [`outbox::envelope`],
 //! including a table shared with other item types (items without `event_id` are skipped).
 //!
 //! # Environment
@@ -35,9 +35,11 @@ use aws_lambda_events::streams::DynamoDbEventResponse;
 use lambda_runtime::LambdaEvent;
 
 use crate::config::{ConfigError, Env};
-use crate::envelope::DEFAULT_MAX_PUT_EVENTS_BYTES;
-use crate::relay::stream::StreamBatch;
-use crate::relay::{Relay, RelayConfig, RelayError, RelayOutcome};
+use outbox::envelope::DEFAULT_MAX_PUT_EVENTS_BYTES;
+use outbox::relay::stream::StreamBatch;
+use outbox::relay::{Relay, RelayConfig, RelayError, RelayOutcome};
+
+use crate::InvocationError;
 
 /// Time budget when the context carries no deadline (tests, local runs): the template's
 /// relay timeout.
@@ -83,17 +85,17 @@ impl RelayFunction {
     /// Lambda handler: one stream batch in, `batchItemFailures` out.
     ///
     /// # Errors
-    /// [`RelayError`]: the whole batch is retried.
-    pub async fn handle(&self, event: LambdaEvent<StreamBatch>) -> Result<DynamoDbEventResponse, RelayError> {
+    /// [`InvocationError::Relay`]: the whole batch is retried.
+    pub async fn handle(&self, event: LambdaEvent<StreamBatch>) -> Result<DynamoDbEventResponse, InvocationError> {
         Ok(self.handle_with_report(event).await?.response)
     }
 
-    /// [`RelayFunction::handle`], also returning the [`crate::relay::RelayReport`].
+    /// [`RelayFunction::handle`], also returning the [`outbox::relay::RelayReport`].
     ///
     /// # Errors
     /// [`RelayError`]: the whole batch is retried.
     pub async fn handle_with_report(&self, event: LambdaEvent<StreamBatch>) -> Result<RelayOutcome, RelayError> {
-        let deadline = crate::lambda::deadline(&event.context, FALLBACK_BUDGET);
+        let deadline = crate::runtime::deadline(&event.context, FALLBACK_BUDGET);
         self.relay.relay_batch(event.payload, deadline).await
     }
 }
@@ -110,7 +112,7 @@ impl RelayFunction {
 pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let env = Env::process();
-    let relay = match crate::lambda::load_sdk_config(&env).await.and_then(|sdk| RelayFunction::from_env(&sdk, &env)) {
+    let relay = match crate::runtime::load_sdk_config(&env).await.and_then(|sdk| RelayFunction::from_env(&sdk, &env)) {
         Ok(relay) => relay,
         Err(e) => {
             // Logged and returned as text: Lambda's init error (and the log) then read
@@ -121,7 +123,7 @@ pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
     };
     // The payload is decoded once, straight into what the relay reads (`relay::stream`).
     let handler = lambda_runtime::service_fn(|event: LambdaEvent<StreamBatch>| relay.handle(event));
-    crate::lambda::run(&env, DEFAULT_METRICS_NAMESPACE, handler).await
+    crate::runtime::run(&env, DEFAULT_METRICS_NAMESPACE, handler).await
 }
 
 #[cfg(test)]
@@ -137,7 +139,7 @@ mod tests {
     async fn reads_the_calls_in_flight_and_the_outbox_table() {
         let sdk = aws_config::SdkConfig::builder().behavior_version(aws_config::BehaviorVersion::latest()).build();
         let config = RelayFunction::from_env(&sdk, &env(&[])).unwrap().relay().config().clone();
-        assert_eq!((config.max_calls_in_flight, config.outbox_table), (crate::relay::DEFAULT_MAX_CALLS_IN_FLIGHT, None));
+        assert_eq!((config.max_calls_in_flight, config.outbox_table), (outbox::relay::DEFAULT_MAX_CALLS_IN_FLIGHT, None));
 
         let set = env(&[("RELAY_MAX_CALLS_IN_FLIGHT", "3"), ("OUTBOX_TABLE", "outbox")]);
         let config = RelayFunction::from_env(&sdk, &set).unwrap().relay().config().clone();

@@ -13,10 +13,10 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use outbox::envelope::EventMetadata;
 use outbox::inbox::{Claim, InboxError, InboxOutcome, InboxStore, Lease};
-use outbox::webhook::client::{ClientConfig, WebhookClient};
-use outbox::webhook::dispatcher::{Decision, Deliverer, Subscriber, WebhookEvent};
-use outbox::webhook::{RetrySchedule, Secret, SignedHeaders, Verifier};
 use outbox::MemoryInbox;
+use outbox_webhooks::client::{ClientConfig, WebhookClient};
+use outbox_webhooks::dispatcher::{Decision, Deliverer, Subscriber, WebhookEvent};
+use outbox_webhooks::{RetrySchedule, Secret, SignedHeaders, Verifier};
 
 /// One scripted answer: status, extra headers, body, delay before answering.
 #[derive(Clone)]
@@ -320,7 +320,7 @@ fn a_claim_checked_event_is_read_and_its_payload_put_inline() {
 /// dead-lettered `WebhookClaimCheckUnavailable`.
 #[tokio::test]
 async fn a_claim_checked_delivery_fetches_only_to_send_and_fails_like_any_attempt() {
-    use outbox::webhook::dispatcher::Unresolved;
+    use outbox_webhooks::dispatcher::Unresolved;
     use std::sync::atomic::{AtomicUsize, Ordering};
     let (server, url) = Server::start(vec![answer(200)]).await;
     let d = deliverer(MemoryInbox::new("webhook-dispatcher"), Duration::from_secs(10));

@@ -1,4 +1,5 @@
-//! Glue between Lambda and the library (feature `lambda`).
+//! Glue between Lambda and the library: the SDK configuration, the claim check and the metrics
+//! recorder of a function, its run loop and its deadline.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -17,9 +18,10 @@ pub async fn load_sdk_config(env: &Env) -> Result<aws_config::SdkConfig, ConfigE
 }
 
 /// The claim check the function's environment configures (feature `claim-check`):
-/// [`ClaimCheck::from_env`](crate::claim_check::ClaimCheck::from_env) (`CLAIM_CHECK_BUCKET`,
-/// `CLAIM_CHECK_PREFIX`, `CLAIM_CHECK_MAX_BYTES`) over an S3 client built from `sdk`; `None`
-/// without a bucket. When `sdk` has an endpoint override (`AWS_ENDPOINT_URL`, e.g. the moto
+/// [`CLAIM_CHECK_BUCKET`](BUCKET_ENV), [`CLAIM_CHECK_PREFIX`](PREFIX_ENV) (default
+/// [`outbox::claim_check::DEFAULT_PREFIX`]) and [`CLAIM_CHECK_MAX_BYTES`](MAX_BYTES_ENV)
+/// (default [`outbox::claim_check::DEFAULT_MAX_BYTES`]) over an S3 client built from `sdk`;
+/// `None` without a bucket. When `sdk` has an endpoint override (`AWS_ENDPOINT_URL`, e.g. the moto
 /// emulator) the client addresses buckets by path (`http://host/<bucket>/<key>`): a local
 /// endpoint has no DNS for `<bucket>.host`. Against AWS (no override) S3's virtual-hosted style
 /// is kept ("Virtual hosting of buckets",
@@ -28,9 +30,32 @@ pub async fn load_sdk_config(env: &Env) -> Result<aws_config::SdkConfig, ConfigE
 /// # Errors
 /// [`ConfigError`] when `CLAIM_CHECK_MAX_BYTES` is not a positive number.
 #[cfg(feature = "claim-check")]
-pub fn claim_check(sdk: &aws_config::SdkConfig, env: &Env) -> Result<Option<crate::claim_check::ClaimCheck>, ConfigError> {
+pub fn claim_check(sdk: &aws_config::SdkConfig, env: &Env) -> Result<Option<outbox::claim_check::ClaimCheck>, ConfigError> {
     let s3 = aws_sdk_s3::config::Builder::from(sdk).force_path_style(sdk.endpoint_url().is_some()).build();
-    crate::claim_check::ClaimCheck::from_env(aws_sdk_s3::Client::from_conf(s3), env)
+    claim_check_from_env(aws_sdk_s3::Client::from_conf(s3), env)
+}
+
+/// Environment variable naming the claim check's payload bucket (`template.yaml` sets it on
+/// producers and consumers); unset means no claim check.
+#[cfg(feature = "claim-check")]
+pub const BUCKET_ENV: &str = "CLAIM_CHECK_BUCKET";
+/// Environment variable with the claim check's key prefix.
+#[cfg(feature = "claim-check")]
+pub const PREFIX_ENV: &str = "CLAIM_CHECK_PREFIX";
+/// Environment variable with the claim check's largest payload in bytes.
+#[cfg(feature = "claim-check")]
+pub const MAX_BYTES_ENV: &str = "CLAIM_CHECK_MAX_BYTES";
+
+#[cfg(feature = "claim-check")]
+fn claim_check_from_env(client: aws_sdk_s3::Client, env: &Env) -> Result<Option<outbox::claim_check::ClaimCheck>, ConfigError> {
+    use outbox::claim_check::{ClaimCheck, DEFAULT_MAX_BYTES, DEFAULT_PREFIX};
+    let bucket = env.optional(BUCKET_ENV, "");
+    if bucket.trim().is_empty() {
+        return Ok(None);
+    }
+    let prefix = env.optional(PREFIX_ENV, DEFAULT_PREFIX);
+    let max_bytes = env.bytes(MAX_BYTES_ENV, DEFAULT_MAX_BYTES)?;
+    Ok(Some(ClaimCheck::new(client, bucket, prefix).with_max_bytes(max_bytes)))
 }
 
 /// The Embedded Metric Format recorder of a function (feature `metrics`): installed as the
@@ -42,24 +67,34 @@ pub fn claim_check(sdk: &aws_config::SdkConfig, env: &Env) -> Result<Option<crat
 /// Serve the handler with [`run`] (or `metrics_cloudwatch_embedded::lambda::service::run_http`
 /// for `lambda_http`), which flushes the figures after every invocation.
 ///
-/// # Errors
-/// When a global recorder is already installed.
+/// When the application already installed a global recorder (its own exporter, a test's
+/// debugging recorder), that recorder is kept: this logs a warning and answers `None`, and the
+/// function runs without EMF. Installing is never a reason for the function not to start, with
+/// or without feature `metrics`.
 #[cfg(feature = "metrics")]
-pub fn emf_metrics(env: &Env, default_namespace: &str) -> Result<&'static metrics_cloudwatch_embedded::Collector, lambda_runtime::Error> {
+pub fn emf_metrics(env: &Env, default_namespace: &str) -> Option<&'static metrics_cloudwatch_embedded::Collector> {
     let function_name = env.optional("AWS_LAMBDA_FUNCTION_NAME", "local");
-    metrics_cloudwatch_embedded::Builder::new()
+    let installed = metrics_cloudwatch_embedded::Builder::new()
         .cloudwatch_namespace(env.optional("METRICS_NAMESPACE", default_namespace))
         .with_dimension("function", function_name)
         .lambda_cold_start_metric("ColdStart")
         .with_lambda_request_id("RequestId")
-        .init()
+        .init();
+    match installed {
+        Ok(collector) => Some(collector),
+        Err(e) => {
+            tracing::warn!(error = %e, "a metrics recorder is already installed: it is kept, and no CloudWatch EMF is written");
+            None
+        }
+    }
 }
 
 /// Runs `handler` until the runtime stops, like [`lambda_runtime::run`]; with feature `metrics`
-/// first installs [`emf_metrics`] and flushes the figures after every invocation.
+/// first installs [`emf_metrics`] (unless the application installed a recorder of its own) and
+/// flushes the figures after every invocation.
 ///
 /// # Errors
-/// [`emf_metrics`]'s, then `lambda_runtime`'s.
+/// `lambda_runtime`'s.
 pub async fn run<A, F, R, B, S, D, E>(env: &Env, default_namespace: &str, handler: F) -> Result<(), lambda_runtime::Error>
 where
     F: lambda_runtime::Service<lambda_runtime::LambdaEvent<A>, Response = R>,
@@ -73,17 +108,13 @@ where
     E: Into<lambda_runtime::Error> + Send + std::fmt::Debug,
 {
     #[cfg(feature = "metrics")]
-    {
-        let metrics = emf_metrics(env, default_namespace)?;
+    if let Some(metrics) = emf_metrics(env, default_namespace) {
         // Boxed: the runtime's future is deep enough to exceed the compiler's layout depth limit
         // inside a caller's `main`.
-        Box::pin(metrics_cloudwatch_embedded::lambda::service::run(metrics, handler)).await
+        return Box::pin(metrics_cloudwatch_embedded::lambda::service::run(metrics, handler)).await;
     }
-    #[cfg(not(feature = "metrics"))]
-    {
-        let _ = (env, default_namespace);
-        Box::pin(lambda_runtime::run(handler)).await
-    }
+    let _ = (env, default_namespace);
+    Box::pin(lambda_runtime::run(handler)).await
 }
 
 /// When the invocation must have answered, as an [`Instant`]: the Lambda context's
@@ -101,7 +132,7 @@ pub fn deadline(context: &lambda_runtime::Context, fallback: Duration) -> Instan
     Instant::now() + left
 }
 
-/// The lease end for guarded mode ([`crate::inbox::InboxStore::guarded`], feature `inbox`):
+/// The lease end for guarded mode (`outbox::inbox::InboxStore::guarded`):
 /// the invocation's deadline as a UTC time, or `fallback` from now when the context has none.
 /// A crashed invocation then blocks its event no longer than its own timeout.
 pub fn lease_until(context: &lambda_runtime::Context, fallback: Duration) -> chrono::DateTime<chrono::Utc> {
@@ -132,10 +163,9 @@ mod tests {
     /// A stalled service (it accepts the connection and never answers) fails the call with a
     /// retryable time-out after the configured attempt/operation time-outs, instead of hanging
     /// until the Lambda timeout.
-    #[cfg(feature = "writer")]
     #[tokio::test]
     async fn a_stalled_call_times_out_retryably() {
-        use crate::aws_error::{AwsError, AwsErrorKind};
+        use outbox::aws_error::{AwsError, AwsErrorKind};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let held = tokio::spawn(async move {

@@ -119,8 +119,8 @@ impl Env {
 }
 
 /// Time-outs of every AWS SDK client the library and the functions build
-/// (`outbox::lambda::load_sdk_config`, feature `lambda`), so that a stalled call fails (retryably,
-/// [`crate::aws_error`]) instead of running the invocation into its Lambda timeout.
+/// ([`load_sdk_config`](crate::load_sdk_config)), so that a stalled call fails (retryably,
+/// `outbox::aws_error`) instead of running the invocation into its Lambda timeout.
 ///
 /// | variable | meaning | default |
 /// |---|---|---|
@@ -181,8 +181,7 @@ impl SdkTimeouts {
     }
 
     /// As the SDK's `TimeoutConfig`, for `aws_config::from_env().timeout_config(…)` (what
-    /// [`load_sdk_config`](crate::lambda::load_sdk_config) does with feature `lambda`).
-    #[cfg(any(feature = "writer", feature = "relay", feature = "lambda"))]
+    /// [`load_sdk_config`](crate::load_sdk_config) does).
     pub fn timeout_config(&self) -> aws_smithy_types::timeout::TimeoutConfig {
         aws_smithy_types::timeout::TimeoutConfig::builder()
             .connect_timeout(self.connect)

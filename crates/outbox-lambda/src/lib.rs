@@ -1,0 +1,107 @@
+//! The `outbox` library as AWS Lambda functions: the glue between `lambda_runtime` and the
+//! core crate `outbox`.
+//!
+//! * [`relay::run_from_env`] (feature `relay`) is the whole relay function: DynamoDB Streams in,
+//!   EventBridge `PutEvents` out, `batchItemFailures` back;
+//! * [`LambdaConsumer`] (feature `consumer`) serves an [`outbox::Consumer`] as a Lambda handler
+//!   bounded by the invocation's deadline;
+//! * [`webhooks::run_from_env`] (feature `webhooks`) is the whole webhook dispatcher function;
+//! * [`config`] reads a function's settings from its environment ([`Env`]), with the SDK
+//!   clients' time-outs ([`config::SdkTimeouts`], [`load_sdk_config`]) and the inbox retention
+//!   rule ([`config::inbox_retention`]);
+//! * [`run`] serves a handler and, with feature `metrics`, writes the library's counts as
+//!   CloudWatch Embedded Metric Format ([`emf_metrics`]).
+//!
+//! # Features
+//!
+//! | feature | brings | needs |
+//! |---|---|---|
+//! | (none) | [`run`], [`deadline`], [`lease_until`], [`load_sdk_config`], [`config`] | `lambda_runtime`, `aws-config` |
+//! | `relay` | [`relay`] | `outbox/relay` |
+//! | `consumer` | [`LambdaConsumer`] | `outbox/inbox` |
+//! | `claim-check` | [`claim_check`]: the claim check of `CLAIM_CHECK_BUCKET` | `outbox/claim-check`, `aws-sdk-s3` |
+//! | `metrics` | [`emf_metrics`]; [`run`] installs it; the core's counts | `outbox/metrics`, `metrics_cloudwatch_embedded` |
+//! | `webhooks` | [`webhooks`]: the dispatcher function | `consumer`, `outbox-webhooks/dispatcher` |
+//!
+//! Every feature is additive: with `metrics`, [`run`] installs the EMF recorder only when the
+//! application has none (its own is kept, with a warning), so turning `metrics` on never stops a
+//! function from starting.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod config;
+#[cfg(feature = "consumer")]
+mod consumer;
+#[cfg(feature = "relay")]
+pub mod relay;
+mod runtime;
+#[cfg(feature = "webhooks")]
+pub mod webhooks;
+
+pub use config::{ConfigError, Env};
+#[cfg(feature = "consumer")]
+pub use consumer::LambdaConsumer;
+#[cfg(feature = "metrics")]
+pub use runtime::emf_metrics;
+#[cfg(feature = "claim-check")]
+pub use runtime::{claim_check, BUCKET_ENV, MAX_BYTES_ENV, PREFIX_ENV};
+pub use runtime::{deadline, lease_until, load_sdk_config, run};
+
+pub use aws_config;
+pub use lambda_runtime;
+pub use outbox;
+
+/// An invocation that failed as a whole: Lambda retries it (the event source mapping's retry,
+/// the asynchronous invocation's retries). Converts into the runtime's
+/// [`Diagnostic`](lambda_runtime::Diagnostic), whose `errorType` is the failure's
+/// machine-readable type (`Retryable`, `MalformedEvent`, `RelayError`, …).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvocationError {
+    /// The consumer failed the invocation ([`outbox::ConsumerError`]).
+    #[cfg(feature = "consumer")]
+    #[error(transparent)]
+    Consumer(#[from] outbox::ConsumerError),
+    /// The relay failed the whole batch ([`outbox::relay::RelayError`]).
+    #[cfg(feature = "relay")]
+    #[error(transparent)]
+    Relay(#[from] outbox::relay::RelayError),
+}
+
+impl InvocationError {
+    /// The machine-readable failure type (the Lambda error's `errorType`).
+    pub fn error_type(&self) -> &'static str {
+        match *self {
+            #[cfg(feature = "consumer")]
+            InvocationError::Consumer(ref e) => e.error_type(),
+            #[cfg(feature = "relay")]
+            InvocationError::Relay(_) => "RelayError",
+        }
+    }
+
+    /// Whether a retry of the invocation may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match *self {
+            #[cfg(feature = "consumer")]
+            InvocationError::Consumer(ref e) => e.is_retryable(),
+            #[cfg(feature = "relay")]
+            InvocationError::Relay(_) => true,
+        }
+    }
+}
+
+impl From<InvocationError> for lambda_runtime::Diagnostic {
+    fn from(e: InvocationError) -> Self {
+        lambda_runtime::Diagnostic { error_type: e.error_type().into(), error_message: e.to_string() }
+    }
+}
+
+/// The Rust snippets of the repository's README ("Use it in your own service") compile as
+/// doctests of this crate (it depends on the other two), so the README cannot drift from the
+/// API. Not part of the published crate's API: compiled only by `cargo test --doc` inside the
+/// repository, with the features the snippets use.
+#[cfg(all(doctest, feature = "relay", feature = "consumer", feature = "claim-check"))]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
