@@ -230,7 +230,14 @@ async fn an_event_whose_predecessor_never_comes_is_parked_not_dead_lettered() {
     assert_eq!(parked.len(), 1, "{parked:?}");
     assert_eq!((parked[0].event.event_id.as_str(), parked[0].event.sequence, parked[0].event.waits_for), (gap_id.as_str(), 2, 1));
     assert!(outbox_local::ordering::format_parked(&parked, Duration::ZERO).starts_with("GAP reserve-inventory"), "past the gap limit: flagged");
-    let trace = outbox_local::trace::trace(&local.runtime.sdk, &local.runtime.stack, &gap_id).await.expect("trace");
+    let trace = outbox_local::trace::trace(
+        &local.runtime.sdk,
+        &local.runtime.stack.resources().expect("resources"),
+        &gap_id,
+        &outbox_local::trace::Lookup::Scan,
+    )
+    .await
+    .expect("trace");
     assert!(trace.consumers.iter().any(|c| c.state.starts_with("parked: sequence 2 waits for sequence 1")), "{}", trace.render());
     let dlq = local.runtime.stack.queue("ConsumerDeadLetterQueue").cloned().expect("ConsumerDeadLetterQueue");
     assert_eq!(outbox_local::dlq::depth(&local.sqs, &dlq).await.expect("depth"), 0, "a gap is not poison");

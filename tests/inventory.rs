@@ -150,7 +150,14 @@ async fn a_cancellation_before_its_creation_is_parked_then_applied_after_it() {
     assert!(outbox_local::ordering::parked(&local.dynamodb, &inbox).await.unwrap().is_empty(), "nothing left parked");
     // `trace` shows what each event did, as the consumer recorded it.
     for (id, state) in [("e-g1", "applied (reserved)"), ("e-g2", "applied (released)")] {
-        let trace = outbox_local::trace::trace(&local.runtime.sdk, &local.runtime.stack, id).await.unwrap();
+        let trace = outbox_local::trace::trace(
+            &local.runtime.sdk,
+            &local.runtime.stack.resources().expect("resources"),
+            id,
+            &outbox_local::trace::Lookup::Scan,
+        )
+        .await
+        .unwrap();
         let consumer = trace.consumers.iter().find(|c| c.consumer == "reserve-inventory").expect("the consumer's row");
         assert_eq!(consumer.state, state, "{}", trace.render());
     }

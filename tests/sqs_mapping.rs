@@ -76,7 +76,14 @@ async fn failed_items_come_back_after_their_visibility_and_settled_ones_are_dele
     assert_eq!(dlq::depth(&local.sqs, &dead).await.expect("depth"), 0);
 
     // `trace` shows each subscriber's delivery, from the dispatcher's inbox rows.
-    let trace = outbox_local::trace::trace(&local.runtime.sdk, &local.runtime.stack, "01a22651-6c7b-7e1a-89c3-d4e5f6071830").await.expect("trace");
+    let trace = outbox_local::trace::trace(
+        &local.runtime.sdk,
+        &local.runtime.stack.resources().expect("resources"),
+        "01a22651-6c7b-7e1a-89c3-d4e5f6071830",
+        &outbox_local::trace::Lookup::Scan,
+    )
+    .await
+    .expect("trace");
     let mut deliveries: Vec<(String, String)> =
         trace.consumers.iter().filter(|c| c.consumer.contains("subscriber")).map(|c| (c.consumer.clone(), c.state.clone())).collect();
     deliveries.sort();

@@ -280,7 +280,10 @@ async fn a_disabled_endpoint_re_enabled_and_recovered_gets_exactly_what_it_misse
 
     // Back up; one operator command: enable, recover.
     endpoint.set_down(false);
-    let operator = outbox_local::webhooks::Operator::new(&local.runtime.sdk, outbox_local::webhooks::WebhookStack::of(&local.runtime.stack).unwrap());
+    let operator = outbox_local::webhooks::Operator::new(
+        &local.runtime.sdk,
+        outbox_local::webhooks::WebhookStack::of(&local.runtime.stack.resources().expect("resources")).unwrap(),
+    );
     let since = operator.enable("fading").await.expect("enable").expect("it has a failing-since");
     let recovery = operator.recover("fading", since).await.expect("recover");
     // The events it missed are sent, or already being delivered by a retry that came back once

@@ -23,6 +23,7 @@
 //!     quantities of the reserved, uncancelled orders, nothing lost, the webhooks as expected —
 //!     and lists the dead-letter queue.
 
+mod inputs;
 pub mod large;
 pub(crate) mod stock;
 pub mod subscriber;
@@ -31,7 +32,6 @@ mod webhooks;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,6 +45,9 @@ use crate::dlq;
 use crate::runtime::Runtime;
 use crate::stats::{percentile, Counts};
 use crate::template::FunctionEvent;
+
+pub use inputs::sample_orders;
+use inputs::{entry, put_event};
 
 /// Demo settings.
 #[derive(Debug, Clone)]
@@ -572,24 +575,6 @@ async fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> Result
     Ok(())
 }
 
-fn entry(bus: &str, detail_type: &str, detail: &Value) -> aws_sdk_eventbridge::types::PutEventsRequestEntry {
-    aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
-        .event_bus_name(bus)
-        .source("example.orders")
-        .detail_type(detail_type)
-        .detail(detail.to_string())
-        .build()
-}
-
-async fn put_event(events: &aws_sdk_eventbridge::Client, entry: aws_sdk_eventbridge::types::PutEventsRequestEntry) -> Result<(), String> {
-    let out =
-        events.put_events().entries(entry).send().await.map_err(|e| format!("PutEvents: {}", aws_sdk_eventbridge::error::DisplayErrorContext(e)))?;
-    if out.failed_entry_count() > 0 {
-        return Err(format!("PutEvents rejected the entry: {:?}", out.entries()));
-    }
-    Ok(())
-}
-
 /// The event ids of every item in the outbox table.
 async fn outbox_event_ids(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Result<Vec<String>, String> {
     let mut ids = Vec::new();
@@ -601,31 +586,4 @@ async fn outbox_event_ids(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> R
         }
     }
     Ok(ids)
-}
-
-/// `(body, correlation id)` of every `POST /orders` request in `dir` (HTTP API events).
-///
-/// # Errors
-/// A message naming the file that cannot be read.
-pub fn sample_orders(dir: &Path) -> Result<Vec<(String, Option<String>)>, String> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
-    let mut out = Vec::new();
-    for path in files {
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let Ok(event) = serde_json::from_str::<Value>(&text) else { continue };
-        let method = event.pointer("/requestContext/http/method").and_then(Value::as_str);
-        let route = event.get("rawPath").and_then(Value::as_str);
-        if method != Some("POST") || route != Some("/orders") {
-            continue;
-        }
-        let body = event.get("body").and_then(Value::as_str).ok_or_else(|| format!("{}: no body", path.display()))?;
-        let correlation = event.pointer("/headers/x-correlation-id").and_then(Value::as_str).map(str::to_owned);
-        out.push((body.to_owned(), correlation));
-    }
-    Ok(out)
 }

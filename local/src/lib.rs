@@ -21,34 +21,29 @@
 
 #![warn(missing_docs)]
 
+// The template reader, the stack and the operator's verbs live in the operator's crate
+// (`outbox-cli`), which both binaries use; their paths here stay as they were.
+pub use outbox_cli::{aws, dlq, failed_batch, filter, ordering, stack, template, trace, webhooks};
+
 pub mod authorizer;
-pub mod aws;
 pub mod binaries;
 pub mod checkpoint;
 pub mod delivery;
 pub mod demo;
-pub mod dlq;
 pub mod emf;
 pub mod emulator;
 pub mod env_vars;
 pub mod esm;
-pub mod failed_batch;
 pub mod faults;
-pub mod filter;
 pub mod function;
 pub mod glue;
 pub mod http_api;
 pub mod lanes;
-pub mod ordering;
 pub mod practice;
 pub mod proof;
 pub mod runtime;
 pub mod runtime_api;
 pub mod sandbox;
 pub mod sqs_mapping;
-pub mod stack;
 pub mod stats;
 pub mod status;
-pub mod template;
-pub mod trace;
-pub mod webhooks;

@@ -36,7 +36,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -45,6 +44,12 @@ use crate::dlq;
 use crate::faults::{Injected, Injector};
 use crate::runtime::Runtime;
 use crate::stack::QueueInfo;
+
+mod reads;
+mod report;
+
+use reads::{archive, drain_archive, number, scan, send_retrying, stream_events, text};
+pub use report::format_report;
 
 /// Units of stock seeded per SKU.
 pub const STOCK: u64 = 1_000_000;
@@ -166,156 +171,6 @@ fn names(runtime: &Runtime) -> Result<Names, String> {
         dead_letter_queues: runtime.stack.queues.iter().filter(|q| q.logical_id.contains("DeadLetter")).cloned().collect(),
         consumer_types,
     })
-}
-
-fn sdk_error(action: &str, e: impl std::error::Error + 'static) -> String {
-    format!("{action}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e))
-}
-
-/// A queue with every event of `bus` (a rule matching all), so what was published can be read
-/// back.
-async fn archive(runtime: &Runtime, bus: &str) -> Result<String, String> {
-    let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
-    let events = aws_sdk_eventbridge::Client::new(&runtime.sdk);
-    let name = format!("{}-proof-archive", runtime.stack.resolver.stack_name);
-    let url = sqs.create_queue().queue_name(&name).send().await.map_err(|e| sdk_error("CreateQueue", e))?.queue_url.unwrap_or_default();
-    let r = &runtime.stack.resolver;
-    let arn = format!("arn:aws:sqs:{}:{}:{name}", r.region, r.account);
-    events
-        .put_rule()
-        .name(&name)
-        .event_bus_name(bus)
-        .event_pattern(json!({"source": [{"prefix": ""}]}).to_string())
-        .send()
-        .await
-        .map_err(|e| sdk_error("PutRule", e))?;
-    let target = aws_sdk_eventbridge::types::Target::builder().id("proof-archive").arn(arn).build().map_err(|e| e.to_string())?;
-    events.put_targets().rule(&name).event_bus_name(bus).targets(target).send().await.map_err(|e| sdk_error("PutTargets", e))?;
-    Ok(url)
-}
-
-/// Reads (and deletes) the archive queue's messages as they come, until `stop` is true and the
-/// queue answered empty twice; returns the events' `detail.metadata.id`. The queue is read while
-/// the proof runs, not once at the end: the emulator's SQS passes over every message of a queue
-/// on each receive and delete, so a queue left to fill up makes reading it back quadratic.
-async fn drain_archive(sqs: aws_sdk_sqs::Client, url: String, stop: tokio::sync::watch::Receiver<bool>) -> Result<HashSet<String>, String> {
-    let mut into = HashSet::new();
-    let mut empty = 0;
-    while !(*stop.borrow() && empty >= 2) {
-        let out = sqs.receive_message().queue_url(&url).max_number_of_messages(10).wait_time_seconds(1).send().await;
-        let messages = out.map_err(|e| sdk_error("ReceiveMessage", e))?.messages.unwrap_or_default();
-        if messages.is_empty() {
-            empty += 1;
-            continue;
-        }
-        empty = 0;
-        let mut batch = sqs.delete_message_batch().queue_url(&url);
-        for (i, m) in messages.iter().enumerate() {
-            if let Some(id) = m
-                .body()
-                .and_then(|b| serde_json::from_str::<Value>(b).ok())
-                .and_then(|v| v.pointer("/detail/metadata/id")?.as_str().map(str::to_owned))
-            {
-                into.insert(id);
-            }
-            if let Some(handle) = m.receipt_handle() {
-                let entry = aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(handle).build();
-                batch = batch.entries(entry.map_err(|e| e.to_string())?);
-            }
-        }
-        batch.send().await.map_err(|e| sdk_error("DeleteMessageBatch", e))?;
-    }
-    Ok(into)
-}
-
-/// `(event_id, event_type)` of every `INSERT` the stream `arn` carried (every shard, from its
-/// trim horizon).
-async fn stream_events(runtime: &Runtime, arn: &str) -> Result<Vec<(String, String)>, String> {
-    use aws_sdk_dynamodbstreams::types::{AttributeValue as V, ShardIteratorType};
-    let streams = aws_sdk_dynamodbstreams::Client::new(&runtime.sdk);
-    let description = streams.describe_stream().stream_arn(arn).send().await.map_err(|e| sdk_error("DescribeStream", e))?;
-    let shards: Vec<String> =
-        description.stream_description().map(|d| d.shards().iter().filter_map(|s| s.shard_id().map(str::to_owned)).collect()).unwrap_or_default();
-    let mut events = Vec::new();
-    for shard in shards {
-        // A fresh iterator after the last sequence number read for every page, as the stream
-        // mapping does (moto's NextShardIterator may repeat the last record).
-        let mut last: Option<String> = None;
-        loop {
-            let request = streams.get_shard_iterator().stream_arn(arn).shard_id(&shard);
-            let request = match &last {
-                Some(seq) => request.shard_iterator_type(ShardIteratorType::AfterSequenceNumber).sequence_number(seq),
-                None => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
-            };
-            let Some(iterator) = request.send().await.map_err(|e| sdk_error("GetShardIterator", e))?.shard_iterator else { break };
-            let page = streams.get_records().shard_iterator(iterator).limit(1000).send().await.map_err(|e| sdk_error("GetRecords", e))?;
-            let mut progressed = false;
-            for r in page.records() {
-                let Some(seq) = r.dynamodb().and_then(|d| d.sequence_number()) else { continue };
-                let newer = last.as_deref().is_none_or(|l| seq.len() > l.len() || (seq.len() == l.len() && seq > l));
-                if !newer {
-                    continue;
-                }
-                last = Some(seq.to_owned());
-                progressed = true;
-                if r.event_name().map(|n| n.as_str()) != Some("INSERT") {
-                    continue;
-                }
-                let image = r.dynamodb().and_then(|d| d.new_image());
-                let s = |k: &str| image.and_then(|i| i.get(k)).and_then(|v| if let V::S(s) = v { Some(s.clone()) } else { None });
-                if let Some(id) = s("event_id") {
-                    events.push((id, s("event_type").unwrap_or_default()));
-                }
-            }
-            if !progressed {
-                break;
-            }
-        }
-    }
-    Ok(events)
-}
-
-/// Every item of `table`, with the `attributes` the verdict reads only (the emulator's cost of a
-/// Scan answer grows with every attribute of every item in it).
-async fn scan(dynamodb: &aws_sdk_dynamodb::Client, table: &str, attributes: &[&str]) -> Result<Vec<HashMap<String, AttributeValue>>, String> {
-    let mut items = Vec::new();
-    let names: Vec<String> = (0..attributes.len()).map(|i| format!("#a{i}")).collect();
-    let mut scan = dynamodb.scan().table_name(table).consistent_read(true).projection_expression(names.join(", "));
-    for (name, attribute) in names.iter().zip(attributes) {
-        scan = scan.expression_attribute_names(name, *attribute);
-    }
-    let mut pages = scan.into_paginator().items().send();
-    while let Some(item) = pages.next().await {
-        items.push(item.map_err(|e| sdk_error(&format!("Scan {table}"), e))?);
-    }
-    Ok(items)
-}
-
-fn text(item: &HashMap<String, AttributeValue>, name: &str) -> String {
-    item.get(name).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default()
-}
-
-fn number(v: &AttributeValue) -> u64 {
-    v.as_n().ok().and_then(|n| n.parse().ok()).unwrap_or(0)
-}
-
-/// Sends `request` (rebuilt per attempt) until a final answer: 2xx or 4xx other than 408/429;
-/// `None` when every attempt failed.
-async fn send_retrying(attempt: impl Fn() -> reqwest::RequestBuilder) -> Option<(u16, String)> {
-    for n in 1..=8u64 {
-        match attempt().send().await {
-            Ok(r) => {
-                let status = r.status().as_u16();
-                let body = r.text().await.unwrap_or_default();
-                if !(status >= 500 || status == 408 || status == 429) {
-                    return Some((status, body));
-                }
-            }
-            Err(e) => tracing::debug!(error = %e, "proof: request failed"),
-        }
-        tokio::time::sleep(Duration::from_millis(100 * n * n)).await;
-    }
-    None
 }
 
 /// Waits until no function made an AWS call for `options.quiet`; `false` after `options.timeout`.
@@ -657,51 +512,6 @@ fn peak_rss_mb(pid: &str) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kb: f64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
     Some(kb / 1024.0)
-}
-
-/// The report for people: the faults injected, then each invariant.
-pub fn format_report(report: &ProofReport) -> String {
-    let mut out = String::new();
-    out.push_str(&format!(
-        "orders: {} sent, {} answered, {} committed, {} cancelled ({} cancellations sent), {} requests failed after retries; {} AWS calls by the functions; {:.0} s\n",
-        report.orders_sent,
-        report.orders_answered,
-        report.orders_committed,
-        report.orders_cancelled,
-        report.cancellations_sent,
-        report.requests_failed,
-        report.aws_calls,
-        report.wall_secs
-    ));
-    out.push_str(&format!(
-        "dead letters: {} before the redrive, {} redriven, {} left; stream carried {} events, {} reached the bus\n\n",
-        report.dead_lettered, report.redriven, report.dead_letters_left, report.stream_events, report.published_events
-    ));
-    let phases: Vec<String> = report.phases_secs.iter().map(|(name, secs)| format!("{name} {secs:.0} s")).collect();
-    let mb = |v: Option<f64>| v.map(|v| format!("{v:.0} MB")).unwrap_or_else(|| "-".into());
-    out.push_str(&format!(
-        "time: {}; peak memory: outbox-local {}, emulator {}\n\n",
-        phases.join(", "),
-        mb(report.peak_rss_mb),
-        mb(report.emulator_peak_rss_mb)
-    ));
-    out.push_str("per stage, as each function reported it (EMF metrics):\n");
-    out.push_str(&crate::status::format_stage_figures(&report.stages));
-    out.push('\n');
-    out.push_str(&format!("{:<72} {:>7}\n", "fault injected", "count"));
-    for f in &report.faults {
-        out.push_str(&format!("{:<72} {:>7}\n", f.fault, f.count));
-    }
-    out.push_str(&format!("\n{:<72} {:>7}\n", "by kind", "count"));
-    for (kind, n) in &report.faults_by_kind {
-        out.push_str(&format!("{kind:<72} {n:>7}\n"));
-    }
-    out.push('\n');
-    for i in &report.invariants {
-        out.push_str(&format!("{:<7} {}\n        {}\n", if i.held { "HELD" } else { "BROKEN" }, i.name, i.detail));
-    }
-    out.push_str(if report.ok { "\nresult: every invariant held\n" } else { "\nresult: an invariant is BROKEN\n" });
-    out
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use outbox_local::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
 use outbox_local::emulator::Emulator;
 use outbox_local::stack::{Mode, Stack};
 use outbox_local::template::Template;
-use outbox_local::trace::trace;
+use outbox_local::trace::{trace, Lookup};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -58,8 +58,10 @@ async fn trace_follows_one_event_through_outbox_inbox_and_dead_letters() {
     let body = serde_json::json!({"source": "example.orders", "detail-type": "OrderCreated", "detail": {"id": "e-dead", "type": "OrderCreated"}});
     sqs.send_message().queue_url(&dlq.url).message_body(body.to_string()).send().await.expect("dead letter sent");
 
-    let applied = trace(&sdk, &stack, "e-applied").await.expect("traced");
-    let outbox = applied.outbox.as_ref().expect("the outbox item is found by event id");
+    let resources = stack.resources().expect("the stack's resources");
+    let key = |sequence: u64| Lookup::Key { aggregate: "Order#o-1".into(), sequence };
+    let applied = trace(&sdk, &resources, "e-applied", &key(1)).await.expect("traced");
+    let outbox = applied.outbox.as_ref().expect("the outbox item is found by its key");
     assert_eq!((outbox.pk.as_str(), outbox.sequence, outbox.correlation_id.as_deref()), ("Order#o-1", Some(1), Some("corr-1")));
     assert_eq!(applied.consumers.len(), 1, "{applied:?}");
     assert_eq!(applied.consumers[0].state, "applied");
@@ -67,19 +69,25 @@ async fn trace_follows_one_event_through_outbox_inbox_and_dead_letters() {
     assert!(applied.relay.starts_with("published"), "{}", applied.relay);
     assert!(applied.found() && applied.dead_letters.is_empty());
 
-    let waiting = trace(&sdk, &stack, "e-waiting").await.expect("traced");
+    let wrong = trace(&sdk, &resources, "e-applied", &key(2)).await.expect("traced");
+    assert!(wrong.outbox.is_none(), "the item of that key holds another event: {wrong:?}");
+    let unlooked = trace(&sdk, &resources, "e-applied", &Lookup::Skip).await.expect("traced");
+    assert!(unlooked.outbox.is_none() && unlooked.render().contains("not looked up"), "{}", unlooked.render());
+
+    let waiting = trace(&sdk, &resources, "e-waiting", &key(2)).await.expect("traced");
     assert_eq!(waiting.consumers[0].state, "absent", "OrderCancelled is subscribed, not applied yet: {waiting:?}");
     assert!(waiting.relay.contains("no consumer has it yet"), "{}", waiting.relay);
 
-    let other = trace(&sdk, &stack, "e-other").await.expect("traced");
+    let other = trace(&sdk, &resources, "e-other", &Lookup::Scan).await.expect("traced");
+    assert!(other.outbox.is_some(), "found by a scan: {other:?}");
     assert_eq!(other.consumers[0].state, "not subscribed", "{other:?}");
 
-    let dead = trace(&sdk, &stack, "e-dead").await.expect("traced");
+    let dead = trace(&sdk, &resources, "e-dead", &Lookup::Skip).await.expect("traced");
     assert!(dead.outbox.is_none());
     assert_eq!(dead.dead_letters.len(), 1, "{dead:?}");
     assert!(dead.found());
     assert!(dead.render().contains("dead letter"), "{}", dead.render());
 
-    let nowhere = trace(&sdk, &stack, "e-unknown").await.expect("traced");
+    let nowhere = trace(&sdk, &resources, "e-unknown", &Lookup::Scan).await.expect("traced");
     assert!(!nowhere.found(), "{nowhere:?}");
 }

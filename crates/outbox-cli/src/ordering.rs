@@ -1,4 +1,4 @@
-//! `outbox-local ordering parked|release`: the operator's view of an ordered consumer's waiting
+//! `outbox ordering parked|release`: the operator's view of an ordered consumer's waiting
 //! events, and the way out of a sequence gap that will never close. An ordered consumer
 //! ([`outbox::inbox::Inbox::ordered_by_types`]) applies an aggregate's events in sequence order; an
 //! event that arrives before its predecessor is **parked** in the inbox table
@@ -77,7 +77,7 @@ pub fn format_parked(parked: &[Parked], gap_after: Duration) -> String {
     let gaps = parked.iter().filter(|p| p.age_secs >= gap_after.as_secs()).count();
     if gaps > 0 {
         out.push_str(&format!(
-            "{gaps} parked longer than {} s: their predecessor may never come (see `dlq list`); release with `outbox-local ordering release --consumer C --aggregate A --through N`\n",
+            "{gaps} parked longer than {} s: their predecessor may never come (see `dlq list`); release with `outbox ordering release --consumer C --aggregate A --through N`\n",
             gap_after.as_secs()
         ));
     }

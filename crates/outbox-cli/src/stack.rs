@@ -44,7 +44,7 @@ fn aws_err<E: std::error::Error + 'static>(action: impl Into<String>) -> impl Fn
 }
 
 /// A queue of the stack.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct QueueInfo {
     /// Logical id (or `local:<rule>` for delivery queues).
     pub logical_id: String,
@@ -343,6 +343,14 @@ impl Stack {
         streams.chain(rules).chain(queue_rules).chain(sqs).collect()
     }
 
+    /// What the operator's verbs read of this stack ([`crate::resources::Resources::from_stack`]).
+    ///
+    /// # Errors
+    /// [`TemplateError`] naming a function's environment variable that cannot be resolved.
+    pub fn resources(&self) -> Result<crate::resources::Resources, TemplateError> {
+        crate::resources::Resources::from_stack(self)
+    }
+
     /// The function with `logical_id`.
     pub fn function(&self, logical_id: &str) -> Option<&FunctionSpec> {
         self.functions.iter().find(|f| f.logical_id == logical_id)
@@ -508,6 +516,8 @@ async fn queue(sqs: &aws_sdk_sqs::Client, spec: &QueueSpec, region: &str, accoun
         Mode::LookUp => sqs.get_queue_url().queue_name(&spec.name).send().await.map_err(aws_err(format!("GetQueueUrl {}", spec.name)))?.queue_url,
     };
     let url = url.ok_or_else(|| StackError::Aws { action: format!("queue {}", spec.name), reason: "no QueueUrl in the answer".into() })?;
+    // The URL names the queue's account (`…/<account>/<name>`): the ARN is right on AWS too.
+    let account = url.trim_end_matches('/').rsplit('/').nth(1).filter(|a| a.chars().all(|c| c.is_ascii_digit()) && !a.is_empty()).unwrap_or(account);
     Ok(QueueInfo { logical_id: spec.logical_id.clone(), name: spec.name.clone(), arn: queue_arn(region, account, &spec.name), url })
 }
 
@@ -517,7 +527,7 @@ mod tests {
 
     #[test]
     fn the_default_stack_name_is_samconfigs_else_the_template_directorys_name() {
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         assert_eq!(default_stack_name(&repo), "outbox-pattern", "this repository's samconfig.toml names it");
         assert_eq!(default_stack_name(&repo.join("tests/fixtures/echo-function")), "echo-function");
         assert_eq!(default_stack_name(Path::new("/srv/my_service.v2")), "my-service-v2");

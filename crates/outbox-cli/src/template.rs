@@ -1024,7 +1024,7 @@ Resources:
     /// environment passes the check it runs at start.
     #[test]
     fn the_template_states_the_retention_rule_once_and_keeps_it() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../template.yaml");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../template.yaml");
         let template = Template::load(&path).unwrap();
         let defaults = template.parameter_defaults();
         let (_, retention) = defaults.iter().find(|(name, _)| name == "DeadLetterRetentionSeconds").expect("the parameter exists");

@@ -3,11 +3,17 @@
 //! Works against the emulator and, with ordinary AWS configuration, against a deployed stack.
 //!
 //! What it reads, and what that costs on AWS:
-//! * the outbox: a `Scan` of each table with a stream that feeds a function, filtered on
-//!   `event_id` (outbox items expire by TTL once published, so the table stays small; the scan
-//!   still reads every item: [Scan](https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html));
+//! * the outbox item: one `GetItem` of its key (`pk` = the aggregate, `sk` = the sequence) when
+//!   the caller knows them ([`Lookup::Key`]: `--aggregate`, `--sequence`). The outbox table's key
+//!   is the aggregate and sequence and it has no index on `event_id`, so an event id alone
+//!   finds the item only by a `Scan` that reads every item
+//!   ([Scan](https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html)): that
+//!   is [`Lookup::Scan`] (`--scan`), never the default. A global secondary index on `event_id`
+//!   (`KEYS_ONLY`) would make it one `Query`; the template has none today;
 //! * each consumer's inbox row (a function with `INBOX_TABLE` and an EventBridge rule): one
 //!   `GetItem` of `<CONSUMER_NAME>#<event id>` in the table its `INBOX_TABLE` names (the key [`outbox::inbox::Inbox::key`] writes);
+//!   a parked row is read by its key (`<consumer>#parked#<aggregate>#<sequence − 1>`) when the
+//!   aggregate and sequence are known, by a filtered `Scan` of the inbox only with [`Lookup::Scan`];
 //! * each webhook subscriber's delivery (a function with `INBOX_TABLE` and
 //!   `WEBHOOK_SUBSCRIBERS_TABLE`): a `Scan` of the subscriber table, then one `GetItem` of
 //!   `<WEBHOOK_CONSUMER_NAME>#<subscriber>#<event id>` per subscriber of the event's type, and
@@ -25,8 +31,24 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Serialize;
 
 use crate::dlq::{self, DlqMessage};
-use crate::stack::Stack;
-use crate::template::{FunctionEvent, FunctionSpec};
+use crate::resources::{FunctionInfo, Resources};
+
+/// How `trace` finds the outbox item and a parked row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// By key: the event's aggregate (`<aggregate_type>#<aggregate_id>`) and sequence.
+    Key {
+        /// `<aggregate_type>#<aggregate_id>`, e.g. `Order#o-1001`.
+        aggregate: String,
+        /// The event's sequence within the aggregate.
+        sequence: u64,
+    },
+    /// By a filtered `Scan` of the outbox tables (and the inbox tables for parked rows): reads
+    /// every item.
+    Scan,
+    /// Not at all: the consumers' inbox rows and the dead letters only.
+    Skip,
+}
 
 /// The outbox item of the event, as stored.
 #[derive(Debug, Clone, Serialize)]
@@ -75,6 +97,8 @@ pub struct Trace {
     pub event_id: String,
     /// The outbox item, if it is still in the table (published items expire by TTL).
     pub outbox: Option<OutboxRow>,
+    /// How the outbox item was looked for: `key`, `scan` or `skipped`.
+    pub outbox_lookup: String,
     /// `published` (a consumer applied it), `dead-lettered by the relay`, or `not known`.
     pub relay: String,
     /// One row per consumer of the template (functions with `INBOX_TABLE`).
@@ -101,6 +125,9 @@ impl Trace {
                 o.occurred_at.as_deref().unwrap_or("?"),
                 o.correlation_id.as_deref().unwrap_or("?"),
             )),
+            None if self.outbox_lookup == "skipped" => out.push_str(
+                "  outbox     not looked up: its key is the aggregate and sequence (--aggregate, --sequence); --scan reads the whole table\n",
+            ),
             None => out.push_str("  outbox     no item (never written, or expired after publishing)\n"),
         }
         out.push_str(&format!("  relay      {}\n", self.relay));
@@ -125,29 +152,21 @@ impl Trace {
     }
 }
 
-/// Traces `event_id` through `stack`.
+/// Traces `event_id` through the stack's `resources`, finding its outbox item as `lookup` says.
 ///
 /// # Errors
 /// The failed AWS call, as text naming the table or queue.
-pub async fn trace(sdk: &aws_config::SdkConfig, stack: &Stack, event_id: &str) -> Result<Trace, String> {
+pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id: &str, lookup: &Lookup) -> Result<Trace, String> {
     let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
     let sqs = aws_sdk_sqs::Client::new(sdk);
 
     // The outbox: tables whose stream feeds a function.
     let mut outbox = None;
-    let streamed = stack.functions.iter().flat_map(|f| &f.events).filter_map(|e| match e {
-        FunctionEvent::DynamoDb(m) => Some(m.table_logical_id.clone()),
-        _ => None,
-    });
-    let mut tables: Vec<String> = streamed.collect();
-    tables.sort();
-    tables.dedup();
-    for logical_id in tables {
-        let Some(table) = stack.table(&logical_id) else { continue };
-        if let Some(item) = find_outbox_item(&dynamodb, &table.name, event_id).await? {
+    for table in resources.outbox_tables() {
+        if let Some(item) = find_outbox_item(&dynamodb, &table, event_id, lookup).await? {
             let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
             outbox = Some(OutboxRow {
-                table: table.name.clone(),
+                table: table.clone(),
                 pk: text("pk").unwrap_or_default(),
                 sequence: item.get("sequence").and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()),
                 event_type: text("event_type"),
@@ -161,12 +180,12 @@ pub async fn trace(sdk: &aws_config::SdkConfig, stack: &Stack, event_id: &str) -
 
     // Each consumer's inbox row.
     let mut consumers = Vec::new();
-    for f in &stack.functions {
-        let env = stack.environment(f).map_err(|e| e.to_string())?;
+    for f in &resources.functions {
+        let env = &f.environment;
         // Consumers of bus events: an inbox and an EventBridge rule (HTTP and SQS functions with an
         // inbox, e.g. the webhook ends, record other ids).
         let Some(table) = env.get("INBOX_TABLE") else { continue };
-        if !f.events.iter().any(|e| matches!(e, FunctionEvent::EventBridgeRule(_))) {
+        if f.rule_patterns.is_empty() {
             continue;
         }
         let consumer = env.get("CONSUMER_NAME").cloned().unwrap_or_else(|| f.logical_id.clone());
@@ -185,7 +204,7 @@ pub async fn trace(sdk: &aws_config::SdkConfig, stack: &Stack, event_id: &str) -
         }
         let (mut state, mut at) = inbox_state(&dynamodb, table, &format!("{consumer}#{event_id}"), "applied").await?;
         if state == "absent" {
-            if let Some(parked) = parked_state(&dynamodb, table, &consumer, event_id).await? {
+            if let Some(parked) = parked_state(&dynamodb, table, &consumer, event_id, lookup).await? {
                 (state, at) = parked;
             }
         }
@@ -194,8 +213,8 @@ pub async fn trace(sdk: &aws_config::SdkConfig, stack: &Stack, event_id: &str) -
 
     // Webhook deliveries: a function with a subscriber table records one delivery per
     // subscriber, `<WEBHOOK_CONSUMER_NAME>#<subscriber>#<event id>` in its inbox table.
-    for f in &stack.functions {
-        let env = stack.environment(f).map_err(|e| e.to_string())?;
+    for f in &resources.functions {
+        let env = &f.environment;
         let (Some(table), Some(subscribers)) = (env.get("INBOX_TABLE"), env.get("WEBHOOK_SUBSCRIBERS_TABLE")) else { continue };
         let consumer = env.get("WEBHOOK_CONSUMER_NAME").cloned().unwrap_or_else(|| "webhook-dispatcher".into());
         let mut pages = dynamodb.scan().table_name(subscribers).into_paginator().items().send();
@@ -225,7 +244,7 @@ pub async fn trace(sdk: &aws_config::SdkConfig, stack: &Stack, event_id: &str) -
 
     // Dead letters.
     let mut dead_letters = Vec::new();
-    for q in stack.queues.iter().filter(|q| q.logical_id.contains("DeadLetter")) {
+    for q in &resources.dead_letter_queues() {
         dead_letters.extend(dlq::peek(&sqs, q).await?.into_iter().filter(|m| m.event_id.as_deref() == Some(event_id) || m.body.contains(event_id)));
     }
 
@@ -240,7 +259,12 @@ pub async fn trace(sdk: &aws_config::SdkConfig, stack: &Stack, event_id: &str) -
     } else {
         "not known".to_owned()
     };
-    Ok(Trace { event_id: event_id.to_owned(), outbox, relay, consumers, dead_letters })
+    let outbox_lookup = match lookup {
+        Lookup::Key { .. } => "key",
+        Lookup::Scan => "scan",
+        Lookup::Skip => "skipped",
+    };
+    Ok(Trace { event_id: event_id.to_owned(), outbox, outbox_lookup: outbox_lookup.into(), relay, consumers, dead_letters })
 }
 
 /// ` — "<excerpt>"` on one line, at most 120 characters, or nothing.
@@ -288,7 +312,52 @@ async fn parked_state(
     table: &str,
     consumer: &str,
     event_id: &str,
+    lookup: &Lookup,
 ) -> Result<Option<(String, Option<String>)>, String> {
+    let found = match lookup {
+        Lookup::Skip => return Ok(None),
+        Lookup::Key { aggregate, sequence } => {
+            let key = format!("{consumer}#parked#{aggregate}#{}", sequence.saturating_sub(1));
+            get(dynamodb, table, "pk", AttributeValue::S(key), None).await?
+        }
+        Lookup::Scan => scan_parked(dynamodb, table, consumer, event_id).await?,
+    };
+    Ok(found.and_then(|item| outbox::inbox::parked_from_item(&item)).map(|p| {
+        let age = p.age(chrono::Utc::now()).as_secs();
+        (
+            format!(
+                "parked: sequence {} waits for sequence {} of {} (for {age} s; `outbox ordering parked`)",
+                p.sequence,
+                p.waits_for,
+                p.aggregate()
+            ),
+            Some(p.parked_at),
+        )
+    }))
+}
+
+/// One item by key (`pk`, and `sk` when given), read consistently.
+async fn get(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    pk: &str,
+    value: AttributeValue,
+    sk: Option<String>,
+) -> Result<Option<HashMap<String, AttributeValue>>, String> {
+    let mut request = dynamodb.get_item().table_name(table).key(pk, value).consistent_read(true);
+    if let Some(sk) = sk {
+        request = request.key("sk", AttributeValue::S(sk));
+    }
+    Ok(request.send().await.map_err(|e| format!("GetItem on {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?.item)
+}
+
+/// The parked row of `event_id` for `consumer`, by a filtered `Scan` of the inbox table.
+async fn scan_parked(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    consumer: &str,
+    event_id: &str,
+) -> Result<Option<HashMap<String, AttributeValue>>, String> {
     let mut pages = dynamodb
         .scan()
         .table_name(table)
@@ -300,18 +369,7 @@ async fn parked_state(
         .items()
         .send();
     match pages.next().await {
-        Some(Ok(item)) => Ok(outbox::inbox::parked_from_item(&item).map(|p| {
-            let age = p.age(chrono::Utc::now()).as_secs();
-            (
-                format!(
-                    "parked: sequence {} waits for sequence {} of {} (for {age} s; `outbox-local ordering parked`)",
-                    p.sequence,
-                    p.waits_for,
-                    p.aggregate()
-                ),
-                Some(p.parked_at),
-            )
-        })),
+        Some(Ok(item)) => Ok(Some(item)),
         Some(Err(e)) => Err(format!("Scan on {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e))),
         None => Ok(None),
     }
@@ -319,26 +377,34 @@ async fn parked_state(
 
 /// Whether one of `f`'s EventBridge rules matches the event the relay makes of `o` (its
 /// `source` and `detail-type`; patterns on `detail` are not evaluated and count as a match).
-fn subscribed(f: &FunctionSpec, o: &OutboxRow) -> bool {
+fn subscribed(f: &FunctionInfo, o: &OutboxRow) -> bool {
     let event = serde_json::json!({"source": o.source, "detail-type": o.event_type});
-    f.events.iter().any(|e| match e {
-        FunctionEvent::EventBridgeRule(rule) => {
-            let mut pattern = rule.pattern.clone();
-            if let Some(p) = pattern.as_object_mut() {
-                p.retain(|k, _| k == "source" || k == "detail-type");
-            }
-            crate::filter::matches(&pattern, &event)
+    f.rule_patterns.iter().any(|pattern| {
+        let mut pattern = pattern.clone();
+        if let Some(p) = pattern.as_object_mut() {
+            p.retain(|k, _| k == "source" || k == "detail-type");
         }
-        _ => false,
+        crate::filter::matches(&pattern, &event)
     })
 }
 
-/// The outbox item whose `event_id` is `event_id`, by a filtered, paginated `Scan`.
+/// The outbox item whose `event_id` is `event_id`: by its key ([`Lookup::Key`]; an item of
+/// that key with another event id is not it), or by a filtered, paginated `Scan`.
 async fn find_outbox_item(
     dynamodb: &aws_sdk_dynamodb::Client,
     table: &str,
     event_id: &str,
+    lookup: &Lookup,
 ) -> Result<Option<HashMap<String, AttributeValue>>, String> {
+    match lookup {
+        Lookup::Skip => return Ok(None),
+        Lookup::Key { aggregate, sequence } => {
+            let sk = outbox::envelope::OutboxItem::sort_key(*sequence);
+            let item = get(dynamodb, table, "pk", AttributeValue::S(aggregate.clone()), Some(sk)).await?;
+            return Ok(item.filter(|i| i.get("event_id").and_then(|v| v.as_s().ok()).is_some_and(|id| id == event_id)));
+        }
+        Lookup::Scan => {}
+    }
     let mut pages = dynamodb
         .scan()
         .table_name(table)

@@ -1,4 +1,4 @@
-//! The webhook operator's verbs (`outbox-local webhooks …`), on the emulator or a deployed stack:
+//! The webhook operator's verbs (`outbox webhooks …`), on the emulator or a deployed stack:
 //!
 //! * `attempts <event-id> --subscriber S`: the delivery's attempts (status, latency, response
 //!   excerpt), from the dispatcher's attempt log in the inbox table
@@ -30,8 +30,7 @@ use outbox_webhooks::dispatcher::{read_attempts, AttemptRecord, Subscriber, SUBS
 use outbox_webhooks::RetrySchedule;
 use serde::Serialize;
 
-use crate::stack::Stack;
-use crate::template::FunctionEvent;
+use crate::resources::Resources;
 
 /// Where the webhook dispatcher of a stack keeps things.
 #[derive(Debug, Clone)]
@@ -55,22 +54,12 @@ impl WebhookStack {
     ///
     /// # Errors
     /// When the template has none, or its environment lacks a table or queue.
-    pub fn of(stack: &Stack) -> Result<Self, String> {
-        for f in &stack.functions {
-            let env = stack.environment(f).map_err(|e| e.to_string())?;
+    pub fn of(resources: &Resources) -> Result<Self, String> {
+        for f in &resources.functions {
+            let env = &f.environment;
             let Some(subscribers) = env.get("WEBHOOK_SUBSCRIBERS_TABLE") else { continue };
             let var = |name: &str| env.get(name).cloned().ok_or(format!("{} has no {name}", f.logical_id));
-            let mut outbox_tables: Vec<String> = stack
-                .functions
-                .iter()
-                .flat_map(|f| &f.events)
-                .filter_map(|e| match e {
-                    FunctionEvent::DynamoDb(m) => stack.table(&m.table_logical_id).map(|t| t.name.clone()),
-                    _ => None,
-                })
-                .collect();
-            outbox_tables.sort();
-            outbox_tables.dedup();
+            let outbox_tables = resources.outbox_tables();
             return Ok(Self {
                 subscribers_table: subscribers.clone(),
                 inbox_table: var("INBOX_TABLE")?,
@@ -85,7 +74,7 @@ impl WebhookStack {
                 },
             });
         }
-        Err("the template has no webhook dispatcher (a function with WEBHOOK_SUBSCRIBERS_TABLE)".into())
+        Err(format!("{} has no webhook dispatcher (a function with WEBHOOK_SUBSCRIBERS_TABLE)", resources.source))
     }
 }
 

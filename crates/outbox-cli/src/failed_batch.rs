@@ -293,58 +293,98 @@ impl Replayer {
     }
 }
 
+/// The failed-batch objects of `bucket` (under `aws/lambda/`) from `ListObjectsV2` alone, no
+/// object read: `message_id` the key, `cause` `FailedStreamBatch`, `shape` `stream-batch`, and an
+/// empty body (`dlq show <key>` reads one; [`peek_bucket`] reads them all).
+///
+/// # Errors
+/// An S3 error as text.
+pub async fn list_bucket(s3: &aws_sdk_s3::Client, bucket: &str) -> Result<Vec<crate::message::DlqMessage>, String> {
+    let mut list = Vec::new();
+    let mut pages = s3.list_objects_v2().bucket(bucket).prefix("aws/lambda/").into_paginator().send();
+    let now = Utc::now();
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|e| format!("s3://{bucket}: {}", aws_sdk_s3::error::DisplayErrorContext(e)))?;
+        for object in page.contents() {
+            let Some(key) = object.key() else { continue };
+            let modified = object.last_modified().and_then(|t| DateTime::from_timestamp(t.secs(), 0));
+            list.push(crate::message::DlqMessage {
+                queue: format!("s3://{bucket}"),
+                message_id: key.to_owned(),
+                sent_at: modified.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+                age_secs: modified.map(|t| (now - t).num_seconds()),
+                receive_count: None,
+                shape: "stream-batch".into(),
+                event_id: None,
+                cause: "FailedStreamBatch".into(),
+                permanent: false,
+                reason: format!("a stream batch the relay's mapping gave up on ({} bytes; `dlq show {key}` reads it)", object.size().unwrap_or(0)),
+                attributes: Default::default(),
+                body: String::new(),
+            });
+        }
+    }
+    Ok(list)
+}
+
 /// Every failed-batch object of `bucket` (under `aws/lambda/`), as `dlq list` shows messages:
 /// `queue` is `s3://<bucket>`, `message_id` the object key, `shape` `stream-batch-records`
 /// (with the records) or `stream-batch` (a pointer), `reason` the condition and the range.
 ///
 /// # Errors
 /// An S3 error as text.
-pub async fn peek_bucket(s3: &aws_sdk_s3::Client, bucket: &str) -> Result<Vec<crate::dlq::DlqMessage>, String> {
-    let s3_err = |e: &dyn std::fmt::Display| format!("s3://{bucket}: {e}");
+pub async fn peek_bucket(s3: &aws_sdk_s3::Client, bucket: &str) -> Result<Vec<crate::message::DlqMessage>, String> {
     let mut list = Vec::new();
-    let mut pages = s3.list_objects_v2().bucket(bucket).prefix("aws/lambda/").into_paginator().send();
-    let now = Utc::now();
-    while let Some(page) = pages.next().await {
-        let page = page.map_err(|e| s3_err(&aws_sdk_s3::error::DisplayErrorContext(e)))?;
-        for object in page.contents() {
-            let Some(key) = object.key() else { continue };
-            let got = s3.get_object().bucket(bucket).key(key).send().await.map_err(|e| s3_err(&aws_sdk_s3::error::DisplayErrorContext(e)))?;
-            let bytes = got.body.collect().await.map_err(|e| s3_err(&e))?.into_bytes();
-            let body = String::from_utf8_lossy(&bytes).into_owned();
-            let (shape, reason) = match parse(&body) {
-                Ok(b) => (
-                    if b.payload.is_some() { "stream-batch-records" } else { "stream-batch" },
-                    format!(
-                        "{}: {} record(s) of {} from {} to {}",
-                        b.condition,
-                        b.payload.as_ref().map_or(b.info.batch_size, |p| p.records.len()),
-                        b.info.shard_id,
-                        b.info.start_sequence_number,
-                        b.info.end_sequence_number
-                    ),
-                ),
-                Err(why) => ("unknown", why),
-            };
-            let modified = object.last_modified().and_then(|t| DateTime::from_timestamp(t.secs(), 0));
-            list.push(crate::dlq::DlqMessage {
-                queue: format!("s3://{bucket}"),
-                message_id: key.to_owned(),
-                sent_at: modified.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
-                age_secs: modified.map(|t| (now - t).num_seconds()),
-                receive_count: None,
-                shape: shape.into(),
-                event_id: None,
-                // The condition (`RecordAgeExceeded`, `RetryAttemptsExhausted`) starts the reason;
-                // a failed batch is always worth replaying once the bus is back.
-                cause: reason.split(':').next().unwrap_or("unknown").trim().to_owned(),
-                permanent: false,
-                reason,
-                attributes: Default::default(),
-                body,
-            });
-        }
+    for listed in list_bucket(s3, bucket).await? {
+        list.extend(peek_object(s3, bucket, &listed.message_id).await?);
     }
     Ok(list)
+}
+
+/// The failed-batch object `key` of `bucket`, as [`peek_bucket`] shows it; `None` when there is none.
+///
+/// # Errors
+/// An S3 error (other than a missing key) as text.
+pub async fn peek_object(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<Option<crate::message::DlqMessage>, String> {
+    let s3_err = |e: &dyn std::fmt::Display| format!("s3://{bucket}/{key}: {e}");
+    let got = match s3.get_object().bucket(bucket).key(key).send().await {
+        Ok(got) => got,
+        Err(e) if e.as_service_error().is_some_and(|e| e.is_no_such_key()) => return Ok(None),
+        Err(e) => return Err(s3_err(&aws_sdk_s3::error::DisplayErrorContext(e))),
+    };
+    let modified = got.last_modified().and_then(|t| DateTime::from_timestamp(t.secs(), 0));
+    let bytes = got.body.collect().await.map_err(|e| s3_err(&e))?.into_bytes();
+    let body = String::from_utf8_lossy(&bytes).into_owned();
+    let (shape, reason) = match parse(&body) {
+        Ok(b) => (
+            if b.payload.is_some() { "stream-batch-records" } else { "stream-batch" },
+            format!(
+                "{}: {} record(s) of {} from {} to {}",
+                b.condition,
+                b.payload.as_ref().map_or(b.info.batch_size, |p| p.records.len()),
+                b.info.shard_id,
+                b.info.start_sequence_number,
+                b.info.end_sequence_number
+            ),
+        ),
+        Err(why) => ("unknown", why),
+    };
+    Ok(Some(crate::message::DlqMessage {
+        queue: format!("s3://{bucket}"),
+        message_id: key.to_owned(),
+        sent_at: modified.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+        age_secs: modified.map(|t| (Utc::now() - t).num_seconds()),
+        receive_count: None,
+        shape: shape.into(),
+        event_id: None,
+        // The condition (`RecordAgeExceeded`, `RetryAttemptsExhausted`) starts the reason;
+        // a failed batch is always worth replaying once the bus is back.
+        cause: reason.split(':').next().unwrap_or("unknown").trim().to_owned(),
+        permanent: false,
+        reason,
+        attributes: Default::default(),
+        body,
+    }))
 }
 
 /// What [`redrive_bucket`] did.

@@ -1,0 +1,156 @@
+//! The operator's verbs as commands: one file per verb family, the same commands in `outbox`
+//! (production first: ordinary AWS configuration, `--stack` or `--template`) and in
+//! `outbox-local` (the emulator, the template beside it).
+
+pub mod dlq;
+pub mod ordering;
+pub mod webhooks;
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use aws_config::SdkConfig;
+use clap::Subcommand;
+
+use crate::resources::Resources;
+use crate::trace::Lookup;
+
+/// What every verb works on.
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// The SDK configuration (AWS, or the emulator's endpoint).
+    pub sdk: SdkConfig,
+    /// The stack's resources.
+    pub resources: Resources,
+    /// `--yes`: destructive verbs do not ask.
+    pub yes: bool,
+}
+
+/// Says what a destructive verb will do and asks on the terminal, unless `--yes`.
+///
+/// # Errors
+/// The person said no, or stdin is not a terminal and `--yes` was not given.
+pub fn confirm(context: &Context, what: &str) -> Result<(), String> {
+    if context.yes {
+        return Ok(());
+    }
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        return Err(format!("this would {what}; not a terminal, so nothing was done: pass --yes to do it (or --dry-run where it applies)"));
+    }
+    eprint!("this will {what} ({}).\nproceed? [y/N] ", context.resources.source);
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    stdin.lock().read_line(&mut answer).map_err(|e| format!("stdin: {e}"))?;
+    match answer.trim() {
+        "y" | "Y" | "yes" => Ok(()),
+        _ => Err("nothing done".into()),
+    }
+}
+
+/// `trace`'s arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TraceArgs {
+    /// The event id (the outbox item's `event_id`, the EventBridge event's `detail.metadata.id`).
+    event_id: String,
+    /// The event's aggregate, `<aggregate_type>#<aggregate_id>` (e.g. Order#o-1001): with
+    /// --sequence, the outbox item and a parked row are read by key.
+    #[arg(long, requires = "sequence")]
+    pub aggregate: Option<String>,
+    /// The event's sequence within its aggregate.
+    #[arg(long, requires = "aggregate")]
+    pub sequence: Option<u64>,
+    /// Find the outbox item by scanning the outbox tables (reads every item; a filtered
+    /// `Scan` of the inbox table for a parked row too).
+    #[arg(long, conflicts_with = "aggregate")]
+    pub scan: bool,
+    /// One JSON object instead of lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The operator's verbs.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Operator {
+    /// Dead letters: list grouped by cause, show, redrive (replaying failed stream batches),
+    /// purge, archive.
+    Dlq {
+        #[allow(missing_docs)] // clap shows the variant's doc
+        #[command(subcommand)]
+        command: dlq::DlqCommand,
+    },
+    /// Where is event X? Its outbox item, each consumer's inbox row, and any dead letter holding it.
+    Trace(TraceArgs),
+    /// Webhook deliveries: a delivery's attempts, resend one event, recover what a subscriber
+    /// missed, re-enable a disabled subscriber.
+    Webhooks {
+        #[allow(missing_docs)] // clap shows the variant's doc
+        #[command(subcommand)]
+        command: webhooks::WebhooksCommand,
+    },
+    /// Per-aggregate ordering of ordered consumers: parked events, releasing a sequence gap.
+    Ordering {
+        #[allow(missing_docs)] // clap shows the variant's doc
+        #[command(subcommand)]
+        command: ordering::OrderingCommand,
+    },
+}
+
+/// Runs `command` on the stack of `context`.
+///
+/// # Errors
+/// What failed, as text.
+pub async fn run(context: &Context, command: &Operator) -> Result<ExitCode, String> {
+    match command {
+        Operator::Dlq { command } => dlq::run(context, command).await,
+        Operator::Webhooks { command } => webhooks::run(context, command).await,
+        Operator::Ordering { command } => ordering::run(context, command).await,
+        Operator::Trace(TraceArgs { event_id, aggregate, sequence, scan, json }) => {
+            let lookup = match (aggregate, sequence, scan) {
+                (Some(aggregate), Some(sequence), _) => Lookup::Key { aggregate: aggregate.clone(), sequence: *sequence },
+                (_, _, true) => Lookup::Scan,
+                _ => Lookup::Skip,
+            };
+            let trace = crate::trace::trace(&context.sdk, &context.resources, event_id, &lookup).await?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&trace).map_err(|e| e.to_string())?);
+            } else {
+                print!("{}", trace.render());
+            }
+            Ok(if trace.found() { ExitCode::SUCCESS } else { ExitCode::from(2) })
+        }
+    }
+}
+
+/// Where the stack's resources come from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// A deployed CloudFormation stack (name or ARN).
+    Stack(String),
+    /// A template, its names resolved as stack `stack_name`.
+    Template {
+        /// The template.
+        path: PathBuf,
+        /// The stack name its `${AWS::StackName}` resolves to.
+        stack_name: String,
+        /// The account id its ARNs are built with.
+        account: String,
+    },
+}
+
+/// The resources of `source`.
+///
+/// # Errors
+/// The stack or template cannot be read, or a lookup failed.
+pub async fn resources(sdk: &SdkConfig, source: &Source) -> Result<Resources, String> {
+    match source {
+        Source::Stack(name) => crate::cloudformation::discover(&crate::cloudformation::Clients::new(sdk), name).await.map_err(|e| e.to_string()),
+        Source::Template { path, stack_name, account } => {
+            let template = crate::template::Template::load(path).map_err(|e| e.to_string())?;
+            let stack =
+                crate::stack::Stack::set_up(sdk, template, stack_name, account, crate::stack::Mode::LookUp).await.map_err(|e| e.to_string())?;
+            stack.resources().map_err(|e| e.to_string())
+        }
+    }
+}

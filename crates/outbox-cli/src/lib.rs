@@ -1,0 +1,28 @@
+//! The outbox operator's tools: what an on-call engineer runs against a deployed stack — dead
+//! letters listed by cause, shown, redriven with the permanent-cause guard, archived and purged;
+//! the relay's failed stream batches replayed; one event traced; an ordering gap released;
+//! webhook deliveries resent and recovered.
+//!
+//! One module per job: [`resources`] is what the verbs act on, found from CloudFormation
+//! ([`cloudformation`]) or from a template ([`template`] reads it, [`stack`] names, provisions or
+//! looks up its resources); [`dlq`] reads and redrives dead-letter queues ([`message`] is one
+//! dead letter), [`failed_batch`] replays the stream batches a mapping gave up on, [`trace`]
+//! follows one event, [`ordering`] releases a consumer's sequence gap, [`webhooks`] resends
+//! deliveries; [`cli`] makes them commands, shared by the `outbox` binary and `outbox-local`.
+//! [`aws`] builds the SDK configuration; [`filter`] evaluates EventBridge patterns.
+
+#![warn(missing_docs)]
+
+pub mod aws;
+pub mod cli;
+pub mod cloudformation;
+pub mod dlq;
+pub mod failed_batch;
+pub mod filter;
+pub mod message;
+pub mod ordering;
+pub mod resources;
+pub mod stack;
+pub mod template;
+pub mod trace;
+pub mod webhooks;

@@ -1,0 +1,267 @@
+//! A deployed stack's resources as the operator's verbs need them — tables, queues, buses,
+//! buckets, and the functions with their environment, stream mappings and rules — found from
+//! CloudFormation ([`crate::cloudformation`]) or from a template ([`Resources::from_stack`]),
+//! and every resource option matched against them by what a person has in hand: the logical id,
+//! the name, the URL (queues) or the ARN.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use crate::stack::{Destination, QueueInfo, Stack};
+use crate::template::{FunctionEvent, TemplateError};
+
+/// A table, bus or bucket of the stack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Named {
+    /// Logical id in the template.
+    pub logical_id: String,
+    /// Physical name.
+    pub name: String,
+    /// ARN.
+    pub arn: String,
+}
+
+/// A function of the stack, with what the verbs read from it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FunctionInfo {
+    /// Logical id in the template.
+    pub logical_id: String,
+    /// Function name.
+    pub name: String,
+    /// Its environment variables (`INBOX_TABLE`, `CONSUMER_NAME`, `EVENT_BUS_NAME`, …).
+    pub environment: HashMap<String, String>,
+    /// Names of the tables whose DynamoDB stream feeds it (its stream event source mappings).
+    pub stream_tables: Vec<String>,
+    /// S3 on-failure buckets of its stream mappings.
+    pub failure_buckets: Vec<String>,
+    /// Event patterns of the EventBridge rules that target it.
+    pub rule_patterns: Vec<serde_json::Value>,
+}
+
+/// The stack's resources.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Resources {
+    /// Where they were found, for messages: `stack S (CloudFormation)` or `template T as stack S`.
+    pub source: String,
+    /// Tables.
+    pub tables: Vec<Named>,
+    /// Queues.
+    pub queues: Vec<QueueInfo>,
+    /// Event buses.
+    pub buses: Vec<Named>,
+    /// Buckets.
+    pub buckets: Vec<Named>,
+    /// Functions.
+    pub functions: Vec<FunctionInfo>,
+    /// The stack's outputs (CloudFormation only).
+    pub outputs: BTreeMap<String, String>,
+}
+
+/// A resource option that matches nothing (or more than one thing) of the stack.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// Nothing matches; the candidates are listed.
+    #[error("no {kind} of {stack} matches {given:?} (give its logical id, name, URL or ARN); the {kind}s are:{}", list(.candidates))]
+    NoMatch {
+        /// What was looked for: `dead-letter queue`, `table`, `bus`, `bucket`.
+        kind: &'static str,
+        /// The value given.
+        given: String,
+        /// Where the stack came from.
+        stack: String,
+        /// What would match: one line each.
+        candidates: Vec<String>,
+    },
+    /// The stack has none of that kind.
+    #[error("{stack} has no {kind}")]
+    None {
+        /// What was looked for.
+        kind: &'static str,
+        /// Where the stack came from.
+        stack: String,
+    },
+}
+
+fn list(candidates: &[String]) -> String {
+    candidates.iter().map(|c| format!("\n  {c}")).collect()
+}
+
+/// The last segment of a queue URL, `https://sqs.<region>.amazonaws.com/<account>/<name>`.
+pub fn queue_name_of_url(url: &str) -> &str {
+    url.trim_end_matches('/').rsplit('/').next().unwrap_or(url)
+}
+
+/// The resource of `items` that `given` names by logical id, name, URL or ARN (`s3://bucket` too).
+fn find<'a, T>(items: &'a [T], given: &str, kind: &'static str, source: &str, keys: impl Fn(&T) -> Vec<&str>) -> Result<&'a T, ResolveError> {
+    let given_trimmed = given.trim().trim_start_matches("s3://").trim_end_matches('/');
+    if items.is_empty() {
+        return Err(ResolveError::None { kind, stack: source.to_owned() });
+    }
+    items.iter().find(|item| keys(item).contains(&given_trimmed)).ok_or_else(|| ResolveError::NoMatch {
+        kind,
+        given: given.to_owned(),
+        stack: source.to_owned(),
+        candidates: items.iter().map(|i| keys(i).join("  ")).collect(),
+    })
+}
+
+impl Resources {
+    /// The dead-letter queues: the queues whose logical id says so (`…DeadLetter…`, `…Dlq…`).
+    pub fn dead_letter_queues(&self) -> Vec<QueueInfo> {
+        self.queues.iter().filter(|q| q.logical_id.contains("DeadLetter") || q.logical_id.contains("Dlq")).cloned().collect()
+    }
+
+    /// The dead-letter queue `given` names (logical id, name, URL or ARN).
+    ///
+    /// # Errors
+    /// [`ResolveError`] listing the dead-letter queues.
+    pub fn dead_letter_queue(&self, given: &str) -> Result<QueueInfo, ResolveError> {
+        let queues = self.dead_letter_queues();
+        find(&queues, given, "dead-letter queue", &self.source, |q| vec![&q.logical_id, &q.name, &q.url, &q.arn]).cloned()
+    }
+
+    /// The table `given` names (logical id, name or ARN).
+    ///
+    /// # Errors
+    /// [`ResolveError`] listing the tables.
+    pub fn table(&self, given: &str) -> Result<&Named, ResolveError> {
+        find(&self.tables, given, "table", &self.source, |t| vec![&t.logical_id, &t.name, &t.arn])
+    }
+
+    /// The bus `given` names (logical id, name or ARN).
+    ///
+    /// # Errors
+    /// [`ResolveError`] listing the buses.
+    pub fn bus(&self, given: &str) -> Result<&Named, ResolveError> {
+        find(&self.buses, given, "event bus", &self.source, |b| vec![&b.logical_id, &b.name, &b.arn])
+    }
+
+    /// The bucket `given` names (logical id, name, `s3://name` or ARN).
+    ///
+    /// # Errors
+    /// [`ResolveError`] listing the buckets.
+    pub fn bucket(&self, given: &str) -> Result<&Named, ResolveError> {
+        find(&self.buckets, given, "bucket", &self.source, |b| vec![&b.logical_id, &b.name, &b.arn])
+    }
+
+    /// The names of the tables whose stream feeds a function: the outbox tables.
+    pub fn outbox_tables(&self) -> Vec<String> {
+        let mut tables: Vec<String> = self.functions.iter().flat_map(|f| f.stream_tables.iter().cloned()).collect();
+        tables.sort();
+        tables.dedup();
+        tables
+    }
+
+    /// The S3 on-failure buckets of the stack's stream mappings.
+    pub fn failure_buckets(&self) -> Vec<String> {
+        let mut buckets: Vec<String> = self.functions.iter().flat_map(|f| f.failure_buckets.iter().cloned()).collect();
+        buckets.sort();
+        buckets.dedup();
+        buckets
+    }
+
+    /// Every consumer's inbox: (`INBOX_TABLE`, `CONSUMER_NAME`) of the functions that have both.
+    pub fn inboxes(&self) -> Vec<(String, String)> {
+        self.functions.iter().filter_map(|f| Some((f.environment.get("INBOX_TABLE")?.clone(), f.environment.get("CONSUMER_NAME")?.clone()))).collect()
+    }
+
+    /// The resources of `stack` (a template's, looked up or provisioned).
+    ///
+    /// # Errors
+    /// [`TemplateError`] naming a function's environment variable that cannot be resolved.
+    pub fn from_stack(stack: &Stack) -> Result<Self, TemplateError> {
+        let (region, account) = (&stack.resolver.region, &stack.resolver.account);
+        let named = |logical_id: &str, name: &str, arn: String| Named { logical_id: logical_id.to_owned(), name: name.to_owned(), arn };
+        let mut functions = Vec::new();
+        for f in &stack.functions {
+            let mut info = FunctionInfo {
+                logical_id: f.logical_id.clone(),
+                name: format!("{}-{}", stack.resolver.stack_name, f.logical_id),
+                environment: stack.environment(f)?,
+                ..Default::default()
+            };
+            for event in &f.events {
+                match event {
+                    FunctionEvent::DynamoDb(m) => {
+                        info.stream_tables.extend(stack.table(&m.table_logical_id).map(|t| t.name.clone()));
+                        if let Some(Ok(Destination::S3 { bucket })) = m.on_failure.as_ref().map(|d| stack.destination(d, &f.logical_id)) {
+                            info.failure_buckets.push(bucket);
+                        }
+                    }
+                    FunctionEvent::EventBridgeRule(rule) => info.rule_patterns.push(rule.pattern.clone()),
+                    _ => {}
+                }
+            }
+            functions.push(info);
+        }
+        Ok(Self {
+            source: format!("template {} as stack {}", stack.template.path.display(), stack.resolver.stack_name),
+            tables: stack
+                .tables
+                .iter()
+                .map(|t| named(&t.logical_id, &t.name, format!("arn:aws:dynamodb:{region}:{account}:table/{}", t.name)))
+                .collect(),
+            queues: stack.queues.clone(),
+            buses: stack
+                .buses
+                .iter()
+                .map(|b| named(&b.logical_id, &b.name, format!("arn:aws:events:{region}:{account}:event-bus/{}", b.name)))
+                .collect(),
+            buckets: stack.buckets.iter().map(|b| named(&b.logical_id, &b.name, format!("arn:aws:s3:::{}", b.name))).collect(),
+            functions,
+            outputs: BTreeMap::new(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resources() -> Resources {
+        Resources {
+            source: "stack s".into(),
+            queues: vec![
+                QueueInfo {
+                    logical_id: "ConsumerDeadLetterQueue".into(),
+                    name: "s-consumer-dlq".into(),
+                    url: "https://sqs.eu-west-1.amazonaws.com/111122223333/s-consumer-dlq".into(),
+                    arn: "arn:aws:sqs:eu-west-1:111122223333:s-consumer-dlq".into(),
+                },
+                QueueInfo { logical_id: "WorkQueue".into(), name: "s-work".into(), url: "u".into(), arn: "a".into() },
+            ],
+            buckets: vec![Named { logical_id: "FailedBatches".into(), name: "s-failed".into(), arn: "arn:aws:s3:::s-failed".into() }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_queue_is_found_by_logical_id_name_url_or_arn() {
+        let r = resources();
+        for given in [
+            "ConsumerDeadLetterQueue",
+            "s-consumer-dlq",
+            "https://sqs.eu-west-1.amazonaws.com/111122223333/s-consumer-dlq",
+            "arn:aws:sqs:eu-west-1:111122223333:s-consumer-dlq",
+        ] {
+            assert_eq!(r.dead_letter_queue(given).map(|q| q.name), Ok("s-consumer-dlq".to_owned()), "{given}");
+        }
+        assert_eq!(r.bucket("s3://s-failed").map(|b| b.logical_id.as_str()), Ok("FailedBatches"));
+    }
+
+    #[test]
+    fn a_wrong_queue_lists_the_candidates_and_only_dead_letter_queues_count() {
+        let err = resources().dead_letter_queue("s-work").expect_err("not a dead-letter queue").to_string();
+        assert!(err.starts_with("no dead-letter queue of stack s matches \"s-work\""), "{err}");
+        assert!(err.contains("\n  ConsumerDeadLetterQueue  s-consumer-dlq  https://"), "{err}");
+        assert!(!err.contains("WorkQueue"), "{err}");
+        assert_eq!(resources().table("t").expect_err("no tables").to_string(), "stack s has no table");
+    }
+
+    #[test]
+    fn queue_names_come_from_urls() {
+        assert_eq!(queue_name_of_url("https://sqs.us-east-1.amazonaws.com/1/q-1"), "q-1");
+        assert_eq!(queue_name_of_url("http://127.0.0.1:5000/123456789012/q-2/"), "q-2");
+    }
+}

@@ -1,0 +1,142 @@
+//! `outbox-local`'s command line: one file per verb; [`session`] holds what they share.
+
+pub mod demo;
+pub mod invoke;
+pub mod operator;
+pub mod proof;
+pub mod provision;
+pub mod session;
+pub mod token;
+pub mod up;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use outbox_cli::cli::Operator;
+use outbox_local::aws::check_endpoint;
+use outbox_local::stack::default_stack_name;
+use outbox_local::template::Template;
+
+use operator::LocalDlq;
+
+#[derive(Debug, Parser)]
+#[command(name = "outbox-local", version, about = "Run the outbox pipeline of template.yaml locally on the moto AWS emulator")]
+pub struct Cli {
+    /// SAM template to read (default: template.yaml in this directory or the nearest parent).
+    #[arg(long, global = true)]
+    pub template: Option<PathBuf>,
+    /// Stack name: resource names are `<stack>-<suffix>` (default: stack_name of samconfig.toml
+    /// beside the template, else the template directory's name).
+    #[arg(long, global = true)]
+    pub stack_name: Option<String>,
+    /// AWS endpoint of a running emulator, e.g. http://127.0.0.1:5000 (also AWS_ENDPOINT_URL).
+    #[arg(long, global = true, env = "AWS_ENDPOINT_URL")]
+    pub endpoint: Option<String>,
+    /// Show the functions' output and the runtime's logs (info level) on stderr.
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+    /// Do not build the functions' binaries; run the prebuilt `<target dir>/debug/<Binary>`
+    /// (also OUTBOX_LOCAL_NO_BUILD=1).
+    #[arg(long, global = true, env = "OUTBOX_LOCAL_NO_BUILD", value_parser = clap::builder::FalseyValueParser::new())]
+    pub no_build: bool,
+    /// The cargo target directory: the functions' binaries are `<DIR>/debug/<Binary>` (built
+    /// there, or prebuilt with --no-build). Default: cargo's for the template's directory
+    /// (with --no-build, CARGO_TARGET_DIR when set).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub target_dir: Option<PathBuf>,
+    /// Environment variables on top of the template's, per function (the JSON of `sam local
+    /// invoke --env-vars`; default: local/env.json beside the template, when it exists).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub env_vars: Option<PathBuf>,
+    /// Most instances of one function at once, unless it sets ReservedConcurrentExecutions.
+    #[arg(long, global = true, default_value_t = 4)]
+    pub max_instances: usize,
+    /// Compress retry waits to milliseconds (asynchronous invocation: 200 ms, 400 ms instead of
+    /// Lambda's ~1 min, 2 min). `demo` and `proof` always compress, and say so.
+    #[arg(long, global = true, env = "OUTBOX_LOCAL_COMPRESS_RETRIES", value_parser = clap::builder::FalseyValueParser::new())]
+    pub compress_retries: bool,
+    /// The operator's destructive verbs (`dlq redrive|purge|archive`, `ordering release`,
+    /// `webhooks resend|recover|enable`) do not ask.
+    #[arg(long, short = 'y', global = true)]
+    pub yes: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the whole pipeline on the sample inputs and report each stage.
+    Demo(demo::DemoArgs),
+    /// Provision the stack, serve the HTTP API and run the pipelines until Ctrl-C.
+    Up(up::UpArgs),
+    /// Print a token of the local issuer (what `up` and `demo` accept on routes under the
+    /// template's JWT authorizer): `curl -H "authorization: Bearer $(outbox-local token --sub alice)"`.
+    Token(token::TokenArgs),
+    /// Invoke one function with one event (like `sam local invoke -e`); response on stdout.
+    Invoke(invoke::InvokeArgs),
+    /// Dead letters (the `outbox` binary's verbs, on this template's stack): list, show,
+    /// redrive, purge, archive; and `practice`.
+    Dlq {
+        #[command(subcommand)]
+        command: LocalDlq,
+    },
+    /// Create the stack's tables, bus, queues and rules on --endpoint, print them, and exit.
+    Provision,
+    /// Where is event X? (the `outbox` binary's `trace`, on this template's stack)
+    Trace(outbox_cli::cli::TraceArgs),
+    /// Webhook deliveries (the `outbox` binary's `webhooks`, on this template's stack).
+    Webhooks {
+        #[command(subcommand)]
+        command: outbox_cli::cli::webhooks::WebhooksCommand,
+    },
+    /// Per-aggregate ordering of ordered consumers (the `outbox` binary's `ordering`).
+    Ordering {
+        #[command(subcommand)]
+        command: outbox_cli::cli::ordering::OrderingCommand,
+    },
+    /// Run orders and cancellations through the HTTP API under a fault plan, redrive the
+    /// dead-letter queues once if the plan says so (never with --no-redrive), and check the
+    /// invariants from the tables and queues; exits 1 when one is broken.
+    Proof(proof::ProofArgs),
+}
+
+/// One run of the command: its arguments, the template and the stack name.
+pub struct Invocation {
+    /// The arguments.
+    pub cli: Cli,
+    /// The template.
+    pub template_path: PathBuf,
+    /// The template's directory.
+    pub root: PathBuf,
+    /// The stack name.
+    pub stack_name: String,
+}
+
+/// Runs the command `cli` names.
+///
+/// # Errors
+/// What failed, as text.
+pub async fn run(cli: Cli) -> Result<ExitCode, String> {
+    if let Some(endpoint) = &cli.endpoint {
+        check_endpoint(endpoint)?;
+    }
+    let template_path = session::find_template(cli.template.as_deref())?;
+    let root = template_path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let stack_name = cli.stack_name.clone().unwrap_or_else(|| default_stack_name(&root));
+    let template = Template::load(&template_path).map_err(|e| e.to_string())?;
+    let inv = Invocation { cli, template_path, root, stack_name };
+    match &inv.cli.command {
+        Command::Token(args) => token::run(&inv, template, args).await,
+        Command::Demo(args) => demo::run(&inv, template, args).await,
+        Command::Proof(args) => proof::run(&inv, template, args).await,
+        Command::Up(args) => up::run(&inv, template, args).await,
+        Command::Invoke(args) => invoke::run(&inv, template, args).await,
+        Command::Provision => provision::run(&inv, template).await,
+        Command::Dlq { command: LocalDlq::Practice { allow_aws, timeout } } => operator::practice(&inv, template, *allow_aws, *timeout).await,
+        Command::Dlq { command: LocalDlq::Operator(command) } => operator::operate(&inv, template, Operator::Dlq { command: command.clone() }).await,
+        Command::Trace(args) => operator::operate(&inv, template, Operator::Trace(args.clone())).await,
+        Command::Webhooks { command } => operator::operate(&inv, template, Operator::Webhooks { command: command.clone() }).await,
+        Command::Ordering { command } => operator::operate(&inv, template, Operator::Ordering { command: command.clone() }).await,
+    }
+}

@@ -1,0 +1,58 @@
+//! The operator's verbs on this template's stack: `dlq`, `trace`, `webhooks`, `ordering` are the
+//! `outbox` binary's (crate `outbox-cli`: one implementation); `dlq practice` is the local
+//! runtime's own.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Subcommand;
+use outbox_cli::cli::{Context, Operator};
+use outbox_local::template::Template;
+
+use super::session::existing_stack;
+use super::Invocation;
+
+/// `dlq`: the operator's verbs (the `outbox` binary's) and `practice`, which makes a dead letter
+/// on a running local stack.
+#[derive(Debug, Subcommand)]
+pub enum LocalDlq {
+    #[command(flatten)]
+    Operator(outbox_cli::cli::dlq::DlqCommand),
+    /// Make one real dead letter to practise on: put a malformed event on the bus of a running
+    /// stack (`outbox-local up`), wait until its consumer has dead-lettered it, and print the
+    /// commands to try next. Emulator only (--endpoint / AWS_ENDPOINT_URL) unless --allow-aws.
+    Practice {
+        /// Do it against AWS (no --endpoint): puts a malformed event on the real bus.
+        #[arg(long)]
+        allow_aws: bool,
+        /// Longest wait for the dead letter, seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
+}
+
+/// `dlq practice`: one real dead letter on a running local stack.
+///
+/// # Errors
+/// What failed, as text.
+pub async fn practice(inv: &Invocation, template: Template, allow_aws: bool, timeout: u64) -> Result<ExitCode, String> {
+    let cli = &inv.cli;
+    let stack_name = inv.stack_name.as_str();
+    if !allow_aws && cli.endpoint.is_none() {
+        return Err(format!(
+            "dlq practice puts a malformed event on the bus: give the emulator's --endpoint (or AWS_ENDPOINT_URL), as `outbox-local up` prints it; against AWS stack {stack_name:?}, add --allow-aws"
+        ));
+    }
+    let (sdk, stack) = existing_stack(cli, template, stack_name).await?;
+    let practice = outbox_local::practice::run(&sdk, &stack, Duration::from_secs(timeout)).await?;
+    print!("{}", outbox_local::practice::next_steps(&practice, cli.endpoint.as_deref()));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs one of the operator's verbs on this template's stack (`--endpoint`: the emulator; else
+/// AWS with the ordinary configuration).
+pub async fn operate(inv: &Invocation, template: Template, command: Operator) -> Result<ExitCode, String> {
+    let (sdk, stack) = existing_stack(&inv.cli, template, &inv.stack_name).await?;
+    let resources = stack.resources().map_err(|e| e.to_string())?;
+    outbox_cli::cli::run(&Context { sdk, resources, yes: inv.cli.yes }, &command).await
+}

@@ -1,0 +1,122 @@
+//! `outbox-local proof`: the pipeline under a fault plan, the invariants checked.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use outbox_local::emulator::Emulator;
+use outbox_local::faults::FaultPlan;
+use outbox_local::http_api;
+use outbox_local::proof::{self, ProofOptions};
+use outbox_local::template::Template;
+use tokio::sync::watch;
+
+use super::session::local_with_faults;
+use super::Invocation;
+
+/// `proof`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct ProofArgs {
+    /// Orders sent.
+    #[arg(long, default_value_t = 200)]
+    pub orders: usize,
+    /// Cancel every n-th order the API answered for (0: none).
+    #[arg(long, default_value_t = 4)]
+    pub cancel_every: usize,
+    /// The fault plan: `default` (every fault kind), `ci` (what the test command runs),
+    /// `none`, or a TOML file (see local/faults/default.toml).
+    #[arg(long, default_value = "default")]
+    pub plan: String,
+    /// Seed of the plan's random decisions (overrides the plan's `seed`).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+    /// Seconds without an AWS call from any function that count as quiet.
+    #[arg(long, default_value_t = 8)]
+    pub quiet: u64,
+    /// Longest wait for the pipeline to go quiet, seconds (each time).
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+    /// Print only one JSON object with the figures.
+    #[arg(long)]
+    pub json: bool,
+    /// No operator: skip the redrive step even when the plan asks for it, and check that
+    /// everything but never-succeeding events took effect on its own.
+    #[arg(long)]
+    pub no_redrive: bool,
+}
+
+/// Runs `proof`.
+///
+/// # Errors
+/// What failed, as text.
+pub async fn run(inv: &Invocation, template: Template, args: &ProofArgs) -> Result<ExitCode, String> {
+    let cli = &inv.cli;
+    let root = inv.root.as_path();
+    let stack_name = inv.stack_name.as_str();
+    let ProofArgs { orders, cancel_every, plan, seed, concurrency, quiet, timeout, json, no_redrive } = args;
+    let mut plan = match plan.as_str() {
+        "default" => FaultPlan::parse(include_str!("../../faults/default.toml")).map_err(|e| format!("the default plan: {e}"))?,
+        "ci" => FaultPlan::parse(include_str!("../../faults/ci.toml")).map_err(|e| format!("the ci plan: {e}"))?,
+        "none" => FaultPlan::default(),
+        path => FaultPlan::load(Path::new(path)).map_err(|e| e.to_string())?,
+    };
+    if let Some(seed) = seed {
+        plan.seed = *seed;
+    }
+    if *no_redrive {
+        plan.redrive = false;
+    }
+    let (local, injector) = local_with_faults(cli, template, root, stack_name, !json, None, Some(plan)).await?;
+    let injector = injector.ok_or("no fault injector")?;
+    let (stop, stopped) = watch::channel(false);
+    let (api, _server) = http_api::serve(&local.runtime, SocketAddr::from(([127, 0, 0, 1], 0)), stopped.clone()).await.map_err(|e| e.to_string())?;
+    let mut tasks = local.runtime.spawn_pipelines(stopped.clone())?;
+    let ttl: Vec<_> = injector
+        .plan()
+        .ttl
+        .iter()
+        .map(|t| {
+            local
+                .runtime
+                .stack
+                .table(&t.table)
+                .cloned()
+                .map(|spec| (t.clone(), spec))
+                .ok_or(format!("the plan's TTL table {} is not in the template", t.table))
+        })
+        .collect::<Result<_, _>>()?;
+    tasks.extend(outbox_local::faults::ttl::spawn_sweeps(aws_sdk_dynamodb::Client::new(&local.runtime.sdk), ttl, injector.clone(), stopped));
+    if !json {
+        eprintln!(
+            "outbox proof: stack {stack_name:?} on {} (emulator), HTTP API on http://{api}, {} faults in the plan",
+            local.endpoint,
+            injector.plan().faults.len()
+        );
+    }
+    let options = ProofOptions {
+        orders: *orders,
+        cancel_every: *cancel_every,
+        concurrency: *concurrency,
+        json: *json,
+        timeout: Duration::from_secs(*timeout),
+        quiet: Duration::from_secs(*quiet),
+        emulator_pid: local._emulator.as_ref().and_then(Emulator::pid),
+    };
+    let result = proof::run(local.runtime.clone(), api, injector, &options).await;
+    let _ = stop.send(true);
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(3), t).await;
+    }
+    local.runtime.stop_functions();
+    let report = result?;
+    if *json {
+        println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+    } else {
+        print!("{}", proof::format_report(&report));
+    }
+    Ok(if report.ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}

@@ -1,0 +1,201 @@
+//! What the verbs share: the template and stack name, the emulator (given or our own), the stack
+//! provisioned on it with the functions' binaries built, and a stack that already exists.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use aws_config::SdkConfig;
+use outbox_local::aws::{region_from_env, sdk_config, Target, EMULATOR_ACCOUNT};
+use outbox_local::binaries;
+use outbox_local::demo;
+use outbox_local::emulator::Emulator;
+use outbox_local::faults::{FaultPlan, Injector};
+use outbox_local::runtime::{Runtime, RuntimeOptions};
+use outbox_local::stack::{Mode, Stack};
+use outbox_local::template::Template;
+
+use super::{Cli, Command};
+
+/// The stack, on the endpoint given or on an emulator of our own (kept alive with the value).
+pub struct Local {
+    pub runtime: Arc<Runtime>,
+    pub _emulator: Option<Emulator>,
+    pub endpoint: String,
+}
+
+/// The emulator (when none is given), the provisioned stack, and the template's binaries built
+/// and ready to run — only function `only`'s when given (`invoke`); otherwise functions without
+/// a `Binary` are skipped with a warning.
+pub async fn local(cli: &Cli, template: Template, root: &Path, stack_name: &str, announce: bool, only: Option<&str>) -> Result<Local, String> {
+    Ok(local_with_faults(cli, template, root, stack_name, announce, only, None).await?.0)
+}
+
+/// Where the runtime keeps state for `stack_name` across restarts (checkpoints, the local
+/// issuer's key).
+pub fn state_dir(root: &Path, stack_name: &str) -> PathBuf {
+    root.join(".local").join(stack_name)
+}
+
+/// [`local`] with `faults` injected between the functions and the emulator.
+pub async fn local_with_faults(
+    cli: &Cli,
+    template: Template,
+    root: &Path,
+    stack_name: &str,
+    announce: bool,
+    only: Option<&str>,
+    faults: Option<FaultPlan>,
+) -> Result<(Local, Option<Arc<Injector>>), String> {
+    let (emulator, endpoint, sdk, stack) = provisioned(cli, template, stack_name, announce).await?;
+    if only.is_none() {
+        for id in &stack.skipped_functions {
+            eprintln!("warning: {id} has no Metadata.BuildProperties.Binary (not a Rust binary?): skipped, its events are not wired");
+        }
+    }
+    let bin_dir = build_functions(cli, &stack, root, only).await?;
+    let injector = faults.map(|plan| Injector::new(plan, &endpoint));
+    // The stream mappings' checkpoints survive a restart of the runtime (on the same emulator:
+    // a new emulator's streams have new ARNs, and their checkpoints start afresh).
+    let state_dir = Some(state_dir(root, stack_name));
+    let options = RuntimeOptions {
+        verbose: cli.verbose,
+        max_instances: cli.max_instances.max(1),
+        faults: injector.clone(),
+        state_dir,
+        ..RuntimeOptions::default()
+    };
+    // The demo and the proof must finish in minutes: they compress retry waits, and say so.
+    let compress = cli.compress_retries || matches!(cli.command, Command::Demo(_) | Command::Proof(_));
+    let options = if compress { options.compressed() } else { options };
+    if announce {
+        eprintln!("outbox-local: {}", options.retry_timing());
+    }
+    let env_file = cli.env_vars.clone().unwrap_or_else(|| root.join("local").join("env.json"));
+    let environment = if cli.env_vars.is_some() || env_file.is_file() {
+        let ids: Vec<String> = stack.functions.iter().map(|f| f.logical_id.clone()).collect();
+        outbox_local::env_vars::load(&env_file, &ids)?
+    } else {
+        Default::default()
+    };
+    let options = RuntimeOptions { environment, ..options };
+    let runtime = Runtime::with_functions(sdk, stack, options, &bin_dir, only)?;
+    Ok((Local { runtime: Arc::new(runtime), _emulator: emulator, endpoint }, injector))
+}
+
+/// The emulator (ours unless `--endpoint`), its endpoint, and the stack provisioned on it.
+pub async fn provisioned(
+    cli: &Cli,
+    template: Template,
+    stack_name: &str,
+    announce: bool,
+) -> Result<(Option<Emulator>, String, SdkConfig, Stack), String> {
+    let (emulator, endpoint) = match &cli.endpoint {
+        Some(e) => (None, e.clone()),
+        None => {
+            if announce {
+                eprintln!("starting the moto emulator…");
+            }
+            let emulator = Emulator::start(&emulator_root(&template.path)).await.map_err(|e| e.to_string())?;
+            let endpoint = emulator.endpoint.clone();
+            (Some(emulator), endpoint)
+        }
+    };
+    let sdk = sdk_config(&Target { endpoint: Some(endpoint.clone()), region: region_from_env() }).await;
+    let stack = Stack::set_up(&sdk, template, stack_name, EMULATOR_ACCOUNT, Mode::Provision).await.map_err(|e| e.to_string())?;
+    Ok((emulator, endpoint, sdk, stack))
+}
+
+/// Builds the stack's function binaries (only `only`'s when given) beside the template (unless
+/// `--no-build`); returns the directory they are in.
+pub async fn build_functions(cli: &Cli, stack: &Stack, root: &Path, only: Option<&str>) -> Result<PathBuf, String> {
+    let functions: Vec<(String, String)> =
+        stack.functions.iter().filter(|f| only.is_none_or(|id| f.logical_id == id)).map(|f| (f.logical_id.clone(), f.binary.clone())).collect();
+    let root = root.to_owned();
+    // Relative to where we run, not to the template's directory where cargo runs.
+    let target_dir = cli.target_dir.as_deref().map(std::path::absolute).transpose().map_err(|e| format!("--target-dir: {e}"))?;
+    let source = binaries::Source { prebuilt: cli.no_build, target_dir };
+    tokio::task::spawn_blocking(move || binaries::prepare_functions(&root, &functions, &source))
+        .await
+        .map_err(|e| format!("building the functions: {e}"))?
+        .map_err(|e| e.to_string())
+}
+
+/// Where `scripts/venv` (the emulator's virtualenv) is: the template's directory or its nearest
+/// parent that has it, else this project's root.
+pub fn emulator_root(template: &Path) -> PathBuf {
+    template
+        .ancestors()
+        .skip(1)
+        .find(|d| d.join("scripts/venv").is_file())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+}
+
+pub fn find_template(explicit: Option<&Path>) -> Result<PathBuf, String> {
+    if let Some(p) = explicit {
+        return p.canonicalize().map_err(|e| format!("{}: {e}", p.display()));
+    }
+    let cwd = std::env::current_dir().map_err(|e| e.to_string())?;
+    cwd.ancestors()
+        .map(|d| d.join("template.yaml"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("no template.yaml in {} or its parents; pass --template", cwd.display()))
+}
+
+/// Ctrl-C (SIGINT) or SIGTERM, whichever comes first.
+pub async fn wait_for_stop_signal() -> Result<(), String> {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.map_err(|e| e.to_string()),
+            _ = term.recv() => Ok(()),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await.map_err(|e| e.to_string())
+    }
+}
+
+/// Stock for the sample SKUs (`demo::SAMPLE_SKUS`, 1,000 each) where the inventory table has
+/// none, so orders sent to `up` or `invoke` can be reserved. Existing stock is left alone.
+pub async fn seed_sample_stock(runtime: &Runtime) {
+    match demo::seed_stock(runtime, 1000).await {
+        Ok(seeded) if !seeded.is_empty() => eprintln!("seeded stock: 1000 units each of {}", seeded.join(", ")),
+        Ok(_) => {}
+        Err(e) => eprintln!("warning: could not seed sample stock: {e}"),
+    }
+}
+
+/// The SDK configuration of the verbs that read an existing stack: `--endpoint` (the emulator),
+/// else AWS with the ordinary configuration.
+pub async fn target_sdk(cli: &Cli) -> SdkConfig {
+    sdk_config(&Target { endpoint: cli.endpoint.clone(), region: region_from_env() }).await
+}
+
+/// The account id names are resolved with when looking a stack up: the emulator's, or a
+/// placeholder on AWS (queue URLs are looked up by name there).
+pub fn lookup_account(cli: &Cli) -> &'static str {
+    if cli.endpoint.is_some() {
+        EMULATOR_ACCOUNT
+    } else {
+        "000000000000"
+    }
+}
+
+/// The SDK configuration and the names of a stack that already exists: on `--endpoint` (the
+/// emulator), else on AWS with the ordinary configuration.
+pub async fn existing_stack(cli: &Cli, template: Template, stack_name: &str) -> Result<(SdkConfig, Stack), String> {
+    let sdk = target_sdk(cli).await;
+    let stack = Stack::set_up(&sdk, template, stack_name, lookup_account(cli), Mode::LookUp).await.map_err(|e| {
+        let hint = match &cli.endpoint {
+            Some(url) => format!("is the emulator at {url} running (e.g. `outbox-local up`) and provisioned as stack {stack_name:?}?"),
+            None => format!(
+                "this talks to AWS (no --endpoint / AWS_ENDPOINT_URL): configure credentials and a region, and check that stack {stack_name:?} is deployed (--stack-name)"
+            ),
+        };
+        format!("{e}\n  hint: {hint}")
+    })?;
+    Ok((sdk, stack))
+}

@@ -1,0 +1,36 @@
+//! `outbox-local token`: a token of the local issuer.
+
+use std::process::ExitCode;
+
+use outbox_local::template::Template;
+
+use super::session::state_dir;
+use super::Invocation;
+
+/// `token`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct TokenArgs {
+    /// The token's subject (`sub`): the caller, who owns the orders it creates.
+    #[arg(long)]
+    pub sub: String,
+    /// A scope to put in the token's `scope` claim (repeatable), e.g. `orders/admin`.
+    #[arg(long)]
+    pub scope: Vec<String>,
+    /// Lifetime, seconds.
+    #[arg(long, default_value_t = outbox_local::authorizer::DEFAULT_TOKEN_SECONDS)]
+    pub ttl: i64,
+}
+
+/// Runs `token`.
+///
+/// # Errors
+/// What failed, as text.
+pub async fn run(inv: &Invocation, _template: Template, args: &TokenArgs) -> Result<ExitCode, String> {
+    let root = inv.root.as_path();
+    let stack_name = inv.stack_name.as_str();
+    let TokenArgs { sub, scope, ttl } = args;
+    // The key `up` and `demo` use for this stack (created now when they never ran).
+    let issuer = outbox_local::authorizer::LocalIssuer::load_or_create(&state_dir(root, stack_name))?;
+    println!("{}", issuer.token(sub, scope, *ttl));
+    Ok(ExitCode::SUCCESS)
+}
