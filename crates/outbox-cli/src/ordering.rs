@@ -2,7 +2,7 @@
 //! events, and the way out of a sequence gap that will never close. An ordered consumer
 //! ([`outbox::inbox::Inbox::ordered_by_types`]) applies an aggregate's events in sequence order; an
 //! event that arrives before its predecessor is **parked** in the inbox table
-//! ([`outbox::inbox::parked`]) and applied when the predecessor is. Transient reordering
+//! (`outbox::inbox::ParkedEvent`) and applied when the predecessor is. Transient reordering
 //! (a backlog drained at once) parks events for milliseconds. When a sequence never comes (the
 //! relay dead-lettered that event, or it is skipped on purpose), its successor stays parked:
 //! `ordering parked` lists every parked event with its age and flags those parked longer than

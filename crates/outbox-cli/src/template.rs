@@ -164,7 +164,7 @@ pub enum FunctionEvent {
         method: String,
         /// Whether the route is under a JWT authorizer: the `ApiId` API's `Auth.DefaultAuthorizer`
         /// names one with a `JwtConfiguration` and the event does not say `Auth: {Authorizer:
-        /// NONE}` ([`crate::authorizer`] plays it).
+        /// NONE}` (`outbox_local::authorizer` plays it).
         jwt: bool,
     },
     /// `Type: DynamoDB` (a stream event source mapping).

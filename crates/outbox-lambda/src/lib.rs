@@ -39,7 +39,10 @@ mod runtime;
 #[cfg(feature = "webhooks")]
 pub mod webhooks;
 
-pub use config::{inbox_retention, ConfigError, Env, SdkTimeouts, DEFAULT_DEAD_LETTER_RETENTION, DEFAULT_REDRIVE_MARGIN, DEFAULT_RETENTION};
+pub use config::{
+    inbox_retention, ConfigError, Env, SdkTimeouts, DEAD_LETTER_RETENTION_RANGE, DEFAULT_DEAD_LETTER_RETENTION, DEFAULT_REDRIVE_MARGIN,
+    DEFAULT_RETENTION, MAX_MILLIS,
+};
 #[cfg(feature = "consumer")]
 pub use consumer::LambdaConsumer;
 #[cfg(feature = "metrics")]

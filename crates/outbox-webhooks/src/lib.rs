@@ -37,8 +37,8 @@ pub use backoff::{parse_retry_after, RetrySchedule, ScheduleError, DEFAULT_MAX_R
 pub use breaker::{BreakerConfig, BreakerState, Gate};
 pub use outcome::{Outcome, BODY_EXCERPT_BYTES};
 pub use signature::{
-    signature_header, Secret, SecretError, SignedHeaders, Verifier, VerifyError, DEFAULT_TOLERANCE, MIN_SECRET_BYTES, SECRET_PREFIX, WEBHOOK_ID,
-    WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP,
+    signature_header, Secret, SecretError, SignedHeaders, Verifier, VerifyError, DEFAULT_MAX_BODY_BYTES, DEFAULT_TOLERANCE, MIN_SECRET_BYTES,
+    SECRET_PREFIX, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP,
 };
 
 // The crates whose types appear in this crate's public signatures, re-exported so a user

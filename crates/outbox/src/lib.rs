@@ -68,7 +68,7 @@ mod writer;
 // One path per item: the producer's API at the root; each other concept in its module
 // (`outbox::consumer::Consumer`, `outbox::inbox::Inbox`, `outbox::relay::Relay`, …), there only.
 #[cfg(any(feature = "writer", feature = "relay"))]
-pub use aws_error::{AwsError, AwsErrorKind};
+pub use aws_error::{AwsError, AwsErrorKind, RETRYABLE_CANCELLATION_CODES};
 #[cfg(feature = "writer")]
 pub use transaction::{all_old, transact_write, transact_write_with_token, CommitError, ConditionFailed, TransactionError, MAX_TRANSACTION_ITEMS};
 #[cfg(feature = "writer")]

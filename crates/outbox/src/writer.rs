@@ -531,7 +531,7 @@ impl WriterRef<'_> {
 /// caller's too, and is enforced by DynamoDB: each outbox item is put with
 /// `attribute_not_exists(pk)` on its (aggregate, sequence) key, so of two writers that read the
 /// same current sequence only the first to commit succeeds; the other's transaction fails with
-/// [`CommitError::ConditionFailed`]`(`[`ConditionFailed::SequenceTaken`]`)` and writes nothing.
+/// [`CommitError::ConditionFailed`]`(`[`ConditionFailed::SequenceTaken`](crate::ConditionFailed::SequenceTaken)`)` and writes nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AggregateSequence {
     aggregate_type: String,
@@ -595,7 +595,7 @@ impl AggregateSequence {
 /// One `TransactWriteItems` call in the making: the caller's writes plus outbox events. The
 /// producer's ([`OutboxWriter::transaction`]) and, underneath, a consumer's
 /// ([`crate::consumer::Tx`]): the claim check, the size checks and the naming of a failed write
-/// ([`ConditionFailed`]) are the same on both sides.
+/// ([`ConditionFailed`](crate::ConditionFailed)) are the same on both sides.
 #[derive(Debug)]
 pub struct OutboxTransaction<'w> {
     writer: WriterRef<'w>,
@@ -638,7 +638,7 @@ impl OutboxTransaction<'_> {
     }
 
     /// Adds one of the caller's writes in FRONT of the request: it becomes write 0 and the writes
-    /// added before it move up by one ([`ConditionFailed::Write`] numbers them so). For a write
+    /// added before it move up by one ([`ConditionFailed::Write`](crate::ConditionFailed::Write) numbers them so). For a write
     /// whose failed condition must win over the others': [`CommitError::ConditionFailed`] names
     /// the first failed item in request order (e.g. an idempotency key record, whose content
     /// needs the event id that [`Self::emit`] assigns).
