@@ -524,12 +524,13 @@ impl DispatcherConfig {
 #[non_exhaustive]
 pub enum DispatchError {
     /// A call to AWS failed.
-    #[error("{action} failed: {reason}")]
+    #[error("{action} failed: {}", .source.detail)]
     Aws {
         /// What was being done.
         action: &'static str,
-        /// The SDK error, with context.
-        reason: String,
+        /// The classified failure: code, HTTP status, whether a retry can succeed.
+        #[source]
+        source: outbox::AwsError,
     },
     /// A secret is not `whsec_` text.
     #[error("secret {secret_id} is unusable: {reason}")]
@@ -573,10 +574,13 @@ impl SecretCache {
                 return Ok(secrets.clone());
             }
         }
-        let out = self.client.get_secret_value().secret_id(secret_id).send().await.map_err(|e| DispatchError::Aws {
-            action: "GetSecretValue",
-            reason: aws_sdk_secretsmanager::error::DisplayErrorContext(e).to_string(),
-        })?;
+        let out = self
+            .client
+            .get_secret_value()
+            .secret_id(secret_id)
+            .send()
+            .await
+            .map_err(|e| DispatchError::Aws { action: "GetSecretValue", source: outbox::AwsError::from_sdk("GetSecretValue", &e) })?;
         let text = out.secret_string().unwrap_or_default();
         let secrets = Secret::parse_list(text).map_err(|e| DispatchError::Secret { secret_id: secret_id.to_owned(), reason: e.to_string() })?;
         lock(&self.cache).insert(secret_id.to_owned(), (Instant::now(), secrets.clone()));
@@ -620,10 +624,14 @@ impl SubscriberTable {
         let mut list = Vec::new();
         let mut start = None;
         loop {
-            let out = self.client.scan().table_name(&self.table).set_exclusive_start_key(start).send().await.map_err(|e| DispatchError::Aws {
-                action: "Scan of the subscriber table",
-                reason: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
-            })?;
+            let out = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| DispatchError::Aws { action: "Scan of the subscriber table", source: outbox::AwsError::from_sdk("Scan", &e) })?;
             let items: Vec<Subscriber> = serde_dynamo::from_items(out.items().to_vec()).map_err(|e| DispatchError::Subscriber(e.to_string()))?;
             list.extend(items);
             start = out.last_evaluated_key().cloned();
@@ -651,10 +659,7 @@ impl SubscriberTable {
             .expression_attribute_values(":at", AttributeValue::S(Utc::now().to_rfc3339()))
             .send()
             .await
-            .map_err(|e| DispatchError::Aws {
-                action: "UpdateItem (disable subscriber)",
-                reason: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
-            })?;
+            .map_err(|e| DispatchError::Aws { action: "UpdateItem (disable subscriber)", source: outbox::AwsError::from_sdk("UpdateItem", &e) })?;
         *lock(&self.cache) = None;
         Ok(())
     }
@@ -663,9 +668,9 @@ impl SubscriberTable {
 impl SubscriberTable {
     fn aws<E>(action: &'static str) -> impl FnOnce(aws_sdk_dynamodb::error::SdkError<E>) -> DispatchError
     where
-        E: std::error::Error + Send + Sync + 'static,
+        E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        move |e| DispatchError::Aws { action, reason: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string() }
+        move |e| DispatchError::Aws { action, source: outbox::AwsError::from_sdk(action, &e) }
     }
 
     /// The breaker attributes of subscriber `id` (a consistent `GetItem`; an absent item is a
