@@ -15,7 +15,7 @@
 //!    consumer parks it (acknowledged, not dead-lettered among poison) and `ordering parked`
 //!    lists it;
 //! 8. a partner's signed webhook (`POST /webhooks/{partner}`) pays one order: received once,
-//!    its replay absorbed, a forged one refused with 401 ([`webhooks`]);
+//!    its replay absorbed, a forged one refused with 401 (the `webhooks` submodule);
 //! 9. the `OrderPaid` it produced is delivered as signed webhooks to a local subscriber server:
 //!    one healthy subscriber, one failing twice (500, 429 with `Retry-After`) before it
 //!    succeeds, one refusing for good (400, dead-lettered);

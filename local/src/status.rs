@@ -29,7 +29,7 @@ const STAGE_METRICS: &[(&str, &str)] = &[
     ("WebhooksDeadLettered", "webhooks dead-lettered"),
 ];
 
-/// Per function, the figures of [`STAGE_METRICS`] it reported (totals since start).
+/// Per function, the figures of `STAGE_METRICS` it reported (totals since start).
 pub fn stage_figures(counts: &Counts) -> BTreeMap<String, BTreeMap<String, u64>> {
     counts
         .metrics
