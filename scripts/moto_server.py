@@ -60,7 +60,7 @@ offered upstream as it stands:
 7. `KeepAliveRequestHandler`: HTTP/1.1 keep-alive connections, as AWS's endpoints keep them.
    werkzeug's development server (which `moto_server` runs) answers every request with
    `Connection: close`, so every SDK call pays a new TCP connection (a quarter of a Rust
-   function's CPU per call, README "The functions' cost, measured"). Dropping that header alone
+   function's CPU per call, docs/cost.md, "The functions' cost, measured"). Dropping that header alone
    hangs the connection's second request: after each response werkzeug drains "any remaining
    data in the read socket" with `rfile.read(10_000_000)` (werkzeug/serving.py, `run_wsgi`),
    which on a kept-alive connection swallows the next request line and blocks until 10 MB or

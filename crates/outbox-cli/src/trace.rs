@@ -23,7 +23,7 @@
 //!
 //! Whether the relay published the event is not stored anywhere: it is inferred (a consumer
 //! applied it, or the relay dead-lettered it). When neither holds, the answer says "not known"
-//! and points at the relay's logs (the README's Logs Insights query).
+//! and points at the relay's logs (the Logs Insights query of docs/operations.md, "Logs").
 
 use std::collections::HashMap;
 

@@ -104,10 +104,22 @@ impl From<InvocationError> for lambda_runtime::Diagnostic {
     }
 }
 
-/// The Rust snippets of the repository's README ("Use it in your own service") compile as
-/// doctests of this crate (it depends on the other two), so the README cannot drift from the
-/// API. Not part of the published crate's API: compiled only by `cargo test --doc` inside the
-/// repository, with the features the snippets use.
+/// The Rust snippets of the repository's README.md and docs/ pages (today all in
+/// docs/use-in-your-service.md: producer, relay, consumer, its unit test, claim check) compile as
+/// doctests of this crate (it depends on the other two), so the docs cannot drift from the API.
+/// Every page is included, so a snippet moved to another page still compiles; a new page under
+/// docs/ is added here. Not part of the published crate's API: compiled only by
+/// `cargo test --doc` inside the repository, with the features the snippets use.
 #[cfg(all(doctest, feature = "relay", feature = "consumer", feature = "claim-check"))]
 #[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;
+#[doc = include_str!("../../../docs/contracts.md")]
+#[doc = include_str!("../../../docs/failure-behaviour.md")]
+#[doc = include_str!("../../../docs/ordering.md")]
+#[doc = include_str!("../../../docs/use-in-your-service.md")]
+#[doc = include_str!("../../../docs/deploy.md")]
+#[doc = include_str!("../../../docs/operations.md")]
+#[doc = include_str!("../../../docs/local-runtime.md")]
+#[doc = include_str!("../../../docs/webhooks.md")]
+#[doc = include_str!("../../../docs/cost.md")]
+#[doc = include_str!("../../../docs/layout.md")]
+pub struct DocsDoctests;

@@ -345,8 +345,8 @@ impl OutboxItem {
 /// invocation, the relay's `PutEvents` attempt, the webhook delivery's receive count). Every line
 /// logged inside it carries them; with Lambda's JSON log format (`LoggingConfig.LogFormat: JSON`,
 /// which sets `AWS_LAMBDA_LOG_FORMAT=JSON` for `lambda_runtime::tracing::init_default_subscriber`)
-/// they are the line's `span.event_id`, `span.event_type`, … (README, "Operating it": the Logs
-/// Insights query).
+/// they are the line's `span.event_id`, `span.event_type`, … (docs/operations.md, "Logs":
+/// the Logs Insights query).
 pub fn event_span(event_id: &str, event_type: &str, aggregate_type: &str, aggregate_id: &str, correlation_id: &str) -> tracing::Span {
     tracing::info_span!("event", event_id, event_type, aggregate_type, aggregate_id, correlation_id, attempt = tracing::field::Empty)
 }

@@ -3,8 +3,8 @@
 //! environment variables (see `outbox_lambda::relay`).
 
 // One thread: a Lambda instance handles one invocation at a time, and on one thread the SDK's
-// connection tasks and the handler never hand work to each other across threads (README "The
-// functions' cost, measured").
+// connection tasks and the handler never hand work to each other across threads (docs/cost.md,
+// "The functions' cost, measured").
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {
     outbox_lambda::relay::run_from_env().await

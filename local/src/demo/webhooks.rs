@@ -1,5 +1,5 @@
-//! The demo's webhooks, both ends, set up the way a user would (README, "Signed webhooks, out
-//! and in"): a subscriber's secret in Secrets Manager (`<stack>-webhook-demo`) and its item in the
+//! The demo's webhooks, both ends, set up the way a user would (docs/webhooks.md, "Signed
+//! webhooks, out and in"): a subscriber's secret in Secrets Manager (`<stack>-webhook-demo`) and its item in the
 //! subscriber table; the partner's secrets in `<stack>-partner-webhook-secrets`.
 //!
 //! * **In**: a signed `payment.succeeded` for one order through `POST /webhooks/acme-payments` on
