@@ -4,8 +4,8 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use outbox_local::demo::{self, DemoOptions};
-use outbox_local::http_api;
+use outbox_local::runtime::http_api;
+use outbox_local::scenarios::demo::{self, DemoOptions};
 use outbox_local::template::Template;
 use tokio::sync::watch;
 

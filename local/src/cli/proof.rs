@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use outbox_local::emulator::Emulator;
 use outbox_local::faults::FaultPlan;
-use outbox_local::http_api;
-use outbox_local::proof::{self, ProofOptions};
+use outbox_local::runtime::http_api;
+use outbox_local::scenarios::proof::{self, ProofOptions};
 use outbox_local::template::Template;
 use tokio::sync::watch;
 

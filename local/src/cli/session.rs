@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use aws_config::SdkConfig;
 use outbox_local::aws::{region_from_env, sdk_config, Target, EMULATOR_ACCOUNT};
-use outbox_local::binaries;
-use outbox_local::demo;
 use outbox_local::emulator::Emulator;
 use outbox_local::faults::{FaultPlan, Injector};
+use outbox_local::lambda::binaries;
 use outbox_local::runtime::{Runtime, RuntimeOptions};
+use outbox_local::scenarios::demo;
 use outbox_local::stack::{Mode, Stack};
 use outbox_local::template::Template;
 
@@ -73,7 +73,7 @@ pub async fn local_with_faults(
     let env_file = cli.env_vars.clone().unwrap_or_else(|| root.join("local").join("env.json"));
     let environment = if cli.env_vars.is_some() || env_file.is_file() {
         let ids: Vec<String> = stack.functions.iter().map(|f| f.logical_id.clone()).collect();
-        outbox_local::env_vars::load(&env_file, &ids)?
+        outbox_local::lambda::env_vars::load(&env_file, &ids)?
     } else {
         Default::default()
     };

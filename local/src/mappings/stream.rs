@@ -7,7 +7,7 @@
 //!   the whole batch.
 //! * `ParallelizationFactor`: a shard's batch runs as up to that many concurrent invocations,
 //!   the records of one item key (partition and sort key) in one of them, in order
-//!   ([`crate::lanes`]); each acknowledges its own records.
+//!   ([`crate::mappings::lanes`]); each acknowledges its own records.
 //! * A function error fails the whole batch; with `BisectBatchOnFunctionError` the retried batch
 //!   is halved.
 //! * After `MaximumRetryAttempts` retries (-1, the default: no limit) the failed records are
@@ -21,7 +21,7 @@
 //!   `aws/lambda/<mapping>/<shard>/YYYY/MM/DD/YYYY-MM-DDTHH.MM.SS-<uuid>` (Lambda's layout, with
 //!   `<Function>-<Event>` in place of the mapping's UUID).
 //! * The checkpoint (per shard, the last record done with) is kept in
-//!   [`RuntimeOptions::state_dir`] when set ([`crate::checkpoint`]) and resumed on restart.
+//!   [`RuntimeOptions::state_dir`] when set ([`crate::mappings::checkpoint`]) and resumed on restart.
 //!
 //! Source: <https://docs.aws.amazon.com/lambda/latest/dg/with-ddb.html>,
 //! <https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-batchfailurereporting.html> and
@@ -36,11 +36,11 @@ use aws_sdk_dynamodbstreams::types::{Record, ShardIteratorType};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::checkpoint::CheckpointFile;
 use crate::filter;
-use crate::function::LocalFunction;
-use crate::glue::{Glue, RuntimeOptions};
-use crate::runtime_api::FunctionError;
+use crate::lambda::function::LocalFunction;
+use crate::lambda::runtime_api::FunctionError;
+use crate::mappings::checkpoint::CheckpointFile;
+use crate::options::{Glue, RuntimeOptions};
 use crate::stack::Destination;
 use crate::stats::Stats;
 use crate::template::StreamMappingSpec;
@@ -162,7 +162,7 @@ impl StreamMapping {
             }
             let n = batch_limit.min(buffer.len());
             let records: Vec<&Value> = buffer.iter().take(n).map(|b| &b.record).collect();
-            let lanes = crate::lanes::split(&records, self.spec.parallelization_factor);
+            let lanes = crate::mappings::lanes::split(&records, self.spec.parallelization_factor);
             let (acked, result) = self.invoke_lanes(&records, lanes).await;
             if let Err(diagnostic) = &result {
                 tracing::warn!(function = %self.function.spec.logical_id, error_type = %diagnostic.error_type, error = %diagnostic.error_message, "stream batch failed");
@@ -241,7 +241,7 @@ impl StreamMapping {
     }
 
     /// Invokes the function with `records` (one shard's batch), one concurrent invocation per
-    /// lane of [`crate::lanes::split`] (`ParallelizationFactor`). Answers which records were
+    /// lane of [`crate::mappings::lanes::split`] (`ParallelizationFactor`). Answers which records were
     /// acknowledged (per lane, the records before its earliest reported failure, see
     /// [`acknowledged`]) and the result to report: the first lane's that did not acknowledge
     /// all its records, else the last lane's.

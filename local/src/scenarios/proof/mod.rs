@@ -39,10 +39,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::demo::{stock, Say, SAMPLE_SKUS};
 use crate::dlq;
 use crate::faults::{Injected, Injector};
 use crate::runtime::Runtime;
+use crate::scenarios::demo::{stock, Say, SAMPLE_SKUS};
 use crate::stack::QueueInfo;
 
 mod reads;
@@ -126,7 +126,7 @@ pub struct ProofReport {
     /// Peak resident memory of the emulator process (`VmHWM`), MB, when this process started it.
     pub emulator_peak_rss_mb: Option<f64>,
     /// Per function, the figures it reported through its EMF metrics (totals), as in
-    /// `demo --json` ([`crate::status::stage_figures`]).
+    /// `demo --json` ([`crate::stats::status::stage_figures`]).
     pub stages: BTreeMap<String, BTreeMap<String, u64>>,
     /// The invariants.
     pub invariants: Vec<Invariant>,
@@ -227,8 +227,10 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
     injector.arm();
 
     // Orders, then cancellations, through the HTTP API.
-    let client =
-        crate::authorizer::client_as(&runtime.issuer, "proof-customer").timeout(Duration::from_secs(90)).build().map_err(|e| e.to_string())?;
+    let client = crate::runtime::authorizer::client_as(&runtime.issuer, "proof-customer")
+        .timeout(Duration::from_secs(90))
+        .build()
+        .map_err(|e| e.to_string())?;
     let permits = Arc::new(tokio::sync::Semaphore::new(options.concurrency.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..options.orders {
@@ -501,7 +503,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
         },
         peak_rss_mb: peak_rss_mb("self"),
         emulator_peak_rss_mb: options.emulator_pid.and_then(|pid| peak_rss_mb(&pid.to_string())),
-        stages: crate::status::stage_figures(&runtime.stats.snapshot()),
+        stages: crate::stats::status::stage_figures(&runtime.stats.snapshot()),
         invariants,
         ok,
     })

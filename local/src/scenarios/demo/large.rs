@@ -167,7 +167,7 @@ async fn follow(
     })
     .to_string();
     let url = format!("http://{api}/orders");
-    let client = crate::authorizer::client_as(&runtime.issuer, super::DEMO_SUBJECT).build().map_err(|e| e.to_string())?;
+    let client = crate::runtime::authorizer::client_as(&runtime.issuer, super::DEMO_SUBJECT).build().map_err(|e| e.to_string())?;
     let response = client
         .post(&url)
         .header("content-type", "application/json")

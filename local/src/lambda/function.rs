@@ -17,9 +17,9 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
-use crate::glue::RuntimeOptions;
-use crate::runtime_api::FunctionError;
-use crate::sandbox::{Launch, Sandbox};
+use crate::lambda::runtime_api::FunctionError;
+use crate::lambda::sandbox::{Launch, Sandbox};
+use crate::options::RuntimeOptions;
 use crate::stats::Stats;
 use crate::template::FunctionSpec;
 

@@ -29,7 +29,7 @@ pub fn format_report(report: &ProofReport) -> String {
         mb(report.emulator_peak_rss_mb)
     ));
     out.push_str("per stage, as each function reported it (EMF metrics):\n");
-    out.push_str(&crate::status::format_stage_figures(&report.stages));
+    out.push_str(&crate::stats::status::format_stage_figures(&report.stages));
     out.push('\n');
     out.push_str(&format!("{:<72} {:>7}\n", "fault injected", "count"));
     for f in &report.faults {

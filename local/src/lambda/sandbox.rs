@@ -5,7 +5,7 @@
 //! * Environment: only what [`Launch::env`] says (the caller builds it; nothing of this process's
 //!   environment leaks in) plus `AWS_LAMBDA_RUNTIME_API=127.0.0.1:PORT`.
 //! * Output: stdout and stderr are read line by line. CloudWatch Embedded Metric Format lines
-//!   ([`crate::emf`]) are added to [`Stats`] under the function's logical id; other lines go to
+//!   ([`crate::lambda::emf`]) are added to [`Stats`] under the function's logical id; other lines go to
 //!   stderr prefixed `[LogicalId]` when [`Launch::verbose`], and the last
 //!   [`TAIL_LINES`] are kept to show when the instance dies.
 //! * Lifetime: killed when the [`Sandbox`] is dropped, when its invocation times out, and — through
@@ -29,7 +29,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::Command;
 use tokio::sync::watch;
 
-use crate::runtime_api::{FunctionError, Outcome, RuntimeApi};
+use crate::lambda::runtime_api::{FunctionError, Outcome, RuntimeApi};
 use crate::stats::Stats;
 
 /// Lines of an instance's output kept to show when it dies.
@@ -281,7 +281,7 @@ async fn read_lines(pipe: impl AsyncRead + Unpin, launch: Launch, watch: Arc<Wat
         }
         let line = String::from_utf8_lossy(&buf);
         let line = line.trim_end_matches(['\n', '\r']);
-        if let Some(values) = crate::emf::parse(line) {
+        if let Some(values) = crate::lambda::emf::parse(line) {
             launch.stats.add_metrics(&launch.logical_id, &values);
             continue;
         }

@@ -8,8 +8,8 @@
 //! <https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html>.
 //!
 //! Locally the rule targets a delivery queue (see [`crate::stack`]); this module receives from
-//! it, invokes the function (its real binary, see [`crate::function`]) with the same retry and
-//! destination rules (retry waits are compressed, see [`crate::glue::RuntimeOptions`]), and
+//! it, invokes the function (its real binary, see [`crate::lambda::function`]) with the same retry and
+//! destination rules (retry waits are compressed, see [`crate::options::RuntimeOptions`]), and
 //! deletes the message once the event is settled. The rule target's own
 //! `RetryPolicy`/`DeadLetterConfig` cover failures to *invoke* the function (throttling, a
 //! missing function), which the local runtime does not produce; they are read, not exercised.
@@ -22,9 +22,9 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::function::LocalFunction;
-use crate::glue::{Glue, RuntimeOptions};
-use crate::runtime_api::FunctionError;
+use crate::lambda::function::LocalFunction;
+use crate::lambda::runtime_api::FunctionError;
+use crate::options::{Glue, RuntimeOptions};
 use crate::stack::LocalRule;
 use crate::stats::Stats;
 

@@ -1,4 +1,4 @@
-//! What the AWS glue ([`crate::esm`], [`crate::delivery`]) needs from the runtime, passed in
+//! What the AWS glue ([`crate::mappings::stream`], [`crate::mappings::rule_delivery`]) needs from the runtime, passed in
 //! rather than reached through it: the stack, SDK configuration, counters and timing knobs.
 
 use std::sync::Arc;
@@ -31,11 +31,11 @@ pub struct RuntimeOptions {
     /// Fault injection between the functions and the emulator ([`crate::faults`]); none by default.
     pub faults: Option<Arc<crate::faults::Injector>>,
     /// Where the runtime keeps state across restarts (the stream mappings' checkpoints,
-    /// [`crate::checkpoint`]); `None`: nothing is kept, every start reads the streams from
+    /// [`crate::mappings::checkpoint`]); `None`: nothing is kept, every start reads the streams from
     /// `TRIM_HORIZON`.
     pub state_dir: Option<std::path::PathBuf>,
     /// Environment variables set on top of the template's, by function logical id (the shape of
-    /// `sam local invoke --env-vars`, see [`crate::env_vars`]); e.g. the webhook dispatcher's
+    /// `sam local invoke --env-vars`, see [`crate::lambda::env_vars`]); e.g. the webhook dispatcher's
     /// short local backoff and `WEBHOOK_ALLOW_HTTP=true` from `local/env.json`.
     pub environment: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
 }

@@ -100,7 +100,7 @@ impl Webhooks {
         let (Ok(dispatcher), Ok(partner)) = (runtime.function("WebhookDispatcherFunction"), runtime.function("PartnerWebhookFunction")) else {
             return Ok(None);
         };
-        let env = |f: &crate::function::LocalFunction| runtime.stack.environment(&f.spec).map_err(|e| e.to_string());
+        let env = |f: &crate::lambda::function::LocalFunction| runtime.stack.environment(&f.spec).map_err(|e| e.to_string());
         let (dispatcher_env, partner_env) = (env(&dispatcher)?, env(&partner)?);
         let var =
             |env: &HashMap<String, String>, name: &str| env.get(name).cloned().ok_or(format!("no {name} in the webhook functions' environment"));

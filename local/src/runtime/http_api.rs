@@ -6,7 +6,7 @@
 //! as API Gateway does. Source:
 //! <https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-integrations-lambda.html>.
 //!
-//! Routes under a JWT authorizer in the template are authorized first ([`crate::authorizer`]):
+//! Routes under a JWT authorizer in the template are authorized first ([`crate::runtime::authorizer`]):
 //! without a valid token of the local issuer, `401 {"message":"Unauthorized"}` and the function
 //! is not invoked; with one, its claims are in `requestContext.authorizer.jwt`. The local
 //! issuer's JWKS is served at [`JWKS_PATH`].
@@ -29,8 +29,8 @@ use base64::Engine;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::authorizer::{LocalIssuer, JWKS_PATH};
-use crate::function::LocalFunction;
+use crate::lambda::function::LocalFunction;
+use crate::runtime::authorizer::{LocalIssuer, JWKS_PATH};
 use crate::runtime::Runtime;
 use crate::template::FunctionEvent;
 

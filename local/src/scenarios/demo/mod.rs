@@ -111,7 +111,7 @@ pub struct DemoReport {
     pub webhooks_rejected: usize,
     /// Per function, the figures it reported through its EMF metrics (totals): the producer's
     /// events written, the relay's published and retried, the consumer's applied, duplicates
-    /// and dead-lettered ([`crate::status::stage_figures`]).
+    /// and dead-lettered ([`crate::stats::status::stage_figures`]).
     pub stages: BTreeMap<String, BTreeMap<String, u64>>,
     /// The order too large for an outbox item, carried by claim check ([`large::LargeEvents`]).
     pub large_events: large::LargeEvents,
@@ -244,7 +244,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         Some("demo-over-stock".into()),
     ));
     // The demo's customer signs every order API request (the template's JWT authorizer).
-    let client = crate::authorizer::client_as(&runtime.issuer, DEMO_SUBJECT).build().map_err(|e| e.to_string())?;
+    let client = crate::runtime::authorizer::client_as(&runtime.issuer, DEMO_SUBJECT).build().map_err(|e| e.to_string())?;
     let url = format!("http://{api}/orders");
     let mut orders = Vec::new();
     for (i, (body, correlation)) in requests.iter().enumerate() {
@@ -532,7 +532,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         webhooks_received: inbound.as_ref().map_or(0, |i| i.received),
         webhooks_rejected: inbound.as_ref().map_or(0, |i| i.rejected),
         large_events: large_events.clone(),
-        stages: crate::status::stage_figures(&counts),
+        stages: crate::stats::status::stage_figures(&counts),
         ok: webhooks_ok
             && lost == 0
             && large_events.ok()
@@ -549,7 +549,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         report.latency_ms_p99.unwrap_or(0)
     ));
     say.line("\nper stage, as each function reported it (EMF metrics):");
-    say.line(crate::status::format_stage_figures(&report.stages).trim_end());
+    say.line(crate::stats::status::format_stage_figures(&report.stages).trim_end());
     say.line(format!("\n{} holds {} message(s) (what `outbox-local dlq list` shows):", consumer_dlq.name, dead.len()));
     say.line(dlq::format_listing(&dead).trim_end());
     say.line(if report.ok {

@@ -4,7 +4,7 @@
 //!
 //! * **Batching**: `ReceiveMessage` (up to 10 per call, long polling) until `BatchSize`
 //!   messages are in hand or `MaximumBatchingWindowInSeconds` has passed since the first one
-//!   (0: invoke with what one receive returned). Up to [`RuntimeOptions::max_instances`](crate::glue::RuntimeOptions::max_instances)
+//!   (0: invoke with what one receive returned). Up to [`RuntimeOptions::max_instances`](crate::options::RuntimeOptions::max_instances)
 //!   batches are in flight at once (Lambda starts with several pollers per queue).
 //! * **Filtering**: a message matching no `FilterCriteria` pattern is deleted without
 //!   invoking; the patterns see the message as the function would, its `body` parsed when it
@@ -34,8 +34,8 @@ use serde_json::Value;
 use tokio::sync::{watch, Semaphore};
 
 use crate::filter;
-use crate::function::LocalFunction;
-use crate::glue::Glue;
+use crate::lambda::function::LocalFunction;
+use crate::options::Glue;
 use crate::stack::QueueInfo;
 use crate::stats::Stats;
 use crate::template::SqsMappingSpec;

@@ -1,7 +1,11 @@
-//! The local runtime: the stack's functions as their real binaries ([`crate::function`]), plus
-//! the AWS glue that invokes them — the stream event source mapping ([`crate::esm`]), the SQS
-//! event source mapping ([`crate::sqs_mapping`]) and EventBridge rule delivery with Lambda's asynchronous-invocation retries
-//! ([`crate::delivery`]).
+//! The local runtime: the stack's functions as their real binaries ([`crate::lambda::function`]), plus
+//! the AWS glue that invokes them — the stream event source mapping ([`crate::mappings::stream`]), the SQS
+//! event source mapping ([`crate::mappings::sqs`]) and EventBridge rule delivery with Lambda's asynchronous-invocation retries
+//! ([`crate::mappings::rule_delivery`]); the HTTP API in front of them ([`http_api`], with its JWT
+//! [`authorizer`]).
+
+pub mod authorizer;
+pub mod http_api;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -11,12 +15,12 @@ use aws_config::SdkConfig;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::delivery::RuleDelivery;
-use crate::esm::StreamMapping;
-use crate::function::{lambda_environment, LocalFunction, Placement};
-use crate::glue::Glue;
-pub use crate::glue::RuntimeOptions;
-use crate::sqs_mapping::SqsMapping;
+use crate::lambda::function::{lambda_environment, LocalFunction, Placement};
+use crate::mappings::rule_delivery::RuleDelivery;
+use crate::mappings::sqs::SqsMapping;
+use crate::mappings::stream::StreamMapping;
+use crate::options::Glue;
+pub use crate::options::RuntimeOptions;
 use crate::stack::Stack;
 use crate::stats::Stats;
 use crate::template::{FunctionEvent, FunctionSpec};
@@ -34,14 +38,14 @@ pub struct Runtime {
     pub stats: Arc<Stats>,
     /// Timing knobs.
     pub options: RuntimeOptions,
-    /// The local issuer of the HTTP API's tokens ([`crate::authorizer`]): its key is kept in
+    /// The local issuer of the HTTP API's tokens ([`crate::runtime::authorizer`]): its key is kept in
     /// `options.state_dir` when there is one, else new for this runtime.
-    pub issuer: Arc<crate::authorizer::LocalIssuer>,
+    pub issuer: Arc<crate::runtime::authorizer::LocalIssuer>,
 }
 
 impl Runtime {
     /// Sets up every function of `stack` to run as `<bin_dir>/<Binary>` with the environment the
-    /// template gives it (see [`crate::binaries`] for building them). Instances start on the
+    /// template gives it (see [`crate::lambda::binaries`] for building them). Instances start on the
     /// first invocation.
     ///
     /// # Errors
@@ -74,8 +78,8 @@ impl Runtime {
             functions.insert(spec.logical_id.clone(), Arc::new(function));
         }
         let issuer = match &options.state_dir {
-            Some(dir) => crate::authorizer::LocalIssuer::load_or_create(dir)?,
-            None => crate::authorizer::LocalIssuer::generate()?,
+            Some(dir) => crate::runtime::authorizer::LocalIssuer::load_or_create(dir)?,
+            None => crate::runtime::authorizer::LocalIssuer::generate()?,
         };
         Ok(Self { stack, sdk, functions, stats, options, issuer: Arc::new(issuer) })
     }
