@@ -10,6 +10,7 @@
 //! - the operator's crate's modules, re-exported at their old paths: [`template`] reads the
 //!   template, [`aws`] builds the SDK configuration, [`stack`] provisions, [`dlq`],
 //!   [`failed_batch`], [`trace`], [`ordering`] and [`webhooks`] are the operator's verbs;
+//! - [`error`]: the runtime's one error type, [`Error`], by cause (it uses none of the folders);
 //! - [`emulator`]: starting moto;
 //! - [`faults`]: AWS's failures, injected between the functions and the emulator;
 //! - [`stats`]: what the runtime observed (and [`stats::status`], for people);
@@ -28,6 +29,7 @@
 pub use outbox_cli::{aws, dlq, failed_batch, filter, ordering, stack, template, trace, webhooks};
 
 pub mod emulator;
+pub mod error;
 pub mod faults;
 pub mod lambda;
 pub mod mappings;
@@ -35,3 +37,5 @@ pub mod options;
 pub mod runtime;
 pub mod scenarios;
 pub mod stats;
+
+pub use error::{Error, Result};

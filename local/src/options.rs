@@ -1,13 +1,9 @@
-//! What the AWS glue ([`crate::mappings::stream`], [`crate::mappings::rule_delivery`]) needs from the runtime, passed in
-//! rather than reached through it: the stack, SDK configuration, counters and timing knobs.
+//! The local runtime's knobs: timing (stream polling, Lambda's asynchronous-invocation retry
+//! waits), instances, fault injection, kept state and local environment variables. Read by the
+//! functions' pools (`lambda`) and the mappings (`mappings`), set by the commands and the tests.
 
 use std::sync::Arc;
 use std::time::Duration;
-
-use aws_config::SdkConfig;
-
-use crate::stack::Stack;
-use crate::stats::Stats;
 
 /// Timing and process knobs of the local runtime. AWS's own values are in the comments. By
 /// default the runtime plays Lambda's asynchronous-invocation retry timing (about 1 minute, then
@@ -31,11 +27,11 @@ pub struct RuntimeOptions {
     /// Fault injection between the functions and the emulator ([`crate::faults`]); none by default.
     pub faults: Option<Arc<crate::faults::Injector>>,
     /// Where the runtime keeps state across restarts (the stream mappings' checkpoints,
-    /// [`crate::mappings::checkpoint`]); `None`: nothing is kept, every start reads the streams from
+    /// `mappings::checkpoint`); `None`: nothing is kept, every start reads the streams from
     /// `TRIM_HORIZON`.
     pub state_dir: Option<std::path::PathBuf>,
     /// Environment variables set on top of the template's, by function logical id (the shape of
-    /// `sam local invoke --env-vars`, see [`crate::lambda::env_vars`]); e.g. the webhook dispatcher's
+    /// `sam local invoke --env-vars`, see `lambda::env_vars`); e.g. the webhook dispatcher's
     /// short local backoff and `WEBHOOK_ALLOW_HTTP=true` from `local/env.json`.
     pub environment: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
 }
@@ -91,17 +87,4 @@ impl RuntimeOptions {
             )
         }
     }
-}
-
-/// What a stream mapping or a rule delivery is set up with.
-#[derive(Debug, Clone, Copy)]
-pub struct Glue<'a> {
-    /// The provisioned stack (stream ARNs, queues, region).
-    pub stack: &'a Stack,
-    /// SDK configuration for the glue's own AWS calls.
-    pub sdk: &'a SdkConfig,
-    /// Where the glue counts what it did.
-    pub stats: &'a Arc<Stats>,
-    /// Timing knobs.
-    pub options: &'a RuntimeOptions,
 }

@@ -25,7 +25,7 @@ pub struct TokenArgs {
 ///
 /// # Errors
 /// What failed, as text.
-pub async fn run(inv: &Invocation, _template: Template, args: &TokenArgs) -> Result<ExitCode, String> {
+pub async fn run(inv: &Invocation, _template: Template, args: &TokenArgs) -> outbox_local::Result<ExitCode> {
     let root = inv.root.as_path();
     let stack_name = inv.stack_name.as_str();
     let TokenArgs { sub, scope, ttl } = args;

@@ -27,7 +27,7 @@ pub struct UpArgs {
 ///
 /// # Errors
 /// What failed, as text.
-pub async fn run(inv: &Invocation, template: Template, args: &UpArgs) -> Result<ExitCode, String> {
+pub async fn run(inv: &Invocation, template: Template, args: &UpArgs) -> outbox_local::Result<ExitCode> {
     let cli = &inv.cli;
     let root = inv.root.as_path();
     let stack_name = inv.stack_name.as_str();
@@ -45,7 +45,7 @@ pub async fn run(inv: &Invocation, template: Template, args: &UpArgs) -> Result<
     let (stop, stopped) = watch::channel(false);
     let (api, server) = http_api::serve(&local.runtime, SocketAddr::from(([127, 0, 0, 1], *port)), stopped.clone())
         .await
-        .map_err(|e| format!("port {port}: {e} (choose another with --port)"))?;
+        .map_err(|e| outbox_local::Error::invalid(format!("port {port}: {e} (choose another with --port)")))?;
     let tasks = local.runtime.spawn_pipelines(stopped.clone())?;
     println!("stack {stack_name:?} is up on {} (emulator)", local.endpoint);
     println!("  HTTP API:   http://{api}");

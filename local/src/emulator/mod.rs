@@ -111,3 +111,9 @@ async fn moto_server(root: &Path) -> Result<(PathBuf, Vec<PathBuf>), EmulatorErr
     let bin = String::from_utf8_lossy(&output.stdout).trim().to_owned();
     Ok((PathBuf::from(bin).join("python"), vec![root.join("scripts/moto_server.py")]))
 }
+
+impl From<EmulatorError> for crate::Error {
+    fn from(e: EmulatorError) -> Self {
+        Self::Part(Box::new(e))
+    }
+}

@@ -236,6 +236,12 @@ pub fn prepare_functions(dir: &Path, functions: &[(String, String)], source: &So
     Ok(target.join("debug"))
 }
 
+impl From<BinariesError> for crate::Error {
+    fn from(e: BinariesError) -> Self {
+        Self::Part(Box::new(e))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,29 +29,29 @@ pub type Overrides = BTreeMap<String, BTreeMap<String, String>>;
 /// # Errors
 /// A message naming the file and what is wrong in it (not JSON, not an object of objects, a
 /// value that is an array or object, an entry for a function that is not in `functions`).
-pub fn load(path: &Path, functions: &[String]) -> Result<Overrides, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    parse(&text, functions).map_err(|e| format!("{}: {e}", path.display()))
+pub fn load(path: &Path, functions: &[String]) -> crate::Result<Overrides> {
+    let text = std::fs::read_to_string(path).map_err(crate::Error::io(path))?;
+    parse(&text, functions).map_err(|e| crate::Error::invalid(format!("{}: {e}", path.display())))
 }
 
 /// [`load`] of a file's text.
 ///
 /// # Errors
 /// As [`load`].
-pub fn parse(text: &str, functions: &[String]) -> Result<Overrides, String> {
+pub fn parse(text: &str, functions: &[String]) -> crate::Result<Overrides> {
     let doc: BTreeMap<String, BTreeMap<String, Value>> =
-        serde_json::from_str(text).map_err(|e| format!("expected {{\"<Function>\": {{\"VAR\": \"value\"}}}}: {e}"))?;
-    let strings = |entry: &str, vars: &BTreeMap<String, Value>| -> Result<BTreeMap<String, String>, String> {
+        serde_json::from_str(text).map_err(|e| crate::Error::invalid(format!("expected {{\"<Function>\": {{\"VAR\": \"value\"}}}}: {e}")))?;
+    let strings = |entry: &str, vars: &BTreeMap<String, Value>| -> crate::Result<BTreeMap<String, String>> {
         vars.iter()
             .map(|(k, v)| match v {
                 Value::String(s) => Ok((k.clone(), s.clone())),
                 Value::Number(_) | Value::Bool(_) => Ok((k.clone(), v.to_string())),
-                _ => Err(format!("{entry}.{k}: expected a string, number or boolean")),
+                _ => Err(crate::Error::invalid(format!("{entry}.{k}: expected a string, number or boolean"))),
             })
             .collect()
     };
     if let Some(unknown) = doc.keys().find(|k| *k != "Parameters" && !functions.contains(k)) {
-        return Err(format!("{unknown}: not a function of the template (functions: {})", functions.join(", ")));
+        return Err(crate::Error::invalid(format!("{unknown}: not a function of the template (functions: {})", functions.join(", "))));
     }
     let shared = doc.get("Parameters").map(|v| strings("Parameters", v)).transpose()?.unwrap_or_default();
     let mut out = Overrides::new();
@@ -82,8 +82,8 @@ mod tests {
     #[test]
     fn mistakes_are_named() {
         let functions = ["A".to_owned()];
-        assert!(parse(r#"{"Typo": {"X": "1"}}"#, &functions).expect_err("unknown").starts_with("Typo: not a function"));
-        assert_eq!(parse(r#"{"A": {"X": [1]}}"#, &functions).expect_err("array"), "A.X: expected a string, number or boolean");
+        assert!(parse(r#"{"Typo": {"X": "1"}}"#, &functions).expect_err("unknown").to_string().starts_with("Typo: not a function"));
+        assert_eq!(parse(r#"{"A": {"X": [1]}}"#, &functions).expect_err("array").to_string(), "A.X: expected a string, number or boolean");
         assert!(parse("[]", &functions).is_err());
         assert!(parse("{}", &functions).expect("empty is fine").is_empty());
     }

@@ -159,7 +159,7 @@ impl LocalFunction {
         let sandbox = match self.take_idle() {
             Some(s) => s,
             None => {
-                let sandbox = Sandbox::start(&self.launch).await.map_err(|e| FunctionError::new("Runtime.InvalidEntrypoint", e))?;
+                let sandbox = Sandbox::start(&self.launch).await.map_err(|e| FunctionError::new("Runtime.InvalidEntrypoint", e.to_string()))?;
                 self.started.fetch_add(1, Ordering::SeqCst);
                 sandbox
             }

@@ -20,7 +20,7 @@
 //!
 //! One instance handles one invocation at a time (Lambda's execution model), so the API holds at
 //! most one invocation in flight; concurrency comes from more instances (see
-//! [`crate::lambda::function`]).
+//! the function's pool, `lambda::function`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -95,14 +95,19 @@ impl Drop for Sandbox {
     }
 }
 
+/// [`crate::Error::Function`] of `launch`'s function: what could not be done, and why.
+fn function_error(launch: &Launch, reason: &str, source: impl Into<crate::error::Source>) -> crate::Error {
+    crate::Error::Function { function: launch.logical_id.clone(), reason: reason.to_owned(), source: source.into() }
+}
+
 impl Sandbox {
     /// Starts an instance: its Runtime API, then the process.
     ///
     /// # Errors
     /// A message naming the function and the program when the port cannot be bound or the
     /// program cannot be started.
-    pub async fn start(launch: &Launch) -> Result<Self, String> {
-        let api = Arc::new(RuntimeApi::bind(&launch.arn).await.map_err(|e| format!("{}: no port for the Runtime API: {e}", launch.logical_id))?);
+    pub async fn start(launch: &Launch) -> crate::Result<Self> {
+        let api = Arc::new(RuntimeApi::bind(&launch.arn).await.map_err(|e| function_error(launch, "no port for the Runtime API", e))?);
         let (kill, mut killed) = watch::channel(false);
         let faults = match &launch.faults {
             Some(injector) => {
@@ -117,7 +122,7 @@ impl Sandbox {
                         }),
                     )
                     .await;
-                Some(proxy.map_err(|e| format!("{}: no port for the fault proxy: {e}", launch.logical_id))?)
+                Some(proxy.map_err(|e| function_error(launch, "no port for the fault proxy", e))?)
             }
             None => None,
         };
@@ -146,7 +151,7 @@ impl Sandbox {
                 Ok(())
             });
         }
-        let mut child = command.spawn().map_err(|e| format!("{}: cannot start {}: {e}", launch.logical_id, launch.program.display()))?;
+        let mut child = command.spawn().map_err(|e| function_error(launch, &format!("cannot start {}", launch.program.display()), e))?;
         let watch = Arc::new(Watch { dead: AtomicBool::new(false), killing: AtomicBool::new(false), tail: Mutex::new(VecDeque::new()) });
         let mut readers = Vec::new();
         if let Some(out) = child.stdout.take() {

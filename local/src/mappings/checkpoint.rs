@@ -96,6 +96,12 @@ impl CheckpointFile {
     }
 }
 
+impl From<CheckpointError> for crate::Error {
+    fn from(e: CheckpointError) -> Self {
+        Self::Part(Box::new(e))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,9 +22,10 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
+use super::Glue;
 use crate::lambda::function::LocalFunction;
 use crate::lambda::runtime_api::FunctionError;
-use crate::options::{Glue, RuntimeOptions};
+use crate::options::RuntimeOptions;
 use crate::stack::LocalRule;
 use crate::stats::Stats;
 
@@ -60,9 +61,10 @@ impl RuleDelivery {
     ///
     /// # Errors
     /// A message when the on-failure destination is not a queue of the stack.
-    pub fn new(glue: Glue<'_>, function: Arc<LocalFunction>, rule: LocalRule) -> Result<Self, String> {
+    pub fn new(glue: Glue<'_>, function: Arc<LocalFunction>, rule: LocalRule) -> crate::Result<Self> {
         let at = format!("{}.Properties.EventInvokeConfig.DestinationConfig.OnFailure.Destination", function.spec.logical_id);
-        let on_failure_url = function.spec.event_invoke.on_failure.as_ref().map(|d| glue.stack.destination_url(d, &at)).transpose()?;
+        let on_failure_url =
+            function.spec.event_invoke.on_failure.as_ref().map(|d| glue.stack.destination_url(d, &at)).transpose().map_err(crate::Error::Invalid)?;
         Ok(Self { function, rule, on_failure_url, sqs: aws_sdk_sqs::Client::new(glue.sdk), stats: glue.stats.clone(), options: glue.options.clone() })
     }
 

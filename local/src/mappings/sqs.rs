@@ -33,9 +33,9 @@ use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemA
 use serde_json::Value;
 use tokio::sync::{watch, Semaphore};
 
+use super::Glue;
 use crate::filter;
 use crate::lambda::function::LocalFunction;
-use crate::options::Glue;
 use crate::stack::QueueInfo;
 use crate::stats::Stats;
 use crate::template::SqsMappingSpec;
@@ -129,16 +129,17 @@ impl SqsMapping {
     ///
     /// # Errors
     /// A message when the queue is not a queue of the stack or a filter is not supported.
-    pub fn new(glue: Glue<'_>, function: Arc<LocalFunction>, spec: SqsMappingSpec) -> Result<Self, String> {
+    pub fn new(glue: Glue<'_>, function: Arc<LocalFunction>, spec: SqsMappingSpec) -> crate::Result<Self> {
         let queue = glue.stack.queue(&spec.queue_logical_id).cloned().ok_or_else(|| {
-            format!(
+            crate::Error::invalid(format!(
                 "{}.Properties.Events.{}.Properties.Queue: {} is not a queue of the template",
                 function.spec.logical_id, spec.name, spec.queue_logical_id
-            )
+            ))
         })?;
         for pattern in &spec.filters {
-            filter::validate(pattern)
-                .map_err(|e| format!("{}.Properties.Events.{}.Properties.FilterCriteria: {e}", function.spec.logical_id, spec.name))?;
+            filter::validate(pattern).map_err(|e| {
+                crate::Error::invalid(format!("{}.Properties.Events.{}.Properties.FilterCriteria: {e}", function.spec.logical_id, spec.name))
+            })?;
         }
         Ok(Self {
             function,

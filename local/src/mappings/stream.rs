@@ -36,11 +36,12 @@ use aws_sdk_dynamodbstreams::types::{Record, ShardIteratorType};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
+use super::Glue;
 use crate::filter;
 use crate::lambda::function::LocalFunction;
 use crate::lambda::runtime_api::FunctionError;
 use crate::mappings::checkpoint::CheckpointFile;
-use crate::options::{Glue, RuntimeOptions};
+use crate::options::RuntimeOptions;
 use crate::stack::Destination;
 use crate::stats::Stats;
 use crate::template::StreamMappingSpec;
@@ -96,22 +97,23 @@ impl StreamMapping {
     ///
     /// # Errors
     /// A message when the stream, a filter or the destination cannot be used.
-    pub fn new(glue: Glue<'_>, function: Arc<LocalFunction>, spec: StreamMappingSpec) -> Result<Self, String> {
+    pub fn new(glue: Glue<'_>, function: Arc<LocalFunction>, spec: StreamMappingSpec) -> crate::Result<Self> {
         let at = format!("{}.Properties.Events.{}", function.spec.logical_id, spec.name);
         let stream_arn = glue
             .stack
             .stream_arns
             .get(&spec.table_logical_id)
             .cloned()
-            .ok_or_else(|| format!("{at}: table {} has no stream (StreamSpecification)", spec.table_logical_id))?;
+            .ok_or_else(|| crate::Error::invalid(format!("{at}: table {} has no stream (StreamSpecification)", spec.table_logical_id)))?;
         for pattern in &spec.filters {
-            filter::validate(pattern).map_err(|e| format!("{at}.Properties.FilterCriteria: {e}"))?;
+            filter::validate(pattern).map_err(|e| crate::Error::invalid(format!("{at}.Properties.FilterCriteria: {e}")))?;
         }
         let on_failure = spec
             .on_failure
             .as_ref()
             .map(|d| glue.stack.destination(d, &format!("{at}.Properties.DestinationConfig.OnFailure.Destination")))
-            .transpose()?;
+            .transpose()
+            .map_err(crate::Error::Invalid)?;
         let checkpoint = glue.options.state_dir.as_deref().map(|dir| CheckpointFile::new(dir, &function.spec.logical_id, &spec.name, &stream_arn));
         Ok(Self {
             function,
@@ -290,15 +292,8 @@ impl StreamMapping {
     /// stale or expired iterator never stalls the mapping (iterators expire after 15 minutes on
     /// AWS; moto without the project's shim replaces the table and its shard on a cancelled
     /// transaction).
-    async fn poll(&self, positions: &mut HashMap<String, Option<String>>, buffer: &mut VecDeque<Buffered>) -> Result<(), String> {
-        let err = |e: &dyn std::fmt::Display| e.to_string();
-        let description = self
-            .streams
-            .describe_stream()
-            .stream_arn(&self.stream_arn)
-            .send()
-            .await
-            .map_err(|e| err(&aws_sdk_dynamodbstreams::error::DisplayErrorContext(e)))?;
+    async fn poll(&self, positions: &mut HashMap<String, Option<String>>, buffer: &mut VecDeque<Buffered>) -> crate::Result<()> {
+        let description = self.streams.describe_stream().stream_arn(&self.stream_arn).send().await.map_err(crate::Error::aws("DescribeStream"))?;
         let shards = description.stream_description().map(|d| d.shards().to_vec()).unwrap_or_default();
         for shard in shards {
             let Some(shard_id) = shard.shard_id() else { continue };
@@ -308,16 +303,9 @@ impl StreamMapping {
                 Some(seq) => request.shard_iterator_type(ShardIteratorType::AfterSequenceNumber).sequence_number(seq),
                 None => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
             };
-            let iterator = request.send().await.map_err(|e| err(&aws_sdk_dynamodbstreams::error::DisplayErrorContext(e)))?.shard_iterator;
+            let iterator = request.send().await.map_err(crate::Error::aws("GetShardIterator"))?.shard_iterator;
             let Some(iterator) = iterator else { continue };
-            let out = self
-                .streams
-                .get_records()
-                .shard_iterator(iterator)
-                .limit(1000)
-                .send()
-                .await
-                .map_err(|e| err(&aws_sdk_dynamodbstreams::error::DisplayErrorContext(e)))?;
+            let out = self.streams.get_records().shard_iterator(iterator).limit(1000).send().await.map_err(crate::Error::aws("GetRecords"))?;
             for record in out.records() {
                 if let Some(seq) = record.dynamodb().and_then(|d| d.sequence_number()) {
                     positions.insert(shard_id.to_owned(), Some(seq.to_owned()));

@@ -66,9 +66,9 @@ impl LocalIssuer {
     ///
     /// # Errors
     /// The key generation's error, in words.
-    pub fn generate() -> Result<Self, String> {
-        let pair = KeyPair::generate(KeySize::Rsa2048).map_err(|e| format!("generating the local issuer's RSA key: {e}"))?;
-        let der = pair.as_der().map_err(|e| format!("encoding the local issuer's key: {e}"))?;
+    pub fn generate() -> crate::Result<Self> {
+        let pair = KeyPair::generate(KeySize::Rsa2048).map_err(crate::Error::other("generating the local issuer's RSA key"))?;
+        let der = pair.as_der().map_err(crate::Error::other("encoding the local issuer's key"))?;
         Self::from_pkcs8(der.as_ref())
     }
 
@@ -76,15 +76,15 @@ impl LocalIssuer {
     ///
     /// # Errors
     /// The key is not an RSA PKCS#8 key.
-    pub fn from_pkcs8(der: &[u8]) -> Result<Self, String> {
-        let pair = KeyPair::from_pkcs8(der).map_err(|e| format!("the local issuer's key is not an RSA PKCS#8 key: {e}"))?;
+    pub fn from_pkcs8(der: &[u8]) -> crate::Result<Self> {
+        let pair = KeyPair::from_pkcs8(der).map_err(crate::Error::other("the local issuer's key is not an RSA PKCS#8 key"))?;
         let public = PublicKeyComponents::<Vec<u8>>::from(pair.public_key());
         let (n, e) = (URL_SAFE_NO_PAD.encode(&public.n), URL_SAFE_NO_PAD.encode(&public.e));
         let kid = format!("local-{}", n.chars().take(16).collect::<String>());
         let body = STANDARD.encode(der).as_bytes().chunks(64).map(|c| String::from_utf8_lossy(c).into_owned()).collect::<Vec<_>>().join("\n");
         let pem = format!("-----BEGIN PRIVATE KEY-----\n{body}\n-----END PRIVATE KEY-----\n");
-        let encoding = EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(|e| format!("the local issuer's key: {e}"))?;
-        let decoding = DecodingKey::from_rsa_components(&n, &e).map_err(|e| format!("the local issuer's public key: {e}"))?;
+        let encoding = EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(crate::Error::other("the local issuer's key"))?;
+        let decoding = DecodingKey::from_rsa_components(&n, &e).map_err(crate::Error::other("the local issuer's public key"))?;
         let jwks = json!({"keys": [{"kty": "RSA", "use": "sig", "alg": "RS256", "kid": kid, "n": n, "e": e}]});
         Ok(Self { kid, encoding, decoding, jwks })
     }
@@ -93,15 +93,15 @@ impl LocalIssuer {
     ///
     /// # Errors
     /// The file cannot be read, written or parsed.
-    pub fn load_or_create(dir: &Path) -> Result<Self, String> {
+    pub fn load_or_create(dir: &Path) -> crate::Result<Self> {
         let path = dir.join(KEY_FILE);
         if let Ok(der) = std::fs::read(&path) {
-            return Self::from_pkcs8(&der).map_err(|e| format!("{}: {e}", path.display()));
+            return Self::from_pkcs8(&der).map_err(crate::Error::other(path.display().to_string()));
         }
-        let pair = KeyPair::generate(KeySize::Rsa2048).map_err(|e| format!("generating the local issuer's RSA key: {e}"))?;
-        let der = pair.as_der().map_err(|e| format!("encoding the local issuer's key: {e}"))?;
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        write_private(&path, der.as_ref()).map_err(|e| format!("{}: {e}", path.display()))?;
+        let pair = KeyPair::generate(KeySize::Rsa2048).map_err(crate::Error::other("generating the local issuer's RSA key"))?;
+        let der = pair.as_der().map_err(crate::Error::other("encoding the local issuer's key"))?;
+        std::fs::create_dir_all(dir).map_err(crate::Error::io(dir))?;
+        write_private(&path, der.as_ref()).map_err(crate::Error::io(&path))?;
         Self::from_pkcs8(der.as_ref())
     }
 

@@ -19,7 +19,7 @@ use crate::lambda::function::{lambda_environment, LocalFunction, Placement};
 use crate::mappings::rule_delivery::RuleDelivery;
 use crate::mappings::sqs::SqsMapping;
 use crate::mappings::stream::StreamMapping;
-use crate::options::Glue;
+use crate::mappings::Glue;
 pub use crate::options::RuntimeOptions;
 use crate::stack::Stack;
 use crate::stats::Stats;
@@ -51,7 +51,7 @@ impl Runtime {
     /// # Errors
     /// A message naming the function whose environment cannot be resolved or whose binary is
     /// missing.
-    pub fn new(sdk: SdkConfig, stack: Stack, options: RuntimeOptions, bin_dir: &Path) -> Result<Self, String> {
+    pub fn new(sdk: SdkConfig, stack: Stack, options: RuntimeOptions, bin_dir: &Path) -> crate::Result<Self> {
         Self::with_functions(sdk, stack, options, bin_dir, None)
     }
 
@@ -60,12 +60,12 @@ impl Runtime {
     ///
     /// # Errors
     /// As [`Runtime::new`].
-    pub fn with_functions(sdk: SdkConfig, stack: Stack, options: RuntimeOptions, bin_dir: &Path, only: Option<&str>) -> Result<Self, String> {
+    pub fn with_functions(sdk: SdkConfig, stack: Stack, options: RuntimeOptions, bin_dir: &Path, only: Option<&str>) -> crate::Result<Self> {
         let stats = Arc::new(Stats::default());
         let mut functions = HashMap::new();
         for spec in stack.functions.iter().filter(|f| only.is_none_or(|id| f.logical_id == id)) {
             let program = program_of(spec, bin_dir)?;
-            let mut template_env = stack.environment(spec).map_err(|e| e.to_string())?;
+            let mut template_env = stack.environment(spec)?;
             if let Some(overrides) = options.environment.get(&spec.logical_id) {
                 template_env.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
@@ -88,11 +88,11 @@ impl Runtime {
     ///
     /// # Errors
     /// A message listing the functions there are.
-    pub fn function(&self, logical_id: &str) -> Result<Arc<LocalFunction>, String> {
+    pub fn function(&self, logical_id: &str) -> crate::Result<Arc<LocalFunction>> {
         self.functions.get(logical_id).cloned().ok_or_else(|| {
             let mut names: Vec<&str> = self.functions.keys().map(String::as_str).collect();
             names.sort_unstable();
-            format!("no function {logical_id:?} in {}; functions: {}", self.stack.template.path.display(), names.join(", "))
+            crate::Error::invalid(format!("no function {logical_id:?} in {}; functions: {}", self.stack.template.path.display(), names.join(", ")))
         })
     }
 
@@ -101,7 +101,7 @@ impl Runtime {
     ///
     /// # Errors
     /// A message when a mapping cannot be set up (e.g. an unsupported filter).
-    pub fn spawn_pipelines(&self, shutdown: watch::Receiver<bool>) -> Result<Vec<JoinHandle<()>>, String> {
+    pub fn spawn_pipelines(&self, shutdown: watch::Receiver<bool>) -> crate::Result<Vec<JoinHandle<()>>> {
         let glue = Glue { stack: &self.stack, sdk: &self.sdk, stats: &self.stats, options: &self.options };
         let mut tasks = Vec::new();
         for function in self.functions.values() {
@@ -139,18 +139,18 @@ impl Runtime {
 ///
 /// # Errors
 /// A message naming the function and its `Binary` when the file is not there.
-pub fn program_of(spec: &FunctionSpec, bin_dir: &Path) -> Result<std::path::PathBuf, String> {
+pub fn program_of(spec: &FunctionSpec, bin_dir: &Path) -> crate::Result<std::path::PathBuf> {
     let program = bin_dir.join(&spec.binary);
     if program.is_file() {
         return Ok(program);
     }
-    Err(format!(
+    Err(crate::Error::invalid(format!(
         "{}: its binary {:?} (Metadata.BuildProperties.Binary) is not at {}; build it (`cargo build --bin {}` beside the template) or run without --no-build",
         spec.logical_id,
         spec.binary,
         program.display(),
         spec.binary
-    ))
+    )))
 }
 
 impl Drop for Runtime {
@@ -172,11 +172,11 @@ mod tests {
         .expect("a template");
         let spec = &template.functions().expect("its functions")[0];
         let dir = std::env::temp_dir().join(format!("outbox-local-no-binaries-{}", uuid::Uuid::new_v4()));
-        let err = program_of(spec, &dir).expect_err("no binary there");
+        let err = program_of(spec, &dir).expect_err("no binary there").to_string();
         assert!(err.starts_with("ShipOrderFunction: its binary \"ship-order\" (Metadata.BuildProperties.Binary) is not at "), "{err}");
         std::fs::create_dir_all(&dir).expect("a temporary directory");
         std::fs::write(dir.join("ship-order"), b"").expect("a file");
-        assert_eq!(program_of(spec, &dir), Ok(dir.join("ship-order")));
+        assert_eq!(program_of(spec, &dir).expect("the binary is there"), dir.join("ship-order"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

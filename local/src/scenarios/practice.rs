@@ -33,9 +33,9 @@ pub struct Practice {
 
 /// The first consumer of the template with an EventBridge rule and a `DEAD_LETTER_QUEUE_URL`:
 /// its logical id, the event's source and detail-type (from the rule's pattern), the bus, the queue.
-fn consumer_target(stack: &Stack) -> Result<(String, String, String, String, QueueInfo), String> {
+fn consumer_target(stack: &Stack) -> crate::Result<(String, String, String, String, QueueInfo)> {
     for function in &stack.functions {
-        let env = stack.environment(function).map_err(|e| e.to_string())?;
+        let env = stack.environment(function).map_err(crate::Error::from)?;
         let Some(url) = env.get("DEAD_LETTER_QUEUE_URL") else { continue };
         let Some(queue) = stack.queues.iter().find(|q| &q.url == url) else { continue };
         for event in &function.events {
@@ -45,13 +45,13 @@ fn consumer_target(stack: &Stack) -> Result<(String, String, String, String, Que
             let (Some(source), Some(detail_type)) = (first("source"), first("detail-type")) else { continue };
             let at = format!("{}.Properties.Events.{}.Properties.EventBusName", function.logical_id, rule.name);
             let bus = match &rule.bus {
-                Some(v) => stack.resolver.resolve_string(v, &at).map_err(|e| e.to_string())?,
+                Some(v) => stack.resolver.resolve_string(v, &at).map_err(crate::Error::from)?,
                 None => "default".into(),
             };
             return Ok((function.logical_id.clone(), source, detail_type, bus, queue.clone()));
         }
     }
-    Err("no function of the template has an EventBridge rule with source and detail-type and a DEAD_LETTER_QUEUE_URL".into())
+    Err(crate::Error::invalid("no function of the template has an EventBridge rule with source and detail-type and a DEAD_LETTER_QUEUE_URL"))
 }
 
 /// Puts one malformed event on the bus and waits (at most `timeout`) until the consumer has
@@ -60,7 +60,7 @@ fn consumer_target(stack: &Stack) -> Result<(String, String, String, String, Que
 /// # Errors
 /// A message when the bus refuses the event, or the dead letter does not arrive in time (are the
 /// consumers running, e.g. `outbox-local up`?).
-pub async fn run(sdk: &SdkConfig, stack: &Stack, timeout: Duration) -> Result<Practice, String> {
+pub async fn run(sdk: &SdkConfig, stack: &Stack, timeout: Duration) -> crate::Result<Practice> {
     let (function, source, detail_type, bus, queue) = consumer_target(stack)?;
     let event_id = format!("practice-{}", uuid::Uuid::now_v7());
     let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
@@ -76,28 +76,23 @@ pub async fn run(sdk: &SdkConfig, stack: &Stack, timeout: Duration) -> Result<Pr
         .detail(detail.to_string())
         .build();
     let events = aws_sdk_eventbridge::Client::new(sdk);
-    let out = events
-        .put_events()
-        .entries(entry)
-        .send()
-        .await
-        .map_err(|e| format!("PutEvents on {bus}: {}", aws_sdk_eventbridge::error::DisplayErrorContext(e)))?;
+    let out = events.put_events().entries(entry).send().await.map_err(crate::Error::aws(format!("PutEvents on {bus}")))?;
     if out.failed_entry_count() > 0 {
-        return Err(format!("the bus {bus} refused the event: {:?}", out.entries()));
+        return Err(crate::Error::expectation(format!("the bus {bus} refused the event: {:?}", out.entries())));
     }
     let sqs = aws_sdk_sqs::Client::new(sdk);
     let started = Instant::now();
     loop {
-        let held = dlq::peek(&sqs, &queue).await?;
+        let held = dlq::peek(&sqs, &queue).await.map_err(crate::Error::Operator)?;
         if let Some(message) = held.into_iter().find(|m| m.event_id.as_deref() == Some(event_id.as_str())) {
             return Ok(Practice { function, queue, event_id, message });
         }
         if started.elapsed() > timeout {
-            return Err(format!(
+            return Err(crate::Error::expectation(format!(
                 "event {event_id} was put on bus {bus} but is not in {} after {} s: are the consumers running (`outbox-local up`)?",
                 queue.name,
                 timeout.as_secs()
-            ));
+            )));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

@@ -55,11 +55,11 @@ pub struct Counts {
     pub relay_failed_invocations: usize,
     /// Stream batches sent to the mapping's on-failure destination.
     pub stream_batches_dead_lettered: usize,
-    /// What the functions reported as CloudWatch Embedded Metric Format lines ([`crate::lambda::emf`]):
+    /// What the functions reported as CloudWatch Embedded Metric Format lines (`lambda::emf`):
     /// per function logical id, per metric name, the sum of the values (for counters such as
     /// the relay's `EventsPublished`, `PutEventsCalls`, `RecordsSeen`: the totals).
     pub metrics: BTreeMap<String, BTreeMap<String, f64>>,
-    /// Messages the SQS event source mappings received ([`crate::mappings::sqs`]; every receive
+    /// Messages the SQS event source mappings received (`mappings::sqs`; every receive
     /// of a message counts, redeliveries included).
     pub sqs_messages_received: usize,
     /// Received messages that matched no `FilterCriteria` (deleted without invoking).
@@ -154,7 +154,7 @@ impl Stats {
         });
     }
 
-    /// Adds the values of one EMF document of `function` (see [`crate::lambda::emf::parse`]).
+    /// Adds the values of one EMF document of `function` (parsed by `lambda::emf::parse`).
     pub fn add_metrics(&self, function: &str, values: &[(String, f64)]) {
         if values.is_empty() {
             return;

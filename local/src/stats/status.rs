@@ -1,5 +1,5 @@
 //! What the functions report about themselves, for people: the per-stage figures of their EMF
-//! metrics ([`crate::lambda::emf`], summed per function by [`crate::stats`]) and the status line `up`
+//! metrics (`lambda::emf`, summed per function by [`crate::stats`]) and the status line `up`
 //! prints every few seconds.
 
 use std::collections::BTreeMap;

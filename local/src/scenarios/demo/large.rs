@@ -61,12 +61,12 @@ struct Tap {
     queue_url: String,
 }
 
-fn sdk_error(action: &str, e: impl std::error::Error + 'static) -> String {
-    format!("{action}: {}", aws_sdk_sqs::error::DisplayErrorContext(e))
+fn sdk_error(action: &str, e: impl std::error::Error + Send + Sync + 'static) -> crate::Error {
+    crate::Error::aws(action)(e)
 }
 
 impl Tap {
-    async fn open(runtime: &Runtime, bus: &str, correlation_id: &str) -> Result<Self, String> {
+    async fn open(runtime: &Runtime, bus: &str, correlation_id: &str) -> crate::Result<Self> {
         let events = aws_sdk_eventbridge::Client::new(&runtime.sdk);
         let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
         let name = format!("demo-large-tap-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
@@ -82,7 +82,7 @@ impl Tap {
             .map_err(|e| sdk_error("GetQueueAttributes", e))?
             .attributes
             .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn).cloned())
-            .ok_or("the tap queue has no ARN")?;
+            .ok_or_else(|| crate::Error::invalid("the tap queue has no ARN"))?;
         let pattern = json!({"detail": {"metadata": {"correlation_id": [correlation_id]}}});
         tap.events
             .put_rule()
@@ -92,7 +92,7 @@ impl Tap {
             .send()
             .await
             .map_err(|e| sdk_error("PutRule", e))?;
-        let target = aws_sdk_eventbridge::types::Target::builder().id("tap").arn(arn).build().map_err(|e| e.to_string())?;
+        let target = aws_sdk_eventbridge::types::Target::builder().id("tap").arn(arn).build().map_err(crate::Error::other("the rule\'s target"))?;
         tap.events.put_targets().rule(&tap.rule).event_bus_name(&tap.bus).targets(target).send().await.map_err(|e| sdk_error("PutTargets", e))?;
         Ok(tap)
     }
@@ -131,17 +131,22 @@ fn attachment() -> String {
 /// # Errors
 /// A message when the order is refused, is not claim-checked (the producer has no
 /// `CLAIM_CHECK_BUCKET`), or does not take effect within `timeout`.
-pub(crate) async fn run(runtime: &Runtime, api: SocketAddr, say: &Say, timeout: Duration) -> Result<LargeEvents, String> {
-    let env_of = |logical: &str| -> Result<std::collections::HashMap<String, String>, String> {
+pub(crate) async fn run(runtime: &Runtime, api: SocketAddr, say: &Say, timeout: Duration) -> crate::Result<LargeEvents> {
+    let env_of = |logical: &str| -> crate::Result<std::collections::HashMap<String, String>> {
         let f = runtime.function(logical)?;
-        runtime.stack.environment(&f.spec).map_err(|e| e.to_string())
+        runtime.stack.environment(&f.spec).map_err(crate::Error::from)
     };
     let consumer_env = env_of("ReserveInventoryFunction")?;
-    let var = |name: &str| consumer_env.get(name).cloned().ok_or(format!("ReserveInventoryFunction has no {name}"));
+    let var = |name: &str| consumer_env.get(name).cloned().ok_or_else(|| crate::Error::invalid(format!("ReserveInventoryFunction has no {name}")));
     let (inventory_table, outbox_table, inbox_table) = (var("INVENTORY_TABLE")?, var("OUTBOX_TABLE")?, var("INBOX_TABLE")?);
-    let bus = runtime.stack.rules.first().map(|r| r.bus_name.clone()).ok_or("the template has no EventBridge rule for a consumer")?;
+    let bus = runtime
+        .stack
+        .rules
+        .first()
+        .map(|r| r.bus_name.clone())
+        .ok_or_else(|| crate::Error::invalid("the template has no EventBridge rule for a consumer"))?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
-    stock::put(&dynamodb, &inventory_table, LARGE_SKU, 10).await.map_err(|e| format!("seeding stock: {e}"))?;
+    stock::put(&dynamodb, &inventory_table, LARGE_SKU, 10).await.map_err(crate::Error::other("seeding stock"))?;
 
     let correlation_id = format!("demo-large-{}", uuid::Uuid::now_v7());
     let tap = Tap::open(runtime, &bus, &correlation_id).await?;
@@ -158,7 +163,7 @@ async fn follow(
     correlation_id: &str,
     tap: &Tap,
     [outbox_table, inbox_table, inventory_table]: [&str; 3],
-) -> Result<LargeEvents, String> {
+) -> crate::Result<LargeEvents> {
     let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
     let body = json!({
         "customer_id": "c-large", "currency": "EUR",
@@ -167,7 +172,8 @@ async fn follow(
     })
     .to_string();
     let url = format!("http://{api}/orders");
-    let client = crate::runtime::authorizer::client_as(&runtime.issuer, super::DEMO_SUBJECT).build().map_err(|e| e.to_string())?;
+    let client =
+        crate::runtime::authorizer::client_as(&runtime.issuer, super::DEMO_SUBJECT).build().map_err(crate::Error::other("the HTTP client"))?;
     let response = client
         .post(&url)
         .header("content-type", "application/json")
@@ -175,13 +181,13 @@ async fn follow(
         .body(body.clone())
         .send()
         .await
-        .map_err(|e| format!("POST {url}: {e}"))?;
+        .map_err(crate::Error::other(format!("POST {url}")))?;
     let status = response.status();
     let text = response.text().await.unwrap_or_default();
     if status.as_u16() != 201 {
-        return Err(format!("POST /orders answered {status} for the large order: {text}"));
+        return Err(crate::Error::expectation(format!("POST /orders answered {status} for the large order: {text}")));
     }
-    let created: Value = serde_json::from_str(&text).map_err(|e| format!("POST /orders answered non-JSON: {e}"))?;
+    let created: Value = serde_json::from_str(&text).map_err(crate::Error::other("POST /orders answered non-JSON"))?;
     let (order_id, event_id) = (created["order_id"].as_str().unwrap_or_default(), created["event_id"].as_str().unwrap_or_default());
 
     // The producer: the outbox item holds the reference, the bucket the bytes.
@@ -195,12 +201,13 @@ async fn follow(
         .await
         .map_err(|e| sdk_error("GetItem outbox", e))?
         .item
-        .ok_or("the large order's outbox item is missing")?;
-    let item = OutboxItem::from_item(serde_dynamo::Item::from(item)).map_err(|e| e.to_string())?;
-    let reference = item
-        .payload_ref
-        .clone()
-        .ok_or("the large order's outbox item carries its payload inline, not by claim check: is CLAIM_CHECK_BUCKET set on CreateOrderFunction?")?;
+        .ok_or_else(|| crate::Error::expectation("the large order's outbox item is missing"))?;
+    let item = OutboxItem::from_item(serde_dynamo::Item::from(item)).map_err(crate::Error::other("the outbox item"))?;
+    let reference = item.payload_ref.clone().ok_or_else(|| {
+        crate::Error::invalid(
+            "the large order's outbox item carries its payload inline, not by claim check: is CLAIM_CHECK_BUCKET set on CreateOrderFunction?",
+        )
+    })?;
     let s3 = aws_sdk_s3::Client::new(&runtime.sdk);
     let head = s3.head_object().bucket(&reference.bucket).key(&reference.key).send().await.map_err(|e| sdk_error("HeadObject", e))?;
     say.line(format!(
@@ -250,7 +257,7 @@ async fn follow(
 }
 
 /// The `payload_hash` of the inbox row of `event_id` (the consumer's, the only one in the demo).
-async fn inbox_payload_hash(dynamodb: &aws_sdk_dynamodb::Client, table: &str, event_id: &str) -> Result<Option<String>, String> {
+async fn inbox_payload_hash(dynamodb: &aws_sdk_dynamodb::Client, table: &str, event_id: &str) -> crate::Result<Option<String>> {
     let mut pages = dynamodb
         .scan()
         .table_name(table)

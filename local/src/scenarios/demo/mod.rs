@@ -172,10 +172,10 @@ impl Say {
 ///
 /// # Errors
 /// A message when the table is unknown or DynamoDB fails.
-pub async fn seed_stock(runtime: &Runtime, units: u64) -> Result<Vec<String>, String> {
+pub async fn seed_stock(runtime: &Runtime, units: u64) -> crate::Result<Vec<String>> {
     let Ok(function) = runtime.function("ReserveInventoryFunction") else { return Ok(Vec::new()) };
-    let env = runtime.stack.environment(&function.spec).map_err(|e| e.to_string())?;
-    let table = env.get("INVENTORY_TABLE").ok_or("ReserveInventoryFunction has no INVENTORY_TABLE")?;
+    let env = runtime.stack.environment(&function.spec).map_err(crate::Error::from)?;
+    let table = env.get("INVENTORY_TABLE").ok_or_else(|| crate::Error::invalid("ReserveInventoryFunction has no INVENTORY_TABLE"))?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
     let mut seeded = Vec::new();
     for sku in SAMPLE_SKUS {
@@ -201,21 +201,27 @@ pub const DEMO_SUBJECT: &str = "demo-customer";
 ///
 /// # Errors
 /// A message saying which stage did not complete.
-pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) -> Result<DemoReport, String> {
+pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) -> crate::Result<DemoReport> {
     use std::io::IsTerminal;
     let say = Say { quiet: options.json, terminal: std::io::stderr().is_terminal(), last: Default::default() };
     let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
     let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
     let events = aws_sdk_eventbridge::Client::new(&runtime.sdk);
-    let env_of = |logical: &str| -> Result<HashMap<String, String>, String> {
+    let env_of = |logical: &str| -> crate::Result<HashMap<String, String>> {
         let f = runtime.function(logical)?;
-        runtime.stack.environment(&f.spec).map_err(|e| e.to_string())
+        runtime.stack.environment(&f.spec).map_err(crate::Error::from)
     };
     let consumer_env = env_of("ReserveInventoryFunction")?;
-    let inventory_table = consumer_env.get("INVENTORY_TABLE").cloned().ok_or("ReserveInventoryFunction has no INVENTORY_TABLE")?;
-    let outbox_table = consumer_env.get("OUTBOX_TABLE").cloned().ok_or("ReserveInventoryFunction has no OUTBOX_TABLE")?;
-    let consumer_dlq = runtime.stack.queue("ConsumerDeadLetterQueue").cloned().ok_or("the template has no ConsumerDeadLetterQueue")?;
-    let rule = runtime.stack.rules.first().cloned().ok_or("the template has no EventBridge rule for a consumer")?;
+    let inventory_table =
+        consumer_env.get("INVENTORY_TABLE").cloned().ok_or_else(|| crate::Error::invalid("ReserveInventoryFunction has no INVENTORY_TABLE"))?;
+    let outbox_table =
+        consumer_env.get("OUTBOX_TABLE").cloned().ok_or_else(|| crate::Error::invalid("ReserveInventoryFunction has no OUTBOX_TABLE"))?;
+    let consumer_dlq = runtime
+        .stack
+        .queue("ConsumerDeadLetterQueue")
+        .cloned()
+        .ok_or_else(|| crate::Error::invalid("the template has no ConsumerDeadLetterQueue"))?;
+    let rule = runtime.stack.rules.first().cloned().ok_or_else(|| crate::Error::invalid("the template has no EventBridge rule for a consumer"))?;
     // The books need every order's deliveries (bounded by the orders the demo commits).
     runtime.stats.record_every_event();
     // Webhook subscribers and the partner, registered before any event can reach them.
@@ -223,9 +229,9 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
 
     // 1. Stock.
     for sku in SAMPLE_SKUS {
-        stock::put(&dynamodb, &inventory_table, sku, 10_000).await.map_err(|e| format!("seeding stock: {e}"))?;
+        stock::put(&dynamodb, &inventory_table, sku, 10_000).await.map_err(crate::Error::other("seeding stock"))?;
     }
-    stock::put(&dynamodb, &inventory_table, SCARCE_SKU, 1).await.map_err(|e| format!("seeding stock: {e}"))?;
+    stock::put(&dynamodb, &inventory_table, SCARCE_SKU, 1).await.map_err(crate::Error::other("seeding stock"))?;
 
     // 2. Orders through the HTTP API.
     let samples = sample_orders(&options.events_dir)?;
@@ -244,7 +250,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         Some("demo-over-stock".into()),
     ));
     // The demo's customer signs every order API request (the template's JWT authorizer).
-    let client = crate::runtime::authorizer::client_as(&runtime.issuer, DEMO_SUBJECT).build().map_err(|e| e.to_string())?;
+    let client = crate::runtime::authorizer::client_as(&runtime.issuer, DEMO_SUBJECT).build().map_err(crate::Error::other("the HTTP client"))?;
     let url = format!("http://{api}/orders");
     let mut orders = Vec::new();
     for (i, (body, correlation)) in requests.iter().enumerate() {
@@ -252,13 +258,13 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         if let Some(c) = correlation {
             request = request.header("x-correlation-id", c);
         }
-        let response = request.send().await.map_err(|e| format!("POST {url}: {e}"))?;
+        let response = request.send().await.map_err(crate::Error::other(format!("POST {url}")))?;
         let status = response.status();
         let text = response.text().await.unwrap_or_default();
         if status.as_u16() != 201 {
-            return Err(format!("POST /orders answered {status} for order {}: {text}", i + 1));
+            return Err(crate::Error::expectation(format!("POST /orders answered {status} for order {}: {text}", i + 1)));
         }
-        let created: Value = serde_json::from_str(&text).map_err(|e| format!("POST /orders answered non-JSON: {e}"))?;
+        let created: Value = serde_json::from_str(&text).map_err(crate::Error::other("POST /orders answered non-JSON"))?;
         let quantity = serde_json::from_str::<Value>(body)
             .ok()
             .and_then(|b| b.get("lines").and_then(Value::as_array).map(|l| l.iter().filter_map(|x| x["quantity"].as_u64()).sum()))
@@ -305,12 +311,12 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         ));
         if started.elapsed() > options.timeout {
             say.end_progress();
-            return Err(format!(
+            return Err(crate::Error::expectation(format!(
                 "the pipeline did not go quiet in {} s: {consumed}/{} orders consumed, {} outbox items unpublished (run with -v to see the functions' logs)",
                 options.timeout.as_secs(),
                 orders.len(),
                 unpublished.map_or_else(|| "not yet counted".to_owned(), |n| n.to_string())
-            ));
+            )));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -332,7 +338,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
     ));
 
     // 4. A duplicate delivery of the first order's event.
-    let first = orders.first().ok_or("no order was committed")?;
+    let first = orders.first().ok_or_else(|| crate::Error::expectation("no order was committed"))?;
     let item = dynamodb
         .get_item()
         .table_name(&outbox_table)
@@ -341,18 +347,18 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         .consistent_read(true)
         .send()
         .await
-        .map_err(|e| format!("GetItem outbox: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?
+        .map_err(crate::Error::aws("GetItem outbox"))?
         .item
-        .ok_or("the first order's outbox item is missing")?;
-    let item = OutboxItem::from_item(serde_dynamo::Item::from(item)).map_err(|e| e.to_string())?;
-    let bus_event = item.to_bus_event().map_err(|e| e.to_string())?;
+        .ok_or_else(|| crate::Error::expectation("the first order's outbox item is missing"))?;
+    let item = OutboxItem::from_item(serde_dynamo::Item::from(item)).map_err(crate::Error::other("the outbox item"))?;
+    let bus_event = item.to_bus_event().map_err(crate::Error::other("the outbox item's bus event"))?;
     put_event(&events, bus_event.to_entry(&rule.bus_name)).await?;
     wait_until(options.timeout, || {
         let c = runtime.stats.snapshot();
         has_outcome(&c, &first.event_id, "duplicate")
     })
     .await
-    .map_err(|_| format!("the duplicate of event {} was not absorbed in time", first.event_id))?;
+    .map_err(|_| crate::Error::expectation(format!("the duplicate of event {} was not absorbed in time", first.event_id)))?;
     say.line(format!(
         "4. duplicate  event {} published again (new EventBridge envelope id, same detail.metadata.id) → absorbed by the inbox, no second reservation",
         first.event_id
@@ -362,23 +368,23 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
     let cancelled = orders
         .iter()
         .find(|o| o.event_id != first.event_id && has_outcome(&runtime.stats.snapshot(), &o.event_id, "reserved"))
-        .ok_or("no reserved order to cancel")?;
+        .ok_or_else(|| crate::Error::expectation("no reserved order to cancel"))?;
     let response = client
         .post(format!("http://{api}/orders/{}/cancel", cancelled.order_id))
         .header("content-type", "application/json")
         .body(r#"{"reason":"customer changed their mind"}"#)
         .send()
         .await
-        .map_err(|e| format!("POST /orders/{{id}}/cancel: {e}"))?;
+        .map_err(crate::Error::other("POST /orders/{id}/cancel"))?;
     let status = response.status();
     let text = response.text().await.unwrap_or_default();
     if status.as_u16() != 200 {
-        return Err(format!("POST /orders/{}/cancel answered {status}: {text}", cancelled.order_id));
+        return Err(crate::Error::expectation(format!("POST /orders/{}/cancel answered {status}: {text}", cancelled.order_id)));
     }
     let cancel_event = serde_json::from_str::<Value>(&text).ok().and_then(|v| v["event_id"].as_str().map(str::to_owned)).unwrap_or_default();
     wait_until(options.timeout, || has_outcome(&runtime.stats.snapshot(), &cancel_event, "released"))
         .await
-        .map_err(|_| format!("the cancellation of order {} was not applied in time", cancelled.order_id))?;
+        .map_err(|_| crate::Error::expectation(format!("the cancellation of order {} was not applied in time", cancelled.order_id)))?;
     say.line(format!(
         "5. cancel     POST /orders/{}/cancel → OrderCancelled (sequence 2, optimistic concurrency on the order version) → relay → consumer released {} units (InventoryReleased)",
         cancelled.order_id, cancelled.quantity
@@ -403,12 +409,12 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         "data": {"order_id": first.order_id, "reason": "sequence 2 to 4 never happened"}
     });
     put_event(&events, entry(&rule.bus_name, "OrderCancelled", &gap)).await?;
-    dlq::wait_for_depth(&sqs, &consumer_dlq, 1, options.timeout).await?;
-    let inbox_table = consumer_env.get("INBOX_TABLE").cloned().ok_or("ReserveInventoryFunction has no INBOX_TABLE")?;
+    dlq::wait_for_depth(&sqs, &consumer_dlq, 1, options.timeout).await.map_err(crate::Error::Operator)?;
+    let inbox_table = consumer_env.get("INBOX_TABLE").cloned().ok_or_else(|| crate::Error::invalid("ReserveInventoryFunction has no INBOX_TABLE"))?;
     let parked_gap = {
         let started = std::time::Instant::now();
         loop {
-            let parked = crate::ordering::parked(&dynamodb, &inbox_table).await?;
+            let parked = crate::ordering::parked(&dynamodb, &inbox_table).await.map_err(crate::Error::Operator)?;
             if let Some(p) = parked.into_iter().find(|p| p.event.event_id == gap_id) {
                 break Some(p);
             }
@@ -418,7 +424,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     };
-    let dead = dlq::peek(&sqs, &consumer_dlq).await?;
+    let dead = dlq::peek(&sqs, &consumer_dlq).await.map_err(crate::Error::Operator)?;
     let poison = dead.iter().find(|m| m.event_id.as_deref() == Some(poison_id.as_str()));
     let gap = parked_gap.as_ref().filter(|_| !dead.iter().any(|m| m.event_id.as_deref() == Some(gap_id.as_str())));
     let reason = |m: Option<&dlq::DlqMessage>| m.map(|m| m.reason.clone()).unwrap_or_else(|| "(not found)".into());
@@ -576,11 +582,11 @@ async fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> Result
 }
 
 /// The event ids of every item in the outbox table.
-async fn outbox_event_ids(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Result<Vec<String>, String> {
+async fn outbox_event_ids(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> crate::Result<Vec<String>> {
     let mut ids = Vec::new();
     let mut pages = dynamodb.scan().table_name(table).projection_expression("event_id").into_paginator().items().send();
     while let Some(item) = pages.next().await {
-        let item = item.map_err(|e| format!("Scan {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+        let item = item.map_err(crate::Error::aws(format!("Scan {table}")))?;
         if let Some(AttributeValue::S(id)) = item.get("event_id") {
             ids.push(id.clone());
         }

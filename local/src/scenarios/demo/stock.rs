@@ -10,15 +10,15 @@ fn key(sku: &str) -> AttributeValue {
     AttributeValue::S(format!("SKU#{sku}"))
 }
 
-fn failed(action: &str, table: &str, e: impl std::error::Error + 'static) -> String {
-    format!("{action} {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e))
+fn failed(action: &str, table: &str, e: impl std::error::Error + Send + Sync + 'static) -> crate::Error {
+    crate::Error::aws(format!("{action} {table}"))(e)
 }
 
 /// Puts a stock item for `sku` with `available` units and none reserved (replacing any).
 ///
 /// # Errors
 /// A message with the SDK's error.
-pub async fn put(client: &aws_sdk_dynamodb::Client, table: &str, sku: &str, available: u64) -> Result<(), String> {
+pub async fn put(client: &aws_sdk_dynamodb::Client, table: &str, sku: &str, available: u64) -> crate::Result<()> {
     client
         .put_item()
         .table_name(table)
@@ -36,7 +36,7 @@ pub async fn put(client: &aws_sdk_dynamodb::Client, table: &str, sku: &str, avai
 ///
 /// # Errors
 /// A message with the SDK's error.
-pub async fn get(client: &aws_sdk_dynamodb::Client, table: &str, sku: &str) -> Result<Option<(u64, u64)>, String> {
+pub async fn get(client: &aws_sdk_dynamodb::Client, table: &str, sku: &str) -> crate::Result<Option<(u64, u64)>> {
     let out = client.get_item().table_name(table).key("pk", key(sku)).consistent_read(true).send().await.map_err(|e| failed("GetItem", table, e))?;
     let number = |item: &HashMap<String, AttributeValue>, name: &str| {
         item.get(name).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0)

@@ -12,7 +12,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use outbox_webhooks::{Secret, SignedHeaders, Verifier};
+use outbox_webhooks::{Secret, SignedHeaders, Verifier, VerifyError};
 use tokio::sync::watch;
 
 /// One scripted answer: the status and an optional `Retry-After` in seconds.
@@ -27,7 +27,7 @@ pub struct Received {
     pub webhook_id: Option<String>,
     /// Whether the signature verified against the subscriber's secrets (and the timestamp was
     /// within 5 minutes); the reason when not.
-    pub verified: Result<(), String>,
+    pub verified: Result<(), VerifyError>,
     /// The status the server answered.
     pub status: u16,
     /// The body, as received.
@@ -109,7 +109,7 @@ async fn receive(State(shared): State<Arc<Mutex<Shared>>>, Path(subscriber): Pat
     let Some(endpoint) = shared.endpoints.get_mut(&subscriber) else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    let verified = endpoint.verifier.verify(&signed, &body, chrono::Utc::now().timestamp()).map(|_| ()).map_err(|e| e.to_string());
+    let verified = endpoint.verifier.verify(&signed, &body, chrono::Utc::now().timestamp()).map(|_| ());
     // A request that does not verify is refused, as a subscriber must; the script is not used up.
     let (status, retry_after) = match (&verified, endpoint.script.len()) {
         (Err(_), _) => (401, None),

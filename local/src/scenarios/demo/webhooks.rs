@@ -76,13 +76,13 @@ pub(crate) struct Outbound {
     pub(crate) answers: Vec<(String, Vec<u16>)>,
 }
 
-fn aws<E: std::error::Error + 'static>(action: &str) -> impl FnOnce(E) -> String + '_ {
-    move |e| format!("{action}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e))
+fn aws<E: std::error::Error + Send + Sync + 'static>(action: &str) -> impl FnOnce(E) -> crate::Error + '_ {
+    crate::Error::aws(action)
 }
 
 /// Creates secret `name` with `value`, or sets its value when it exists (a stack reused with
 /// `--endpoint`).
-async fn put_secret(client: &aws_sdk_secretsmanager::Client, name: &str, value: &str) -> Result<(), String> {
+async fn put_secret(client: &aws_sdk_secretsmanager::Client, name: &str, value: &str) -> crate::Result<()> {
     if client.create_secret().name(name).secret_string(value).send().await.is_ok() {
         return Ok(());
     }
@@ -96,16 +96,17 @@ impl Webhooks {
     ///
     /// # Errors
     /// A message saying which step failed.
-    pub(crate) async fn set_up(runtime: &Runtime) -> Result<Option<Self>, String> {
+    pub(crate) async fn set_up(runtime: &Runtime) -> crate::Result<Option<Self>> {
         let (Ok(dispatcher), Ok(partner)) = (runtime.function("WebhookDispatcherFunction"), runtime.function("PartnerWebhookFunction")) else {
             return Ok(None);
         };
-        let env = |f: &crate::lambda::function::LocalFunction| runtime.stack.environment(&f.spec).map_err(|e| e.to_string());
+        let env = |f: &crate::lambda::function::LocalFunction| runtime.stack.environment(&f.spec).map_err(crate::Error::from);
         let (dispatcher_env, partner_env) = (env(&dispatcher)?, env(&partner)?);
-        let var =
-            |env: &HashMap<String, String>, name: &str| env.get(name).cloned().ok_or(format!("no {name} in the webhook functions' environment"));
+        let var = |env: &HashMap<String, String>, name: &str| {
+            env.get(name).cloned().ok_or_else(|| crate::Error::invalid(format!("no {name} in the webhook functions' environment")))
+        };
         let (stop, stopped) = watch::channel(false);
-        let server = SubscriberServer::start(stopped).await.map_err(|e| format!("the local webhook subscriber: {e}"))?;
+        let server = SubscriberServer::start(stopped).await.map_err(crate::Error::other("the local webhook subscriber"))?;
         let secrets = aws_sdk_secretsmanager::Client::new(&runtime.sdk);
         let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
 
@@ -133,7 +134,11 @@ impl Webhooks {
         let partner_secret = Secret::generate();
         let partners = json!({ PARTNER: partner_secret.to_whsec() }).to_string();
         put_secret(&secrets, &var(&partner_env, "PARTNER_SECRETS_ID")?, &partners).await?;
-        let dead_letter_queue = runtime.stack.queue("WebhookDeadLetterQueue").cloned().ok_or("the template has no WebhookDeadLetterQueue")?;
+        let dead_letter_queue = runtime
+            .stack
+            .queue("WebhookDeadLetterQueue")
+            .cloned()
+            .ok_or_else(|| crate::Error::invalid("the template has no WebhookDeadLetterQueue"))?;
         Ok(Some(Self {
             server,
             _stop: stop,
@@ -153,7 +158,7 @@ impl Webhooks {
     ///
     /// # Errors
     /// A message when a request fails or an answer is not what the API promises.
-    pub(crate) async fn inbound(&self, runtime: &Runtime, api: SocketAddr, order_id: &str) -> Result<Inbound, String> {
+    pub(crate) async fn inbound(&self, runtime: &Runtime, api: SocketAddr, order_id: &str) -> crate::Result<Inbound> {
         let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
         let client = reqwest::Client::new();
         let url = format!("http://{api}/webhooks/{PARTNER}");
@@ -174,16 +179,16 @@ impl Webhooks {
                     .body(body)
                     .send()
                     .await
-                    .map_err(|e| format!("POST {url}: {e}"))?;
+                    .map_err(crate::Error::other(format!("POST {url}")))?;
                 let status = response.status().as_u16();
                 let text = response.text().await.unwrap_or_default();
-                Ok::<(u16, Value), String>((status, serde_json::from_str(&text).unwrap_or(Value::String(text))))
+                Ok::<(u16, Value), crate::Error>((status, serde_json::from_str(&text).unwrap_or(Value::String(text))))
             }
         };
         let before = self.order_version(&dynamodb, order_id).await?.1;
         let (status, answer) = post(webhook_id.clone(), self.partner_secret.clone()).await?;
         if status != 200 || answer["duplicate"] != json!(false) {
-            return Err(format!("the partner's webhook was answered {status}: {answer}"));
+            return Err(crate::Error::expectation(format!("the partner's webhook was answered {status}: {answer}")));
         }
         let (state, paid) = self.order_version(&dynamodb, order_id).await?;
         let (status, answer) = post(webhook_id.clone(), self.partner_secret.clone()).await?;
@@ -208,7 +213,7 @@ impl Webhooks {
     }
 
     /// `(status, version)` of the order.
-    async fn order_version(&self, dynamodb: &aws_sdk_dynamodb::Client, order_id: &str) -> Result<(String, u64), String> {
+    async fn order_version(&self, dynamodb: &aws_sdk_dynamodb::Client, order_id: &str) -> crate::Result<(String, u64)> {
         let out = dynamodb
             .get_item()
             .table_name(&self.orders_table)
@@ -217,14 +222,14 @@ impl Webhooks {
             .send()
             .await
             .map_err(aws("GetItem order"))?;
-        let item = out.item.ok_or_else(|| format!("order {order_id} is not in {}", self.orders_table))?;
+        let item = out.item.ok_or_else(|| crate::Error::expectation(format!("order {order_id} is not in {}", self.orders_table)))?;
         let status = item.get("status").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
         let version = item.get("version").and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or(0);
         Ok((status, version))
     }
 
     /// Inbox rows of the partner's webhook `webhook_id`.
-    async fn inbox_rows(&self, dynamodb: &aws_sdk_dynamodb::Client, webhook_id: &str) -> Result<usize, String> {
+    async fn inbox_rows(&self, dynamodb: &aws_sdk_dynamodb::Client, webhook_id: &str) -> crate::Result<usize> {
         let out = dynamodb
             .query()
             .table_name(&self.inbox_table)
@@ -242,29 +247,29 @@ impl Webhooks {
     ///
     /// # Errors
     /// A message when that does not happen within `timeout`.
-    pub(crate) async fn outbound(&self, runtime: &Runtime, timeout: Duration) -> Result<Outbound, String> {
+    pub(crate) async fn outbound(&self, runtime: &Runtime, timeout: Duration) -> crate::Result<Outbound> {
         let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
         let started = Instant::now();
         let succeeded = |id: &str| self.server.received_by(id).iter().any(|r| (200..300).contains(&r.status));
         loop {
-            let dead = dlq::depth(&sqs, &self.dead_letter_queue).await?;
+            let dead = dlq::depth(&sqs, &self.dead_letter_queue).await.map_err(crate::Error::Operator)?;
             if succeeded("demo-healthy") && succeeded("demo-flaky") && dead >= 1 {
                 break;
             }
             if started.elapsed() > timeout {
-                return Err(format!(
+                return Err(crate::Error::expectation(format!(
                     "the webhooks were not delivered in {} s: the subscriber got {:?}; {} dead letter(s)",
                     timeout.as_secs(),
                     self.server.received().iter().map(|r| (&r.subscriber, r.status)).collect::<Vec<_>>(),
                     dead
-                ));
+                )));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         // The invocations that made those answers settle their messages (and report their
         // figures) after the answer: wait until the delivery queue holds nothing in flight.
         if let Some(queue) = runtime.stack.queue("WebhookDeliveryQueue") {
-            while dlq::depth(&sqs, queue).await? > 0 && started.elapsed() < timeout {
+            while dlq::depth(&sqs, queue).await.map_err(crate::Error::Operator)? > 0 && started.elapsed() < timeout {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
@@ -280,7 +285,7 @@ impl Webhooks {
         Ok(Outbound {
             delivered: delivered.len(),
             retries,
-            dead_lettered: dlq::peek(&sqs, &self.dead_letter_queue).await?,
+            dead_lettered: dlq::peek(&sqs, &self.dead_letter_queue).await.map_err(crate::Error::Operator)?,
             unverified: received.iter().filter(|r| r.verified.is_err()).count(),
             answers,
         })

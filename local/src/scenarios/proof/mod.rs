@@ -145,15 +145,17 @@ struct Names {
     consumer_types: Vec<String>,
 }
 
-fn names(runtime: &Runtime) -> Result<Names, String> {
-    let env_of = |logical: &str| -> Result<HashMap<String, String>, String> {
+fn names(runtime: &Runtime) -> crate::Result<Names> {
+    let env_of = |logical: &str| -> crate::Result<HashMap<String, String>> {
         let f = runtime.function(logical)?;
-        runtime.stack.environment(&f.spec).map_err(|e| e.to_string())
+        runtime.stack.environment(&f.spec).map_err(crate::Error::from)
     };
     let consumer = env_of("ReserveInventoryFunction")?;
     let producer = env_of("CreateOrderFunction")?;
-    let get = |env: &HashMap<String, String>, k: &str| env.get(k).cloned().ok_or_else(|| format!("no {k} in the function's environment"));
-    let rule = runtime.stack.rules.first().ok_or("the template has no EventBridge rule for a consumer")?;
+    let get = |env: &HashMap<String, String>, k: &str| {
+        env.get(k).cloned().ok_or_else(|| crate::Error::invalid(format!("no {k} in the function's environment")))
+    };
+    let rule = runtime.stack.rules.first().ok_or_else(|| crate::Error::invalid("the template has no EventBridge rule for a consumer"))?;
     let consumer_types = runtime
         .stack
         .rules
@@ -166,7 +168,12 @@ fn names(runtime: &Runtime) -> Result<Names, String> {
         orders: get(&producer, "ORDERS_TABLE")?,
         inventory: get(&consumer, "INVENTORY_TABLE")?,
         inbox: get(&consumer, "INBOX_TABLE")?,
-        outbox_stream: runtime.stack.stream_arns.get("OutboxTable").cloned().ok_or("the template's OutboxTable has no stream")?,
+        outbox_stream: runtime
+            .stack
+            .stream_arns
+            .get("OutboxTable")
+            .cloned()
+            .ok_or_else(|| crate::Error::invalid("the template's OutboxTable has no stream"))?,
         bus: rule.bus_name.clone(),
         dead_letter_queues: runtime.stack.queues.iter().filter(|q| q.logical_id.contains("DeadLetter")).cloned().collect(),
         consumer_types,
@@ -204,7 +211,7 @@ async fn wait_quiet(injector: &Injector, options: &ProofOptions, say: &Say, stag
 /// # Errors
 /// A message when the stack cannot be read or set up (not when an invariant breaks: that is in
 /// the report).
-pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>, options: &ProofOptions) -> Result<ProofReport, String> {
+pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>, options: &ProofOptions) -> crate::Result<ProofReport> {
     use std::io::IsTerminal;
     let say = Say { quiet: options.json, terminal: std::io::stderr().is_terminal(), last: Default::default() };
     let names = names(&runtime)?;
@@ -230,7 +237,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
     let client = crate::runtime::authorizer::client_as(&runtime.issuer, "proof-customer")
         .timeout(Duration::from_secs(90))
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(crate::Error::other("the HTTP client"))?;
     let permits = Arc::new(tokio::sync::Semaphore::new(options.concurrency.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..options.orders {
@@ -263,7 +270,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
                 failed += 1;
                 tracing::warn!(order = i, answer = ?answer, "proof: the order was not accepted");
             }
-            Err(e) => return Err(format!("an order task failed: {e}")),
+            Err(e) => return Err(crate::Error::expectation(format!("an order task failed: {e}"))),
         }
         say.progress(format!("POST /orders {done}/{}: {} answered, {failed} failed; {} AWS calls", options.orders, answered.len(), injector.calls()));
     }
@@ -302,10 +309,10 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
     let mut unexplained = Vec::new();
     let mut redriven = 0;
     for q in &names.dead_letter_queues {
-        let messages = dlq::peek(&sqs, q).await?;
+        let messages = dlq::peek(&sqs, q).await.map_err(crate::Error::Operator)?;
         let all = dlq::Selection::default();
         let options = dlq::RedriveOptions { bus: &names.bus, replayer: None, dry_run: true, selection: &all, force: false };
-        let dry = dlq::redrive(&sqs, &events, q, &options, |_, _| {}).await?;
+        let dry = dlq::redrive(&sqs, &events, q, &options, |_, _| {}).await.map_err(crate::Error::Operator)?;
         for m in &messages {
             let explained = !m.reason.trim().is_empty()
                 && (dry.redriven.contains(&m.message_id) || dry.left.iter().any(|(id, why)| id == &m.message_id && !why.trim().is_empty()));
@@ -321,7 +328,9 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
             // As an operator would: what can pass is redriven; permanent causes stay, with why.
             let all = dlq::Selection::default();
             let options = dlq::RedriveOptions { bus: &names.bus, replayer: None, dry_run: false, selection: &all, force: false };
-            let report = dlq::redrive(&sqs, &events, q, &options, |d, t| say.progress(format!("redriving {}: {d}/{t}", q.logical_id))).await?;
+            let report = dlq::redrive(&sqs, &events, q, &options, |d, t| say.progress(format!("redriving {}: {d}/{t}", q.logical_id)))
+                .await
+                .map_err(crate::Error::Operator)?;
             redriven += report.redriven.len();
         }
         say.end_progress();
@@ -329,14 +338,14 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
     }
     let mut left = 0;
     for q in &names.dead_letter_queues {
-        left += dlq::peek(&sqs, q).await?.len();
+        left += dlq::peek(&sqs, q).await.map_err(crate::Error::Operator)?.len();
     }
     lap("redrive", &mut phases);
 
     // The verdict, from the tables, the stream and the queues.
     say.progress("reading the tables, the stream and the archive");
     let _ = stop_archive.send(true);
-    let published = archived.await.map_err(|e| format!("reading the archive queue: {e}"))??;
+    let published = archived.await.map_err(crate::Error::other("reading the archive queue"))??;
     let carried = stream_events(&runtime, &names.outbox_stream).await?;
     let orders = scan(&dynamodb, &names.orders, &["pk", "order_id", "status"]).await?;
     let inventory = scan(&dynamodb, &names.inventory, &["pk", "status", "lines", "available", "reserved"]).await?;

@@ -9,13 +9,13 @@ use serde_json::{json, Value};
 
 use crate::runtime::Runtime;
 
-pub(super) fn sdk_error(action: &str, e: impl std::error::Error + 'static) -> String {
-    format!("{action}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e))
+pub(super) fn sdk_error(action: &str, e: impl std::error::Error + Send + Sync + 'static) -> crate::Error {
+    crate::Error::aws(action)(e)
 }
 
 /// A queue with every event of `bus` (a rule matching all), so what was published can be read
 /// back.
-pub(super) async fn archive(runtime: &Runtime, bus: &str) -> Result<String, String> {
+pub(super) async fn archive(runtime: &Runtime, bus: &str) -> crate::Result<String> {
     let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
     let events = aws_sdk_eventbridge::Client::new(&runtime.sdk);
     let name = format!("{}-proof-archive", runtime.stack.resolver.stack_name);
@@ -30,7 +30,8 @@ pub(super) async fn archive(runtime: &Runtime, bus: &str) -> Result<String, Stri
         .send()
         .await
         .map_err(|e| sdk_error("PutRule", e))?;
-    let target = aws_sdk_eventbridge::types::Target::builder().id("proof-archive").arn(arn).build().map_err(|e| e.to_string())?;
+    let target =
+        aws_sdk_eventbridge::types::Target::builder().id("proof-archive").arn(arn).build().map_err(crate::Error::other("the rule\'s target"))?;
     events.put_targets().rule(&name).event_bus_name(bus).targets(target).send().await.map_err(|e| sdk_error("PutTargets", e))?;
     Ok(url)
 }
@@ -39,11 +40,7 @@ pub(super) async fn archive(runtime: &Runtime, bus: &str) -> Result<String, Stri
 /// queue answered empty twice; returns the events' `detail.metadata.id`. The queue is read while
 /// the proof runs, not once at the end: the emulator's SQS passes over every message of a queue
 /// on each receive and delete, so a queue left to fill up makes reading it back quadratic.
-pub(super) async fn drain_archive(
-    sqs: aws_sdk_sqs::Client,
-    url: String,
-    stop: tokio::sync::watch::Receiver<bool>,
-) -> Result<HashSet<String>, String> {
+pub(super) async fn drain_archive(sqs: aws_sdk_sqs::Client, url: String, stop: tokio::sync::watch::Receiver<bool>) -> crate::Result<HashSet<String>> {
     let mut into = HashSet::new();
     let mut empty = 0;
     while !(*stop.borrow() && empty >= 2) {
@@ -65,7 +62,7 @@ pub(super) async fn drain_archive(
             }
             if let Some(handle) = m.receipt_handle() {
                 let entry = aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(handle).build();
-                batch = batch.entries(entry.map_err(|e| e.to_string())?);
+                batch = batch.entries(entry.map_err(crate::Error::other("a DeleteMessageBatch entry"))?);
             }
         }
         batch.send().await.map_err(|e| sdk_error("DeleteMessageBatch", e))?;
@@ -75,7 +72,7 @@ pub(super) async fn drain_archive(
 
 /// `(event_id, event_type)` of every `INSERT` the stream `arn` carried (every shard, from its
 /// trim horizon).
-pub(super) async fn stream_events(runtime: &Runtime, arn: &str) -> Result<Vec<(String, String)>, String> {
+pub(super) async fn stream_events(runtime: &Runtime, arn: &str) -> crate::Result<Vec<(String, String)>> {
     use aws_sdk_dynamodbstreams::types::{AttributeValue as V, ShardIteratorType};
     let streams = aws_sdk_dynamodbstreams::Client::new(&runtime.sdk);
     let description = streams.describe_stream().stream_arn(arn).send().await.map_err(|e| sdk_error("DescribeStream", e))?;
@@ -126,7 +123,7 @@ pub(super) async fn scan(
     dynamodb: &aws_sdk_dynamodb::Client,
     table: &str,
     attributes: &[&str],
-) -> Result<Vec<HashMap<String, AttributeValue>>, String> {
+) -> crate::Result<Vec<HashMap<String, AttributeValue>>> {
     let mut items = Vec::new();
     let names: Vec<String> = (0..attributes.len()).map(|i| format!("#a{i}")).collect();
     let mut scan = dynamodb.scan().table_name(table).consistent_read(true).projection_expression(names.join(", "));
