@@ -9,8 +9,6 @@
 //! (`OutboxWriter` → outbox item → `to_bus_event`). `tests/orders_api.rs` validates the events
 //! the order API wrote to the emulator's outbox table.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -35,7 +33,7 @@ fn read_json(path: &Path) -> Value {
 
 /// Messages of every violation of `instance` against the schema of `event_type` v`version`.
 fn violations(event_type: &str, version: u64, instance: &Value) -> Vec<String> {
-    common::schema_violations(event_type, version, instance)
+    crate::common::schema_violations(event_type, version, instance)
 }
 
 fn assert_valid(event_type: &str, version: u64, detail: &Value) {

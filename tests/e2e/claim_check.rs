@@ -6,13 +6,11 @@
 //! tampered or missing object is dead-lettered with the reason. Exactly at the computed inline
 //! limit the payload stays inline; one byte over, it goes to S3.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::common::{endpoint, root, short_id};
 use aws_sdk_dynamodb::types::AttributeValue;
-use common::{endpoint, root, short_id};
 use outbox::claim_check::{sha256_hex, ClaimCheck};
 use outbox::consumer::{Consumer, Handled};
 use outbox::consumer::{MemoryDeadLetters, RetryPolicy};

@@ -3,11 +3,9 @@
 //! consumer library with a readable reason; a redrive of it is refused (its cause is permanent)
 //! until forced.
 
-mod common;
-
 use std::time::Duration;
 
-use common::Local;
+use crate::common::Local;
 use outbox_local::dlq::{self, RedriveOptions, Selection};
 use outbox_local::scenarios::practice;
 

@@ -3,11 +3,9 @@
 //! the same order id is cancelled (409, nothing written), and a bad body is a 400 naming the
 //! field that writes nothing.
 
-mod common;
-
 use std::net::SocketAddr;
 
-use common::{s, Local};
+use crate::common::{s, Local};
 use serde_json::{json, Value};
 
 #[derive(Debug)]
@@ -55,7 +53,7 @@ async fn a_second_create_of_the_same_order_id_is_a_409_and_writes_nothing() {
     let token = local.token("alice");
     let orders_table = local.table("OrdersTable");
     let outbox_table = local.table("OutboxTable");
-    let order_id = format!("o-{}", common::short_id());
+    let order_id = format!("o-{}", crate::common::short_id());
 
     let first = post_order(api, &token, &order(&order_id, "c-first", 2)).await;
     assert_eq!(first.status, 201, "first create: {first:?}");
@@ -95,13 +93,13 @@ async fn a_bad_body_is_a_400_naming_the_field_and_writes_nothing() {
     let outbox_table = local.table("OutboxTable");
 
     // One good order first, so "unchanged" is not just "still empty".
-    let good = post_order(api, &token, &order(&format!("o-{}", common::short_id()), "c-1", 1)).await;
+    let good = post_order(api, &token, &order(&format!("o-{}", crate::common::short_id()), "c-1", 1)).await;
     assert_eq!(good.status, 201, "{good:?}");
     let outbox_before = local.scan(&outbox_table).await.len();
     let orders_before = local.scan(&orders_table).await.len();
     assert_eq!((outbox_before, orders_before), (1, 1));
 
-    let bad_id = format!("o-{}", common::short_id());
+    let bad_id = format!("o-{}", crate::common::short_id());
     let bad = post_order(api, &token, &order(&bad_id, "c-1", 0)).await;
     assert_eq!(bad.status, 400, "quantity 0: {bad:?}");
     assert!(bad.content_type.starts_with("application/problem+json"), "content-type of the 400: {bad:?}");
@@ -128,7 +126,7 @@ async fn a_concurrent_writer_of_the_same_aggregate_sequence_is_refused_not_dupli
     let local = Local::start().await;
     let outbox_table = local.table("OutboxTable");
     let writer = OutboxWriter::new(outbox_table.clone(), std::time::Duration::from_secs(3600));
-    let account = format!("a-{}", common::short_id());
+    let account = format!("a-{}", crate::common::short_id());
     let event =
         |event_type: &str| Event::new(event_type, "example.accounts", ("Account", account.as_str()), 0, &json!({"account": account})).unwrap();
 

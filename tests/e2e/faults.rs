@@ -3,16 +3,14 @@
 //! (read back from the tables and the stream); the local HTTP API answers slow and half-closed
 //! clients.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::Local;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
-use common::Local;
 use outbox_local::aws::{sdk_config, Target};
 use outbox_local::faults::{Attached, Fault, FaultKind, FaultPlan, Injector};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,7 +23,7 @@ struct Clients {
 }
 
 async fn behind(faults: Vec<Fault>) -> (Arc<Injector>, Attached, Clients, Arc<AtomicUsize>) {
-    let injector = Injector::new(FaultPlan { seed: 1, faults, ..FaultPlan::default() }, common::endpoint());
+    let injector = Injector::new(FaultPlan { seed: 1, faults, ..FaultPlan::default() }, crate::common::endpoint());
     let killed = Arc::new(AtomicUsize::new(0));
     let k = killed.clone();
     let attached = injector
@@ -236,7 +234,7 @@ async fn raw(addr: SocketAddr, head: &str, body: &str, half_close: bool) -> Stri
         stream.shutdown().await.expect("half-closes");
     }
     let mut answer = Vec::new();
-    tokio::time::timeout(common::WAIT, stream.read_to_end(&mut answer)).await.expect("an answer, not a hang").expect("reads");
+    tokio::time::timeout(crate::common::WAIT, stream.read_to_end(&mut answer)).await.expect("an answer, not a hang").expect("reads");
     String::from_utf8_lossy(&answer).into_owned()
 }
 
@@ -275,15 +273,15 @@ async fn a_function_killed_after_its_commit_fails_the_request_but_the_commit_sta
     use outbox_local::runtime::{Runtime, RuntimeOptions};
     use outbox_local::stack::{Mode, Stack};
     use outbox_local::template::Template;
-    let sdk = sdk_config(&Target { endpoint: Some(common::endpoint().to_owned()), region: "us-east-1".into() }).await;
-    let template = Template::load(&common::root().join("template.yaml")).expect("template.yaml loads");
-    let stack = Stack::set_up(&sdk, template, &common::stack_name(), EMULATOR_ACCOUNT, Mode::Provision).await.expect("a stack");
+    let sdk = sdk_config(&Target { endpoint: Some(crate::common::endpoint().to_owned()), region: "us-east-1".into() }).await;
+    let template = Template::load(&crate::common::root().join("template.yaml")).expect("template.yaml loads");
+    let stack = Stack::set_up(&sdk, template, &crate::common::stack_name(), EMULATOR_ACCOUNT, Mode::Provision).await.expect("a stack");
     let mut crash = fault(FaultKind::Crash, "dynamodb:TransactWriteItems", None);
     crash.function = Some("CreateOrderFunction".into());
     crash.limit = Some(1);
-    let injector = Injector::new(FaultPlan { faults: vec![crash], ..FaultPlan::default() }, common::endpoint());
-    let options = RuntimeOptions { faults: Some(injector.clone()), ..common::fast_options() };
-    let runtime = Runtime::new(sdk, stack, options, common::bin_dir()).expect("the functions");
+    let injector = Injector::new(FaultPlan { faults: vec![crash], ..FaultPlan::default() }, crate::common::endpoint());
+    let options = RuntimeOptions { faults: Some(injector.clone()), ..crate::common::fast_options() };
+    let runtime = Runtime::new(sdk, stack, options, crate::common::bin_dir()).expect("the functions");
     let orders = runtime.stack.environment(&runtime.function("CreateOrderFunction").expect("the producer").spec).expect("its environment")
         ["ORDERS_TABLE"]
         .clone();

@@ -2,12 +2,10 @@
 //! leases, a crash between claim and effect, lease takeover by two racing takers, payload
 //! conflicts, and per-aggregate sequence checks.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::Local;
 use chrono::Utc;
-use common::Local;
 use outbox::envelope::EventMetadata;
 use outbox::inbox::{Claim, Inbox, InboxError, InboxOutcome};
 
@@ -132,7 +130,7 @@ async fn every_claim_row_carries_a_ttl_and_ordering_rows_none() {
     assert_eq!(rows.len(), 3, "claim + ordering row + guarded claim");
     let now = Utc::now().timestamp();
     for row in rows {
-        let ordering = common::s(&row, "pk").contains("#aggregate#");
+        let ordering = crate::common::s(&row, "pk").contains("#aggregate#");
         let expires: Option<i64> = row.get("expires_at").and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok());
         match (ordering, expires) {
             (true, None) => {}

@@ -1,9 +1,7 @@
 //! Provisioning from `template.yaml` is idempotent: setting up an existing stack again changes
 //! nothing (no second rule target, no error), and every resource the functions name exists.
 
-mod common;
-
-use common::Local;
+use crate::common::Local;
 use outbox_local::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
 use outbox_local::stack::{Mode, Stack};
 use outbox_local::template::Template;
@@ -11,8 +9,8 @@ use outbox_local::template::Template;
 #[tokio::test]
 async fn provisioning_an_existing_stack_is_a_no_op() {
     let local = Local::start().await;
-    let sdk = sdk_config(&Target { endpoint: Some(common::endpoint().to_owned()), region: "us-east-1".into() }).await;
-    let template = Template::load(&common::root().join("template.yaml")).unwrap();
+    let sdk = sdk_config(&Target { endpoint: Some(crate::common::endpoint().to_owned()), region: "us-east-1".into() }).await;
+    let template = Template::load(&crate::common::root().join("template.yaml")).unwrap();
     let again = Stack::set_up(&sdk, template, &local.stack_name, EMULATOR_ACCOUNT, Mode::Provision).await.expect("a second set-up succeeds");
     let first = &local.runtime.stack;
     assert_eq!(again.tables, first.tables);

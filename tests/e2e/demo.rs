@@ -7,11 +7,9 @@
 //! one refused) and the `OrderPaid` it produced reaches the local subscribers: two delivered (one
 //! after a 500 and a 429), one dead-lettered.
 
-mod common;
-
 use std::time::Duration;
 
-use common::Local;
+use crate::common::Local;
 use outbox_local::scenarios::demo::{self, DemoOptions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -19,7 +17,7 @@ async fn the_demo_adds_up() {
     let mut local = Local::start().await;
     let api = local.serve_http().await;
     local.spawn_pipelines();
-    let events_dir = common::root().join("events");
+    let events_dir = crate::common::root().join("events");
     let samples = demo::sample_orders(&events_dir).expect("the sample orders of events/").len();
     assert_eq!(samples, 2, "POST /orders samples in events/");
 
@@ -46,7 +44,7 @@ async fn the_demo_adds_up() {
             detail.as_object_mut().expect("an object").remove("data_ref");
             claim_checked += 1;
         }
-        let errors = common::schema_violations(&item.event_type, u64::from(item.event_version), &detail);
+        let errors = crate::common::schema_violations(&item.event_type, u64::from(item.event_version), &detail);
         assert!(errors.is_empty(), "{} v{} published by the demo breaks its schema: {errors:?}\n{detail}", item.event_type, item.event_version);
         checked.insert(item.event_type);
     }

@@ -14,16 +14,14 @@
 //!
 //! Every check is read from what the subscriber received and from the queues and tables.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::common::Local;
 use aws_sdk_dynamodb::types::AttributeValue;
 use axum::http::{HeaderMap, StatusCode};
-use common::Local;
 use outbox::{Event, OutboxWriter};
 use outbox_local::dlq;
 use outbox_local::template::Template;
@@ -100,13 +98,13 @@ async fn black_hole() -> String {
 
 /// A stack with the local settings plus `settings` for the dispatcher, its pipelines running.
 async fn start(settings: &[(&str, &str)]) -> Local {
-    let template = Template::load(&common::root().join("template.yaml")).expect("template.yaml");
-    let mut options = common::fast_options();
+    let template = Template::load(&crate::common::root().join("template.yaml")).expect("template.yaml");
+    let mut options = crate::common::fast_options();
     let env = options.environment.entry(DISPATCHER.into()).or_default();
     for (k, v) in settings {
         env.insert((*k).into(), (*v).into());
     }
-    let mut local = Local::start_with(template, common::endpoint(), options, None).await;
+    let mut local = Local::start_with(template, crate::common::endpoint(), options, None).await;
     local.spawn_pipelines();
     local
 }
@@ -141,7 +139,7 @@ async fn emit(local: &Local, n: usize) -> Vec<String> {
     let writer = OutboxWriter::new(local.table("OutboxTable"), Duration::from_secs(3600));
     let mut tx = writer.transaction();
     for _ in 0..n {
-        let order = format!("o-{}", common::short_id());
+        let order = format!("o-{}", crate::common::short_id());
         let event =
             Event::new("OrderPaid", "example.orders", ("Order", order.as_str()), 2, &serde_json::json!({"order_id": order, "payment_id": "p-1"}))
                 .expect("an event");

@@ -3,12 +3,10 @@
 //! reused with another payload) goes to the ConsumerDeadLetterQueue on the first attempt; one that
 //! fails every attempt (a sequence gap) gets there after Lambda's asynchronous retries.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{s, Deadline, Local};
+use crate::common::{s, Deadline, Local};
 use orders_app::inventory;
 use outbox_local::lambda::function::LocalFunction;
 use serde_json::{json, Value};
@@ -17,7 +15,7 @@ const CONSUMER: &str = "ReserveInventoryFunction";
 
 /// `events/order-created.json` with a new event id, order id and EventBridge envelope id.
 fn order_created(event_id: &str, order_id: &str, envelope_id: &str) -> String {
-    let path = common::root().join("events/order-created.json");
+    let path = crate::common::root().join("events/order-created.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut event: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     event["id"] = json!(envelope_id);
@@ -73,7 +71,7 @@ async fn duplicate_and_racing_deliveries_take_effect_once() {
 
     // 1. The same event twice, with two EventBridge envelope ids.
     let event_id = uuid::Uuid::now_v7().to_string();
-    let order_id = format!("o-{}", common::short_id());
+    let order_id = format!("o-{}", crate::common::short_id());
     assert_eq!(outcome(&function, &order_created(&event_id, &order_id, "envelope-a")).await, "reserved");
     assert_eq!(outcome(&function, &order_created(&event_id, &order_id, "envelope-b")).await, "duplicate");
     check_stock(1).await;
@@ -86,7 +84,7 @@ async fn duplicate_and_racing_deliveries_take_effect_once() {
 
     // 2. One new event delivered 8 times at once.
     let event_id = uuid::Uuid::now_v7().to_string();
-    let order_id = format!("o-{}", common::short_id());
+    let order_id = format!("o-{}", crate::common::short_id());
     let tasks: Vec<_> = (0..8)
         .map(|i| {
             let function = function.clone();
@@ -110,7 +108,7 @@ async fn duplicate_and_racing_deliveries_take_effect_once() {
 
     // 3. The same event id with different data (another order): never applied. No retry can fix
     //    it, so the consumer sends it to its dead-letter queue on the first attempt.
-    let other_order = format!("o-{}", common::short_id());
+    let other_order = format!("o-{}", crate::common::short_id());
     assert_eq!(outcome(&function, &order_created(&event_id, &other_order, "envelope-c")).await, "dead_lettered");
     check_stock(2).await;
     assert!(local.query_pk(&outbox_table, &format!("Reservation#{other_order}")).await.is_empty());
@@ -210,7 +208,7 @@ async fn an_event_whose_predecessor_never_comes_is_parked_not_dead_lettered() {
     local.spawn_pipelines();
 
     let gap_id = format!("gap-{}", uuid::Uuid::now_v7());
-    let order_id = format!("never-created-{}", common::short_id());
+    let order_id = format!("never-created-{}", crate::common::short_id());
     let detail = json!({
         "metadata": {"id": gap_id, "type": "OrderCancelled", "version": 1, "source": "example.orders",
                      "time": "2026-11-29T08:00:00.000Z", "subject": order_id, "aggregate_type": "Order",

@@ -12,14 +12,12 @@
 //! * A broker outage during orders and cancellations drains with no operator step: every
 //!   cancellation released, nothing in the consumer's dead-letter queue.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Deadline, Local};
+use crate::common::{Deadline, Local};
 use outbox::{Event, OutboxWriter};
 use outbox_local::failed_batch::{self, Replayer};
 use outbox_local::template::Template;
@@ -95,7 +93,7 @@ async fn emit(local: &Local, source: &str, n: usize) -> BTreeSet<String> {
     let mut tx = writer.transaction();
     for _ in 0..n {
         tx.emit(
-            Event::from_json("ThingHappened", source, ("Thing", common::short_id()), 1, r#"{"n":1}"#)
+            Event::from_json("ThingHappened", source, ("Thing", crate::common::short_id()), 1, r#"{"n":1}"#)
                 .correlation_id("relay-outage-test")
                 .trace_header(None),
         )
@@ -110,8 +108,8 @@ async fn outbox_ids(local: &Local, source: &str) -> BTreeSet<String> {
         .scan(&local.table("OutboxTable"))
         .await
         .iter()
-        .filter(|i| common::s(i, "source") == source)
-        .map(|i| common::s(i, "event_id").to_owned())
+        .filter(|i| crate::common::s(i, "source") == source)
+        .map(|i| crate::common::s(i, "event_id").to_owned())
         .collect()
 }
 
@@ -127,15 +125,15 @@ async fn bucket_keys(s3: &aws_sdk_s3::Client, bucket: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_outage_longer_than_every_retry_loses_nothing_after_dlq_redrive() {
     // The template's mapping, its record age scaled down from 23 h to 2 s (retries stay unlimited).
-    let path = common::root().join("template.yaml");
+    let path = crate::common::root().join("template.yaml");
     let text = std::fs::read_to_string(&path).expect("template.yaml");
     assert!(text.contains("MaximumRecordAgeInSeconds: 82800") && text.contains("MaximumRetryAttempts: -1"), "the template's outage settings");
     let template = Template::parse(&path, &text.replace("MaximumRecordAgeInSeconds: 82800", "MaximumRecordAgeInSeconds: 2")).expect("parses");
     let down = Arc::new(AtomicBool::new(true));
-    let proxy = broker_outage_proxy(common::endpoint().to_owned(), down.clone()).await;
-    let mut local = Local::start_with(template, &proxy, common::fast_options(), None).await;
+    let proxy = broker_outage_proxy(crate::common::endpoint().to_owned(), down.clone()).await;
+    let mut local = Local::start_with(template, &proxy, crate::common::fast_options(), None).await;
     let bus = local.env_of(RELAY).remove("EVENT_BUS_NAME").expect("EVENT_BUS_NAME");
-    let source = format!("test.outage.{}", common::short_id());
+    let source = format!("test.outage.{}", crate::common::short_id());
     let spy_url = local.spy_on_bus(&bus, &source).await;
     let s3 = aws_sdk_s3::Client::new(&local.runtime.sdk);
     let bucket = bucket_of(&local);
@@ -199,7 +197,7 @@ async fn a_broker_outage_longer_than_every_retry_loses_nothing_after_dlq_redrive
 async fn a_pointer_only_record_is_replayed_from_the_outbox_table() {
     let local = Local::start().await;
     let bus = local.env_of(RELAY).remove("EVENT_BUS_NAME").expect("EVENT_BUS_NAME");
-    let source = format!("test.pointer.{}", common::short_id());
+    let source = format!("test.pointer.{}", crate::common::short_id());
     let spy_url = local.spy_on_bus(&bus, &source).await;
     let ids = emit(&local, &source, 3).await;
 
@@ -261,14 +259,14 @@ async fn a_pointer_only_record_is_replayed_from_the_outbox_table() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_runtime_resumes_after_its_checkpoint() {
-    let state_dir = std::env::temp_dir().join(format!("outbox-checkpoint-test-{}", common::short_id()));
-    let options = outbox_local::runtime::RuntimeOptions { state_dir: Some(state_dir.clone()), ..common::fast_options() };
-    let template = || Template::load(&common::root().join("template.yaml")).expect("template.yaml");
+    let state_dir = std::env::temp_dir().join(format!("outbox-checkpoint-test-{}", crate::common::short_id()));
+    let options = outbox_local::runtime::RuntimeOptions { state_dir: Some(state_dir.clone()), ..crate::common::fast_options() };
+    let template = || Template::load(&crate::common::root().join("template.yaml")).expect("template.yaml");
 
-    let mut first = Local::start_with(template(), common::endpoint(), options.clone(), None).await;
+    let mut first = Local::start_with(template(), crate::common::endpoint(), options.clone(), None).await;
     let stack_name = first.stack_name.clone();
     let bus = first.env_of(RELAY).remove("EVENT_BUS_NAME").expect("EVENT_BUS_NAME");
-    let source = format!("test.restart.{}", common::short_id());
+    let source = format!("test.restart.{}", crate::common::short_id());
     let spy_url = first.spy_on_bus(&bus, &source).await;
     let before = emit(&first, &source, 3).await;
     first.spawn_pipelines();
@@ -282,7 +280,7 @@ async fn a_restarted_runtime_resumes_after_its_checkpoint() {
     assert!(state_dir.join("checkpoints/OutboxRelayFunction.OutboxStream.json").is_file(), "the checkpoint is kept");
 
     // The restart: a new runtime on the same stack and state directory.
-    let mut second = Local::start_with(template(), common::endpoint(), options, Some(stack_name.clone())).await;
+    let mut second = Local::start_with(template(), crate::common::endpoint(), options, Some(stack_name.clone())).await;
     let after = emit(&second, &source, 2).await;
     second.spawn_pipelines();
     let deadline = Deadline::new("the second runtime publishing the 2 new events");
@@ -298,7 +296,7 @@ async fn a_restarted_runtime_resumes_after_its_checkpoint() {
     second.shutdown().await;
 
     // Without the checkpoint (control), a new runtime reads the stream from TRIM_HORIZON again.
-    let mut fresh = Local::start_with(template(), common::endpoint(), common::fast_options(), Some(stack_name)).await;
+    let mut fresh = Local::start_with(template(), crate::common::endpoint(), crate::common::fast_options(), Some(stack_name)).await;
     fresh.spawn_pipelines();
     let deadline = Deadline::new("a runtime without a checkpoint re-reading the stream");
     while fresh.runtime.stats.snapshot().stream_records < 5 {
@@ -338,16 +336,16 @@ async fn order_event(local: &Local, order_id: &str, cancelled: bool) {
 /// Checked from the inventory table, the inbox table and the queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_outage_during_orders_and_cancellations_needs_no_operator() {
-    let template = Template::load(&common::root().join("template.yaml")).expect("template.yaml");
+    let template = Template::load(&crate::common::root().join("template.yaml")).expect("template.yaml");
     let down = Arc::new(AtomicBool::new(true));
-    let proxy = broker_outage_proxy(common::endpoint().to_owned(), down.clone()).await;
-    let mut local = Local::start_with(template, &proxy, common::fast_options(), None).await;
+    let proxy = broker_outage_proxy(crate::common::endpoint().to_owned(), down.clone()).await;
+    let mut local = Local::start_with(template, &proxy, crate::common::fast_options(), None).await;
     let inventory = local.table("InventoryTable");
     let inbox = local.table("InboxTable");
     orders_app::inventory::put_stock(&local.dynamodb, &inventory, "SKU-OUTAGE", 1000).await.expect("stock");
     local.spawn_pipelines();
 
-    let orders: Vec<String> = (0..20).map(|i| format!("outage-{i}-{}", common::short_id())).collect();
+    let orders: Vec<String> = (0..20).map(|i| format!("outage-{i}-{}", crate::common::short_id())).collect();
     for (i, order) in orders.iter().enumerate() {
         order_event(&local, order, false).await;
         if i % 2 == 0 {
@@ -371,16 +369,16 @@ async fn a_broker_outage_during_orders_and_cancellations_needs_no_operator() {
         let stock = orders_app::inventory::stock(&local.dynamodb, &inventory, "SKU-OUTAGE").await.expect("stock");
         let rows = local.scan(&inbox).await;
         let claim = |pk: &str| pk.starts_with("reserve-inventory#") && !pk.contains("#aggregate#") && !pk.contains("#parked#");
-        let claimed = rows.iter().filter(|r| claim(common::s(r, "pk"))).count();
+        let claimed = rows.iter().filter(|r| claim(crate::common::s(r, "pk"))).count();
         if stock == Some((990, 10)) && claimed >= 30 {
             break;
         }
         deadline.tick(|| format!("stock {stock:?}, {claimed} claims, stats {:?}", local.runtime.stats.snapshot())).await;
     }
     let rows = local.scan(&inbox).await;
-    let parked = rows.iter().filter(|r| common::s(r, "kind") == "parked").count();
+    let parked = rows.iter().filter(|r| crate::common::s(r, "kind") == "parked").count();
     assert_eq!(parked, 0, "nothing left parked");
-    let released = local.scan(&inventory).await.iter().filter(|r| common::s(r, "status") == "RELEASED").count();
+    let released = local.scan(&inventory).await.iter().filter(|r| crate::common::s(r, "status") == "RELEASED").count();
     assert_eq!(released, 10, "every cancellation released");
     let dlq = local.runtime.stack.queue("ConsumerDeadLetterQueue").cloned().expect("ConsumerDeadLetterQueue");
     assert_eq!(outbox_local::dlq::depth(&local.sqs, &dlq).await.expect("depth"), 0, "nothing dead-lettered");

@@ -8,13 +8,11 @@
 //! local HTTP API): without one, or with an expired, foreign or unsigned one, the answer is 401
 //! and nothing is written; another subject's order is a 404.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::common::{s, Local};
 use aws_sdk_dynamodb::types::AttributeValue;
-use common::{s, Local};
 use outbox::envelope::OutboxItem;
 use serde_json::{json, Value};
 
@@ -129,7 +127,7 @@ async fn events_of(local: &Local, order_id: &str) -> Vec<OutboxItem> {
 
 /// Asserts that the event's bus `detail` matches `schemas/<type>.v<version>.json`.
 fn assert_matches_schema(event: &OutboxItem) {
-    let path = common::root().join(format!("schemas/{}.v{}.json", event.event_type, event.event_version));
+    let path = crate::common::root().join(format!("schemas/{}.v{}.json", event.event_type, event.event_version));
     let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let validator = jsonschema::draft202012::new(&schema).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -143,7 +141,7 @@ async fn every_rejected_request_answers_its_status_names_the_field_and_writes_no
     let mut local = Local::start().await;
     let api = Api::serve(&mut local).await;
     // One order first, so "unchanged" is not just "still empty", and there is one to cancel.
-    let order_id = format!("o-{}", common::short_id());
+    let order_id = format!("o-{}", crate::common::short_id());
     let first = create(&api, &order(Some(&order_id), 2), None).await;
     assert_eq!(first.status, 201, "{first:?}");
     let before = counts(&local).await;
@@ -291,7 +289,7 @@ async fn an_expired_key_counts_as_a_new_key() {
 async fn of_eight_concurrent_cancels_exactly_one_wins_and_emits_the_only_order_cancelled() {
     let mut local = Local::start().await;
     let api = Api::serve(&mut local).await;
-    let order_id = format!("o-{}", common::short_id());
+    let order_id = format!("o-{}", crate::common::short_id());
     let created = create(&api, &order(Some(&order_id), 4), None).await;
     assert_eq!(created.status, 201, "{created:?}");
 
@@ -351,7 +349,7 @@ async fn without_a_valid_token_every_route_is_a_401_and_another_subjects_order_a
     use base64::Engine as _;
     let mut local = Local::start().await;
     let api = Api::serve(&mut local).await;
-    let order_id = format!("o-{}", common::short_id());
+    let order_id = format!("o-{}", crate::common::short_id());
     let created = create(&api, &order(Some(&order_id), 2), None).await;
     assert_eq!(created.status, 201, "{created:?}");
     let before = counts(&local).await;

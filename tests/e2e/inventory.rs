@@ -3,9 +3,7 @@
 //! after its creation, with no operator step), and payload conflicts and malformed envelopes
 //! dead-lettered on the first attempt.
 
-mod common;
-
-use common::{Deadline, Local};
+use crate::common::{Deadline, Local};
 use orders_app::inventory;
 use outbox_local::dlq;
 use serde_json::{json, Value};
@@ -53,8 +51,8 @@ async fn insufficient_stock_is_a_business_outcome_not_an_error() {
     assert_eq!(inventory::stock(&local.dynamodb, &table, "SKU-B").await.unwrap(), Some((1, 0)), "no stock moved");
     let events = local.query_pk(&local.table("OutboxTable"), "Reservation#o-rej").await;
     assert_eq!(events.len(), 1);
-    assert_eq!(common::s(&events[0], "event_type"), "InventoryRejected");
-    assert!(common::s(&events[0], "payload").contains("insufficient stock for SKU-B"));
+    assert_eq!(crate::common::s(&events[0], "event_type"), "InventoryRejected");
+    assert!(crate::common::s(&events[0], "payload").contains("insufficient stock for SKU-B"));
     assert_eq!(dlq::depth(&local.sqs, &consumer_dlq(&local)).await.unwrap(), 0, "no dead letter for a business outcome");
     // Delivered again: absorbed.
     assert_eq!(invoke(&local, &created("e-rej", "o-rej", "SKU-B", 2)).await["outcome"], "duplicate");
@@ -72,7 +70,7 @@ async fn a_cancellation_releases_the_reserved_stock_exactly_once() {
     assert_eq!(invoke(&local, &cancelled("e-c2", "o-c", 2)).await["outcome"], "duplicate");
     assert_eq!(inventory::stock(&local.dynamodb, &table, "SKU-A").await.unwrap(), Some((10, 0)));
     let events: Vec<String> =
-        local.query_pk(&local.table("OutboxTable"), "Reservation#o-c").await.iter().map(|i| common::s(i, "event_type").to_owned()).collect();
+        local.query_pk(&local.table("OutboxTable"), "Reservation#o-c").await.iter().map(|i| crate::common::s(i, "event_type").to_owned()).collect();
     assert_eq!(events, ["InventoryReserved", "InventoryReleased"]);
     local.shutdown().await;
 }

@@ -6,9 +6,7 @@
 //! message is deleted at once; an invocation that fails deletes nothing, and the queue's `maxReceiveCount`
 //! moves the message to its dead-letter queue (SQS — moto — does that on receive).
 
-mod common;
-
-use common::{Deadline, Local};
+use crate::common::{Deadline, Local};
 use outbox_local::dlq;
 use outbox_local::scenarios::demo::subscriber::SubscriberServer;
 use outbox_local::template::Template;
@@ -16,7 +14,7 @@ use outbox_webhooks::Secret;
 
 /// The sample bus event (`events/order-created.json`) as a PutEvents entry on the stack's bus.
 fn order_created(bus: &str) -> aws_sdk_eventbridge::types::PutEventsRequestEntry {
-    let text = std::fs::read_to_string(common::root().join("events/order-created.json")).expect("events/order-created.json");
+    let text = std::fs::read_to_string(crate::common::root().join("events/order-created.json")).expect("events/order-created.json");
     let event: serde_json::Value = serde_json::from_str(&text).expect("JSON");
     aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
         .event_bus_name(bus)
@@ -103,13 +101,13 @@ async fn failed_items_come_back_after_their_visibility_and_settled_ones_are_dele
 async fn a_failed_invocation_deletes_nothing_and_max_receive_count_dead_letters() {
     // The queue hands a message back after 3 s and gives up after 2 receives; the dispatcher
     // cannot start (an invalid setting), so every invocation fails.
-    let path = common::root().join("template.yaml");
+    let path = crate::common::root().join("template.yaml");
     let text = std::fs::read_to_string(&path).expect("template.yaml");
     let text = text.replace("VisibilityTimeout: 180", "VisibilityTimeout: 3").replace("maxReceiveCount: 5", "maxReceiveCount: 2");
     let template = Template::parse(&path, &text).expect("parses");
-    let mut options = common::fast_options();
+    let mut options = crate::common::fast_options();
     options.environment.entry("WebhookDispatcherFunction".into()).or_default().insert("WEBHOOK_RETRY_SCHEDULE".into(), "many".into());
-    let mut local = Local::start_with(template, common::endpoint(), options, None).await;
+    let mut local = Local::start_with(template, crate::common::endpoint(), options, None).await;
     local.spawn_pipelines();
 
     let bus = local.runtime.stack.buses[0].name.clone();

@@ -3,13 +3,11 @@
 //! racing duplicates take effect once; stale, forged, unsigned, oversized, malformed webhooks and
 //! unknown partners are refused and write nothing.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::common::{s, Local};
 use axum::http::HeaderMap;
-use common::{s, Local};
 use orders_app::orders::{Answer, CreateOrderRequest, OrdersApi};
 use orders_app::partner::{Accepted, PartnerWebhooks, Partners, CONSUMER, STATUS_PAID};
 use outbox::inbox::Inbox;
@@ -113,7 +111,7 @@ async fn a_signed_payment_takes_effect_once_and_replays_are_absorbed() {
     for attrs in f.local.scan(&f.local.table("OutboxTable")).await.into_iter().filter(|i| s(i, "event_type") == "OrderPaid") {
         let item = outbox::envelope::OutboxItem::from_item(serde_dynamo::Item::from(attrs)).expect("an outbox item");
         let detail: serde_json::Value = serde_json::from_str(&item.to_bus_event().expect("publishable").detail).expect("JSON");
-        assert_eq!(common::schema_violations("OrderPaid", 1, &detail), Vec::<String>::new(), "{detail}");
+        assert_eq!(crate::common::schema_violations("OrderPaid", 1, &detail), Vec::<String>::new(), "{detail}");
     }
     assert_eq!(f.inbox_rows("wh-1").await, 1);
     // Another webhook for an order already paid: refused as a conflict, nothing written.

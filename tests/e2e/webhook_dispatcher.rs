@@ -6,17 +6,15 @@
 //! Manager. A claim-checked event reaches its subscriber with the payload inline (fetched from
 //! the emulator's S3 and verified); an altered object is dead-lettered `PayloadCorrupt`.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::common::Local;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use common::Local;
 use outbox::inbox::Inbox;
 use outbox_lambda::{Env, DEFAULT_RETENTION};
 use outbox_webhooks::dispatcher::{DispatchReport, Dispatcher};
@@ -255,7 +253,7 @@ impl Harness {
 
 /// A bus event (the sample's shape) with its own event id.
 fn bus_event(event_id: &str) -> String {
-    let text = std::fs::read_to_string(common::root().join("events/order-created.json")).expect("events/order-created.json");
+    let text = std::fs::read_to_string(crate::common::root().join("events/order-created.json")).expect("events/order-created.json");
     let mut event: serde_json::Value = serde_json::from_str(&text).unwrap();
     event["detail"]["metadata"]["id"] = serde_json::json!(event_id);
     event.to_string()
@@ -542,7 +540,7 @@ async fn events_fan_out_deliver_once_retry_and_dead_letter() {
     }
 
     // The rule's delivery: the EventBridge event as the message body.
-    let bus_event = std::fs::read_to_string(common::root().join("events/order-created.json")).expect("events/order-created.json");
+    let bus_event = std::fs::read_to_string(crate::common::root().join("events/order-created.json")).expect("events/order-created.json");
     h.local.sqs.send_message().queue_url(&h.queue).message_body(&bus_event).send().await.expect("SendMessage");
     let (report, failed) = h.invoke(h.receive(&h.queue, Duration::from_secs(5)).await).await;
     assert_eq!((report.fanned_out, report.fan_out_messages, failed), (1, 4, 0), "{report:?}");

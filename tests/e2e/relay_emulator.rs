@@ -4,13 +4,11 @@
 //! REMOVE of another, nor a non-outbox item — and the payload reaches the bus verbatim (a big
 //! integer and non-ASCII text intact).
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
+use crate::common::{Deadline, Local};
 use aws_sdk_dynamodb::types::AttributeValue;
-use common::{Deadline, Local};
 use outbox::{Event, OutboxWriter};
 use serde_json::json;
 use serde_json::value::RawValue;
@@ -25,7 +23,7 @@ async fn only_inserted_outbox_items_are_published_verbatim() {
     let outbox_table = local.table("OutboxTable");
     let bus = local.env_of("OutboxRelayFunction").remove("EVENT_BUS_NAME").expect("the relay has EVENT_BUS_NAME");
     // A source of this test's own: no consumer rule of the template matches it.
-    let source = format!("test.relay.{}", common::short_id());
+    let source = format!("test.relay.{}", crate::common::short_id());
     let spy_url = local.spy_on_bus(&bus, &source).await;
 
     // Three events in ONE transaction.
@@ -151,7 +149,7 @@ async fn one_aggregates_events_are_published_in_order_in_full_calls() {
     let mut local = Local::start().await;
     let outbox_table = local.table("OutboxTable");
     let bus = local.env_of(RELAY).remove("EVENT_BUS_NAME").expect("the relay has EVENT_BUS_NAME");
-    let source = format!("test.order.{}", common::short_id());
+    let source = format!("test.order.{}", crate::common::short_id());
     let spy_url = local.spy_on_bus(&bus, &source).await;
     let writer = OutboxWriter::new(&outbox_table, Duration::from_secs(3600));
     for sequence in 1..=20u64 {
