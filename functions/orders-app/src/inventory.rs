@@ -14,7 +14,7 @@
 //! for the `OrderCreated` its `metadata.previous` names, never for other order event types this
 //! consumer does not receive; the ordering row never expires; a gap that never closes stays
 //! parked, listed by `outbox ordering parked` and released with `outbox ordering
-//! release` (README, "Ordering").
+//! release` (docs/ordering.md).
 //! The release decision is read, then committed on the condition that what was read still
 //! holds (the reservation's `status`), so an `OrderCreated` applied in between cannot leave
 //! stock reserved forever. Events no retry can fix go to the dead-letter queue on the first
