@@ -13,7 +13,7 @@
 //! The ordering is by [`HANDLED_TYPES`] (`Inbox::ordered_by_types`): an `OrderCancelled` waits
 //! for the `OrderCreated` its `metadata.previous` names, never for other order event types this
 //! consumer does not receive; the ordering row never expires; a gap that never closes stays
-//! parked, listed by `outbox ordering parked` and released with `outbox ordering
+//! parked, listed by `outbox-local ordering parked` and released with `outbox-local ordering
 //! release` (docs/ordering.md).
 //! The release decision is read, then committed on the condition that what was read still
 //! holds (the reservation's `status`), so an `OrderCreated` applied in between cannot leave
