@@ -183,7 +183,7 @@ async fn ordering_rows_outlive_the_inbox_retention() {
 }
 
 /// A sequence that will never come (dead-lettered at the relay): the waiting event fails with a
-/// `SequenceGap` naming what it waits for; `outbox-local ordering release` (its function,
+/// `SequenceGap` naming what it waits for; `outbox ordering release` (its function,
 /// against the emulator) moves the aggregate past it, and the event applies.
 #[tokio::test]
 async fn a_permanently_missing_sequence_is_released_by_the_ordering_release_command() {

@@ -1,6 +1,6 @@
 //! A deployed stack's resources as the operator's verbs need them — tables, queues, buses,
 //! buckets, and the functions with their environment, stream mappings and rules — found from
-//! CloudFormation ([`crate::cloudformation`]) or from a template ([`Resources::from_stack`]),
+//! CloudFormation (`cloudformation`, which builds on this module) or from a template ([`Resources::from_stack`]),
 //! and every resource option matched against them by what a person has in hand: the logical id,
 //! the name, the URL (queues) or the ARN.
 
@@ -212,6 +212,17 @@ impl Resources {
             functions,
             outputs: BTreeMap::new(),
         })
+    }
+}
+
+// The stack's own accessor lives here, beside what it builds: `stack` does not import `resources`.
+impl Stack {
+    /// What the operator's verbs read of this stack ([`Resources::from_stack`]).
+    ///
+    /// # Errors
+    /// [`TemplateError`] naming a function's environment variable that cannot be resolved.
+    pub fn resources(&self) -> Result<Resources, TemplateError> {
+        Resources::from_stack(self)
     }
 }
 

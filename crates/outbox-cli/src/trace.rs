@@ -358,16 +358,23 @@ async fn scan_parked(
     consumer: &str,
     event_id: &str,
 ) -> Result<Option<HashMap<String, AttributeValue>>, String> {
-    let mut pages = dynamodb
-        .scan()
-        .table_name(table)
-        .filter_expression("kind = :parked AND event_id = :id AND consumer = :consumer")
-        .expression_attribute_values(":parked", AttributeValue::S(outbox::inbox::PARKED_KIND.into()))
-        .expression_attribute_values(":id", AttributeValue::S(event_id.to_owned()))
-        .expression_attribute_values(":consumer", AttributeValue::S(consumer.to_owned()))
-        .into_paginator()
-        .items()
-        .send();
+    let values = [(":parked", outbox::inbox::PARKED_KIND), (":id", event_id), (":consumer", consumer)];
+    first_match(dynamodb, table, "kind = :parked AND event_id = :id AND consumer = :consumer", &values).await
+}
+
+/// The first item of `table` that `filter` (with string `values`) keeps, by a filtered,
+/// paginated `Scan` that stops at the first match.
+async fn first_match(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    filter: &str,
+    values: &[(&str, &str)],
+) -> Result<Option<HashMap<String, AttributeValue>>, String> {
+    let mut scan = dynamodb.scan().table_name(table).filter_expression(filter);
+    for (name, value) in values {
+        scan = scan.expression_attribute_values(*name, AttributeValue::S((*value).to_owned()));
+    }
+    let mut pages = scan.into_paginator().items().send();
     match pages.next().await {
         Some(Ok(item)) => Ok(Some(item)),
         Some(Err(e)) => Err(format!("Scan on {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e))),
@@ -405,17 +412,5 @@ async fn find_outbox_item(
         }
         Lookup::Scan => {}
     }
-    let mut pages = dynamodb
-        .scan()
-        .table_name(table)
-        .filter_expression("event_id = :id")
-        .expression_attribute_values(":id", AttributeValue::S(event_id.to_owned()))
-        .into_paginator()
-        .items()
-        .send();
-    match pages.next().await {
-        Some(Ok(item)) => Ok(Some(item)),
-        Some(Err(e)) => Err(format!("Scan on {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e))),
-        None => Ok(None),
-    }
+    first_match(dynamodb, table, "event_id = :id", &[(":id", event_id)]).await
 }

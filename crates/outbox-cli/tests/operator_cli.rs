@@ -91,6 +91,17 @@ async fn redrive_takes_the_queue_by_url_name_arn_or_logical_id_and_refuses_poiso
     assert!(out.status.success(), "{}", text(&out));
     let listed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(listed["groups"][0]["cause"], "MalformedEvent", "{listed}");
+
+    // Redrive and purge report in JSON for scripts: what was left and why, what was deleted.
+    let out = outbox(&endpoint, &["--yes", "dlq", "redrive", "--queue", &queue.name, "--watch", "0", "--json"]);
+    assert_eq!(out.status.code(), Some(2), "the poison is left: {}", text(&out));
+    let redriven: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(redriven["queues"][0]["report"]["left"].as_array().map(Vec::len), Some(1), "{redriven}");
+    let out = outbox(&endpoint, &["--yes", "dlq", "purge", "--queue", &queue.name, "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let purged: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(purged["queues"][0]["report"]["deleted"].as_array().map(Vec::len), Some(1), "{purged}");
+    assert_eq!(depth(&sqs, &queue).await, 0, "purged");
 }
 
 #[test]

@@ -819,7 +819,7 @@ fn breaker_state(item: &HashMap<String, AttributeValue>) -> BreakerState {
 /// inbox table, `pk = <consumer>#attempts#<subscriber>#<event id>`, its `attempts` a list of
 /// `{attempt, at, status, latency_ms, outcome, excerpt}` (`excerpt`: the first 1 KiB of the
 /// answer, or the transport error), `expires_at` the table's TTL attribute. `trace` and the
-/// operator's `outbox-local webhooks attempts` read it with one `GetItem`.
+/// operator's `outbox webhooks attempts` read it with one `GetItem`.
 #[derive(Debug, Clone)]
 pub struct AttemptLog {
     client: aws_sdk_dynamodb::Client,
@@ -1341,7 +1341,7 @@ impl<S: InboxStore> Dispatcher<S> {
             }
         }
         lock(report).disabled += 1;
-        tracing::error!(subscriber = %subscriber.id, %reason, "webhook endpoint disabled; `outbox-local webhooks enable` re-enables it and recovers what it missed");
+        tracing::error!(subscriber = %subscriber.id, %reason, "webhook endpoint disabled; `outbox webhooks enable` re-enables it and recovers what it missed");
         #[cfg(feature = "metrics")]
         metrics::counter!(outbox::contract::metric::WEBHOOK_ENDPOINTS_DISABLED).increment(1);
         let Some(bus) = &self.config.event_bus else { return };

@@ -46,8 +46,8 @@
 //! an event: it **parks** it in this table and applies it when its predecessor is applied
 //! ([`ParkedEvent`]: what is stored, why nothing is stranded). **A sequence that never comes**
 //! (dead-lettered at the relay, lost to an expired retry) leaves its successor parked, listed
-//! with its age by `outbox-local ordering parked`; an operator releases the aggregate with
-//! [`Inbox::release_through`] (`outbox-local ordering release`, which also re-publishes what
+//! with its age by `outbox ordering parked`; an operator releases the aggregate with
+//! [`Inbox::release_through`] (`outbox ordering release`, which also re-publishes what
 //! was parked behind it). A store that does not park ([`InboxStore::parks`]) fails the
 //! invocation instead, logging the release command and counting `SequenceGaps`.
 //!
@@ -243,7 +243,7 @@ pub(crate) fn report_gap(consumer: &str, error: &InboxError) {
         waits_for = expected,
         sequence = got,
         last_applied,
-        release = %format!("outbox-local ordering release --consumer {consumer} --aggregate {aggregate} --through {expected}"),
+        release = %format!("outbox ordering release --consumer {consumer} --aggregate {aggregate} --through {expected}"),
         "sequence gap: the event waits for its predecessor; if that never comes, release it"
     );
     // Through the metrics facade: the function's EMF recorder (`outbox_lambda::run`) turns it

@@ -1,13 +1,10 @@
 //! `outbox-local demo`: the whole pipeline on the sample inputs, each stage reported.
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use outbox_local::runtime::http_api;
 use outbox_local::scenarios::demo::{self, DemoOptions};
 use outbox_local::template::Template;
-use tokio::sync::watch;
 
 use super::session::{local, wait_for_stop_signal};
 use super::Invocation;
@@ -42,11 +39,8 @@ pub async fn run(inv: &Invocation, template: Template, args: &DemoArgs) -> outbo
     let template_path = inv.template_path.as_path();
     let DemoArgs { orders, json, timeout, keep } = args;
     let local = local(cli, template, root, stack_name, !json, None).await?;
-    let (stop, stopped) = watch::channel(false);
-    let (api, _server) = http_api::serve(&local.runtime, SocketAddr::from(([127, 0, 0, 1], 0)), stopped.clone())
-        .await
-        .map_err(outbox_local::Error::io("the HTTP API's port"))?;
-    let tasks = local.runtime.spawn_pipelines(stopped)?;
+    let running = local.start().await?;
+    let api = running.api;
     if !json {
         println!("outbox demo: stack {stack_name:?} from {} on {} (emulator), HTTP API on http://{api}", template_path.display(), local.endpoint);
         let s = &local.runtime.stack;
@@ -68,11 +62,7 @@ pub async fn run(inv: &Invocation, template: Template, args: &DemoArgs) -> outbo
             eprintln!("warning: {e}");
         }
     }
-    let _ = stop.send(true);
-    for t in tasks {
-        let _ = tokio::time::timeout(Duration::from_secs(3), t).await;
-    }
-    local.runtime.stop_functions();
+    running.stop(&local.runtime).await;
     let report = result?;
     if *json {
         println!("{}", serde_json::to_string_pretty(&report).map_err(outbox_local::Error::other("the report as JSON"))?);

@@ -1,16 +1,13 @@
 //! `outbox-local proof`: the pipeline under a fault plan, the invariants checked.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use outbox_local::emulator::Emulator;
 use outbox_local::faults::FaultPlan;
-use outbox_local::runtime::http_api;
 use outbox_local::scenarios::proof::{self, ProofOptions};
 use outbox_local::template::Template;
-use tokio::sync::watch;
 
 use super::session::local_with_faults;
 use super::Invocation;
@@ -72,11 +69,8 @@ pub async fn run(inv: &Invocation, template: Template, args: &ProofArgs) -> outb
     }
     let (local, injector) = local_with_faults(cli, template, root, stack_name, !json, None, Some(plan)).await?;
     let injector = injector.ok_or_else(|| outbox_local::Error::expectation("no fault injector"))?;
-    let (stop, stopped) = watch::channel(false);
-    let (api, _server) = http_api::serve(&local.runtime, SocketAddr::from(([127, 0, 0, 1], 0)), stopped.clone())
-        .await
-        .map_err(outbox_local::Error::io("the HTTP API's port"))?;
-    let mut tasks = local.runtime.spawn_pipelines(stopped.clone())?;
+    let mut running = local.start().await?;
+    let api = running.api;
     let ttl: Vec<_> = injector
         .plan()
         .ttl
@@ -91,7 +85,9 @@ pub async fn run(inv: &Invocation, template: Template, args: &ProofArgs) -> outb
                 .ok_or_else(|| outbox_local::Error::invalid(format!("the plan's TTL table {} is not in the template", t.table)))
         })
         .collect::<outbox_local::Result<_>>()?;
-    tasks.extend(outbox_local::faults::ttl::spawn_sweeps(aws_sdk_dynamodb::Client::new(&local.runtime.sdk), ttl, injector.clone(), stopped));
+    let sweeps =
+        outbox_local::faults::ttl::spawn_sweeps(aws_sdk_dynamodb::Client::new(&local.runtime.sdk), ttl, injector.clone(), running.stopped.clone());
+    running.tasks.extend(sweeps);
     if !json {
         eprintln!(
             "outbox proof: stack {stack_name:?} on {} (emulator), HTTP API on http://{api}, {} faults in the plan",
@@ -108,12 +104,9 @@ pub async fn run(inv: &Invocation, template: Template, args: &ProofArgs) -> outb
         quiet: Duration::from_secs(*quiet),
         emulator_pid: local._emulator.as_ref().and_then(Emulator::pid),
     };
-    let result = proof::run(local.runtime.clone(), api, injector, &options).await;
-    let _ = stop.send(true);
-    for t in tasks {
-        let _ = tokio::time::timeout(Duration::from_secs(3), t).await;
-    }
-    local.runtime.stop_functions();
+    let books = outbox_local::scenarios::books::orders::OrderBooks::of(&local.runtime)?;
+    let result = proof::run(local.runtime.clone(), api, injector, &options, &books).await;
+    running.stop(&local.runtime).await;
     let report = result?;
     if *json {
         println!("{}", serde_json::to_string_pretty(&report).map_err(outbox_local::Error::other("the report as JSON"))?);

@@ -23,6 +23,40 @@ pub struct Local {
     pub endpoint: String,
 }
 
+/// A [`Local`] stack running: its HTTP API on a free loopback port and its pipelines, until
+/// [`Running::stop`] (what `demo` and `proof` both start with).
+pub struct Running {
+    pub api: std::net::SocketAddr,
+    pub stopped: tokio::sync::watch::Receiver<bool>,
+    pub tasks: Vec<tokio::task::JoinHandle<()>>,
+    stop: tokio::sync::watch::Sender<bool>,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+impl Local {
+    /// Serves the HTTP API on a free loopback port and starts the pipelines.
+    pub async fn start(&self) -> outbox_local::Result<Running> {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        let (api, server) = outbox_local::runtime::http_api::serve(&self.runtime, loopback, stopped.clone())
+            .await
+            .map_err(outbox_local::Error::io("the HTTP API's port"))?;
+        let tasks = self.runtime.spawn_pipelines(stopped.clone())?;
+        Ok(Running { api, stopped, tasks, stop, _server: server })
+    }
+}
+
+impl Running {
+    /// Stops the HTTP API and the pipelines (each given 3 s), then the functions' instances.
+    pub async fn stop(self, runtime: &Runtime) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(3), t).await;
+        }
+        runtime.stop_functions();
+    }
+}
+
 /// The emulator (when none is given), the provisioned stack, and the template's binaries built
 /// and ready to run — only function `only`'s when given (`invoke`); otherwise functions without
 /// a `Binary` are skipped with a warning.

@@ -17,15 +17,12 @@ use crate::stack::QueueInfo;
 pub enum DlqCommand {
     /// List the messages of the dead-letter queues, grouped by failure cause (left in the queues).
     List {
-        /// One JSON object (`groups`, `messages`) instead of lines.
-        #[arg(long)]
-        json: bool,
-        /// Only this queue: its logical id (e.g. ConsumerDeadLetterQueue), name, URL or ARN.
-        #[arg(long)]
-        queue: Option<String>,
         #[allow(missing_docs)] // clap shows the flattened arguments' own docs
         #[command(flatten)]
-        select: SelectArgs,
+        scope: Scope,
+        #[allow(missing_docs)]
+        #[command(flatten)]
+        output: Output,
     },
     /// Show one message: the event and why it failed.
     Show {
@@ -36,9 +33,9 @@ pub enum DlqCommand {
     /// batches the relay's mapping gave up on (its S3 on-failure bucket, and pointer-only
     /// records in a queue) are replayed through the relay.
     Redrive {
-        /// Only this queue: its logical id (e.g. ConsumerDeadLetterQueue), name, URL or ARN; the bucket is skipped.
-        #[arg(long)]
-        queue: Option<String>,
+        #[allow(missing_docs)]
+        #[command(flatten)]
+        scope: Scope,
         /// The S3 on-failure bucket of the relay's mapping: logical id, name, `s3://name` or ARN
         /// (default: the stream mappings' on-failure buckets).
         #[arg(long)]
@@ -46,12 +43,9 @@ pub enum DlqCommand {
         /// The bus to re-publish to: logical id, name or ARN (default: the stack's first event bus).
         #[arg(long)]
         bus: Option<String>,
-        /// Say what would be redriven; send and delete nothing.
-        #[arg(long)]
-        dry_run: bool,
-        #[allow(missing_docs)] // clap shows the flattened arguments' own docs
+        #[allow(missing_docs)]
         #[command(flatten)]
-        select: SelectArgs,
+        dry_run: DryRun,
         /// Redrive messages whose cause is permanent (malformed, payload conflict, rejected) too:
         /// only after fixing what made them fail.
         #[arg(long)]
@@ -61,33 +55,61 @@ pub enum DlqCommand {
         /// when one came back, 2 when one is still pending or left.
         #[arg(long, default_value_t = 60)]
         watch: u64,
+        #[allow(missing_docs)]
+        #[command(flatten)]
+        output: Output,
     },
     /// Delete the selected messages (all of them without a filter).
     Purge {
-        /// Only this queue: its logical id, name, URL or ARN.
-        #[arg(long)]
-        queue: Option<String>,
-        #[allow(missing_docs)] // clap shows the flattened arguments' own docs
+        #[allow(missing_docs)]
         #[command(flatten)]
-        select: SelectArgs,
-        /// Say what would be deleted; delete nothing.
-        #[arg(long)]
-        dry_run: bool,
+        scope: Scope,
+        #[allow(missing_docs)]
+        #[command(flatten)]
+        dry_run: DryRun,
+        #[allow(missing_docs)]
+        #[command(flatten)]
+        output: Output,
     },
     /// Append the selected messages to FILE (JSON lines, bodies included), then delete them.
     Archive {
         /// The file to append to.
         file: PathBuf,
-        /// Only this queue: its logical id, name, URL or ARN.
-        #[arg(long)]
-        queue: Option<String>,
-        #[allow(missing_docs)] // clap shows the flattened arguments' own docs
+        #[allow(missing_docs)]
         #[command(flatten)]
-        select: SelectArgs,
-        /// Say what would be archived; write and delete nothing.
-        #[arg(long)]
-        dry_run: bool,
+        scope: Scope,
+        #[allow(missing_docs)]
+        #[command(flatten)]
+        dry_run: DryRun,
     },
+}
+
+/// Which queue, and which of its messages: what every verb that acts on messages takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Scope {
+    /// Only this queue: its logical id (e.g. ConsumerDeadLetterQueue), name, URL or ARN; the
+    /// on-failure buckets are skipped.
+    #[arg(long)]
+    pub queue: Option<String>,
+    #[allow(missing_docs)]
+    #[command(flatten)]
+    pub select: SelectArgs,
+}
+
+/// `--dry-run`.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct DryRun {
+    /// Say what would be done; send, write and delete nothing.
+    #[arg(long = "dry-run")]
+    pub on: bool,
+}
+
+/// `--json`.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct Output {
+    /// One JSON object on stdout instead of lines for people (progress stays on stderr).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Which dead-letter messages a `dlq` verb acts on (all conditions hold).
@@ -120,8 +142,8 @@ pub async fn run(context: &Context, command: &DlqCommand) -> Result<ExitCode, St
     let sqs = aws_sdk_sqs::Client::new(sdk);
     let s3 = aws_sdk_s3::Client::new(sdk);
     let only = match command {
-        DlqCommand::List { queue, .. } | DlqCommand::Redrive { queue, .. } | DlqCommand::Purge { queue, .. } | DlqCommand::Archive { queue, .. } => {
-            queue.as_deref()
+        DlqCommand::List { scope, .. } | DlqCommand::Redrive { scope, .. } | DlqCommand::Purge { scope, .. } | DlqCommand::Archive { scope, .. } => {
+            scope.queue.as_deref()
         }
         DlqCommand::Show { .. } => None,
     };
@@ -138,7 +160,7 @@ pub async fn run(context: &Context, command: &DlqCommand) -> Result<ExitCode, St
         ));
     }
     match command {
-        DlqCommand::Redrive { bus, dry_run, select, force, bucket, watch, .. } => {
+        DlqCommand::Redrive { scope: Scope { select, .. }, bus, dry_run: DryRun { on: dry_run }, force, bucket, watch, output } => {
             let bus = match bus {
                 Some(given) => resources.bus(given).map_err(|e| e.to_string())?.name.clone(),
                 None => resources.buses.first().map(|b| b.name.clone()).ok_or(format!("{} has no event bus; pass --bus", resources.source))?,
@@ -170,20 +192,20 @@ pub async fn run(context: &Context, command: &DlqCommand) -> Result<ExitCode, St
                 force: *force,
             };
             let watch = Watch { dynamodb: aws_sdk_dynamodb::Client::new(sdk), inboxes: resources.inboxes(), timeout: Duration::from_secs(*watch) };
-            redrive(&sqs, &aws_sdk_eventbridge::Client::new(sdk), &queues, &failed_batches, &options, &watch).await
+            redrive(&sqs, &aws_sdk_eventbridge::Client::new(sdk), &queues, &failed_batches, &options, &watch, output.json).await
         }
-        DlqCommand::List { json, select, .. } => list(&sqs, &queues, &s3, &buckets, *json, &select.selection()).await,
-        DlqCommand::Purge { select, dry_run, .. } => {
+        DlqCommand::List { scope, output } => list(&sqs, &queues, &s3, &buckets, output.json, &scope.select.selection()).await,
+        DlqCommand::Purge { scope: Scope { select, .. }, dry_run: DryRun { on: dry_run }, output } => {
             if !dry_run {
                 confirm(context, &format!("delete {} of {}", scope(select), names(&queues)))?;
             }
-            purge(&sqs, &queues, &select.selection(), None, *dry_run).await
+            purge(&sqs, &queues, &select.selection(), None, *dry_run, output.json).await
         }
-        DlqCommand::Archive { file, select, dry_run, .. } => {
+        DlqCommand::Archive { file, scope: Scope { select, .. }, dry_run: DryRun { on: dry_run } } => {
             if !dry_run {
                 confirm(context, &format!("append {} of {} to {} and delete them", scope(select), names(&queues), file.display()))?;
             }
-            purge(&sqs, &queues, &select.selection(), Some(file), *dry_run).await
+            purge(&sqs, &queues, &select.selection(), Some(file), *dry_run, false).await
         }
         DlqCommand::Show { message_id } => show(&sqs, &queues, &s3, &buckets, message_id).await,
     }
@@ -297,7 +319,9 @@ pub struct Watch {
 }
 
 /// `dlq redrive`: exit code 2 when anything was left in a queue or bucket, 1 when a redriven
-/// event came back.
+/// event came back. With `json`, one object on stdout: `bus`, `dry_run`, `buckets` (each
+/// `bucket`, `batches`, `records`, `left`), `queues` (each `logical_id`, `name`, and the
+/// [`dlq::RedriveReport`]) and `watched` ([`dlq::WatchReport`], or null when not watched).
 ///
 /// # Errors
 /// What failed, as text.
@@ -308,8 +332,10 @@ pub async fn redrive(
     failed_batches: &FailedBatches,
     options: &dlq::RedriveOptions<'_>,
     watch: &Watch,
+    json: bool,
 ) -> Result<ExitCode, String> {
     let (bus, dry_run) = (options.bus, options.dry_run);
+    let mut shown = serde_json::json!({"bus": bus, "dry_run": dry_run, "buckets": [], "queues": [], "watched": null});
     let mut left = 0;
     let mut redriven_events = Vec::new();
     // The messages there before: a message about a redriven event that is not among them came back.
@@ -326,9 +352,17 @@ pub async fn redrive(
             .await?;
             eprintln!();
             let published: usize = report.replayed.iter().map(|(_, n)| n).sum();
+            left += report.left.len();
+            if json {
+                push(
+                    &mut shown["buckets"],
+                    serde_json::json!({"bucket": bucket, "batches": report.replayed, "records": published, "left": report.left}),
+                );
+                continue;
+            }
             let what = if dry_run { "would replay" } else { "replayed through the relay and deleted" };
             println!("s3://{bucket}: {what} {} failed batch(es) ({published} record(s)); {} left", report.replayed.len(), report.left.len());
-            left += print_left(&report.left);
+            print_left(&report.left);
         }
     }
     for q in queues {
@@ -337,19 +371,37 @@ pub async fn redrive(
         })
         .await?;
         eprintln!();
+        left += report.left.len();
+        redriven_events.extend(report.event_ids.iter().cloned());
+        if json {
+            push(&mut shown["queues"], serde_json::json!({"logical_id": q.logical_id, "name": q.name, "report": report}));
+            continue;
+        }
         let verb = if dry_run { "would re-publish" } else { "re-published and deleted" };
         println!("{} ({}): {verb} {} message(s) to bus {bus}; {} left", q.logical_id, q.name, report.redriven.len(), report.left.len());
         for (cause, (done, kept)) in &report.by_cause {
             println!("  cause {cause}: {done} {}, {kept} left", if dry_run { "would be redriven" } else { "redriven" });
         }
-        left += print_left(&report.left);
-        redriven_events.extend(report.event_ids);
+        print_left(&report.left);
     }
     if dry_run || redriven_events.is_empty() || watch.timeout.is_zero() {
+        print_json(json, &shown)?;
         return Ok(if left == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) });
     }
     eprintln!("watching {} redriven event(s) for at most {} s…", redriven_events.len(), watch.timeout.as_secs());
     let watched = dlq::watch(&watch.dynamodb, sqs, &watch.inboxes, queues, &before, &redriven_events, watch.timeout).await?;
+    let code = if !watched.dead_lettered_again.is_empty() {
+        ExitCode::FAILURE
+    } else if left > 0 || !watched.pending.is_empty() {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    };
+    if json {
+        shown["watched"] = serde_json::to_value(&watched).map_err(|e| e.to_string())?;
+        print_json(json, &shown)?;
+        return Ok(code);
+    }
     println!(
         "redriven events after {} s at most: {} applied, {} dead-lettered again, {} pending",
         watch.timeout.as_secs(),
@@ -363,37 +415,54 @@ pub async fn redrive(
     for id in &watched.pending {
         println!("  pending: {id} (still retried, or parked behind its predecessor: `trace {id}`, `ordering parked`)");
     }
-    Ok(if !watched.dead_lettered_again.is_empty() {
-        ExitCode::FAILURE
-    } else if left > 0 || !watched.pending.is_empty() {
-        ExitCode::from(2)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(code)
 }
 
-/// Prints what a `dlq` verb left in place, with why; answers how many.
-fn print_left(left: &[(String, String)]) -> usize {
+/// Appends `item` to the JSON array `array`.
+fn push(array: &mut serde_json::Value, item: serde_json::Value) {
+    if let Some(items) = array.as_array_mut() {
+        items.push(item);
+    }
+}
+
+/// Prints `shown` as pretty JSON when `json`.
+fn print_json(json: bool, shown: &serde_json::Value) -> Result<(), String> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(shown).map_err(|e| e.to_string())?);
+    }
+    Ok(())
+}
+
+/// Prints what a `dlq` verb left in place, with why.
+fn print_left(left: &[(String, String)]) {
     for (id, why) in left {
         println!("  left {id}: {why}");
     }
-    left.len()
 }
 
 /// `dlq purge` / `dlq archive <file>`: exit code 2 when a selected message could not be deleted.
+/// With `json`, one object on stdout: `dry_run` and `queues` (each `logical_id`, `name`, and
+/// `selected` for a dry run, else the [`dlq::PurgeReport`]).
 async fn purge(
     sqs: &aws_sdk_sqs::Client,
     queues: &[QueueInfo],
     selection: &dlq::Selection,
     archive: Option<&Path>,
     dry_run: bool,
+    json: bool,
 ) -> Result<ExitCode, String> {
+    let mut shown = serde_json::json!({"dry_run": dry_run, "queues": []});
     if dry_run {
         for q in queues {
             let selected = dlq::peek(sqs, q).await?.into_iter().filter(|m| selection.matches(m)).count();
             let verb = if archive.is_some() { "archive and delete" } else { "delete" };
-            println!("{} ({}): would {verb} {selected} message(s)", q.logical_id, q.name);
+            if json {
+                push(&mut shown["queues"], serde_json::json!({"logical_id": q.logical_id, "name": q.name, "selected": selected}));
+            } else {
+                println!("{} ({}): would {verb} {selected} message(s)", q.logical_id, q.name);
+            }
         }
+        print_json(json, &shown)?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut file = match archive {
@@ -403,12 +472,18 @@ async fn purge(
     let mut left = 0;
     for q in queues {
         let report = dlq::purge(sqs, q, selection, file.as_mut()).await?;
+        left += report.left.len();
+        if json {
+            push(&mut shown["queues"], serde_json::json!({"logical_id": q.logical_id, "name": q.name, "report": report}));
+            continue;
+        }
         let verb = match archive {
             Some(path) => format!("archived to {} and deleted", path.display()),
             None => "deleted".to_owned(),
         };
         println!("{} ({}): {verb} {} message(s); {} left", q.logical_id, q.name, report.deleted.len(), report.left.len());
-        left += print_left(&report.left);
+        print_left(&report.left);
     }
+    print_json(json, &shown)?;
     Ok(if left == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) })
 }

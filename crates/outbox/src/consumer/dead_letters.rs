@@ -1,7 +1,7 @@
 //! Where a consumer sends the events no retry can fix: its SQS dead-letter queue
 //! ([`ConsumerDeadLetterQueue`]), or [`MemoryDeadLetters`] in your unit tests. Each message is a
 //! [`ConsumerFailureRecord`] (`kind: outbox-consumer-failure`) holding the event verbatim and the
-//! reason, which `outbox-local dlq list|show|redrive` reads back.
+//! reason, which `outbox dlq list|show|redrive` reads back.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};

@@ -31,8 +31,8 @@
 //!
 //! **A real gap** — a predecessor that never comes (dead-lettered at the relay, skipped) — leaves
 //! its successor parked, not dead-lettered among poison. Every parked row carries `parked_at`;
-//! `outbox-local ordering parked` and `trace` list the parked events with their age and flag those
-//! parked longer than the gap limit; `outbox-local ordering release` moves the aggregate past
+//! `outbox ordering parked` and `trace` list the parked events with their age and flag those
+//! parked longer than the gap limit; `outbox ordering release` moves the aggregate past
 //! the missing sequence and applies what was parked behind it.
 
 use serde::{Deserialize, Serialize};

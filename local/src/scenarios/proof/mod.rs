@@ -37,22 +37,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::dlq;
 use crate::faults::{Injected, Injector};
 use crate::runtime::Runtime;
-use crate::scenarios::demo::{stock, Say, SAMPLE_SKUS};
+pub use crate::scenarios::books::Invariant;
+use crate::scenarios::books::SampleBooks;
+use crate::scenarios::demo::Say;
 use crate::stack::QueueInfo;
 
 mod reads;
 mod report;
 
-use reads::{archive, drain_archive, number, scan, send_retrying, stream_events, text};
+use crate::scenarios::books::{scan, text};
+use reads::{archive, drain_archive, send_retrying, stream_events};
 pub use report::format_report;
 
-/// Units of stock seeded per SKU.
-pub const STOCK: u64 = 1_000_000;
+pub use crate::scenarios::books::orders::STOCK;
 
 /// Proof settings.
 #[derive(Debug, Clone)]
@@ -71,17 +73,6 @@ pub struct ProofOptions {
     pub quiet: Duration,
     /// The emulator's process id, to report its peak memory (`None`: an emulator of its own).
     pub emulator_pid: Option<u32>,
-}
-
-/// One invariant, held or broken.
-#[derive(Debug, Clone, Serialize)]
-pub struct Invariant {
-    /// Its name.
-    pub name: &'static str,
-    /// Whether it held.
-    pub held: bool,
-    /// What was found (figures; the first offenders when broken).
-    pub detail: String,
 }
 
 /// The proof's figures (`proof --json`).
@@ -136,8 +127,6 @@ pub struct ProofReport {
 
 /// The tables and queues the proof reads.
 struct Names {
-    orders: String,
-    inventory: String,
     inbox: String,
     outbox_stream: String,
     bus: String,
@@ -145,13 +134,12 @@ struct Names {
     consumer_types: Vec<String>,
 }
 
-fn names(runtime: &Runtime) -> crate::Result<Names> {
+fn names(runtime: &Runtime, consumer: &str) -> crate::Result<Names> {
     let env_of = |logical: &str| -> crate::Result<HashMap<String, String>> {
         let f = runtime.function(logical)?;
         runtime.stack.environment(&f.spec).map_err(crate::Error::from)
     };
-    let consumer = env_of("ReserveInventoryFunction")?;
-    let producer = env_of("CreateOrderFunction")?;
+    let consumer_env = env_of(consumer)?;
     let get = |env: &HashMap<String, String>, k: &str| {
         env.get(k).cloned().ok_or_else(|| crate::Error::invalid(format!("no {k} in the function's environment")))
     };
@@ -160,14 +148,12 @@ fn names(runtime: &Runtime) -> crate::Result<Names> {
         .stack
         .rules
         .iter()
-        .filter(|r| r.function == "ReserveInventoryFunction")
+        .filter(|r| r.function == consumer)
         .flat_map(|r| r.spec.pattern["detail-type"].as_array().cloned().unwrap_or_default())
         .filter_map(|v| v.as_str().map(str::to_owned))
         .collect();
     Ok(Names {
-        orders: get(&producer, "ORDERS_TABLE")?,
-        inventory: get(&consumer, "INVENTORY_TABLE")?,
-        inbox: get(&consumer, "INBOX_TABLE")?,
+        inbox: get(&consumer_env, "INBOX_TABLE")?,
         outbox_stream: runtime
             .stack
             .stream_arns
@@ -211,16 +197,20 @@ async fn wait_quiet(injector: &Injector, options: &ProofOptions, say: &Say, stag
 /// # Errors
 /// A message when the stack cannot be read or set up (not when an invariant breaks: that is in
 /// the report).
-pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>, options: &ProofOptions) -> crate::Result<ProofReport> {
+pub async fn run<B: SampleBooks>(
+    runtime: Arc<Runtime>,
+    api: SocketAddr,
+    injector: Arc<Injector>,
+    options: &ProofOptions,
+    books: &B,
+) -> crate::Result<ProofReport> {
     use std::io::IsTerminal;
     let say = Say { quiet: options.json, terminal: std::io::stderr().is_terminal(), last: Default::default() };
-    let names = names(&runtime)?;
+    let names = names(&runtime, books.consumer())?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
     let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
     let events = aws_sdk_eventbridge::Client::new(&runtime.sdk);
-    for sku in SAMPLE_SKUS {
-        stock::put(&dynamodb, &names.inventory, sku, STOCK).await?;
-    }
+    books.seed(&dynamodb).await?;
     let archive_url = archive(&runtime, &names.bus).await?;
     let (stop_archive, archive_stopped) = tokio::sync::watch::channel(false);
     let archived = tokio::spawn(drain_archive(sqs.clone(), archive_url, archive_stopped));
@@ -242,11 +232,8 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..options.orders {
         let (client, permits) = (client.clone(), permits.clone());
-        let body = json!({"customer_id": format!("proof-{i}"), "currency": "EUR", "lines": [
-            {"sku": SAMPLE_SKUS[i % SAMPLE_SKUS.len()], "quantity": 1 + i % 3, "unit_price": "10.00"},
-            {"sku": SAMPLE_SKUS[(i / 2 + 1) % SAMPLE_SKUS.len()], "quantity": 1, "unit_price": "2.50"}]})
-        .to_string();
-        let url = format!("http://{api}/orders");
+        let (path, body) = books.request(i);
+        let url = format!("http://{api}{path}");
         tasks.spawn(async move {
             let _permit = permits.acquire().await;
             let key = format!("proof-order-{i}");
@@ -283,10 +270,11 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
         if options.cancel_every == 0 { Vec::new() } else { answered.iter().step_by(options.cancel_every).map(|(_, id)| id.clone()).collect() };
     for (n, id) in to_cancel.iter().enumerate() {
         let (client, permits) = (client.clone(), permits.clone());
-        let url = format!("http://{api}/orders/{id}/cancel");
+        let Some((path, body)) = books.undo(id) else { continue };
+        let url = format!("http://{api}{path}");
         tasks.spawn(async move {
             let _permit = permits.acquire().await;
-            let answer = send_retrying(|| client.post(&url).header("content-type", "application/json").body(r#"{"reason":"proof"}"#)).await;
+            let answer = send_retrying(|| client.post(&url).header("content-type", "application/json").body(body.clone())).await;
             (n, answer)
         });
     }
@@ -347,83 +335,12 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
     let _ = stop_archive.send(true);
     let published = archived.await.map_err(crate::Error::other("reading the archive queue"))??;
     let carried = stream_events(&runtime, &names.outbox_stream).await?;
-    let orders = scan(&dynamodb, &names.orders, &["pk", "order_id", "status"]).await?;
-    let inventory = scan(&dynamodb, &names.inventory, &["pk", "status", "lines", "available", "reserved"]).await?;
+    let checked = books.check(&dynamodb, &answered.iter().map(|(_, id)| id.clone()).collect::<Vec<_>>()).await?;
+    let mut invariants = checked.invariants;
     let inbox = scan(&dynamodb, &names.inbox, &["event_id", "status", "kind"]).await?;
     say.end_progress();
 
-    let orders: HashMap<String, String> =
-        orders.iter().filter(|i| text(i, "pk").starts_with("ORDER#")).map(|i| (text(i, "order_id"), text(i, "status"))).collect();
-    let mut reservations: HashMap<String, (String, BTreeMap<String, u64>)> = HashMap::new();
-    let mut skus: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    for item in &inventory {
-        let pk = text(item, "pk");
-        if let Some(order_id) = pk.strip_prefix("RESERVATION#") {
-            let lines =
-                item.get("lines").and_then(|v| v.as_m().ok()).map(|m| m.iter().map(|(k, v)| (k.clone(), number(v))).collect()).unwrap_or_default();
-            reservations.insert(order_id.to_owned(), (text(item, "status"), lines));
-        } else if let Some(sku) = pk.strip_prefix("SKU#") {
-            let n = |k: &str| item.get(k).map(number).unwrap_or(0);
-            skus.insert(sku.to_owned(), (n("available"), n("reserved")));
-        }
-    }
     let first = |v: &[String]| v.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
-    let mut invariants = Vec::new();
-
-    // Exactly once.
-    let mut wrong = Vec::new();
-    for (order_id, status) in &orders {
-        let state = reservations.get(order_id).map(|(s, _)| s.as_str());
-        let fine = match (status.as_str(), state) {
-            ("CANCELLED", Some("RELEASED" | "REJECTED")) => true,
-            ("CANCELLED", _) => false,
-            (_, Some("RESERVED" | "REJECTED")) => true,
-            _ => false,
-        };
-        if !fine {
-            wrong.push(format!("{order_id} ({status}, reservation {})", state.unwrap_or("missing")));
-        }
-    }
-    let mut expected: BTreeMap<String, u64> = BTreeMap::new();
-    for (status, lines) in reservations.values() {
-        if status == "RESERVED" {
-            for (sku, q) in lines {
-                *expected.entry(sku.clone()).or_insert(0) += q;
-            }
-        }
-    }
-    let mut sums = Vec::new();
-    for (sku, (available, reserved)) in &skus {
-        let want = expected.get(sku).copied().unwrap_or(0);
-        if *reserved != want || available + reserved != STOCK {
-            sums.push(format!(
-                "{sku}: reserved {reserved} (reservations say {want}), available + reserved {} (seeded {STOCK})",
-                available + reserved
-            ));
-        }
-    }
-    let answered_missing: Vec<String> = answered.iter().filter(|(_, id)| !orders.contains_key(id)).map(|(_, id)| id.clone()).collect();
-    invariants.push(Invariant {
-        name: "every committed order took effect exactly once",
-        held: wrong.is_empty() && sums.is_empty() && answered_missing.is_empty(),
-        detail: format!(
-            "{} orders in the table, {} reservations; {} orders without the right effect [{}]; {} SKU sums off [{}]; {} answered 201 but not in the table [{}]",
-            orders.len(),
-            reservations.len(),
-            wrong.len(),
-            first(&wrong),
-            sums.len(),
-            first(&sums),
-            answered_missing.len(),
-            first(&answered_missing)
-        ),
-    });
-    let orphans: Vec<String> = reservations.keys().filter(|id| !orders.contains_key(*id)).cloned().collect();
-    invariants.push(Invariant {
-        name: "no effect without a committed order",
-        held: orphans.is_empty(),
-        detail: format!("{} reservations without an order [{}]", orphans.len(), first(&orphans)),
-    });
     let carried_ids: HashSet<&str> = carried.iter().map(|(id, _)| id.as_str()).collect();
     let unpublished: Vec<String> = carried_ids.iter().filter(|id| !published.contains(**id)).map(|id| (*id).to_owned()).collect();
     invariants.push(Invariant {
@@ -493,9 +410,9 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>
     Ok(ProofReport {
         orders_sent: options.orders,
         orders_answered: answered.len(),
-        orders_committed: orders.len(),
+        orders_committed: checked.committed,
         cancellations_sent: to_cancel.len(),
-        orders_cancelled: orders.values().filter(|s| *s == "CANCELLED").count(),
+        orders_cancelled: checked.undone,
         requests_failed: failed,
         aws_calls: injector.calls(),
         faults: injector.injected(),
@@ -527,6 +444,8 @@ fn peak_rss_mb(pid: &str) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn report() -> ProofReport {

@@ -1,10 +1,9 @@
 //! What the proof reads back: the archive of what reached the bus, the outbox stream's events,
 //! whole tables; and the careful client's retried requests.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::{json, Value};
 
 use crate::runtime::Runtime;
@@ -115,34 +114,6 @@ pub(super) async fn stream_events(runtime: &Runtime, arn: &str) -> crate::Result
         }
     }
     Ok(events)
-}
-
-/// Every item of `table`, with the `attributes` the verdict reads only (the emulator's cost of a
-/// Scan answer grows with every attribute of every item in it).
-pub(super) async fn scan(
-    dynamodb: &aws_sdk_dynamodb::Client,
-    table: &str,
-    attributes: &[&str],
-) -> crate::Result<Vec<HashMap<String, AttributeValue>>> {
-    let mut items = Vec::new();
-    let names: Vec<String> = (0..attributes.len()).map(|i| format!("#a{i}")).collect();
-    let mut scan = dynamodb.scan().table_name(table).consistent_read(true).projection_expression(names.join(", "));
-    for (name, attribute) in names.iter().zip(attributes) {
-        scan = scan.expression_attribute_names(name, *attribute);
-    }
-    let mut pages = scan.into_paginator().items().send();
-    while let Some(item) = pages.next().await {
-        items.push(item.map_err(|e| sdk_error(&format!("Scan {table}"), e))?);
-    }
-    Ok(items)
-}
-
-pub(super) fn text(item: &HashMap<String, AttributeValue>, name: &str) -> String {
-    item.get(name).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default()
-}
-
-pub(super) fn number(v: &AttributeValue) -> u64 {
-    v.as_n().ok().and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
 /// Sends `request` (rebuilt per attempt) until a final answer: 2xx or 4xx other than 408/429;
