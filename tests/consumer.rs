@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{s, Deadline, Local};
 use orders_app::inventory;
-use outbox_local::function::LocalFunction;
+use outbox_local::lambda::function::LocalFunction;
 use serde_json::{json, Value};
 
 const CONSUMER: &str = "ReserveInventoryFunction";

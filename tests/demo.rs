@@ -12,7 +12,7 @@ mod common;
 use std::time::Duration;
 
 use common::Local;
-use outbox_local::demo::{self, DemoOptions};
+use outbox_local::scenarios::demo::{self, DemoOptions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_demo_adds_up() {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::Local;
 use outbox_local::dlq::{self, RedriveOptions, Selection};
-use outbox_local::practice;
+use outbox_local::scenarios::practice;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn practice_puts_one_readable_dead_letter_in_the_consumer_queue() {

@@ -243,10 +243,11 @@ async fn raw(addr: SocketAddr, head: &str, body: &str, half_close: bool) -> Stri
 #[tokio::test]
 async fn the_http_api_answers_a_short_body_with_408_and_a_half_closed_client_with_its_answer() {
     let local = Local::start().await;
-    let limits = outbox_local::http_api::Limits { body_timeout: Duration::from_millis(500) };
-    let (addr, _server) = outbox_local::http_api::serve_with(&local.runtime, SocketAddr::from(([127, 0, 0, 1], 0)), local.shutdown_signal(), limits)
-        .await
-        .expect("binds");
+    let limits = outbox_local::runtime::http_api::Limits { body_timeout: Duration::from_millis(500) };
+    let (addr, _server) =
+        outbox_local::runtime::http_api::serve_with(&local.runtime, SocketAddr::from(([127, 0, 0, 1], 0)), local.shutdown_signal(), limits)
+            .await
+            .expect("binds");
     let token = local.token("alice");
     let short =
         format!("POST /orders HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n");
@@ -287,8 +288,8 @@ async fn a_function_killed_after_its_commit_fails_the_request_but_the_commit_sta
         ["ORDERS_TABLE"]
         .clone();
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let (api, _server) = outbox_local::http_api::serve(&runtime, SocketAddr::from(([127, 0, 0, 1], 0)), stopped).await.expect("binds");
-    let client = outbox_local::authorizer::client_as(&runtime.issuer, "alice").build().expect("a client");
+    let (api, _server) = outbox_local::runtime::http_api::serve(&runtime, SocketAddr::from(([127, 0, 0, 1], 0)), stopped).await.expect("binds");
+    let client = outbox_local::runtime::authorizer::client_as(&runtime.issuer, "alice").build().expect("a client");
     let order = r#"{"customer_id":"c-1","currency":"EUR","lines":[{"sku":"SKU-RED-MUG","quantity":1,"unit_price":"12.50"}]}"#;
     let post = || client.post(format!("http://{api}/orders")).header("content-type", "application/json").body(order).send();
     let crashed = post().await.expect("an answer");

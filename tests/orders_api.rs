@@ -358,7 +358,7 @@ async fn without_a_valid_token_every_route_is_a_401_and_another_subjects_order_a
 
     let issuer = &local.runtime.issuer;
     let now = chrono::Utc::now().timestamp();
-    let claims = json!({"iss": outbox_local::authorizer::LOCAL_ISSUER, "aud": outbox_local::authorizer::LOCAL_AUDIENCE, "sub": ALICE, "iat": now - 60, "exp": now + 600});
+    let claims = json!({"iss": outbox_local::runtime::authorizer::LOCAL_ISSUER, "aud": outbox_local::runtime::authorizer::LOCAL_AUDIENCE, "sub": ALICE, "iat": now - 60, "exp": now + 600});
     let with = |key: &str, value: Value| {
         let mut c = claims.clone();
         c[key] = value;

@@ -143,7 +143,7 @@ async fn only_inserted_outbox_items_are_published_verbatim() {
 }
 
 /// Per-aggregate order under the template's `ParallelizationFactor` (1; the local stream mapping
-/// plays the factor as Lambda documents it, see `outbox_local::lanes`): 20 events of one
+/// plays the factor as Lambda documents it, see `outbox_local::mappings::lanes`): 20 events of one
 /// aggregate, each its own outbox item, are published in sequence order, in full calls
 /// (20 events = 2 `PutEvents` calls, not 20).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

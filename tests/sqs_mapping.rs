@@ -9,8 +9,8 @@
 mod common;
 
 use common::{Deadline, Local};
-use outbox_local::demo::subscriber::SubscriberServer;
 use outbox_local::dlq;
+use outbox_local::scenarios::demo::subscriber::SubscriberServer;
 use outbox_local::template::Template;
 use outbox_webhooks::Secret;
 

@@ -6,18 +6,21 @@
 //! and runs is read from the template, so the local stack cannot drift from the deployed one,
 //! and a function of your own runs like the sample's.
 //!
-//! One module per job, dependencies pointing one way: [`template`] reads the template,
-//! [`emulator`] starts moto, [`aws`] builds the SDK configuration, [`stack`] provisions,
-//! [`binaries`] builds the functions' binaries, [`runtime_api`] serves the Lambda Runtime API to
-//! one instance, [`sandbox`] runs one instance (with [`emf`] for its metrics), [`function`] pools
-//! a function's instances, [`esm`] plays the stream mapping (with [`filter`] and [`lanes`], and its
-//! [`checkpoint`] kept across restarts), [`sqs_mapping`] plays the SQS mapping, [`delivery`]
-//! plays rule delivery (all set up through [`glue`], with [`env_vars`] for local settings), [`runtime`] ties them together,
-//! [`http_api`] plays API Gateway (with [`authorizer`], its JWT authorizer), [`dlq`] reads dead-letter queues
-//! (and [`failed_batch`] replays the stream batches a mapping gave up on), [`trace`] follows one event,
-//! [`ordering`] releases a consumer's sequence gap, [`stats`] counts ([`status`] shows), and
-//! [`demo`] runs the whole thing; [`faults`] injects AWS's failures between the functions and
-//! the emulator, and [`proof`] runs the pipeline under them and checks the invariants.
+//! Laid out by what it plays, each folder importing only the ones above it in this list:
+//! - the operator's crate's modules, re-exported at their old paths: [`template`] reads the
+//!   template, [`aws`] builds the SDK configuration, [`stack`] provisions, [`dlq`],
+//!   [`failed_batch`], [`trace`], [`ordering`] and [`webhooks`] are the operator's verbs;
+//! - [`error`]: the runtime's one error type, [`Error`], by cause (it uses none of the folders);
+//! - [`emulator`]: starting moto;
+//! - [`faults`]: AWS's failures, injected between the functions and the emulator;
+//! - [`stats`]: what the runtime observed (and [`stats::status`], for people);
+//! - [`options`]: the runtime's knobs ([`options::RuntimeOptions`]);
+//! - [`lambda`]: a function as Lambda runs it: the Runtime API, one instance (sandbox), the
+//!   instance pool, the binaries, the environment, logs and EMF metrics;
+//! - [`mappings`]: what invokes the functions: the stream and SQS event source mappings,
+//!   EventBridge rule delivery, filters, lanes and checkpoints;
+//! - [`runtime`]: all of it for one stack, and the HTTP API (with its JWT authorizer) in front;
+//! - [`scenarios`]: `demo`, `proof` and `dlq practice`, which run the whole thing.
 
 #![warn(missing_docs)]
 
@@ -25,25 +28,14 @@
 // (`outbox-cli`), which both binaries use; their paths here stay as they were.
 pub use outbox_cli::{aws, dlq, failed_batch, filter, ordering, stack, template, trace, webhooks};
 
-pub mod authorizer;
-pub mod binaries;
-pub mod checkpoint;
-pub mod delivery;
-pub mod demo;
-pub mod emf;
 pub mod emulator;
-pub mod env_vars;
-pub mod esm;
+pub mod error;
 pub mod faults;
-pub mod function;
-pub mod glue;
-pub mod http_api;
-pub mod lanes;
-pub mod practice;
-pub mod proof;
+pub mod lambda;
+pub mod mappings;
+pub mod options;
 pub mod runtime;
-pub mod runtime_api;
-pub mod sandbox;
-pub mod sqs_mapping;
+pub mod scenarios;
 pub mod stats;
-pub mod status;
+
+pub use error::{Error, Result};

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use outbox_local::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
-use outbox_local::binaries;
 use outbox_local::emulator::Emulator;
+use outbox_local::lambda::binaries;
 use outbox_local::runtime::{Runtime, RuntimeOptions};
 use outbox_local::stack::{Mode, Stack};
 use outbox_local::template::Template;
@@ -137,7 +137,8 @@ pub fn short_id() -> String {
 /// `local/env.json` (as `outbox-local` runs them: e.g. the webhook dispatcher's short backoff).
 pub fn fast_options() -> RuntimeOptions {
     let template = Template::load(&root().join("template.yaml")).expect("template.yaml loads");
-    let environment = outbox_local::env_vars::load(&root().join("local/env.json"), &template.function_ids()).unwrap_or_else(|e| panic!("{e}"));
+    let environment =
+        outbox_local::lambda::env_vars::load(&root().join("local/env.json"), &template.function_ids()).unwrap_or_else(|e| panic!("{e}"));
     RuntimeOptions {
         stream_poll_interval: Duration::from_millis(50),
         stream_retry_delay: Duration::from_millis(50),
@@ -222,7 +223,7 @@ impl Local {
 
     /// Serves the HTTP API on a free loopback port; returns its address.
     pub async fn serve_http(&mut self) -> SocketAddr {
-        let (addr, task) = outbox_local::http_api::serve(&self.runtime, SocketAddr::from(([127, 0, 0, 1], 0)), self.stop.subscribe())
+        let (addr, task) = outbox_local::runtime::http_api::serve(&self.runtime, SocketAddr::from(([127, 0, 0, 1], 0)), self.stop.subscribe())
             .await
             .expect("the HTTP API binds a loopback port");
         self.tasks.push(task);

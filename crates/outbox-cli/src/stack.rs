@@ -4,7 +4,7 @@
 //! Provisioning is idempotent: what exists is left as it is, so running it twice against one
 //! endpoint is a no-op. One deliberate addition: every EventBridge rule gets an SQS *delivery
 //! queue* as its target (`<stack>-local-<Rule>`), from which the local runtime invokes the
-//! consumer function the way Lambda's asynchronous invocation would (see `outbox_local::delivery`).
+//! consumer function the way Lambda's asynchronous invocation would (see `outbox_local::mappings::rule_delivery`).
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -4,8 +4,8 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use outbox_local::demo::{self, DemoOptions};
-use outbox_local::http_api;
+use outbox_local::runtime::http_api;
+use outbox_local::scenarios::demo::{self, DemoOptions};
 use outbox_local::template::Template;
 use tokio::sync::watch;
 
@@ -35,7 +35,7 @@ pub struct DemoArgs {
 ///
 /// # Errors
 /// What failed, as text.
-pub async fn run(inv: &Invocation, template: Template, args: &DemoArgs) -> Result<ExitCode, String> {
+pub async fn run(inv: &Invocation, template: Template, args: &DemoArgs) -> outbox_local::Result<ExitCode> {
     let cli = &inv.cli;
     let root = inv.root.as_path();
     let stack_name = inv.stack_name.as_str();
@@ -43,7 +43,9 @@ pub async fn run(inv: &Invocation, template: Template, args: &DemoArgs) -> Resul
     let DemoArgs { orders, json, timeout, keep } = args;
     let local = local(cli, template, root, stack_name, !json, None).await?;
     let (stop, stopped) = watch::channel(false);
-    let (api, _server) = http_api::serve(&local.runtime, SocketAddr::from(([127, 0, 0, 1], 0)), stopped.clone()).await.map_err(|e| e.to_string())?;
+    let (api, _server) = http_api::serve(&local.runtime, SocketAddr::from(([127, 0, 0, 1], 0)), stopped.clone())
+        .await
+        .map_err(outbox_local::Error::io("the HTTP API's port"))?;
     let tasks = local.runtime.spawn_pipelines(stopped)?;
     if !json {
         println!("outbox demo: stack {stack_name:?} from {} on {} (emulator), HTTP API on http://{api}", template_path.display(), local.endpoint);
@@ -73,7 +75,7 @@ pub async fn run(inv: &Invocation, template: Template, args: &DemoArgs) -> Resul
     local.runtime.stop_functions();
     let report = result?;
     if *json {
-        println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+        println!("{}", serde_json::to_string_pretty(&report).map_err(outbox_local::Error::other("the report as JSON"))?);
     }
     Ok(if report.ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

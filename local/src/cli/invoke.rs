@@ -22,18 +22,18 @@ pub struct InvokeArgs {
 ///
 /// # Errors
 /// What failed, as text.
-pub async fn run(inv: &Invocation, template: Template, args: &InvokeArgs) -> Result<ExitCode, String> {
+pub async fn run(inv: &Invocation, template: Template, args: &InvokeArgs) -> outbox_local::Result<ExitCode> {
     let cli = &inv.cli;
     let root = inv.root.as_path();
     let stack_name = inv.stack_name.as_str();
     let InvokeArgs { logical_id, event } = args;
     check_function(&template, logical_id)?;
     let payload = if event.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin()).map_err(|e| format!("stdin: {e}"))?
+        std::io::read_to_string(std::io::stdin()).map_err(outbox_local::Error::other("stdin"))?
     } else {
-        std::fs::read_to_string(event).map_err(|e| format!("{}: {e}", event.display()))?
+        std::fs::read_to_string(event).map_err(outbox_local::Error::other(format!("{}", event.display())))?
     };
-    serde_json::from_str::<serde::de::IgnoredAny>(&payload).map_err(|e| format!("{}: not JSON: {e}", event.display()))?;
+    serde_json::from_str::<serde::de::IgnoredAny>(&payload).map_err(outbox_local::Error::other(format!("{}: not JSON", event.display())))?;
     let local = local(cli, template, root, stack_name, false, Some(logical_id)).await?;
     let function = local.runtime.function(logical_id)?;
     seed_sample_stock(&local.runtime).await;
@@ -41,7 +41,7 @@ pub async fn run(inv: &Invocation, template: Template, args: &InvokeArgs) -> Res
     local.runtime.stop_functions();
     match invocation.result {
         Ok(response) => {
-            println!("{}", serde_json::to_string_pretty(&response).map_err(|e| e.to_string())?);
+            println!("{}", serde_json::to_string_pretty(&response).map_err(outbox_local::Error::other("the response as JSON"))?);
             Ok(ExitCode::SUCCESS)
         }
         Err(d) => {
@@ -52,14 +52,18 @@ pub async fn run(inv: &Invocation, template: Template, args: &InvokeArgs) -> Res
 }
 
 /// Checks that `logical_id` is a function of `template` that the local runtime can run.
-fn check_function(template: &Template, logical_id: &str) -> Result<(), String> {
+fn check_function(template: &Template, logical_id: &str) -> outbox_local::Result<()> {
     let ids = template.function_ids();
     if !ids.iter().any(|id| id == logical_id) {
-        return Err(format!("no function {logical_id:?} in {}; functions: {}", template.path.display(), ids.join(", ")));
+        return Err(outbox_local::Error::invalid(format!(
+            "no function {logical_id:?} in {}; functions: {}",
+            template.path.display(),
+            ids.join(", ")
+        )));
     }
-    let (_, skipped) = template.runnable_functions().map_err(|e| e.to_string())?;
+    let (_, skipped) = template.runnable_functions()?;
     if skipped.iter().any(|id| id == logical_id) {
-        return Err(outbox_local::template::no_binary(logical_id).to_string());
+        return Err(outbox_local::Error::from(outbox_local::template::no_binary(logical_id)));
     }
     Ok(())
 }

@@ -117,14 +117,14 @@ pub struct Invocation {
 ///
 /// # Errors
 /// What failed, as text.
-pub async fn run(cli: Cli) -> Result<ExitCode, String> {
+pub async fn run(cli: Cli) -> outbox_local::Result<ExitCode> {
     if let Some(endpoint) = &cli.endpoint {
-        check_endpoint(endpoint)?;
+        check_endpoint(endpoint).map_err(outbox_local::Error::Invalid)?;
     }
     let template_path = session::find_template(cli.template.as_deref())?;
     let root = template_path.parent().map(Path::to_path_buf).unwrap_or_default();
     let stack_name = cli.stack_name.clone().unwrap_or_else(|| default_stack_name(&root));
-    let template = Template::load(&template_path).map_err(|e| e.to_string())?;
+    let template = Template::load(&template_path)?;
     let inv = Invocation { cli, template_path, root, stack_name };
     match &inv.cli.command {
         Command::Token(args) => token::run(&inv, template, args).await,

@@ -35,24 +35,24 @@ pub enum LocalDlq {
 ///
 /// # Errors
 /// What failed, as text.
-pub async fn practice(inv: &Invocation, template: Template, allow_aws: bool, timeout: u64) -> Result<ExitCode, String> {
+pub async fn practice(inv: &Invocation, template: Template, allow_aws: bool, timeout: u64) -> outbox_local::Result<ExitCode> {
     let cli = &inv.cli;
     let stack_name = inv.stack_name.as_str();
     if !allow_aws && cli.endpoint.is_none() {
-        return Err(format!(
+        return Err(outbox_local::Error::expectation(format!(
             "dlq practice puts a malformed event on the bus: give the emulator's --endpoint (or AWS_ENDPOINT_URL), as `outbox-local up` prints it; against AWS stack {stack_name:?}, add --allow-aws"
-        ));
+        )));
     }
     let (sdk, stack) = existing_stack(cli, template, stack_name).await?;
-    let practice = outbox_local::practice::run(&sdk, &stack, Duration::from_secs(timeout)).await?;
-    print!("{}", outbox_local::practice::next_steps(&practice, cli.endpoint.as_deref()));
+    let practice = outbox_local::scenarios::practice::run(&sdk, &stack, Duration::from_secs(timeout)).await?;
+    print!("{}", outbox_local::scenarios::practice::next_steps(&practice, cli.endpoint.as_deref()));
     Ok(ExitCode::SUCCESS)
 }
 
 /// Runs one of the operator's verbs on this template's stack (`--endpoint`: the emulator; else
 /// AWS with the ordinary configuration).
-pub async fn operate(inv: &Invocation, template: Template, command: Operator) -> Result<ExitCode, String> {
+pub async fn operate(inv: &Invocation, template: Template, command: Operator) -> outbox_local::Result<ExitCode> {
     let (sdk, stack) = existing_stack(&inv.cli, template, &inv.stack_name).await?;
-    let resources = stack.resources().map_err(|e| e.to_string())?;
-    outbox_cli::cli::run(&Context { sdk, resources, yes: inv.cli.yes }, &command).await
+    let resources = stack.resources().map_err(outbox_local::Error::other("the stack's resources"))?;
+    outbox_cli::cli::run(&Context { sdk, resources, yes: inv.cli.yes }, &command).await.map_err(outbox_local::Error::Operator)
 }

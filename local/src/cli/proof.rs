@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use outbox_local::emulator::Emulator;
 use outbox_local::faults::FaultPlan;
-use outbox_local::http_api;
-use outbox_local::proof::{self, ProofOptions};
+use outbox_local::runtime::http_api;
+use outbox_local::scenarios::proof::{self, ProofOptions};
 use outbox_local::template::Template;
 use tokio::sync::watch;
 
@@ -53,16 +53,16 @@ pub struct ProofArgs {
 ///
 /// # Errors
 /// What failed, as text.
-pub async fn run(inv: &Invocation, template: Template, args: &ProofArgs) -> Result<ExitCode, String> {
+pub async fn run(inv: &Invocation, template: Template, args: &ProofArgs) -> outbox_local::Result<ExitCode> {
     let cli = &inv.cli;
     let root = inv.root.as_path();
     let stack_name = inv.stack_name.as_str();
     let ProofArgs { orders, cancel_every, plan, seed, concurrency, quiet, timeout, json, no_redrive } = args;
     let mut plan = match plan.as_str() {
-        "default" => FaultPlan::parse(include_str!("../../faults/default.toml")).map_err(|e| format!("the default plan: {e}"))?,
-        "ci" => FaultPlan::parse(include_str!("../../faults/ci.toml")).map_err(|e| format!("the ci plan: {e}"))?,
+        "default" => FaultPlan::parse(include_str!("../../faults/default.toml")).map_err(outbox_local::Error::other("the default plan"))?,
+        "ci" => FaultPlan::parse(include_str!("../../faults/ci.toml")).map_err(outbox_local::Error::other("the ci plan"))?,
         "none" => FaultPlan::default(),
-        path => FaultPlan::load(Path::new(path)).map_err(|e| e.to_string())?,
+        path => FaultPlan::load(Path::new(path))?,
     };
     if let Some(seed) = seed {
         plan.seed = *seed;
@@ -71,9 +71,11 @@ pub async fn run(inv: &Invocation, template: Template, args: &ProofArgs) -> Resu
         plan.redrive = false;
     }
     let (local, injector) = local_with_faults(cli, template, root, stack_name, !json, None, Some(plan)).await?;
-    let injector = injector.ok_or("no fault injector")?;
+    let injector = injector.ok_or_else(|| outbox_local::Error::expectation("no fault injector"))?;
     let (stop, stopped) = watch::channel(false);
-    let (api, _server) = http_api::serve(&local.runtime, SocketAddr::from(([127, 0, 0, 1], 0)), stopped.clone()).await.map_err(|e| e.to_string())?;
+    let (api, _server) = http_api::serve(&local.runtime, SocketAddr::from(([127, 0, 0, 1], 0)), stopped.clone())
+        .await
+        .map_err(outbox_local::Error::io("the HTTP API's port"))?;
     let mut tasks = local.runtime.spawn_pipelines(stopped.clone())?;
     let ttl: Vec<_> = injector
         .plan()
@@ -86,9 +88,9 @@ pub async fn run(inv: &Invocation, template: Template, args: &ProofArgs) -> Resu
                 .table(&t.table)
                 .cloned()
                 .map(|spec| (t.clone(), spec))
-                .ok_or(format!("the plan's TTL table {} is not in the template", t.table))
+                .ok_or_else(|| outbox_local::Error::invalid(format!("the plan's TTL table {} is not in the template", t.table)))
         })
-        .collect::<Result<_, _>>()?;
+        .collect::<outbox_local::Result<_>>()?;
     tasks.extend(outbox_local::faults::ttl::spawn_sweeps(aws_sdk_dynamodb::Client::new(&local.runtime.sdk), ttl, injector.clone(), stopped));
     if !json {
         eprintln!(
@@ -114,7 +116,7 @@ pub async fn run(inv: &Invocation, template: Template, args: &ProofArgs) -> Resu
     local.runtime.stop_functions();
     let report = result?;
     if *json {
-        println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+        println!("{}", serde_json::to_string_pretty(&report).map_err(outbox_local::Error::other("the report as JSON"))?);
     } else {
         print!("{}", proof::format_report(&report));
     }

@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use aws_config::SdkConfig;
 use outbox_local::aws::{region_from_env, sdk_config, Target, EMULATOR_ACCOUNT};
-use outbox_local::binaries;
-use outbox_local::demo;
 use outbox_local::emulator::Emulator;
 use outbox_local::faults::{FaultPlan, Injector};
+use outbox_local::lambda::binaries;
 use outbox_local::runtime::{Runtime, RuntimeOptions};
+use outbox_local::scenarios::demo;
 use outbox_local::stack::{Mode, Stack};
 use outbox_local::template::Template;
 
@@ -26,7 +26,7 @@ pub struct Local {
 /// The emulator (when none is given), the provisioned stack, and the template's binaries built
 /// and ready to run — only function `only`'s when given (`invoke`); otherwise functions without
 /// a `Binary` are skipped with a warning.
-pub async fn local(cli: &Cli, template: Template, root: &Path, stack_name: &str, announce: bool, only: Option<&str>) -> Result<Local, String> {
+pub async fn local(cli: &Cli, template: Template, root: &Path, stack_name: &str, announce: bool, only: Option<&str>) -> outbox_local::Result<Local> {
     Ok(local_with_faults(cli, template, root, stack_name, announce, only, None).await?.0)
 }
 
@@ -45,7 +45,7 @@ pub async fn local_with_faults(
     announce: bool,
     only: Option<&str>,
     faults: Option<FaultPlan>,
-) -> Result<(Local, Option<Arc<Injector>>), String> {
+) -> outbox_local::Result<(Local, Option<Arc<Injector>>)> {
     let (emulator, endpoint, sdk, stack) = provisioned(cli, template, stack_name, announce).await?;
     if only.is_none() {
         for id in &stack.skipped_functions {
@@ -73,7 +73,7 @@ pub async fn local_with_faults(
     let env_file = cli.env_vars.clone().unwrap_or_else(|| root.join("local").join("env.json"));
     let environment = if cli.env_vars.is_some() || env_file.is_file() {
         let ids: Vec<String> = stack.functions.iter().map(|f| f.logical_id.clone()).collect();
-        outbox_local::env_vars::load(&env_file, &ids)?
+        outbox_local::lambda::env_vars::load(&env_file, &ids)?
     } else {
         Default::default()
     };
@@ -88,36 +88,36 @@ pub async fn provisioned(
     template: Template,
     stack_name: &str,
     announce: bool,
-) -> Result<(Option<Emulator>, String, SdkConfig, Stack), String> {
+) -> outbox_local::Result<(Option<Emulator>, String, SdkConfig, Stack)> {
     let (emulator, endpoint) = match &cli.endpoint {
         Some(e) => (None, e.clone()),
         None => {
             if announce {
                 eprintln!("starting the moto emulator…");
             }
-            let emulator = Emulator::start(&emulator_root(&template.path)).await.map_err(|e| e.to_string())?;
+            let emulator = Emulator::start(&emulator_root(&template.path)).await?;
             let endpoint = emulator.endpoint.clone();
             (Some(emulator), endpoint)
         }
     };
     let sdk = sdk_config(&Target { endpoint: Some(endpoint.clone()), region: region_from_env() }).await;
-    let stack = Stack::set_up(&sdk, template, stack_name, EMULATOR_ACCOUNT, Mode::Provision).await.map_err(|e| e.to_string())?;
+    let stack = Stack::set_up(&sdk, template, stack_name, EMULATOR_ACCOUNT, Mode::Provision).await?;
     Ok((emulator, endpoint, sdk, stack))
 }
 
 /// Builds the stack's function binaries (only `only`'s when given) beside the template (unless
 /// `--no-build`); returns the directory they are in.
-pub async fn build_functions(cli: &Cli, stack: &Stack, root: &Path, only: Option<&str>) -> Result<PathBuf, String> {
+pub async fn build_functions(cli: &Cli, stack: &Stack, root: &Path, only: Option<&str>) -> outbox_local::Result<PathBuf> {
     let functions: Vec<(String, String)> =
         stack.functions.iter().filter(|f| only.is_none_or(|id| f.logical_id == id)).map(|f| (f.logical_id.clone(), f.binary.clone())).collect();
     let root = root.to_owned();
     // Relative to where we run, not to the template's directory where cargo runs.
-    let target_dir = cli.target_dir.as_deref().map(std::path::absolute).transpose().map_err(|e| format!("--target-dir: {e}"))?;
+    let target_dir = cli.target_dir.as_deref().map(std::path::absolute).transpose().map_err(outbox_local::Error::other("--target-dir"))?;
     let source = binaries::Source { prebuilt: cli.no_build, target_dir };
     tokio::task::spawn_blocking(move || binaries::prepare_functions(&root, &functions, &source))
         .await
-        .map_err(|e| format!("building the functions: {e}"))?
-        .map_err(|e| e.to_string())
+        .map_err(outbox_local::Error::other("building the functions"))?
+        .map_err(outbox_local::Error::from)
 }
 
 /// Where `scripts/venv` (the emulator's virtualenv) is: the template's directory or its nearest
@@ -131,30 +131,31 @@ pub fn emulator_root(template: &Path) -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
 }
 
-pub fn find_template(explicit: Option<&Path>) -> Result<PathBuf, String> {
+pub fn find_template(explicit: Option<&Path>) -> outbox_local::Result<PathBuf> {
     if let Some(p) = explicit {
-        return p.canonicalize().map_err(|e| format!("{}: {e}", p.display()));
+        return p.canonicalize().map_err(outbox_local::Error::io(p));
     }
-    let cwd = std::env::current_dir().map_err(|e| e.to_string())?;
+    let cwd = std::env::current_dir().map_err(outbox_local::Error::other("the current directory"))?;
     cwd.ancestors()
         .map(|d| d.join("template.yaml"))
         .find(|p| p.is_file())
-        .ok_or_else(|| format!("no template.yaml in {} or its parents; pass --template", cwd.display()))
+        .ok_or_else(|| outbox_local::Error::invalid(format!("no template.yaml in {} or its parents; pass --template", cwd.display())))
 }
 
 /// Ctrl-C (SIGINT) or SIGTERM, whichever comes first.
-pub async fn wait_for_stop_signal() -> Result<(), String> {
+pub async fn wait_for_stop_signal() -> outbox_local::Result<()> {
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(outbox_local::Error::other("waiting for SIGTERM"))?;
         tokio::select! {
-            r = tokio::signal::ctrl_c() => r.map_err(|e| e.to_string()),
+            r = tokio::signal::ctrl_c() => r.map_err(outbox_local::Error::other("waiting for Ctrl-C")),
             _ = term.recv() => Ok(()),
         }
     }
     #[cfg(not(unix))]
     {
-        tokio::signal::ctrl_c().await.map_err(|e| e.to_string())
+        tokio::signal::ctrl_c().await.map_err(outbox_local::Error::other("waiting for Ctrl-C"))
     }
 }
 
@@ -186,7 +187,7 @@ pub fn lookup_account(cli: &Cli) -> &'static str {
 
 /// The SDK configuration and the names of a stack that already exists: on `--endpoint` (the
 /// emulator), else on AWS with the ordinary configuration.
-pub async fn existing_stack(cli: &Cli, template: Template, stack_name: &str) -> Result<(SdkConfig, Stack), String> {
+pub async fn existing_stack(cli: &Cli, template: Template, stack_name: &str) -> outbox_local::Result<(SdkConfig, Stack)> {
     let sdk = target_sdk(cli).await;
     let stack = Stack::set_up(&sdk, template, stack_name, lookup_account(cli), Mode::LookUp).await.map_err(|e| {
         let hint = match &cli.endpoint {
@@ -195,7 +196,7 @@ pub async fn existing_stack(cli: &Cli, template: Template, stack_name: &str) -> 
                 "this talks to AWS (no --endpoint / AWS_ENDPOINT_URL): configure credentials and a region, and check that stack {stack_name:?} is deployed (--stack-name)"
             ),
         };
-        format!("{e}\n  hint: {hint}")
+        outbox_local::Error::invalid(format!("{e}\n  hint: {hint}"))
     })?;
     Ok((sdk, stack))
 }

@@ -17,7 +17,7 @@ pub struct TokenArgs {
     #[arg(long)]
     pub scope: Vec<String>,
     /// Lifetime, seconds.
-    #[arg(long, default_value_t = outbox_local::authorizer::DEFAULT_TOKEN_SECONDS)]
+    #[arg(long, default_value_t = outbox_local::runtime::authorizer::DEFAULT_TOKEN_SECONDS)]
     pub ttl: i64,
 }
 
@@ -25,12 +25,12 @@ pub struct TokenArgs {
 ///
 /// # Errors
 /// What failed, as text.
-pub async fn run(inv: &Invocation, _template: Template, args: &TokenArgs) -> Result<ExitCode, String> {
+pub async fn run(inv: &Invocation, _template: Template, args: &TokenArgs) -> outbox_local::Result<ExitCode> {
     let root = inv.root.as_path();
     let stack_name = inv.stack_name.as_str();
     let TokenArgs { sub, scope, ttl } = args;
     // The key `up` and `demo` use for this stack (created now when they never ran).
-    let issuer = outbox_local::authorizer::LocalIssuer::load_or_create(&state_dir(root, stack_name))?;
+    let issuer = outbox_local::runtime::authorizer::LocalIssuer::load_or_create(&state_dir(root, stack_name))?;
     println!("{}", issuer.token(sub, scope, *ttl));
     Ok(ExitCode::SUCCESS)
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_local::faults::{FaultPlan, Injector};
-use outbox_local::http_api;
+use outbox_local::runtime::http_api;
 use outbox_local::runtime::Runtime;
 use outbox_local::stack::QueueInfo;
 use outbox_local::template::Template;
@@ -27,7 +27,7 @@ pub struct UpArgs {
 ///
 /// # Errors
 /// What failed, as text.
-pub async fn run(inv: &Invocation, template: Template, args: &UpArgs) -> Result<ExitCode, String> {
+pub async fn run(inv: &Invocation, template: Template, args: &UpArgs) -> outbox_local::Result<ExitCode> {
     let cli = &inv.cli;
     let root = inv.root.as_path();
     let stack_name = inv.stack_name.as_str();
@@ -45,7 +45,7 @@ pub async fn run(inv: &Invocation, template: Template, args: &UpArgs) -> Result<
     let (stop, stopped) = watch::channel(false);
     let (api, server) = http_api::serve(&local.runtime, SocketAddr::from(([127, 0, 0, 1], *port)), stopped.clone())
         .await
-        .map_err(|e| format!("port {port}: {e} (choose another with --port)"))?;
+        .map_err(|e| outbox_local::Error::invalid(format!("port {port}: {e} (choose another with --port)")))?;
     let tasks = local.runtime.spawn_pipelines(stopped.clone())?;
     println!("stack {stack_name:?} is up on {} (emulator)", local.endpoint);
     println!("  HTTP API:   http://{api}");
@@ -87,7 +87,7 @@ pub async fn run(inv: &Invocation, template: Template, args: &UpArgs) -> Result<
 const STATUS_EVERY_SECS: u64 = 5;
 
 /// `up`'s status line on stderr every [`STATUS_EVERY_SECS`] while something changed
-/// ([`outbox_local::status::status_line`]): events/s, consumer outcomes, latency, failing AWS
+/// ([`outbox_local::stats::status::status_line`]): events/s, consumer outcomes, latency, failing AWS
 /// calls per service (`health`: the pass-through proxy of every function), DLQ depths.
 async fn print_status(runtime: Arc<Runtime>, health: Option<Arc<Injector>>, mut stopped: watch::Receiver<bool>) {
     let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
@@ -105,7 +105,7 @@ async fn print_status(runtime: Arc<Runtime>, health: Option<Arc<Injector>>, mut 
             depths.push((q.name.clone(), outbox_local::dlq::depth(&sqs, q).await.unwrap_or(0)));
         }
         let calls = health.as_ref().map(|h| h.health()).unwrap_or_default();
-        let line = outbox_local::status::status_line(&before, &now, STATUS_EVERY_SECS as f64, &depths, &calls);
+        let line = outbox_local::stats::status::status_line(&before, &now, STATUS_EVERY_SECS as f64, &depths, &calls);
         // Quiet while nothing happens: the same figures are not repeated.
         let figures = line.split_once(" events/s").map(|(_, rest)| rest.to_owned()).unwrap_or_default();
         if figures != last_line {

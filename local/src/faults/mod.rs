@@ -5,7 +5,7 @@
 //!   wire codes, `PutEvents` entry failures, timed outages (`from_s`..`until_s`), latency and
 //!   stalls, lost answers, instance crashes after the k-th AWS call, TTL deletion sweeps.
 //! * [`proxy`]: the [`Injector`], an HTTP proxy each instance gets as its `AWS_ENDPOINT_URL`
-//!   (set [`crate::glue::RuntimeOptions::faults`]); the runtime's own glue (stream polling,
+//!   (set `RuntimeOptions::faults`); the runtime's own glue (stream polling,
 //!   rule delivery, dead-letter sends) talks to the emulator directly, as AWS's does.
 //! * [`ttl`]: DynamoDB's TTL deletion with the service's `REMOVE` stream records.
 

@@ -304,6 +304,12 @@ impl FaultPlan {
     }
 }
 
+impl From<PlanError> for crate::Error {
+    fn from(e: PlanError) -> Self {
+        Self::Part(Box::new(e))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

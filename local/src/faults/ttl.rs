@@ -26,7 +26,7 @@ pub const TTL_HEADER: &str = "x-outbox-local-ttl-delete";
 /// # Errors
 /// A message naming the table when a scan or delete fails (a failed condition is not an error:
 /// the item was updated meanwhile).
-pub async fn delete_expired(dynamodb: &aws_sdk_dynamodb::Client, table: &TableSpec, attribute: &str, now_s: i64) -> Result<u64, String> {
+pub async fn delete_expired(dynamodb: &aws_sdk_dynamodb::Client, table: &TableSpec, attribute: &str, now_s: i64) -> crate::Result<u64> {
     let keys: Vec<String> = table.key_schema.iter().map(|(name, _)| name.clone()).collect();
     let now = AttributeValue::N(now_s.to_string());
     let mut expired = Vec::new();
@@ -45,7 +45,7 @@ pub async fn delete_expired(dynamodb: &aws_sdk_dynamodb::Client, table: &TableSp
     }
     let mut pages = scan.into_paginator().items().send();
     while let Some(item) = pages.next().await {
-        let item = item.map_err(|e| format!("Scan {}: {}", table.name, aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+        let item = item.map_err(crate::Error::aws(format!("Scan {}", table.name)))?;
         expired.push(keys.iter().filter_map(|k| item.get(k).map(|v| (k.clone(), v.clone()))).collect::<std::collections::HashMap<_, _>>());
     }
     let mut deleted = 0;
@@ -66,7 +66,7 @@ pub async fn delete_expired(dynamodb: &aws_sdk_dynamodb::Client, table: &TableSp
         match result {
             Ok(_) => deleted += 1,
             Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {}
-            Err(e) => return Err(format!("DeleteItem {}: {}", table.name, aws_sdk_dynamodb::error::DisplayErrorContext(e))),
+            Err(e) => return Err(crate::Error::aws(format!("DeleteItem {}", table.name))(e)),
         }
     }
     Ok(deleted)

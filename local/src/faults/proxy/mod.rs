@@ -308,7 +308,7 @@ impl Injector {
 
     /// Forwards a call; a `TransactWriteItems` with a `ClientRequestToken` seen before is
     /// answered as DynamoDB would (see the module doc).
-    async fn forward(&self, parts: &axum::http::request::Parts, body: Vec<u8>) -> Result<(StatusCode, HeaderMap, Vec<u8>), String> {
+    async fn forward(&self, parts: &axum::http::request::Parts, body: Vec<u8>) -> crate::Result<(StatusCode, HeaderMap, Vec<u8>)> {
         let token = (operation(&parts.headers, &body) == "dynamodb:TransactWriteItems")
             .then(|| serde_json::from_slice::<Value>(&body).ok()?.get("ClientRequestToken")?.as_str().map(str::to_owned))
             .flatten();
@@ -340,7 +340,7 @@ impl Injector {
         Ok((status, headers, answer))
     }
 
-    async fn send(&self, parts: &axum::http::request::Parts, body: Vec<u8>) -> Result<(StatusCode, HeaderMap, Vec<u8>), String> {
+    async fn send(&self, parts: &axum::http::request::Parts, body: Vec<u8>) -> crate::Result<(StatusCode, HeaderMap, Vec<u8>)> {
         let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
         let mut request = self.client.request(parts.method.clone(), format!("{}{path}", self.upstream));
         for (name, value) in &parts.headers {
@@ -348,13 +348,13 @@ impl Injector {
                 request = request.header(name, value);
             }
         }
-        let answer = request.body(body).send().await.map_err(|e| e.to_string())?;
+        let answer = request.body(body).send().await.map_err(crate::Error::other("forwarding to the emulator"))?;
         let status = answer.status();
         let mut headers = answer.headers().clone();
         for hop in ["content-length", "connection", "transfer-encoding"] {
             headers.remove(hop);
         }
-        let bytes = answer.bytes().await.map_err(|e| e.to_string())?;
+        let bytes = answer.bytes().await.map_err(crate::Error::other("reading the emulator's answer"))?;
         Ok((status, headers, bytes.to_vec()))
     }
 }
@@ -465,7 +465,7 @@ async fn handle(State(instance): State<Arc<Instance>>, request: Request) -> Resp
 async fn decided(instance: &Arc<Instance>, op: &str, nth: u64, parts: axum::http::request::Parts, body: Vec<u8>) -> Response {
     let injector = &instance.injector;
     let op = op.to_owned();
-    let upstream_failed = |e: String| {
+    let upstream_failed = |e: crate::Error| {
         tracing::warn!(error = %e, %op, "fault proxy: the emulator did not answer");
         error_answer(&op, ErrorCode::ServiceUnavailable, b"")
     };
@@ -499,8 +499,8 @@ async fn put_events_in_part(
     parts: &axum::http::request::Parts,
     body: Vec<u8>,
     faults: &[(usize, String, f64)],
-) -> Result<Response, String> {
-    let mut request: Value = serde_json::from_slice(&body).map_err(|e| format!("PutEvents body: {e}"))?;
+) -> crate::Result<Response> {
+    let mut request: Value = serde_json::from_slice(&body).map_err(crate::Error::other("PutEvents body"))?;
     let entries = request["Entries"].as_array().cloned().unwrap_or_default();
     let failed: Vec<Option<&str>> = entries
         .iter()
@@ -526,7 +526,7 @@ async fn put_events_in_part(
         if !status.is_success() {
             return Ok(answer(status, HeaderMap::new(), answer_body));
         }
-        let answer: Value = serde_json::from_slice(&answer_body).map_err(|e| format!("PutEvents answer: {e}"))?;
+        let answer: Value = serde_json::from_slice(&answer_body).map_err(crate::Error::other("PutEvents answer"))?;
         upstream_failed = answer["FailedEntryCount"].as_u64().unwrap_or(0);
         upstream_entries = answer["Entries"].as_array().cloned().unwrap_or_default().into_iter();
     }

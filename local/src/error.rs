@@ -1,0 +1,120 @@
+//! The local runtime's error: one type, [`Error`], its variants by cause, each carrying its
+//! source. The parts with failure modes of their own keep their typed errors (the emulator's,
+//! the binaries', a checkpoint's, a fault plan's, the operator's crate's template error) and
+//! convert into [`Error::Part`] with `?`, unchanged in their messages.
+//!
+//! At the bottom of the layers: every folder may use it, it uses none of them.
+
+use std::path::PathBuf;
+
+/// An error of any other library, kept as the source of an [`Error`].
+pub type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What went wrong in the local runtime. The message says what was being done (the AWS
+/// operation and its resource, the file, the function, the request) and why, as the commands
+/// print it; [`std::error::Error::source`] gives the underlying error where there is one.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An AWS call (on the emulator, or on AWS) failed: the operation and what it was on; the
+    /// SDK's error, printed with its context (service error code and message).
+    #[error("{operation}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(source.as_ref()))]
+    Aws {
+        /// The operation and its resource, e.g. `Scan orders`.
+        operation: String,
+        /// The SDK's error.
+        source: Source,
+    },
+    /// A file or directory could not be read, written or created.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The template, the stack or a local settings file does not hold what is needed, or holds
+    /// a value the runtime cannot use; the message names the field or resource.
+    #[error("{0}")]
+    Invalid(String),
+    /// A function's instance could not be started (its binary, its ports).
+    #[error("{function}: {reason}: {source}")]
+    Function {
+        /// The function's logical id.
+        function: String,
+        /// What could not be done.
+        reason: String,
+        /// Why.
+        source: Source,
+    },
+    /// What a scenario (`demo`, `proof`, `dlq practice`) waits for did not happen, or happened
+    /// otherwise than the pipeline promises.
+    #[error("{0}")]
+    Expectation(String),
+    /// Another library's error while doing something: what, and the error.
+    #[error("{context}: {source}")]
+    Other {
+        /// What was being done.
+        context: String,
+        /// The library's error.
+        source: Source,
+    },
+    /// A part of the runtime with its own error type failed (the emulator, the binaries, a
+    /// checkpoint, a fault plan, the template): its error, message unchanged.
+    #[error(transparent)]
+    Part(Source),
+    /// A verb of the operator's crate (`outbox-cli`: dead-letter queues, trace, ordering) failed:
+    /// its message.
+    #[error("{0}")]
+    Operator(String),
+}
+
+/// The runtime's result.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A closure for `map_err`: an AWS SDK error of `operation` (e.g. `format!("Scan {table}")`).
+    pub fn aws<E: std::error::Error + Send + Sync + 'static>(operation: impl Into<String>) -> impl FnOnce(E) -> Self {
+        let operation = operation.into();
+        move |e| Self::Aws { operation, source: Box::new(e) }
+    }
+
+    /// A closure for `map_err`: an I/O error on `path`.
+    pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.into();
+        move |source| Self::Io { path, source }
+    }
+
+    /// A closure for `map_err`: another library's error while doing `context`.
+    pub fn other<E: Into<Source>>(context: impl Into<String>) -> impl FnOnce(E) -> Self {
+        let context = context.into();
+        move |e| Self::Other { context, source: e.into() }
+    }
+
+    /// A value the runtime cannot use, or a missing one; `message` names the field.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::Invalid(message.into())
+    }
+
+    /// A scenario's expectation that did not hold.
+    pub fn expectation(message: impl Into<String>) -> Self {
+        Self::Expectation(message.into())
+    }
+
+    /// An operator verb's error (the operator's crate reports them as messages).
+    pub fn operator(message: impl Into<String>) -> Self {
+        Self::Operator(message.into())
+    }
+}
+
+impl From<outbox_cli::template::TemplateError> for Error {
+    fn from(e: outbox_cli::template::TemplateError) -> Self {
+        Self::Part(Box::new(e))
+    }
+}
+
+impl From<outbox_cli::stack::StackError> for Error {
+    fn from(e: outbox_cli::stack::StackError) -> Self {
+        Self::Part(Box::new(e))
+    }
+}

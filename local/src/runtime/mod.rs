@@ -1,0 +1,182 @@
+//! The local runtime: the stack's functions as their real binaries ([`crate::lambda::function`]), plus
+//! the AWS glue that invokes them — the stream event source mapping ([`crate::mappings::stream`]), the SQS
+//! event source mapping ([`crate::mappings::sqs`]) and EventBridge rule delivery with Lambda's asynchronous-invocation retries
+//! ([`crate::mappings::rule_delivery`]); the HTTP API in front of them ([`http_api`], with its JWT
+//! [`authorizer`]).
+
+pub mod authorizer;
+pub mod http_api;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use aws_config::SdkConfig;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::lambda::function::{lambda_environment, LocalFunction, Placement};
+use crate::mappings::rule_delivery::RuleDelivery;
+use crate::mappings::sqs::SqsMapping;
+use crate::mappings::stream::StreamMapping;
+use crate::mappings::Glue;
+pub use crate::options::RuntimeOptions;
+use crate::stack::Stack;
+use crate::stats::Stats;
+use crate::template::{FunctionEvent, FunctionSpec};
+
+/// The runtime.
+#[derive(Debug)]
+pub struct Runtime {
+    /// The stack.
+    pub stack: Stack,
+    /// SDK configuration (endpoint, region, credentials).
+    pub sdk: SdkConfig,
+    /// Functions by logical id.
+    pub functions: HashMap<String, Arc<LocalFunction>>,
+    /// What the pipelines and the functions' metrics observed.
+    pub stats: Arc<Stats>,
+    /// Timing knobs.
+    pub options: RuntimeOptions,
+    /// The local issuer of the HTTP API's tokens ([`crate::runtime::authorizer`]): its key is kept in
+    /// `options.state_dir` when there is one, else new for this runtime.
+    pub issuer: Arc<crate::runtime::authorizer::LocalIssuer>,
+}
+
+impl Runtime {
+    /// Sets up every function of `stack` to run as `<bin_dir>/<Binary>` with the environment the
+    /// template gives it (see [`crate::lambda::binaries`] for building them). Instances start on the
+    /// first invocation.
+    ///
+    /// # Errors
+    /// A message naming the function whose environment cannot be resolved or whose binary is
+    /// missing.
+    pub fn new(sdk: SdkConfig, stack: Stack, options: RuntimeOptions, bin_dir: &Path) -> crate::Result<Self> {
+        Self::with_functions(sdk, stack, options, bin_dir, None)
+    }
+
+    /// [`Runtime::new`] with only the function `only` when given (`invoke`: the other
+    /// functions' binaries need not exist).
+    ///
+    /// # Errors
+    /// As [`Runtime::new`].
+    pub fn with_functions(sdk: SdkConfig, stack: Stack, options: RuntimeOptions, bin_dir: &Path, only: Option<&str>) -> crate::Result<Self> {
+        let stats = Arc::new(Stats::default());
+        let mut functions = HashMap::new();
+        for spec in stack.functions.iter().filter(|f| only.is_none_or(|id| f.logical_id == id)) {
+            let program = program_of(spec, bin_dir)?;
+            let mut template_env = stack.environment(spec)?;
+            if let Some(overrides) = options.environment.get(&spec.logical_id) {
+                template_env.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+            let r = &stack.resolver;
+            let function_name = crate::template::physical_name(&r.stack_name, &spec.logical_id);
+            let arn = format!("arn:aws:lambda:{}:{}:function:{function_name}", r.region, r.account);
+            let placement = Placement { region: r.region.clone(), endpoint: sdk.endpoint_url().map(str::to_owned), function_name };
+            let env = lambda_environment(spec, &template_env, &placement);
+            let function = LocalFunction::new(spec.clone(), arn, program, env, stats.clone(), &options);
+            functions.insert(spec.logical_id.clone(), Arc::new(function));
+        }
+        let issuer = match &options.state_dir {
+            Some(dir) => crate::runtime::authorizer::LocalIssuer::load_or_create(dir)?,
+            None => crate::runtime::authorizer::LocalIssuer::generate()?,
+        };
+        Ok(Self { stack, sdk, functions, stats, options, issuer: Arc::new(issuer) })
+    }
+
+    /// The function with `logical_id`.
+    ///
+    /// # Errors
+    /// A message listing the functions there are.
+    pub fn function(&self, logical_id: &str) -> crate::Result<Arc<LocalFunction>> {
+        self.functions.get(logical_id).cloned().ok_or_else(|| {
+            let mut names: Vec<&str> = self.functions.keys().map(String::as_str).collect();
+            names.sort_unstable();
+            crate::Error::invalid(format!("no function {logical_id:?} in {}; functions: {}", self.stack.template.path.display(), names.join(", ")))
+        })
+    }
+
+    /// Starts every stream and SQS event source mapping and rule delivery; they stop when `shutdown`
+    /// becomes true.
+    ///
+    /// # Errors
+    /// A message when a mapping cannot be set up (e.g. an unsupported filter).
+    pub fn spawn_pipelines(&self, shutdown: watch::Receiver<bool>) -> crate::Result<Vec<JoinHandle<()>>> {
+        let glue = Glue { stack: &self.stack, sdk: &self.sdk, stats: &self.stats, options: &self.options };
+        let mut tasks = Vec::new();
+        for function in self.functions.values() {
+            for event in &function.spec.events {
+                match event {
+                    FunctionEvent::DynamoDb(spec) => {
+                        let mapping = StreamMapping::new(glue, function.clone(), spec.clone())?;
+                        tasks.push(tokio::spawn(mapping.run(shutdown.clone())));
+                    }
+                    FunctionEvent::Sqs(spec) => {
+                        let mapping = SqsMapping::new(glue, function.clone(), spec.clone())?;
+                        tasks.push(tokio::spawn(mapping.run(shutdown.clone())));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for rule in &self.stack.rules {
+            let function = self.function(&rule.function)?;
+            let delivery = RuleDelivery::new(glue, function, rule.clone())?;
+            tasks.push(tokio::spawn(delivery.run(shutdown.clone())));
+        }
+        Ok(tasks)
+    }
+
+    /// Stops every function's instances (idle ones now, busy ones when their invocation ends).
+    pub fn stop_functions(&self) {
+        for function in self.functions.values() {
+            function.stop();
+        }
+    }
+}
+
+/// The executable of `spec`: `<bin_dir>/<Binary>`.
+///
+/// # Errors
+/// A message naming the function and its `Binary` when the file is not there.
+pub fn program_of(spec: &FunctionSpec, bin_dir: &Path) -> crate::Result<std::path::PathBuf> {
+    let program = bin_dir.join(&spec.binary);
+    if program.is_file() {
+        return Ok(program);
+    }
+    Err(crate::Error::invalid(format!(
+        "{}: its binary {:?} (Metadata.BuildProperties.Binary) is not at {}; build it (`cargo build --bin {}` beside the template) or run without --no-build",
+        spec.logical_id,
+        spec.binary,
+        program.display(),
+        spec.binary
+    )))
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop_functions();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_binary_is_an_error_naming_the_function_and_the_binary() {
+        let template = crate::template::Template::parse(
+            Path::new("t.yaml"),
+            "Resources:\n  ShipOrderFunction:\n    Type: AWS::Serverless::Function\n    Metadata: {BuildProperties: {Binary: ship-order}}\n",
+        )
+        .expect("a template");
+        let spec = &template.functions().expect("its functions")[0];
+        let dir = std::env::temp_dir().join(format!("outbox-local-no-binaries-{}", uuid::Uuid::new_v4()));
+        let err = program_of(spec, &dir).expect_err("no binary there").to_string();
+        assert!(err.starts_with("ShipOrderFunction: its binary \"ship-order\" (Metadata.BuildProperties.Binary) is not at "), "{err}");
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        std::fs::write(dir.join("ship-order"), b"").expect("a file");
+        assert_eq!(program_of(spec, &dir).expect("the binary is there"), dir.join("ship-order"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

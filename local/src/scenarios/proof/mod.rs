@@ -1,0 +1,577 @@
+//! `proof`: the pipeline under a fault plan, judged from the tables and queues.
+//!
+//! 1. stock for the sample SKUs; an archive rule on the bus (every event, to a queue of its
+//!    own) records what was published;
+//! 2. `--orders N` orders through the HTTP API (each with an `Idempotency-Key`, retried on 5xx,
+//!    408, 429 and transport errors as a careful client does), then a cancellation of every
+//!    `--cancel-every`-th order the API answered for (once the orders went quiet when the plan
+//!    says `cancel_after_quiet = true`);
+//! 3. waits until quiet: no function made an AWS call for `--quiet` seconds;
+//! 4. reads the dead-letter queues (each message's reason) and asks `dlq redrive --dry-run`
+//!    what it would do; when the plan says `redrive = true` (and not `--no-redrive`), redrives
+//!    them once, as an operator would, and waits until quiet again;
+//! 5. checks the invariants from the tables, the outbox stream and the queues — never from its
+//!    own counters — and prints the faults injected and each invariant, held or broken.
+//!
+//! The invariants:
+//! * **exactly once**: every order of the orders table has one reservation in the inventory
+//!   table, in the state its order's status implies; per SKU, `reserved` equals the units of
+//!   the reservations in state `RESERVED`, and `available + reserved` equals the stock seeded
+//!   (an effect applied twice or lost breaks the sums); every order the API answered 201 for is
+//!   in the table;
+//! * **no effect without an order**: no reservation without its order;
+//! * **published at least once**: every event the outbox stream carried (`INSERT` records)
+//!   reached the bus (the archive queue);
+//! * **dead letters explained**: every dead-lettered message has a reason, and the redrive
+//!   would re-publish it or says why not;
+//! * **nothing missing**: every event the consumer subscribes to that the stream carried has a
+//!   row in the consumer's inbox (claimed with its effect, or `COMPLETED`; a parked event is not
+//!   applied); without a redrive, only events dead-lettered with a permanent cause are excused;
+//! * **dead letters hold only what can never succeed** (without a redrive): no dead letter whose
+//!   cause may pass later (a transient failure must heal without a person);
+//! * **quiet**: the pipeline went quiet within `--timeout`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::dlq;
+use crate::faults::{Injected, Injector};
+use crate::runtime::Runtime;
+use crate::scenarios::demo::{stock, Say, SAMPLE_SKUS};
+use crate::stack::QueueInfo;
+
+mod reads;
+mod report;
+
+use reads::{archive, drain_archive, number, scan, send_retrying, stream_events, text};
+pub use report::format_report;
+
+/// Units of stock seeded per SKU.
+pub const STOCK: u64 = 1_000_000;
+
+/// Proof settings.
+#[derive(Debug, Clone)]
+pub struct ProofOptions {
+    /// Orders sent.
+    pub orders: usize,
+    /// Cancel every n-th order the API answered for (0: none).
+    pub cancel_every: usize,
+    /// Requests in flight at once.
+    pub concurrency: usize,
+    /// Print only the JSON report.
+    pub json: bool,
+    /// Longest wait for the pipeline to go quiet (each time).
+    pub timeout: Duration,
+    /// How long without an AWS call from any function counts as quiet.
+    pub quiet: Duration,
+    /// The emulator's process id, to report its peak memory (`None`: an emulator of its own).
+    pub emulator_pid: Option<u32>,
+}
+
+/// One invariant, held or broken.
+#[derive(Debug, Clone, Serialize)]
+pub struct Invariant {
+    /// Its name.
+    pub name: &'static str,
+    /// Whether it held.
+    pub held: bool,
+    /// What was found (figures; the first offenders when broken).
+    pub detail: String,
+}
+
+/// The proof's figures (`proof --json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ProofReport {
+    /// Orders sent to the API.
+    pub orders_sent: usize,
+    /// Orders the API answered 2xx for.
+    pub orders_answered: usize,
+    /// Orders in the orders table.
+    pub orders_committed: usize,
+    /// Cancellations sent.
+    pub cancellations_sent: usize,
+    /// Orders with status `CANCELLED` in the table.
+    pub orders_cancelled: usize,
+    /// Requests that never got a 2xx answer after the client's retries.
+    pub requests_failed: usize,
+    /// AWS calls the functions made.
+    pub aws_calls: u64,
+    /// Faults injected, per fault of the plan.
+    pub faults: Vec<Injected>,
+    /// Faults injected, per kind.
+    pub faults_by_kind: BTreeMap<String, u64>,
+    /// Messages in the dead-letter queues before the redrive.
+    pub dead_lettered: usize,
+    /// Messages redriven.
+    pub redriven: usize,
+    /// Messages left in the dead-letter queues at the end.
+    pub dead_letters_left: usize,
+    /// Events the outbox stream carried.
+    pub stream_events: usize,
+    /// Distinct events that reached the bus.
+    pub published_events: usize,
+    /// Seconds from the first order to the verdict.
+    pub wall_secs: f64,
+    /// Seconds per phase, in order: `orders` (orders and cancellations answered), `quiet`
+    /// (until the pipeline went quiet), `redrive` (the redrive and quiet again), `verdict`
+    /// (reading the tables, the stream and the queues, and checking).
+    pub phases_secs: Vec<(&'static str, f64)>,
+    /// Peak resident memory of this process (`VmHWM`), MB.
+    pub peak_rss_mb: Option<f64>,
+    /// Peak resident memory of the emulator process (`VmHWM`), MB, when this process started it.
+    pub emulator_peak_rss_mb: Option<f64>,
+    /// Per function, the figures it reported through its EMF metrics (totals), as in
+    /// `demo --json` ([`crate::stats::status::stage_figures`]).
+    pub stages: BTreeMap<String, BTreeMap<String, u64>>,
+    /// The invariants.
+    pub invariants: Vec<Invariant>,
+    /// Whether every invariant held.
+    pub ok: bool,
+}
+
+/// The tables and queues the proof reads.
+struct Names {
+    orders: String,
+    inventory: String,
+    inbox: String,
+    outbox_stream: String,
+    bus: String,
+    dead_letter_queues: Vec<QueueInfo>,
+    consumer_types: Vec<String>,
+}
+
+fn names(runtime: &Runtime) -> crate::Result<Names> {
+    let env_of = |logical: &str| -> crate::Result<HashMap<String, String>> {
+        let f = runtime.function(logical)?;
+        runtime.stack.environment(&f.spec).map_err(crate::Error::from)
+    };
+    let consumer = env_of("ReserveInventoryFunction")?;
+    let producer = env_of("CreateOrderFunction")?;
+    let get = |env: &HashMap<String, String>, k: &str| {
+        env.get(k).cloned().ok_or_else(|| crate::Error::invalid(format!("no {k} in the function's environment")))
+    };
+    let rule = runtime.stack.rules.first().ok_or_else(|| crate::Error::invalid("the template has no EventBridge rule for a consumer"))?;
+    let consumer_types = runtime
+        .stack
+        .rules
+        .iter()
+        .filter(|r| r.function == "ReserveInventoryFunction")
+        .flat_map(|r| r.spec.pattern["detail-type"].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect();
+    Ok(Names {
+        orders: get(&producer, "ORDERS_TABLE")?,
+        inventory: get(&consumer, "INVENTORY_TABLE")?,
+        inbox: get(&consumer, "INBOX_TABLE")?,
+        outbox_stream: runtime
+            .stack
+            .stream_arns
+            .get("OutboxTable")
+            .cloned()
+            .ok_or_else(|| crate::Error::invalid("the template's OutboxTable has no stream"))?,
+        bus: rule.bus_name.clone(),
+        dead_letter_queues: runtime.stack.queues.iter().filter(|q| q.logical_id.contains("DeadLetter")).cloned().collect(),
+        consumer_types,
+    })
+}
+
+/// Waits until no function made an AWS call for `options.quiet`; `false` after `options.timeout`.
+async fn wait_quiet(injector: &Injector, options: &ProofOptions, say: &Say, stage: &str) -> bool {
+    let started = Instant::now();
+    let (mut last, mut since) = (injector.calls(), Instant::now());
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let calls = injector.calls();
+        if calls != last {
+            (last, since) = (calls, Instant::now());
+        } else if since.elapsed() >= options.quiet {
+            say.end_progress();
+            return true;
+        }
+        if started.elapsed() > options.timeout {
+            say.end_progress();
+            return false;
+        }
+        let injected: u64 = injector.injected().iter().map(|i| i.count).sum();
+        say.progress(format!(
+            "{stage}: waiting until quiet ({calls} AWS calls, {injected} faults injected, {:.0} s)",
+            started.elapsed().as_secs_f64()
+        ));
+    }
+}
+
+/// Runs the proof against a runtime whose pipelines and HTTP API (at `api`) run with
+/// `injector` between the functions and the emulator.
+///
+/// # Errors
+/// A message when the stack cannot be read or set up (not when an invariant breaks: that is in
+/// the report).
+pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, injector: Arc<Injector>, options: &ProofOptions) -> crate::Result<ProofReport> {
+    use std::io::IsTerminal;
+    let say = Say { quiet: options.json, terminal: std::io::stderr().is_terminal(), last: Default::default() };
+    let names = names(&runtime)?;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
+    let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
+    let events = aws_sdk_eventbridge::Client::new(&runtime.sdk);
+    for sku in SAMPLE_SKUS {
+        stock::put(&dynamodb, &names.inventory, sku, STOCK).await?;
+    }
+    let archive_url = archive(&runtime, &names.bus).await?;
+    let (stop_archive, archive_stopped) = tokio::sync::watch::channel(false);
+    let archived = tokio::spawn(drain_archive(sqs.clone(), archive_url, archive_stopped));
+    let started = Instant::now();
+    let mut phases = Vec::new();
+    let mut phase = Instant::now();
+    let mut lap = |name: &'static str, phases: &mut Vec<(&'static str, f64)>| {
+        phases.push((name, phase.elapsed().as_secs_f64()));
+        phase = Instant::now();
+    };
+    injector.arm();
+
+    // Orders, then cancellations, through the HTTP API.
+    let client = crate::runtime::authorizer::client_as(&runtime.issuer, "proof-customer")
+        .timeout(Duration::from_secs(90))
+        .build()
+        .map_err(crate::Error::other("the HTTP client"))?;
+    let permits = Arc::new(tokio::sync::Semaphore::new(options.concurrency.max(1)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..options.orders {
+        let (client, permits) = (client.clone(), permits.clone());
+        let body = json!({"customer_id": format!("proof-{i}"), "currency": "EUR", "lines": [
+            {"sku": SAMPLE_SKUS[i % SAMPLE_SKUS.len()], "quantity": 1 + i % 3, "unit_price": "10.00"},
+            {"sku": SAMPLE_SKUS[(i / 2 + 1) % SAMPLE_SKUS.len()], "quantity": 1, "unit_price": "2.50"}]})
+        .to_string();
+        let url = format!("http://{api}/orders");
+        tasks.spawn(async move {
+            let _permit = permits.acquire().await;
+            let key = format!("proof-order-{i}");
+            let answer =
+                send_retrying(|| client.post(&url).header("content-type", "application/json").header("idempotency-key", &key).body(body.clone()))
+                    .await;
+            (i, answer)
+        });
+    }
+    let mut answered = Vec::new();
+    let mut failed = 0;
+    let mut done = 0;
+    while let Some(joined) = tasks.join_next().await {
+        done += 1;
+        match joined {
+            Ok((i, Some((status, body)))) if (200..300).contains(&status) => {
+                let id = serde_json::from_str::<Value>(&body).ok().and_then(|v| v["order_id"].as_str().map(str::to_owned)).unwrap_or_default();
+                answered.push((i, id));
+            }
+            Ok((i, answer)) => {
+                failed += 1;
+                tracing::warn!(order = i, answer = ?answer, "proof: the order was not accepted");
+            }
+            Err(e) => return Err(crate::Error::expectation(format!("an order task failed: {e}"))),
+        }
+        say.progress(format!("POST /orders {done}/{}: {} answered, {failed} failed; {} AWS calls", options.orders, answered.len(), injector.calls()));
+    }
+    answered.sort();
+    if injector.plan().cancel_after_quiet {
+        say.end_progress();
+        wait_quiet(&injector, options, &say, "orders sent, cancellations held back").await;
+    }
+    let to_cancel: Vec<String> =
+        if options.cancel_every == 0 { Vec::new() } else { answered.iter().step_by(options.cancel_every).map(|(_, id)| id.clone()).collect() };
+    for (n, id) in to_cancel.iter().enumerate() {
+        let (client, permits) = (client.clone(), permits.clone());
+        let url = format!("http://{api}/orders/{id}/cancel");
+        tasks.spawn(async move {
+            let _permit = permits.acquire().await;
+            let answer = send_retrying(|| client.post(&url).header("content-type", "application/json").body(r#"{"reason":"proof"}"#)).await;
+            (n, answer)
+        });
+    }
+    let mut done = 0;
+    while let Some(joined) = tasks.join_next().await {
+        done += 1;
+        // A 409 after a lost answer is a cancellation that committed: the tables judge.
+        if let Ok((_, None)) = joined {
+            failed += 1;
+        }
+        say.progress(format!("POST /orders/{{id}}/cancel {done}/{}", to_cancel.len()));
+    }
+    say.end_progress();
+    lap("orders", &mut phases);
+    let quiet = wait_quiet(&injector, options, &say, "orders sent").await;
+    lap("quiet", &mut phases);
+
+    // Dead letters: their reasons, what a redrive would do, and the redrive when the plan says so.
+    let mut dead = Vec::new();
+    let mut unexplained = Vec::new();
+    let mut redriven = 0;
+    for q in &names.dead_letter_queues {
+        let messages = dlq::peek(&sqs, q).await.map_err(crate::Error::Operator)?;
+        let all = dlq::Selection::default();
+        let options = dlq::RedriveOptions { bus: &names.bus, replayer: None, dry_run: true, selection: &all, force: false };
+        let dry = dlq::redrive(&sqs, &events, q, &options, |_, _| {}).await.map_err(crate::Error::Operator)?;
+        for m in &messages {
+            let explained = !m.reason.trim().is_empty()
+                && (dry.redriven.contains(&m.message_id) || dry.left.iter().any(|(id, why)| id == &m.message_id && !why.trim().is_empty()));
+            if !explained {
+                unexplained.push(format!("{} in {}", m.message_id, q.logical_id));
+            }
+        }
+        dead.extend(messages);
+    }
+    let mut quiet_after_redrive = true;
+    if injector.plan().redrive && !dead.is_empty() {
+        for q in &names.dead_letter_queues {
+            // As an operator would: what can pass is redriven; permanent causes stay, with why.
+            let all = dlq::Selection::default();
+            let options = dlq::RedriveOptions { bus: &names.bus, replayer: None, dry_run: false, selection: &all, force: false };
+            let report = dlq::redrive(&sqs, &events, q, &options, |d, t| say.progress(format!("redriving {}: {d}/{t}", q.logical_id)))
+                .await
+                .map_err(crate::Error::Operator)?;
+            redriven += report.redriven.len();
+        }
+        say.end_progress();
+        quiet_after_redrive = wait_quiet(&injector, options, &say, "redriven").await;
+    }
+    let mut left = 0;
+    for q in &names.dead_letter_queues {
+        left += dlq::peek(&sqs, q).await.map_err(crate::Error::Operator)?.len();
+    }
+    lap("redrive", &mut phases);
+
+    // The verdict, from the tables, the stream and the queues.
+    say.progress("reading the tables, the stream and the archive");
+    let _ = stop_archive.send(true);
+    let published = archived.await.map_err(crate::Error::other("reading the archive queue"))??;
+    let carried = stream_events(&runtime, &names.outbox_stream).await?;
+    let orders = scan(&dynamodb, &names.orders, &["pk", "order_id", "status"]).await?;
+    let inventory = scan(&dynamodb, &names.inventory, &["pk", "status", "lines", "available", "reserved"]).await?;
+    let inbox = scan(&dynamodb, &names.inbox, &["event_id", "status", "kind"]).await?;
+    say.end_progress();
+
+    let orders: HashMap<String, String> =
+        orders.iter().filter(|i| text(i, "pk").starts_with("ORDER#")).map(|i| (text(i, "order_id"), text(i, "status"))).collect();
+    let mut reservations: HashMap<String, (String, BTreeMap<String, u64>)> = HashMap::new();
+    let mut skus: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for item in &inventory {
+        let pk = text(item, "pk");
+        if let Some(order_id) = pk.strip_prefix("RESERVATION#") {
+            let lines =
+                item.get("lines").and_then(|v| v.as_m().ok()).map(|m| m.iter().map(|(k, v)| (k.clone(), number(v))).collect()).unwrap_or_default();
+            reservations.insert(order_id.to_owned(), (text(item, "status"), lines));
+        } else if let Some(sku) = pk.strip_prefix("SKU#") {
+            let n = |k: &str| item.get(k).map(number).unwrap_or(0);
+            skus.insert(sku.to_owned(), (n("available"), n("reserved")));
+        }
+    }
+    let first = |v: &[String]| v.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+    let mut invariants = Vec::new();
+
+    // Exactly once.
+    let mut wrong = Vec::new();
+    for (order_id, status) in &orders {
+        let state = reservations.get(order_id).map(|(s, _)| s.as_str());
+        let fine = match (status.as_str(), state) {
+            ("CANCELLED", Some("RELEASED" | "REJECTED")) => true,
+            ("CANCELLED", _) => false,
+            (_, Some("RESERVED" | "REJECTED")) => true,
+            _ => false,
+        };
+        if !fine {
+            wrong.push(format!("{order_id} ({status}, reservation {})", state.unwrap_or("missing")));
+        }
+    }
+    let mut expected: BTreeMap<String, u64> = BTreeMap::new();
+    for (status, lines) in reservations.values() {
+        if status == "RESERVED" {
+            for (sku, q) in lines {
+                *expected.entry(sku.clone()).or_insert(0) += q;
+            }
+        }
+    }
+    let mut sums = Vec::new();
+    for (sku, (available, reserved)) in &skus {
+        let want = expected.get(sku).copied().unwrap_or(0);
+        if *reserved != want || available + reserved != STOCK {
+            sums.push(format!(
+                "{sku}: reserved {reserved} (reservations say {want}), available + reserved {} (seeded {STOCK})",
+                available + reserved
+            ));
+        }
+    }
+    let answered_missing: Vec<String> = answered.iter().filter(|(_, id)| !orders.contains_key(id)).map(|(_, id)| id.clone()).collect();
+    invariants.push(Invariant {
+        name: "every committed order took effect exactly once",
+        held: wrong.is_empty() && sums.is_empty() && answered_missing.is_empty(),
+        detail: format!(
+            "{} orders in the table, {} reservations; {} orders without the right effect [{}]; {} SKU sums off [{}]; {} answered 201 but not in the table [{}]",
+            orders.len(),
+            reservations.len(),
+            wrong.len(),
+            first(&wrong),
+            sums.len(),
+            first(&sums),
+            answered_missing.len(),
+            first(&answered_missing)
+        ),
+    });
+    let orphans: Vec<String> = reservations.keys().filter(|id| !orders.contains_key(*id)).cloned().collect();
+    invariants.push(Invariant {
+        name: "no effect without a committed order",
+        held: orphans.is_empty(),
+        detail: format!("{} reservations without an order [{}]", orphans.len(), first(&orphans)),
+    });
+    let carried_ids: HashSet<&str> = carried.iter().map(|(id, _)| id.as_str()).collect();
+    let unpublished: Vec<String> = carried_ids.iter().filter(|id| !published.contains(**id)).map(|id| (*id).to_owned()).collect();
+    invariants.push(Invariant {
+        name: "every event the stream carried was published at least once",
+        held: unpublished.is_empty(),
+        detail: format!(
+            "{} events carried, {} reached the bus; {} never published [{}]",
+            carried_ids.len(),
+            published.len(),
+            unpublished.len(),
+            first(&unpublished)
+        ),
+    });
+    invariants.push(Invariant {
+        name: "every dead letter has a reason and is redrivable or says why not",
+        held: unexplained.is_empty(),
+        detail: format!("{} dead-lettered, {} unexplained [{}]", dead.len(), unexplained.len(), first(&unexplained)),
+    });
+    // A row per event: claimed in the effect's own transaction (no status), or COMPLETED.
+    // Parked rows (an event waiting for its predecessor) are not claims.
+    let completed: HashSet<String> = inbox
+        .iter()
+        .filter(|i| !text(i, "event_id").is_empty() && text(i, "kind") != outbox::inbox::PARKED_KIND)
+        .filter(|i| matches!(text(i, "status").as_str(), "" | "COMPLETED"))
+        .map(|i| text(i, "event_id"))
+        .collect();
+    let parked: Vec<String> = inbox.iter().filter(|i| text(i, "kind") == outbox::inbox::PARKED_KIND).map(|i| text(i, "event_id")).collect();
+    // Without a redrive, events that can never succeed (dead-lettered with a permanent cause)
+    // are the only ones allowed to be missing.
+    let never: HashSet<String> =
+        if injector.plan().redrive { HashSet::new() } else { dead.iter().filter(|m| m.permanent).filter_map(|m| m.event_id.clone()).collect() };
+    let missing: Vec<String> = carried
+        .iter()
+        .filter(|(id, kind)| names.consumer_types.contains(kind) && !completed.contains(id) && !never.contains(id))
+        .map(|(id, kind)| format!("{kind} {id}"))
+        .collect();
+    let subscribed = carried.iter().filter(|(_, kind)| names.consumer_types.contains(kind)).count();
+    invariants.push(Invariant {
+        name: if injector.plan().redrive { "nothing missing after the redrive" } else { "nothing missing without an operator (no redrive)" },
+        held: missing.is_empty(),
+        detail: format!(
+            "{subscribed} events for the consumer, {} not applied [{}] ({} never-succeeding excused), {} still parked [{}]; {left} dead letters left",
+            missing.len(),
+            first(&missing),
+            never.len(),
+            parked.len(),
+            first(&parked)
+        ),
+    });
+    if !injector.plan().redrive {
+        // What may pass later must never need a person: only never-succeeding causes in the queues.
+        let transient: Vec<String> =
+            dead.iter().filter(|m| !m.permanent).map(|m| format!("{} ({})", m.event_id.as_deref().unwrap_or(&m.message_id), m.cause)).collect();
+        invariants.push(Invariant {
+            name: "dead letters hold only what can never succeed",
+            held: transient.is_empty(),
+            detail: format!("{} dead-lettered, {} with a cause that may pass [{}]", dead.len(), transient.len(), first(&transient)),
+        });
+    }
+    invariants.push(Invariant {
+        name: "the pipeline went quiet",
+        held: quiet && quiet_after_redrive,
+        detail: format!("no AWS call for {} s within {} s", options.quiet.as_secs(), options.timeout.as_secs()),
+    });
+
+    let ok = invariants.iter().all(|i| i.held);
+    Ok(ProofReport {
+        orders_sent: options.orders,
+        orders_answered: answered.len(),
+        orders_committed: orders.len(),
+        cancellations_sent: to_cancel.len(),
+        orders_cancelled: orders.values().filter(|s| *s == "CANCELLED").count(),
+        requests_failed: failed,
+        aws_calls: injector.calls(),
+        faults: injector.injected(),
+        faults_by_kind: injector.injected_by_kind(),
+        dead_lettered: dead.len(),
+        redriven,
+        dead_letters_left: left,
+        stream_events: carried_ids.len(),
+        published_events: published.len(),
+        wall_secs: started.elapsed().as_secs_f64(),
+        phases_secs: {
+            lap("verdict", &mut phases);
+            phases
+        },
+        peak_rss_mb: peak_rss_mb("self"),
+        emulator_peak_rss_mb: options.emulator_pid.and_then(|pid| peak_rss_mb(&pid.to_string())),
+        stages: crate::stats::status::stage_figures(&runtime.stats.snapshot()),
+        invariants,
+        ok,
+    })
+}
+
+/// `VmHWM` of process `pid` (a number or `self`), MB (Linux).
+fn peak_rss_mb(pid: &str) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: f64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> ProofReport {
+        let mut stages = BTreeMap::new();
+        stages.insert("OutboxRelayFunction".to_owned(), BTreeMap::from([("EventsPublished".to_owned(), 250), ("PutEventsCalls".to_owned(), 43)]));
+        ProofReport {
+            orders_sent: 100,
+            orders_answered: 100,
+            orders_committed: 100,
+            cancellations_sent: 25,
+            orders_cancelled: 25,
+            requests_failed: 0,
+            aws_calls: 529,
+            faults: vec![Injected { fault: "crash events:PutEvents".into(), count: 1 }],
+            faults_by_kind: BTreeMap::from([("crash".to_owned(), 1)]),
+            dead_lettered: 0,
+            redriven: 0,
+            dead_letters_left: 0,
+            stream_events: 250,
+            published_events: 250,
+            wall_secs: 36.0,
+            phases_secs: vec![("orders", 5.6), ("quiet", 20.1), ("redrive", 9.1), ("verdict", 1.0)],
+            peak_rss_mb: Some(45.2),
+            emulator_peak_rss_mb: Some(104.9),
+            stages,
+            invariants: vec![Invariant { name: "the pipeline went quiet", held: true, detail: "no AWS call for 8 s".into() }],
+            ok: true,
+        }
+    }
+
+    #[test]
+    fn the_report_gives_the_phases_peak_memory_and_the_functions_stage_figures() {
+        let text = format_report(&report());
+        assert!(text.contains("time: orders 6 s, quiet 20 s, redrive 9 s, verdict 1 s"), "{text}");
+        assert!(text.contains("peak memory: outbox-local 45 MB, emulator 105 MB"), "{text}");
+        assert!(text.contains("OutboxRelayFunction: 250 published, 43 PutEvents calls"), "{text}");
+        let json = serde_json::to_value(report()).expect("the report serialises");
+        assert_eq!(json["stages"]["OutboxRelayFunction"]["EventsPublished"], 250);
+        assert_eq!(json["phases_secs"][0], json!(["orders", 5.6]));
+        assert_eq!(json["emulator_peak_rss_mb"], 104.9);
+    }
+
+    #[test]
+    fn peak_memory_is_read_from_proc() {
+        assert!(peak_rss_mb("self").is_some_and(|mb| mb > 0.0), "this process has a VmHWM");
+        assert_eq!(peak_rss_mb("no-such-process"), None);
+    }
+}

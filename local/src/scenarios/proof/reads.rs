@@ -1,0 +1,165 @@
+//! What the proof reads back: the archive of what reached the bus, the outbox stream's events,
+//! whole tables; and the careful client's retried requests.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use serde_json::{json, Value};
+
+use crate::runtime::Runtime;
+
+pub(super) fn sdk_error(action: &str, e: impl std::error::Error + Send + Sync + 'static) -> crate::Error {
+    crate::Error::aws(action)(e)
+}
+
+/// A queue with every event of `bus` (a rule matching all), so what was published can be read
+/// back.
+pub(super) async fn archive(runtime: &Runtime, bus: &str) -> crate::Result<String> {
+    let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
+    let events = aws_sdk_eventbridge::Client::new(&runtime.sdk);
+    let name = format!("{}-proof-archive", runtime.stack.resolver.stack_name);
+    let url = sqs.create_queue().queue_name(&name).send().await.map_err(|e| sdk_error("CreateQueue", e))?.queue_url.unwrap_or_default();
+    let r = &runtime.stack.resolver;
+    let arn = format!("arn:aws:sqs:{}:{}:{name}", r.region, r.account);
+    events
+        .put_rule()
+        .name(&name)
+        .event_bus_name(bus)
+        .event_pattern(json!({"source": [{"prefix": ""}]}).to_string())
+        .send()
+        .await
+        .map_err(|e| sdk_error("PutRule", e))?;
+    let target =
+        aws_sdk_eventbridge::types::Target::builder().id("proof-archive").arn(arn).build().map_err(crate::Error::other("the rule\'s target"))?;
+    events.put_targets().rule(&name).event_bus_name(bus).targets(target).send().await.map_err(|e| sdk_error("PutTargets", e))?;
+    Ok(url)
+}
+
+/// Reads (and deletes) the archive queue's messages as they come, until `stop` is true and the
+/// queue answered empty twice; returns the events' `detail.metadata.id`. The queue is read while
+/// the proof runs, not once at the end: the emulator's SQS passes over every message of a queue
+/// on each receive and delete, so a queue left to fill up makes reading it back quadratic.
+pub(super) async fn drain_archive(sqs: aws_sdk_sqs::Client, url: String, stop: tokio::sync::watch::Receiver<bool>) -> crate::Result<HashSet<String>> {
+    let mut into = HashSet::new();
+    let mut empty = 0;
+    while !(*stop.borrow() && empty >= 2) {
+        let out = sqs.receive_message().queue_url(&url).max_number_of_messages(10).wait_time_seconds(1).send().await;
+        let messages = out.map_err(|e| sdk_error("ReceiveMessage", e))?.messages.unwrap_or_default();
+        if messages.is_empty() {
+            empty += 1;
+            continue;
+        }
+        empty = 0;
+        let mut batch = sqs.delete_message_batch().queue_url(&url);
+        for (i, m) in messages.iter().enumerate() {
+            if let Some(id) = m
+                .body()
+                .and_then(|b| serde_json::from_str::<Value>(b).ok())
+                .and_then(|v| v.pointer("/detail/metadata/id")?.as_str().map(str::to_owned))
+            {
+                into.insert(id);
+            }
+            if let Some(handle) = m.receipt_handle() {
+                let entry = aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(handle).build();
+                batch = batch.entries(entry.map_err(crate::Error::other("a DeleteMessageBatch entry"))?);
+            }
+        }
+        batch.send().await.map_err(|e| sdk_error("DeleteMessageBatch", e))?;
+    }
+    Ok(into)
+}
+
+/// `(event_id, event_type)` of every `INSERT` the stream `arn` carried (every shard, from its
+/// trim horizon).
+pub(super) async fn stream_events(runtime: &Runtime, arn: &str) -> crate::Result<Vec<(String, String)>> {
+    use aws_sdk_dynamodbstreams::types::{AttributeValue as V, ShardIteratorType};
+    let streams = aws_sdk_dynamodbstreams::Client::new(&runtime.sdk);
+    let description = streams.describe_stream().stream_arn(arn).send().await.map_err(|e| sdk_error("DescribeStream", e))?;
+    let shards: Vec<String> =
+        description.stream_description().map(|d| d.shards().iter().filter_map(|s| s.shard_id().map(str::to_owned)).collect()).unwrap_or_default();
+    let mut events = Vec::new();
+    for shard in shards {
+        // A fresh iterator after the last sequence number read for every page, as the stream
+        // mapping does (moto's NextShardIterator may repeat the last record).
+        let mut last: Option<String> = None;
+        loop {
+            let request = streams.get_shard_iterator().stream_arn(arn).shard_id(&shard);
+            let request = match &last {
+                Some(seq) => request.shard_iterator_type(ShardIteratorType::AfterSequenceNumber).sequence_number(seq),
+                None => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
+            };
+            let Some(iterator) = request.send().await.map_err(|e| sdk_error("GetShardIterator", e))?.shard_iterator else { break };
+            let page = streams.get_records().shard_iterator(iterator).limit(1000).send().await.map_err(|e| sdk_error("GetRecords", e))?;
+            let mut progressed = false;
+            for r in page.records() {
+                let Some(seq) = r.dynamodb().and_then(|d| d.sequence_number()) else { continue };
+                let newer = last.as_deref().is_none_or(|l| seq.len() > l.len() || (seq.len() == l.len() && seq > l));
+                if !newer {
+                    continue;
+                }
+                last = Some(seq.to_owned());
+                progressed = true;
+                if r.event_name().map(|n| n.as_str()) != Some("INSERT") {
+                    continue;
+                }
+                let image = r.dynamodb().and_then(|d| d.new_image());
+                let s = |k: &str| image.and_then(|i| i.get(k)).and_then(|v| if let V::S(s) = v { Some(s.clone()) } else { None });
+                if let Some(id) = s("event_id") {
+                    events.push((id, s("event_type").unwrap_or_default()));
+                }
+            }
+            if !progressed {
+                break;
+            }
+        }
+    }
+    Ok(events)
+}
+
+/// Every item of `table`, with the `attributes` the verdict reads only (the emulator's cost of a
+/// Scan answer grows with every attribute of every item in it).
+pub(super) async fn scan(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    attributes: &[&str],
+) -> crate::Result<Vec<HashMap<String, AttributeValue>>> {
+    let mut items = Vec::new();
+    let names: Vec<String> = (0..attributes.len()).map(|i| format!("#a{i}")).collect();
+    let mut scan = dynamodb.scan().table_name(table).consistent_read(true).projection_expression(names.join(", "));
+    for (name, attribute) in names.iter().zip(attributes) {
+        scan = scan.expression_attribute_names(name, *attribute);
+    }
+    let mut pages = scan.into_paginator().items().send();
+    while let Some(item) = pages.next().await {
+        items.push(item.map_err(|e| sdk_error(&format!("Scan {table}"), e))?);
+    }
+    Ok(items)
+}
+
+pub(super) fn text(item: &HashMap<String, AttributeValue>, name: &str) -> String {
+    item.get(name).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default()
+}
+
+pub(super) fn number(v: &AttributeValue) -> u64 {
+    v.as_n().ok().and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+/// Sends `request` (rebuilt per attempt) until a final answer: 2xx or 4xx other than 408/429;
+/// `None` when every attempt failed.
+pub(super) async fn send_retrying(attempt: impl Fn() -> reqwest::RequestBuilder) -> Option<(u16, String)> {
+    for n in 1..=8u64 {
+        match attempt().send().await {
+            Ok(r) => {
+                let status = r.status().as_u16();
+                let body = r.text().await.unwrap_or_default();
+                if !(status >= 500 || status == 408 || status == 429) {
+                    return Some((status, body));
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "proof: request failed"),
+        }
+        tokio::time::sleep(Duration::from_millis(100 * n * n)).await;
+    }
+    None
+}

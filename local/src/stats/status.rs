@@ -1,0 +1,154 @@
+//! What the functions report about themselves, for people: the per-stage figures of their EMF
+//! metrics (`lambda::emf`, summed per function by [`crate::stats`]) and the status line `up`
+//! prints every few seconds.
+
+use std::collections::BTreeMap;
+
+use crate::faults::ServiceHealth;
+use crate::stats::Counts;
+
+/// The metrics worth showing per stage, in pipeline order: (function metric, label). Those a
+/// function did not report are left out.
+const STAGE_METRICS: &[(&str, &str)] = &[
+    ("EventsWritten", "events written"),
+    ("TransactionsCancelled", "transactions cancelled"),
+    ("EventsPublished", "published"),
+    ("PutEventsCalls", "PutEvents calls"),
+    ("EntriesRetried", "entries retried"),
+    ("RecordsDeadLettered", "dead-lettered"),
+    ("EventsApplied", "applied"),
+    ("DuplicatesAbsorbed", "duplicates absorbed"),
+    ("NothingToDo", "nothing to do"),
+    ("EventsParked", "parked"),
+    ("EventsRetried", "retried in the invocation"),
+    ("EventsFailed", "invocations failed"),
+    ("EventsDeadLettered", "dead-lettered"),
+    ("SequenceGaps", "sequence gaps"),
+    ("WebhooksDelivered", "webhooks delivered"),
+    ("WebhookRetries", "webhook retries"),
+    ("WebhooksDeadLettered", "webhooks dead-lettered"),
+];
+
+/// Per function, the figures of `STAGE_METRICS` it reported (totals since start).
+pub fn stage_figures(counts: &Counts) -> BTreeMap<String, BTreeMap<String, u64>> {
+    counts
+        .metrics
+        .iter()
+        .map(|(function, metrics)| {
+            let figures = STAGE_METRICS.iter().filter_map(|(name, _)| metrics.get(*name).map(|v| ((*name).to_owned(), *v as u64))).collect();
+            (function.clone(), figures)
+        })
+        .filter(|(_, figures): &(String, BTreeMap<String, u64>)| !figures.is_empty())
+        .collect()
+}
+
+/// One line per function: `CreateOrderFunction: 20 events written, 0 transactions cancelled`.
+pub fn format_stage_figures(figures: &BTreeMap<String, BTreeMap<String, u64>>) -> String {
+    let mut out = String::new();
+    for (function, metrics) in figures {
+        let parts: Vec<String> = STAGE_METRICS.iter().filter_map(|(name, label)| metrics.get(*name).map(|v| format!("{v} {label}"))).collect();
+        out.push_str(&format!("  {function}: {}\n", parts.join(", ")));
+    }
+    out
+}
+
+/// The part of `up`'s status line about failing AWS calls: per service whose calls failed,
+/// how many and, while they still fail, for how long (`events: 1285 calls failed, failing for
+/// 5m12s`); empty when nothing failed.
+pub fn failing_calls(health: &[ServiceHealth]) -> String {
+    let parts: Vec<String> = health
+        .iter()
+        .filter(|h| h.failed > 0)
+        .map(|h| match h.failing_for_secs {
+            Some(secs) => {
+                let secs = secs as u64;
+                format!("{}: {} of {} calls failed, FAILING for {}m{:02}s", h.service, h.failed, h.calls, secs / 60, secs % 60)
+            }
+            None => format!("{}: {} of {} calls failed, recovered", h.service, h.failed, h.calls),
+        })
+        .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" · AWS calls: {}", parts.join("; "))
+    }
+}
+
+/// The status line of `up`: events published per second since `before` (taken `secs` ago),
+/// consumer outcomes, the latest commit → effect latency window, what the SQS event source
+/// mappings did (once they invoked anything), the functions' failing AWS calls per service
+/// ([`failing_calls`]), and the dead-letter queues' depths.
+pub fn status_line(before: &Counts, now: &Counts, secs: f64, dlq_depths: &[(String, u64)], health: &[ServiceHealth]) -> String {
+    let total = |c: &Counts, name: &str| c.metrics.values().filter_map(|m| m.get(name)).sum::<f64>();
+    let rate = (total(now, "EventsPublished") - total(before, "EventsPublished")) / secs.max(0.001);
+    let mut latencies: Vec<i64> = now.latencies.iter().copied().collect();
+    latencies.sort_unstable();
+    let p50 = crate::stats::percentile(&latencies, 0.5).map(|v| format!("{v} ms")).unwrap_or_else(|| "-".into());
+    let depths: Vec<String> = dlq_depths.iter().map(|(q, n)| format!("{q} {n}")).collect();
+    // The SQS mappings (e.g. webhook deliveries), once they invoked anything.
+    let sqs = if now.sqs_invocations > 0 {
+        format!(
+            " · SQS mappings: {} messages in {} invocations, {} back to the queue, {} invocations failed",
+            now.sqs_messages_received, now.sqs_invocations, now.sqs_messages_failed, now.sqs_invocation_errors
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "[up] {rate:.1} events/s published ({} total) · applied {} · duplicates {} · parked {} · dead-lettered {} · commit→effect p50 {p50}{sqs}{} · DLQs: {}",
+        total(now, "EventsPublished") as u64,
+        now.outcome_count("reserved") + now.outcome_count("rejected") + now.outcome_count("released"),
+        now.outcome_count("duplicate"),
+        now.outcome_count("parked"),
+        now.consumer_dead_lettered,
+        failing_calls(health),
+        if depths.is_empty() { "none".to_owned() } else { depths.join(", ") },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(published: f64, applied: f64) -> Counts {
+        let mut c = Counts::default();
+        c.metrics.entry("OutboxRelayFunction".into()).or_default().insert("EventsPublished".into(), published);
+        c.metrics.entry("ReserveInventoryFunction".into()).or_default().insert("EventsApplied".into(), applied);
+        c.metrics.entry("ReserveInventoryFunction".into()).or_default().insert("ColdStart".into(), 1.0);
+        c
+    }
+
+    #[test]
+    fn stage_figures_keep_the_pipeline_metrics_only() {
+        let figures = stage_figures(&counts(30.0, 12.0));
+        assert_eq!(figures["OutboxRelayFunction"]["EventsPublished"], 30);
+        assert_eq!(figures["ReserveInventoryFunction"].len(), 1, "ColdStart is not a stage figure: {figures:?}");
+        let text = format_stage_figures(&figures);
+        assert!(text.contains("OutboxRelayFunction: 30 published") && text.contains("ReserveInventoryFunction: 12 applied"), "{text}");
+    }
+
+    #[test]
+    fn the_status_line_gives_the_rate_since_the_last_line_and_the_dlq_depths() {
+        let line = status_line(&counts(10.0, 0.0), &counts(30.0, 0.0), 5.0, &[("consumer-dlq".into(), 2)], &[]);
+        assert!(line.contains("4.0 events/s published (30 total)"), "{line}");
+        assert!(line.contains("DLQs: consumer-dlq 2"), "{line}");
+        assert!(!line.contains("SQS"), "no SQS mapping ran: {line}");
+        let mut now = counts(30.0, 0.0);
+        (now.sqs_messages_received, now.sqs_invocations, now.sqs_messages_failed, now.sqs_invocation_errors) = (7, 3, 2, 1);
+        let line = status_line(&counts(10.0, 0.0), &now, 5.0, &[], &[]);
+        assert!(line.contains("SQS mappings: 7 messages in 3 invocations, 2 back to the queue, 1 invocations failed"), "{line}");
+        assert!(!line.contains("AWS calls"), "nothing failed: {line}");
+    }
+
+    #[test]
+    fn the_status_line_shows_failing_calls_per_service_and_for_how_long() {
+        let health = [
+            ServiceHealth { service: "dynamodb".into(), calls: 900, failed: 0, failing_for_secs: None },
+            ServiceHealth { service: "events".into(), calls: 1300, failed: 1285, failing_for_secs: Some(312.4) },
+            ServiceHealth { service: "sqs".into(), calls: 40, failed: 3, failing_for_secs: None },
+        ];
+        let line = status_line(&counts(10.0, 0.0), &counts(10.0, 0.0), 5.0, &[], &health);
+        assert!(line.contains("AWS calls: events: 1285 of 1300 calls failed, FAILING for 5m12s; sqs: 3 of 40 calls failed, recovered"), "{line}");
+        assert!(!line.contains("dynamodb"), "a healthy service is not listed: {line}");
+    }
+}
