@@ -157,3 +157,31 @@ fn parameters_and_outputs_that_do_not_match_are_errors_naming_them() {
     let err = parse_with("OutboxTableName: !Ref OutboxTable", "OutboxTableName: !GetAtt Kit.Outputs.Bus").unwrap_err().to_string();
     assert_eq!(err, "Kit, Relay: these applications' Parameters read each other's Outputs (a cycle)");
 }
+
+/// What a user takes is what the sample runs: the relay block, as `examples/my-service` adds
+/// it, gives the relay function and stream mapping of the root template's
+/// `OutboxRelayFunction`; the consumer kit's inbox table is the sample's.
+#[test]
+fn the_blocks_carry_the_samples_settings() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let sample = Template::load(&root.join("template.yaml")).unwrap();
+    let service = Template::load(&root.join("examples/my-service/template.yaml")).unwrap();
+    let apps: Vec<&str> = service.nested_apps().iter().map(|a| a.logical_id.as_str()).collect();
+    assert_eq!(apps, ["Relay", "ConsumerKit"]);
+    let function = |t: &Template, id: &str| t.functions().unwrap().into_iter().find(|f| f.logical_id == id).unwrap_or_else(|| panic!("{id}"));
+    let (ours, block) = (function(&sample, "OutboxRelayFunction"), function(&service, "Relay/RelayFunction"));
+    assert_eq!(
+        (&block.binary, block.timeout_secs, block.memory_mb, &block.log_format, &block.log_level, block.reserved_concurrency),
+        (&ours.binary, ours.timeout_secs, ours.memory_mb, &ours.log_format, &ours.log_level, ours.reserved_concurrency)
+    );
+    assert_eq!(block.environment.keys().collect::<Vec<_>>(), ours.environment.keys().collect::<Vec<_>>());
+    let mapping = |f: &FunctionSpec| match &f.events[..] {
+        [FunctionEvent::DynamoDb(m)] => StreamMappingSpec { on_failure: None, ..m.clone() },
+        other => panic!("{}: {other:?}", f.logical_id),
+    };
+    assert_eq!(mapping(&block), mapping(&ours), "every stream mapping setting, the on-failure bucket aside");
+    let r = Resolver::new("s", "us-east-1", "1");
+    let table = |t: &Template, id: &str| t.tables(&r).unwrap().into_iter().find(|t| t.logical_id == id).unwrap();
+    let (inbox, kit) = (table(&sample, "InboxTable"), table(&service, "ConsumerKit/InboxTable"));
+    assert_eq!((&kit.attributes, &kit.key_schema, &kit.ttl_attribute), (&inbox.attributes, &inbox.key_schema, &inbox.ttl_attribute));
+}
