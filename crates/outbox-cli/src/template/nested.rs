@@ -149,6 +149,12 @@ fn nest(path: &Path, app: &str, params: &HashMap<String, Known>, flat: &mut Flat
             )
         })?;
         known.insert(name.to_owned(), known_value(&value, params));
+        // `!Ref` of a CommaDelimitedList parameter is a list of its items.
+        let list = declaration.get("Type").and_then(Value::as_str) == Some("CommaDelimitedList");
+        let value = match scalar(&value) {
+            Some(text) if list => Value::Sequence(text.split(',').map(|item| item.trim().to_owned().into()).collect()),
+            _ => value,
+        };
         values.insert(name.to_owned(), value);
     }
     let child = flatten(&child_path, &child_doc, &known, depth + 1)?;

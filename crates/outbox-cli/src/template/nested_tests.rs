@@ -185,3 +185,16 @@ fn the_blocks_carry_the_samples_settings() {
     let (inbox, kit) = (table(&sample, "InboxTable"), table(&service, "ConsumerKit/InboxTable"));
     assert_eq!((&kit.attributes, &kit.key_schema, &kit.ttl_attribute), (&inbox.attributes, &inbox.key_schema, &inbox.ttl_attribute));
 }
+
+/// The webhooks block's rule reads its event pattern from CommaDelimitedList parameters.
+#[test]
+fn a_comma_delimited_list_parameter_is_a_list() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = "Resources:\n  Webhooks:\n    Type: AWS::Serverless::Application\n    Properties:\n      Location: blocks/webhooks/template.yaml\n      Parameters:\n        EventBusName: bus\n        EventSources: a.b, c\n        EventTypes: Created\n        InboxTableName: inbox\n";
+    let t = Template::parse(&root.join("parent.yaml"), text).unwrap();
+    let rules = t.standalone_rules().unwrap();
+    assert_eq!(rules[0].logical_id, "Webhooks/WebhookDeliveryRule");
+    assert_eq!(rules[0].pattern, serde_json::json!({"source": ["a.b", "c"], "detail-type": ["Created"]}));
+    let dispatcher = t.functions().unwrap().into_iter().find(|f| f.logical_id == "Webhooks/WebhookDispatcherFunction").unwrap();
+    assert!(!dispatcher.environment.contains_key("CLAIM_CHECK_BUCKET"), "no payload bucket given: no claim check");
+}
