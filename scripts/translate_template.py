@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Translates the SAM template to plain CloudFormation, offline, the way the SAM transform does.
 
-    python3 scripts/translate_template.py [--check] [TEMPLATE [OUTPUT]]
+    python3 scripts/translate_template.py [--check | --check-block] [TEMPLATE [OUTPUT]]
         (defaults: template.yaml, stdout)
 
 With --check it also asserts that the delivery settings survived the translation (the stream
 event source mapping's FilterCriteria, DestinationConfig and FunctionResponseTypes; the rule
 target's RetryPolicy and DeadLetterConfig; the EventInvokeConfig's OnFailure destination) and
-prints the generated logical ids to stderr. It also checks the edge and the logs (what the
+prints the generated logical ids to stderr. --check-block checks a building block (blocks/*): the
+same, except that a block need not generate every kind (the relay block has no rule). It also checks the edge and the logs (what the
 scanners cannot see through SAM's generated resources): every function logs to a log group of the
 template that has a RetentionInDays (LoggingConfig.LogGroup), and every HTTP API stage has
 throttling (DefaultRouteSettings) and access logs (AccessLogSettings).
@@ -60,15 +61,16 @@ def of_type(resources: dict, type_: str) -> dict:
     return {k: v.get("Properties", {}) for k, v in resources.items() if v.get("Type") == type_}
 
 
-def check_delivery_settings(translated: dict) -> list:
-    """Returns what is missing from the generated delivery resources (empty when all is there)."""
+def check_delivery_settings(translated: dict, every_kind: bool = True) -> list:
+    """Returns what is missing from the generated delivery resources (empty when all is there);
+    every_kind: the template must generate a mapping, a rule and an EventInvokeConfig."""
     resources = translated.get("Resources", {})
     missing = []
     mappings = of_type(resources, "AWS::Lambda::EventSourceMapping")
     rules = of_type(resources, "AWS::Events::Rule")
     invoke_configs = of_type(resources, "AWS::Lambda::EventInvokeConfig")
     for kind, found in [("event source mapping", mappings), ("rule", rules), ("EventInvokeConfig", invoke_configs)]:
-        if not found:
+        if not found and every_kind:
             missing.append(f"no {kind} was generated")
     for name, props in mappings.items():
         for key in ("FilterCriteria", "FunctionResponseTypes"):
@@ -120,14 +122,15 @@ def check_logs_and_edge(translated: dict) -> list:
 
 def main() -> int:
     args = sys.argv[1:]
-    check = "--check" in args
-    args = [a for a in args if a != "--check"]
+    block = "--check-block" in args
+    check = "--check" in args or block
+    args = [a for a in args if a not in ("--check", "--check-block")]
     source = Path(args[0] if args else "template.yaml")
     template = yaml_parse(source.read_text(encoding="utf-8"))
     replace_local_code_uris(template)
     translated = transform(template, {}, NoManagedPolicies())
     if check:
-        missing = check_delivery_settings(translated) + check_logs_and_edge(translated)
+        missing = check_delivery_settings(translated, every_kind=not block) + check_logs_and_edge(translated)
         for problem in missing:
             print(f"translate_template: {problem}", file=sys.stderr)
         if missing:

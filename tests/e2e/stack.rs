@@ -1,10 +1,11 @@
 //! Provisioning from `template.yaml` is idempotent: setting up an existing stack again changes
 //! nothing (no second rule target, no error), and every resource the functions name exists.
+//! A template made of nested applications (`tests/fixtures/nested`) provisions as one stack.
 
 use crate::common::Local;
 use outbox_local::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
 use outbox_local::stack::{Mode, Stack};
-use outbox_local::template::Template;
+use outbox_local::template::{self as outbox_template, Template};
 
 #[tokio::test]
 async fn provisioning_an_existing_stack_is_a_no_op() {
@@ -34,5 +35,28 @@ async fn provisioning_an_existing_stack_is_a_no_op() {
             }
         }
     }
+    provisions_a_stack_of_nested_applications(&sdk, &local).await;
     local.shutdown().await;
+}
+
+/// The parent and two nested applications of `tests/fixtures/nested`, on the same emulator as
+/// stack `shop`: every resource under its nested name, references across applications resolved.
+async fn provisions_a_stack_of_nested_applications(sdk: &aws_config::SdkConfig, local: &Local) {
+    let template = Template::load(&crate::common::root().join("tests/fixtures/nested/template.yaml")).unwrap();
+    let stack = Stack::set_up(sdk, template, "shop", EMULATOR_ACCOUNT, Mode::Provision).await.expect("the nested stack provisions");
+    let bus = stack.buses.iter().find(|b| b.logical_id == "Relay/Bus").expect("the relay block's bus");
+    local.events.describe_event_bus().name(&bus.name).send().await.expect("the bus exists");
+    assert_eq!(bus.name, "shop-Relay-bus");
+    let dlq = stack.queue("Kit/DeadLetterQueue").expect("the kit's dead-letter queue");
+    local.sqs.get_queue_attributes().queue_url(&dlq.url).send().await.expect("the queue exists");
+    assert_eq!(stack.pipelines(), ["stream of OutboxTable → Relay/RelayFunction", "rule shop-ConsumerCreated on bus shop-Relay-bus → Consumer"]);
+    let relay = stack.function("Relay/RelayFunction").expect("the relay");
+    let env = stack.environment(relay).expect("the relay's environment resolves");
+    assert_eq!(env["EVENT_BUS_NAME"], "shop-Relay-bus");
+    assert_eq!(env["DLQ_URL"], stack.queue("Relay/DeadLetterQueue").expect("the relay's queue").url);
+    let outbox_template::FunctionEvent::DynamoDb(stream) = &relay.events[0] else { panic!("a stream mapping") };
+    let destination = stack.destination(stream.on_failure.as_ref().expect("an on-failure destination"), "on failure").expect("a bucket of the stack");
+    assert_eq!(destination, outbox_local::stack::Destination::S3 { bucket: "shop-relay-failedbatches".into() });
+    let consumer = stack.environment(stack.function("Consumer").expect("the consumer")).expect("its environment");
+    local.dynamodb.describe_table().table_name(&consumer["INBOX_TABLE"]).send().await.expect("the kit's inbox table exists");
 }

@@ -403,7 +403,8 @@ impl StreamMapping {
                 Destination::S3 { bucket } => {
                     let records: Vec<&Value> = skipped.iter().map(|b| &b.record).collect();
                     body["payload"] = json!(json!({ "Records": records }).to_string());
-                    let key = s3_key(&format!("{}-{}", self.function.spec.logical_id, self.spec.name), &first.shard_id, chrono::Utc::now());
+                    let mapping = format!("{}-{}", self.function.spec.logical_id, self.spec.name).replace('/', "-");
+                    let key = s3_key(&mapping, &first.shard_id, chrono::Utc::now());
                     self.s3
                         .put_object()
                         .bucket(bucket)

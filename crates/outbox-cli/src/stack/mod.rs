@@ -204,7 +204,7 @@ impl Stack {
 
         let (functions, skipped_functions) = template.runnable_functions()?;
         for id in template.function_ids() {
-            let name = format!("{stack_name}-{id}");
+            let name = crate::template::physical_name(stack_name, &id);
             resolver.set_attr(&id, "Arn", format!("arn:aws:lambda:{region}:{account}:function:{name}"));
             resolver.set_ref(&id, name);
         }
@@ -219,10 +219,14 @@ impl Stack {
                         Some(v) => resolver.resolve_string(v, &at)?,
                         None => "default".into(),
                     };
-                    let rule_name: String = format!("{stack_name}-{}{}", f.logical_id, spec.name).chars().take(64).collect();
+                    let rule_name: String =
+                        crate::template::physical_name(stack_name, &format!("{}{}", f.logical_id, spec.name)).chars().take(64).collect();
                     let queue_spec = QueueSpec {
                         logical_id: format!("local:{rule_name}"),
-                        name: format!("{stack_name}-local-{}{}", f.logical_id, spec.name).chars().take(80).collect(),
+                        name: crate::template::physical_name(&format!("{stack_name}-local"), &format!("{}{}", f.logical_id, spec.name))
+                            .chars()
+                            .take(80)
+                            .collect(),
                         attributes: [("VisibilityTimeout".to_owned(), (f.timeout_secs.max(1) * 6).to_string())].into(),
                         redrive_policy: None,
                     };
@@ -251,7 +255,7 @@ impl Stack {
                 let name_at = format!("{}.Properties.Name", spec.logical_id);
                 let rule_name: String = match &spec.name {
                     Some(v) => resolver.resolve_string(v, &name_at)?,
-                    None => format!("{stack_name}-{}", spec.logical_id).chars().take(64).collect(),
+                    None => crate::template::physical_name(stack_name, &spec.logical_id).chars().take(64).collect(),
                 };
                 let bus_name = match &spec.bus {
                     Some(v) => resolver.resolve_string(v, &format!("{}.Properties.EventBusName", spec.logical_id))?,

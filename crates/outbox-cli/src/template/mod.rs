@@ -1,0 +1,164 @@
+//! Reading `template.yaml`: the resources the local stack needs, with CloudFormation intrinsic
+//! functions resolved the way CloudFormation resolves them.
+//!
+//! One file per job: [`specs`](self) holds what is read of each resource kind, `read` the tables,
+//! buses, buckets, queues and rules, `functions` the functions and their events, `intrinsics`
+//! the intrinsic functions and the [`Resolver`], `nested` the nested applications and the
+//! conditions.
+//!
+//! Supported intrinsics (short and long form): `Ref`, `Fn::GetAtt` (`A.B` and `[A, B]`),
+//! `Fn::Sub` (`${Name}`, `${Name.Attr}`, `${!Literal}`; the string form, and the list form with
+//! a variable map). Pseudo parameters: `AWS::StackName`, `AWS::Region`, `AWS::AccountId`,
+//! `AWS::Partition`, `AWS::URLSuffix`. `Conditions` (`Fn::Equals`, `Fn::Not`, `Fn::And`,
+//! `Fn::Or`, `Condition`), a resource's `Condition` and `Fn::If` (with `AWS::NoValue`) are
+//! evaluated when the template is read, with each parameter's `Default`.
+//!
+//! Nested applications (`AWS::Serverless::Application`, `AWS::CloudFormation::Stack`) whose
+//! `Location`/`TemplateURL` is a local path are read with the template and their resources
+//! become the template's, named `<App>/<LogicalId>` as SAM CLI names them
+//! (`sam local invoke Relay/RelayFunction`); see [`NestedApp`]. Anything else in a place the local
+//! runtime reads is an error naming the resource and property — never silently ignored.
+
+use std::path::{Path, PathBuf};
+
+use serde_yaml_ng::{Mapping, Value};
+
+mod functions;
+mod intrinsics;
+mod nested;
+#[cfg(test)]
+mod nested_tests;
+mod read;
+mod specs;
+#[cfg(test)]
+mod tests;
+
+pub use functions::no_binary;
+pub use intrinsics::Resolver;
+pub use nested::NestedApp;
+pub use specs::{
+    BucketSpec, BusSpec, EventInvokeSpec, FunctionEvent, FunctionSpec, QueueSpec, RuleSpec, SqsMappingSpec, StandaloneRuleSpec, StreamMappingSpec,
+    TableSpec,
+};
+
+/// A template the local runtime cannot use.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    /// The file could not be read or is not YAML.
+    #[error("cannot read {path}: {reason}")]
+    Read {
+        /// Template path.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The file is not valid YAML.
+    #[error("{path}:{line}:{column}: not valid YAML: {reason}")]
+    Yaml {
+        /// Template path.
+        path: PathBuf,
+        /// Line of the error, from 1.
+        line: usize,
+        /// Column of the error, from 1.
+        column: usize,
+        /// The parser's message.
+        reason: String,
+    },
+    /// A value the runtime needs is missing or of an unsupported form.
+    #[error("{at}: {reason}")]
+    Unsupported {
+        /// `Resource.Property.Path`.
+        at: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+fn unsupported(at: impl Into<String>, reason: impl Into<String>) -> TemplateError {
+    TemplateError::Unsupported { at: at.into(), reason: reason.into() }
+}
+
+/// A parsed SAM template, its nested applications' resources included.
+#[derive(Debug, Clone)]
+pub struct Template {
+    /// Where it was read from.
+    pub path: PathBuf,
+    resources: Mapping,
+    parameters: Mapping,
+    nested: Vec<NestedApp>,
+}
+
+/// The physical name the local stack gives resource `logical_id` of stack `stack_name` when the
+/// template names none: `<stack>-<logical id>`, a nested resource's `/` made `-`
+/// (`shop-Relay-RelayDeadLetterQueue`). CloudFormation derives such names from the stack name, the
+/// logical id and a random suffix; locally they are stable so that tools and tests can name them.
+pub fn physical_name(stack_name: &str, logical_id: &str) -> String {
+    format!("{stack_name}-{}", logical_id.replace('/', "-"))
+}
+
+impl Template {
+    /// Reads and parses `path`, and the local templates of its nested applications.
+    ///
+    /// # Errors
+    /// [`TemplateError::Read`], or what [`Template::parse`] returns.
+    pub fn load(path: &Path) -> Result<Self, TemplateError> {
+        let text = read(path)?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses template `text` read from `path` (nested applications' `Location`s are relative
+    /// to `path`'s directory).
+    ///
+    /// # Errors
+    /// [`TemplateError`] naming what cannot be read: YAML, a condition, a nested application.
+    pub fn parse(path: &Path, text: &str) -> Result<Self, TemplateError> {
+        let doc = parse_yaml(path, text)?;
+        let parameters = doc.get("Parameters").and_then(Value::as_mapping).cloned().unwrap_or_default();
+        let flat = nested::flatten_root(path, &doc)?;
+        Ok(Self { path: path.to_owned(), resources: flat.resources, parameters, nested: flat.nested })
+    }
+
+    /// `(logical id, Properties)` of every resource of `kind`, in template order.
+    pub fn resources_of(&self, kind: &str) -> Vec<(String, Mapping)> {
+        self.resources
+            .iter()
+            .filter(|(_, r)| r.get("Type").and_then(Value::as_str) == Some(kind))
+            .filter_map(|(id, r)| {
+                let props = r.get("Properties").and_then(Value::as_mapping).cloned().unwrap_or_default();
+                Some((id.as_str()?.to_owned(), props))
+            })
+            .collect()
+    }
+
+    /// The `Type` of resource `logical_id`.
+    pub fn resource_type(&self, logical_id: &str) -> Option<&str> {
+        self.resources.get(logical_id)?.get("Type")?.as_str()
+    }
+
+    /// The nested applications read with the template (their resources are the template's,
+    /// named `<App>/<LogicalId>`), outermost first.
+    pub fn nested_apps(&self) -> &[NestedApp] {
+        &self.nested
+    }
+
+    /// Each template parameter with its `Default` (what `!Ref <parameter>` gives in a stack
+    /// deployed without overrides), in template order; parameters without a default are left out.
+    pub fn parameter_defaults(&self) -> Vec<(String, String)> {
+        self.parameters.iter().filter_map(|(name, p)| Some((name.as_str()?.to_owned(), intrinsics::scalar(p.get("Default")?)?))).collect()
+    }
+}
+
+fn read(path: &Path) -> Result<String, TemplateError> {
+    std::fs::read_to_string(path).map_err(|e| TemplateError::Read { path: path.to_owned(), reason: e.to_string() })
+}
+
+fn parse_yaml(path: &Path, text: &str) -> Result<Value, TemplateError> {
+    serde_yaml_ng::from_str(text).map_err(|e| match e.location() {
+        Some(at) => {
+            // The message may repeat the location; it is said once, first.
+            let reason = e.to_string().replacen(&format!(" at line {} column {}", at.line(), at.column()), "", 1);
+            TemplateError::Yaml { path: path.to_owned(), line: at.line(), column: at.column(), reason }
+        }
+        None => TemplateError::Read { path: path.to_owned(), reason: e.to_string() },
+    })
+}

@@ -1,0 +1,200 @@
+//! Nested applications and conditions, read from the parent and child templates in
+//! `tests/fixtures/nested`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nested/template.yaml")
+}
+
+/// What `outbox_cli::stack::Stack::set_up` declares for the fixture's resources (names as
+/// the stack gives them, URLs and ARNs made up).
+fn resolver(t: &Template) -> Resolver {
+    let mut r = Resolver::new("shop", "us-east-1", "123456789012");
+    for (name, value) in t.parameter_defaults() {
+        r.set_ref(&name, value);
+    }
+    for table in t.tables(&r.clone()).unwrap() {
+        r.set_ref(&table.logical_id, &table.name);
+        r.set_attr(&table.logical_id, "StreamArn", format!("stream:{}", table.name));
+    }
+    for bus in t.buses(&r.clone()).unwrap() {
+        r.set_ref(&bus.logical_id, &bus.name);
+    }
+    for q in t.queues(&r.clone()).unwrap() {
+        r.set_ref(&q.logical_id, format!("url:{}", q.name));
+        r.set_attr(&q.logical_id, "Arn", format!("arn:{}", q.name));
+    }
+    for b in t.buckets(&r.clone()).unwrap() {
+        r.set_attr(&b.logical_id, "Arn", format!("arn:aws:s3:::{}", b.name));
+    }
+    r
+}
+
+fn env(t: &Template, r: &Resolver, id: &str) -> BTreeMap<String, String> {
+    let f = t.functions().unwrap().into_iter().find(|f| f.logical_id == id).unwrap_or_else(|| panic!("function {id}"));
+    f.environment.iter().map(|(k, v)| (k.clone(), r.resolve_string(v, k).unwrap_or_else(|e| panic!("{e}")))).collect()
+}
+
+#[test]
+fn a_nested_applications_resources_are_the_parents_named_app_slash_logical_id() {
+    let t = Template::load(&fixture()).unwrap();
+    let apps: Vec<(&str, bool)> = t.nested_apps().iter().map(|a| (a.logical_id.as_str(), a.template.ends_with("template.yaml"))).collect();
+    assert_eq!(apps, [("Relay", true), ("Kit", true)], "the kit reads the relay's outputs: the relay is read first");
+    let r = resolver(&t);
+    let tables: Vec<(String, String)> = t.tables(&r).unwrap().into_iter().map(|t| (t.logical_id, t.name)).collect();
+    assert_eq!(tables, [("OutboxTable".into(), "shop-outbox".into()), ("Kit/InboxTable".into(), "shop-Kit-InboxTable".into())]);
+    let buses: Vec<(String, String)> = t.buses(&r).unwrap().into_iter().map(|b| (b.logical_id, b.name)).collect();
+    assert_eq!(buses, [("Relay/Bus".to_owned(), "shop-Relay-bus".to_owned())], "AWS::StackName in a nested template is <parent>-<App>");
+    let queues = t.queues(&r).unwrap();
+    let names: Vec<(&str, &str)> = queues.iter().map(|q| (q.logical_id.as_str(), q.name.as_str())).collect();
+    assert_eq!(names, [("Relay/DeadLetterQueue", "shop-Relay-DeadLetterQueue"), ("Kit/DeadLetterQueue", "shop-Kit-dlq")]);
+    assert_eq!(queues[0].attributes["MessageRetentionPeriod"], "1209600", "the parent's parameter, passed on, beats the child's default");
+    assert_eq!(t.buckets(&r).unwrap()[0].name, "shop-relay-failedbatches");
+    assert_eq!(t.resource_type("Relay/RelayFunction"), Some("AWS::Serverless::Function"));
+}
+
+#[test]
+fn a_nested_functions_parameters_globals_and_references_are_its_own() {
+    let t = Template::load(&fixture()).unwrap();
+    let r = resolver(&t);
+    let functions = t.functions().unwrap();
+    let relay = functions.iter().find(|f| f.logical_id == "Relay/RelayFunction").unwrap();
+    let consumer = functions.iter().find(|f| f.logical_id == "Consumer").unwrap();
+    assert_eq!((relay.timeout_secs, consumer.timeout_secs), (45, 10), "each template's Globals apply to its own functions");
+    let FunctionEvent::DynamoDb(stream) = &relay.events[0] else { panic!("{:?}", relay.events) };
+    assert_eq!((stream.table_logical_id.as_str(), stream.batch_size, stream.bisect_on_error), ("OutboxTable", 25, true));
+    let destination = r.resolve_string(stream.on_failure.as_ref().unwrap(), "d").unwrap();
+    assert_eq!(destination, "arn:aws:s3:::shop-relay-failedbatches");
+    let relay_env = env(&t, &r, "Relay/RelayFunction");
+    assert_eq!(relay_env["SHARED"], "relay");
+    assert_eq!(relay_env["EVENT_BUS_NAME"], "shop-Relay-bus", "no bus given: the block's condition creates one");
+    assert_eq!(relay_env["OUTBOX_TABLE"], "shop-outbox");
+    assert_eq!(relay_env["DLQ_URL"], "url:shop-Relay-DeadLetterQueue");
+    assert_eq!(relay_env["WHERE"], "shop-Relay/arn:shop-Relay-DeadLetterQueue/shop-outbox/25");
+    let consumer_env = env(&t, &r, "Consumer");
+    assert!(!consumer_env.contains_key("SHARED"));
+    assert_eq!(consumer_env["INBOX_TABLE"], "shop-Kit-InboxTable");
+    assert_eq!(consumer_env["DLQ"], "dlq=url:shop-Kit-dlq");
+    let FunctionEvent::EventBridgeRule(rule) = &consumer.events[0] else { panic!() };
+    assert_eq!(r.resolve_string(rule.bus.as_ref().unwrap(), "b").unwrap(), "shop-Relay-bus");
+    assert_eq!(r.resolve_string(rule.dead_letter_arn.as_ref().unwrap(), "d").unwrap(), "arn:shop-Kit-dlq");
+}
+
+#[test]
+fn a_parameter_given_turns_the_nested_condition_off() {
+    let text = std::fs::read_to_string(fixture()).unwrap().replace("BatchSize: 25", "BatchSize: 25\n        EventBusName: existing-bus");
+    let t = Template::parse(&fixture(), &text).unwrap();
+    let r = resolver(&t);
+    assert!(t.buses(&r).unwrap().is_empty(), "the block's bus has Condition: CreateBus");
+    assert_eq!(env(&t, &r, "Relay/RelayFunction")["EVENT_BUS_NAME"], "existing-bus");
+    assert_eq!(env(&t, &r, "Consumer")["INBOX_TABLE"], "shop-Kit-InboxTable");
+}
+
+#[test]
+fn root_conditions_pick_branches_and_drop_no_values() {
+    let text = r#"
+Parameters:
+  Reserved: {Type: Number, Default: 0}
+  Email: {Type: String, Default: ""}
+Conditions:
+  HasReserved: !Not [!Equals [!Ref Reserved, "0"]]
+  HasEmail: !Not [{"Fn::Equals": [!Ref Email, ""]}]
+  Either: !Or [!Condition HasReserved, {Condition: HasEmail}]
+Resources:
+  Subscription:
+    Type: AWS::SQS::Queue
+    Condition: Either
+  Fn:
+    Type: AWS::Serverless::Function
+    Metadata: {BuildProperties: {Binary: b}}
+    Properties:
+      ReservedConcurrentExecutions: !If [HasReserved, !Ref Reserved, !Ref AWS::NoValue]
+      Timeout: !If [HasEmail, 1, 7]
+"#;
+    let t = Template::parse(Path::new("t.yaml"), text).unwrap();
+    assert!(t.resources_of("AWS::SQS::Queue").is_empty());
+    let f = &t.functions().unwrap()[0];
+    assert_eq!((f.reserved_concurrency, f.timeout_secs), (None, 7));
+    let t = Template::parse(Path::new("t.yaml"), &text.replace("Default: 0", "Default: 5")).unwrap();
+    assert_eq!(t.resources_of("AWS::SQS::Queue").len(), 1);
+    let err = Template::parse(Path::new("t.yaml"), &text.replace("Default: \"\"", "Description: none")).unwrap_err().to_string();
+    assert_eq!(err, "Conditions.HasEmail: cannot be evaluated locally: parameter Email has no Default");
+}
+
+fn parse_with(replace: &str, by: &str) -> Result<Template, TemplateError> {
+    let text = std::fs::read_to_string(fixture()).unwrap();
+    assert!(text.contains(replace), "{replace}");
+    Template::parse(&fixture(), &text.replace(replace, by))
+}
+
+#[test]
+fn a_location_the_runtime_cannot_read_is_an_error_naming_it() {
+    let sar =
+        "Location:\n        ApplicationId: arn:aws:serverlessrepo:us-east-1:123456789012:applications/outbox-relay\n        SemanticVersion: 1.2.0";
+    let err = parse_with("Location: ./relay/template.yaml", sar).unwrap_err().to_string();
+    assert!(
+        err.starts_with("Relay.Properties.Location: application arn:aws:serverlessrepo:us-east-1:123456789012:applications/outbox-relay version 1.2.0 is in the AWS Serverless Application Repository"),
+        "{err}"
+    );
+    let err = parse_with("Location: ./relay/template.yaml", "Location: https://example.com/relay.yaml").unwrap_err().to_string();
+    assert!(err.starts_with("Relay.Properties.Location: https://example.com/relay.yaml is not a local template path"), "{err}");
+    let err = parse_with("Location: kit", "Location: nope/template.yaml").unwrap_err().to_string();
+    assert!(err.starts_with("Kit.Properties.Location: ") && err.ends_with("nope/template.yaml: no such template file"), "{err}");
+}
+
+#[test]
+fn parameters_and_outputs_that_do_not_match_are_errors_naming_them() {
+    let err = parse_with("        BatchSize: 25\n", "        BatchSize: 25\n        Colour: red\n").unwrap_err().to_string();
+    assert!(err.starts_with("Relay.Properties.Parameters.Colour: is not a parameter of ") && err.ends_with("relay/template.yaml"), "{err}");
+    let err = parse_with("        OutboxTableName: !Ref OutboxTable\n", "").unwrap_err().to_string();
+    assert!(err.starts_with("Relay.Properties.Parameters.OutboxTableName: is required: parameter OutboxTableName of "), "{err}");
+    let err = parse_with("Kit.Outputs.InboxTableName", "Kit.Outputs.Nope").unwrap_err().to_string();
+    assert_eq!(err, "Consumer: GetAtt Kit.Outputs.Nope: application Kit has no output Nope (or its Condition is false)");
+    let err = parse_with("OutboxTableName: !Ref OutboxTable", "OutboxTableName: !GetAtt Kit.Outputs.Bus").unwrap_err().to_string();
+    assert_eq!(err, "Kit, Relay: these applications' Parameters read each other's Outputs (a cycle)");
+}
+
+/// What a user takes is what the sample runs: the relay block, as `examples/my-service` adds
+/// it, gives the relay function and stream mapping of the root template's
+/// `OutboxRelayFunction`; the consumer kit's inbox table is the sample's.
+#[test]
+fn the_blocks_carry_the_samples_settings() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let sample = Template::load(&root.join("template.yaml")).unwrap();
+    let service = Template::load(&root.join("examples/my-service/template.yaml")).unwrap();
+    let apps: Vec<&str> = service.nested_apps().iter().map(|a| a.logical_id.as_str()).collect();
+    assert_eq!(apps, ["Relay", "ConsumerKit"]);
+    let function = |t: &Template, id: &str| t.functions().unwrap().into_iter().find(|f| f.logical_id == id).unwrap_or_else(|| panic!("{id}"));
+    let (ours, block) = (function(&sample, "OutboxRelayFunction"), function(&service, "Relay/RelayFunction"));
+    assert_eq!(
+        (&block.binary, block.timeout_secs, block.memory_mb, &block.log_format, &block.log_level, block.reserved_concurrency),
+        (&ours.binary, ours.timeout_secs, ours.memory_mb, &ours.log_format, &ours.log_level, ours.reserved_concurrency)
+    );
+    assert_eq!(block.environment.keys().collect::<Vec<_>>(), ours.environment.keys().collect::<Vec<_>>());
+    let mapping = |f: &FunctionSpec| match &f.events[..] {
+        [FunctionEvent::DynamoDb(m)] => StreamMappingSpec { on_failure: None, ..m.clone() },
+        other => panic!("{}: {other:?}", f.logical_id),
+    };
+    assert_eq!(mapping(&block), mapping(&ours), "every stream mapping setting, the on-failure bucket aside");
+    let r = Resolver::new("s", "us-east-1", "1");
+    let table = |t: &Template, id: &str| t.tables(&r).unwrap().into_iter().find(|t| t.logical_id == id).unwrap();
+    let (inbox, kit) = (table(&sample, "InboxTable"), table(&service, "ConsumerKit/InboxTable"));
+    assert_eq!((&kit.attributes, &kit.key_schema, &kit.ttl_attribute), (&inbox.attributes, &inbox.key_schema, &inbox.ttl_attribute));
+}
+
+/// The webhooks block's rule reads its event pattern from CommaDelimitedList parameters.
+#[test]
+fn a_comma_delimited_list_parameter_is_a_list() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = "Resources:\n  Webhooks:\n    Type: AWS::Serverless::Application\n    Properties:\n      Location: blocks/webhooks/template.yaml\n      Parameters:\n        EventBusName: bus\n        EventSources: a.b, c\n        EventTypes: Created\n        InboxTableName: inbox\n";
+    let t = Template::parse(&root.join("parent.yaml"), text).unwrap();
+    let rules = t.standalone_rules().unwrap();
+    assert_eq!(rules[0].logical_id, "Webhooks/WebhookDeliveryRule");
+    assert_eq!(rules[0].pattern, serde_json::json!({"source": ["a.b", "c"], "detail-type": ["Created"]}));
+    let dispatcher = t.functions().unwrap().into_iter().find(|f| f.logical_id == "Webhooks/WebhookDispatcherFunction").unwrap();
+    assert!(!dispatcher.environment.contains_key("CLAIM_CHECK_BUCKET"), "no payload bucket given: no claim check");
+}

@@ -1,0 +1,145 @@
+//! The stack's data resources: tables, buses, buckets, queues and the standalone rules that
+//! target queues, as the local runtime provisions them.
+
+use std::collections::BTreeMap;
+
+use serde_yaml_ng::Value;
+
+use super::intrinsics::Resolver;
+use super::specs::{BucketSpec, BusSpec, QueueSpec, StandaloneRuleSpec, TableSpec};
+use super::{unsupported, Template, TemplateError};
+
+impl Template {
+    /// Every `AWS::DynamoDB::Table`.
+    ///
+    /// # Errors
+    /// [`TemplateError`] naming the property that cannot be read.
+    pub fn tables(&self, r: &Resolver) -> Result<Vec<TableSpec>, TemplateError> {
+        self.resources_of("AWS::DynamoDB::Table")
+            .into_iter()
+            .map(|(id, p)| {
+                let at = |prop: &str| format!("{id}.Properties.{prop}");
+                let name = match p.get("TableName") {
+                    Some(v) => r.resolve_string(v, &at("TableName"))?,
+                    None => super::physical_name(&r.stack_name, &id),
+                };
+                let pairs = |prop: &str, a: &str, b: &str| -> Result<Vec<(String, String)>, TemplateError> {
+                    let seq = p.get(prop).and_then(Value::as_sequence).ok_or_else(|| unsupported(at(prop), "must be a list"))?;
+                    seq.iter()
+                        .map(|e| {
+                            let x = e.get(a).and_then(Value::as_str);
+                            let y = e.get(b).and_then(Value::as_str);
+                            match (x, y) {
+                                (Some(x), Some(y)) => Ok((x.to_owned(), y.to_owned())),
+                                _ => Err(unsupported(at(prop), format!("every entry needs {a} and {b} as plain strings"))),
+                            }
+                        })
+                        .collect()
+                };
+                let ttl = p.get("TimeToLiveSpecification").filter(|t| t.get("Enabled").and_then(Value::as_bool) == Some(true));
+                Ok(TableSpec {
+                    attributes: pairs("AttributeDefinitions", "AttributeName", "AttributeType")?,
+                    key_schema: pairs("KeySchema", "AttributeName", "KeyType")?,
+                    stream_view_type: p.get("StreamSpecification").and_then(|s| s.get("StreamViewType")).and_then(Value::as_str).map(str::to_owned),
+                    ttl_attribute: ttl.and_then(|t| t.get("AttributeName")).and_then(Value::as_str).map(str::to_owned),
+                    logical_id: id,
+                    name,
+                })
+            })
+            .collect()
+    }
+
+    /// Every `AWS::Events::EventBus`.
+    ///
+    /// # Errors
+    /// [`TemplateError`] if a `Name` cannot be resolved.
+    pub fn buses(&self, r: &Resolver) -> Result<Vec<BusSpec>, TemplateError> {
+        self.resources_of("AWS::Events::EventBus")
+            .into_iter()
+            .map(|(id, p)| {
+                let value = p.get("Name").ok_or_else(|| unsupported(format!("{id}.Properties.Name"), "is required"))?;
+                Ok(BusSpec { name: r.resolve_string(value, &format!("{id}.Properties.Name"))?, logical_id: id })
+            })
+            .collect()
+    }
+
+    /// Every `AWS::S3::Bucket`.
+    ///
+    /// # Errors
+    /// [`TemplateError`] if a `BucketName` cannot be resolved.
+    pub fn buckets(&self, r: &Resolver) -> Result<Vec<BucketSpec>, TemplateError> {
+        self.resources_of("AWS::S3::Bucket")
+            .into_iter()
+            .map(|(id, p)| {
+                let name = match p.get("BucketName") {
+                    Some(v) => r.resolve_string(v, &format!("{id}.Properties.BucketName"))?,
+                    None => super::physical_name(&r.stack_name, &id).to_ascii_lowercase(),
+                };
+                Ok(BucketSpec { logical_id: id, name })
+            })
+            .collect()
+    }
+
+    /// Every `AWS::SQS::Queue`.
+    ///
+    /// # Errors
+    /// [`TemplateError`] if a `QueueName` cannot be resolved.
+    pub fn queues(&self, r: &Resolver) -> Result<Vec<QueueSpec>, TemplateError> {
+        self.resources_of("AWS::SQS::Queue")
+            .into_iter()
+            .map(|(id, p)| {
+                let name = match p.get("QueueName") {
+                    Some(v) => r.resolve_string(v, &format!("{id}.Properties.QueueName"))?,
+                    None => super::physical_name(&r.stack_name, &id),
+                };
+                let mut attributes = BTreeMap::new();
+                for key in ["MessageRetentionPeriod", "VisibilityTimeout", "ReceiveMessageWaitTimeSeconds", "DelaySeconds"] {
+                    if let Some(v) = p.get(key) {
+                        attributes.insert(key.to_owned(), r.resolve_string(v, &format!("{id}.Properties.{key}"))?);
+                    }
+                }
+                Ok(QueueSpec { logical_id: id, name, attributes, redrive_policy: p.get("RedrivePolicy").cloned() })
+            })
+            .collect()
+    }
+
+    /// Every standalone `AWS::Events::Rule` (functions' `EventBridgeRule` events are read with the
+    /// functions).
+    ///
+    /// # Errors
+    /// [`TemplateError`] when a rule has no `EventPattern` or a target no `Arn`.
+    pub fn standalone_rules(&self) -> Result<Vec<StandaloneRuleSpec>, TemplateError> {
+        self.resources_of("AWS::Events::Rule")
+            .into_iter()
+            .map(|(id, p)| {
+                let pattern = p.get("EventPattern").ok_or_else(|| unsupported(format!("{id}.Properties.EventPattern"), "is required locally"))?;
+                let pattern = match pattern {
+                    Value::String(text) => serde_json::from_str(text),
+                    other => serde_json::to_value(other),
+                }
+                .map_err(|e| unsupported(format!("{id}.Properties.EventPattern"), format!("is not JSON: {e}")))?;
+                let targets = p
+                    .get("Targets")
+                    .and_then(Value::as_sequence)
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                    .map(|(i, t)| {
+                        let arn = t.get("Arn").cloned().ok_or_else(|| unsupported(format!("{id}.Properties.Targets[{i}].Arn"), "is required"))?;
+                        // moto ignores Input and InputPath and fails on some InputTransformers:
+                        // the local queue would get a different body than on AWS.
+                        if let Some(key) = ["Input", "InputPath", "InputTransformer"].into_iter().find(|k| t.get(*k).is_some()) {
+                            return Err(unsupported(
+                                format!("{id}.Properties.Targets[{i}].{key}"),
+                                "is not played locally (the target gets the whole event)",
+                            ));
+                        }
+                        let target_id = t.get("Id").and_then(Value::as_str).map_or_else(|| format!("target-{i}"), str::to_owned);
+                        Ok((target_id, arn))
+                    })
+                    .collect::<Result<Vec<_>, TemplateError>>()?;
+                Ok(StandaloneRuleSpec { logical_id: id, name: p.get("Name").cloned(), bus: p.get("EventBusName").cloned(), pattern, targets })
+            })
+            .collect()
+    }
+}
