@@ -167,7 +167,7 @@ impl Local {
     /// Registers a webhook subscriber of `OrderCreated` in the stack's subscriber table (the
     /// `PutItem` docs/webhooks.md's "Adding a subscriber" gives): `url`, its secret `secret_name`.
     pub async fn add_webhook_subscriber(&self, id: &str, url: &str, secret_name: &str) {
-        let table = self.env_of("WebhookDispatcherFunction")["WEBHOOK_SUBSCRIBERS_TABLE"].clone();
+        let table = self.env_of("Webhooks/WebhookDispatcherFunction")["WEBHOOK_SUBSCRIBERS_TABLE"].clone();
         self.dynamodb
             .put_item()
             .table_name(table)
