@@ -124,11 +124,12 @@ async fn bucket_keys(s3: &aws_sdk_s3::Client, bucket: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_outage_longer_than_every_retry_loses_nothing_after_dlq_redrive() {
-    // The template's mapping, its record age scaled down from 23 h to 2 s (retries stay unlimited).
-    let path = crate::common::root().join("template.yaml");
-    let text = std::fs::read_to_string(&path).expect("template.yaml");
-    assert!(text.contains("MaximumRecordAgeInSeconds: 82800") && text.contains("MaximumRetryAttempts: -1"), "the template's outage settings");
-    let template = Template::parse(&path, &text.replace("MaximumRecordAgeInSeconds: 82800", "MaximumRecordAgeInSeconds: 2")).expect("parses");
+    // The relay block's mapping, its record age scaled down from 23 h to 2 s (retries stay unlimited).
+    let relay = "blocks/relay/template.yaml";
+    let template = crate::common::sample_template_with(&[
+        (relay, "MaximumRecordAgeInSeconds: 82800", "MaximumRecordAgeInSeconds: 2"),
+        (relay, "MaximumRetryAttempts: -1", "MaximumRetryAttempts: -1"),
+    ]);
     let down = Arc::new(AtomicBool::new(true));
     let proxy = broker_outage_proxy(crate::common::endpoint().to_owned(), down.clone()).await;
     let mut local = Local::start_with(template, &proxy, crate::common::fast_options(), None).await;

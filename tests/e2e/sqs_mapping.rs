@@ -9,7 +9,6 @@
 use crate::common::{Deadline, Local};
 use outbox_local::dlq;
 use outbox_local::scenarios::demo::subscriber::SubscriberServer;
-use outbox_local::template::Template;
 use outbox_webhooks::Secret;
 
 /// The sample bus event (`events/order-created.json`) as a PutEvents entry on the stack's bus.
@@ -101,10 +100,11 @@ async fn failed_items_come_back_after_their_visibility_and_settled_ones_are_dele
 async fn a_failed_invocation_deletes_nothing_and_max_receive_count_dead_letters() {
     // The queue hands a message back after 3 s and gives up after 2 receives; the dispatcher
     // cannot start (an invalid setting), so every invocation fails.
-    let path = crate::common::root().join("template.yaml");
-    let text = std::fs::read_to_string(&path).expect("template.yaml");
-    let text = text.replace("VisibilityTimeout: 180", "VisibilityTimeout: 3").replace("maxReceiveCount: 5", "maxReceiveCount: 2");
-    let template = Template::parse(&path, &text).expect("parses");
+    let webhooks = "blocks/webhooks/template.yaml";
+    let template = crate::common::sample_template_with(&[
+        (webhooks, "VisibilityTimeout: 180", "VisibilityTimeout: 3"),
+        (webhooks, "maxReceiveCount: 5", "maxReceiveCount: 2"),
+    ]);
     let mut options = crate::common::fast_options();
     options.environment.entry("Webhooks/WebhookDispatcherFunction".into()).or_default().insert("WEBHOOK_RETRY_SCHEDULE".into(), "many".into());
     let mut local = Local::start_with(template, crate::common::endpoint(), options, None).await;
