@@ -67,7 +67,7 @@ use serde_json::{json, Value};
 
 const EVENTS: usize = 1000;
 const RELAY_BATCH: usize = 100;
-const RELAY: &str = "OutboxRelayFunction";
+const RELAY: &str = "Relay/RelayFunction";
 const CONSUMER: &str = "ReserveInventoryFunction";
 
 /// AWS calls by operation, counted under the SDK.

@@ -7,8 +7,11 @@
 With --check it also asserts that the delivery settings survived the translation (the stream
 event source mapping's FilterCriteria, DestinationConfig and FunctionResponseTypes; the rule
 target's RetryPolicy and DeadLetterConfig; the EventInvokeConfig's OnFailure destination) and
-prints the generated logical ids to stderr. --check-block checks a building block (blocks/*): the
-same, except that a block need not generate every kind (the relay block has no rule). It also checks the edge and the logs (what the
+prints the generated logical ids to stderr; a template made of building blocks (nested
+applications with a local `Location`, as the sample's is) must generate every kind together with
+them (its blocks' own settings are checked by --check-block). --check-block checks a building
+block (blocks/*): the same, except that a block need not generate every kind (the relay block has
+no rule). It also checks the edge and the logs (what the
 scanners cannot see through SAM's generated resources): every function logs to a log group of the
 template that has a RetentionInDays (LoggingConfig.LogGroup), and every HTTP API stage has
 throttling (DefaultRouteSettings) and access logs (AccessLogSettings).
@@ -17,7 +20,8 @@ Runs in the tools venv (`scripts/venv tools`: aws-sam-translator, aws-sam-cli). 
 `sam validate` do not check SAM event properties; linting the translated template does (see
 the team notes on local AWS tooling). No AWS account is needed:
   * the region comes from the environment (AWS_DEFAULT_REGION, default us-east-1);
-  * a local CodeUri (e.g. `.`) is replaced by an s3:// placeholder, as `sam validate` does;
+  * a local CodeUri (e.g. `.`) is replaced by an s3:// placeholder, as `sam validate` does, and
+    a nested application's local Location by an https:// one;
   * managed policies are not looked up in IAM (the loader returns an empty map), which only
     matters for policies given by name instead of ARN (this template uses none).
 """
@@ -32,6 +36,7 @@ from samcli.yamlhelper import yaml_parse  # noqa: E402  (understands !Ref, !GetA
 from samtranslator.translator.transform import transform  # noqa: E402
 
 PLACEHOLDER_CODE_URI = "s3://placeholder-bucket/placeholder-key.zip"
+PLACEHOLDER_TEMPLATE_URL = "https://placeholder-bucket.s3.amazonaws.com/{}.template"
 
 
 class NoManagedPolicies:
@@ -55,23 +60,59 @@ def replace_local_code_uris(template: dict) -> None:
         properties = resource.setdefault("Properties", {})
         if properties.get("PackageType", "Zip") == "Zip" and is_local(properties.get("CodeUri")):
             properties["CodeUri"] = PLACEHOLDER_CODE_URI
+    # A nested application's local template becomes an uploaded one (`sam package` uploads it):
+    # an https placeholder, so that the translation is a deployable template's.
+    for name, resource in template.get("Resources", {}).items():
+        location = resource.get("Properties", {}).get("Location") if resource.get("Type") == "AWS::Serverless::Application" else None
+        if isinstance(location, str) and "://" not in location:
+            resource["Properties"]["Location"] = PLACEHOLDER_TEMPLATE_URL.format(name)
 
 
 def of_type(resources: dict, type_: str) -> dict:
     return {k: v.get("Properties", {}) for k, v in resources.items() if v.get("Type") == type_}
 
 
-def check_delivery_settings(translated: dict, every_kind: bool = True) -> list:
+DELIVERY_KINDS = {
+    "event source mapping": "AWS::Lambda::EventSourceMapping",
+    "rule": "AWS::Events::Rule",
+    "EventInvokeConfig": "AWS::Lambda::EventInvokeConfig",
+}
+
+
+def generated_kinds(translated: dict) -> set:
+    """The delivery kinds (DELIVERY_KINDS' keys) a translated template generates."""
+    resources = translated.get("Resources", {})
+    return {kind for kind, type_ in DELIVERY_KINDS.items() if of_type(resources, type_)}
+
+
+def nested_translations(template: dict, source: Path) -> list:
+    """The translations of the template's nested applications whose `Location` is a local path
+    (relative to `source`), as (logical id, translated template)."""
+    out = []
+    for name, resource in template.get("Resources", {}).items():
+        location = resource.get("Properties", {}).get("Location")
+        if resource.get("Type") != "AWS::Serverless::Application" or not isinstance(location, str) or "://" in location:
+            continue
+        path = source.parent / location
+        child = yaml_parse((path / "template.yaml" if path.is_dir() else path).read_text(encoding="utf-8"))
+        replace_local_code_uris(child)
+        out.append((name, transform(child, {}, NoManagedPolicies())))
+    return out
+
+
+def check_delivery_settings(translated: dict, every_kind: bool = True, nested: tuple = ()) -> list:
     """Returns what is missing from the generated delivery resources (empty when all is there);
-    every_kind: the template must generate a mapping, a rule and an EventInvokeConfig."""
+    every_kind: the template, with the `nested` translations of its blocks, must generate a
+    mapping, a rule and an EventInvokeConfig."""
     resources = translated.get("Resources", {})
     missing = []
     mappings = of_type(resources, "AWS::Lambda::EventSourceMapping")
     rules = of_type(resources, "AWS::Events::Rule")
     invoke_configs = of_type(resources, "AWS::Lambda::EventInvokeConfig")
-    for kind, found in [("event source mapping", mappings), ("rule", rules), ("EventInvokeConfig", invoke_configs)]:
-        if not found and every_kind:
-            missing.append(f"no {kind} was generated")
+    kinds = generated_kinds(translated).union(*(generated_kinds(child) for child in nested))
+    for kind in DELIVERY_KINDS:
+        if kind not in kinds and every_kind:
+            missing.append(f"no {kind} was generated (by the template or its blocks)")
     for name, props in mappings.items():
         for key in ("FilterCriteria", "FunctionResponseTypes"):
             if not props.get(key):
@@ -127,10 +168,11 @@ def main() -> int:
     args = [a for a in args if a not in ("--check", "--check-block")]
     source = Path(args[0] if args else "template.yaml")
     template = yaml_parse(source.read_text(encoding="utf-8"))
+    nested = [child for _, child in nested_translations(template, source)] if check and not block else []
     replace_local_code_uris(template)
     translated = transform(template, {}, NoManagedPolicies())
     if check:
-        missing = check_delivery_settings(translated, every_kind=not block) + check_logs_and_edge(translated)
+        missing = check_delivery_settings(translated, every_kind=not block, nested=tuple(nested)) + check_logs_and_edge(translated)
         for problem in missing:
             print(f"translate_template: {problem}", file=sys.stderr)
         if missing:

@@ -34,7 +34,7 @@ async fn dlq_verbs_group_select_refuse_permanent_causes_and_archive() {
     let stack = Stack::set_up(&sdk, template, "dlq-test", EMULATOR_ACCOUNT, Mode::Provision).await.expect("provisioned");
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let events = aws_sdk_eventbridge::Client::new(&sdk);
-    let queue = stack.queue("ConsumerDeadLetterQueue").expect("the consumer DLQ").clone();
+    let queue = stack.queue("ConsumerKit/ConsumerDeadLetterQueue").expect("the consumer DLQ").clone();
     let bus = stack.buses[0].name.clone();
     for (id, cause) in [("e-1", "MalformedEvent"), ("e-2", "MalformedEvent"), ("e-3", "SequenceGap"), ("e-4", "SequenceGap")] {
         sqs.send_message().queue_url(&queue.url).message_body(consumer_failure(id, cause)).send().await.expect("sent");

@@ -47,14 +47,14 @@ async fn trace_follows_one_event_through_outbox_inbox_and_dead_letters() {
     }
     dynamodb
         .put_item()
-        .table_name(table("InboxTable"))
+        .table_name(table("ConsumerKit/InboxTable"))
         .item("pk", s("reserve-inventory#e-applied"))
         .item("processed_at", s("2026-12-01T00:00:01.000Z"))
         .send()
         .await
         .expect("inbox row written");
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let dlq = stack.queue("ConsumerDeadLetterQueue").expect("the consumer DLQ");
+    let dlq = stack.queue("ConsumerKit/ConsumerDeadLetterQueue").expect("the consumer DLQ");
     let body = serde_json::json!({"source": "example.orders", "detail-type": "OrderCreated", "detail": {"id": "e-dead", "type": "OrderCreated"}});
     sqs.send_message().queue_url(&dlq.url).message_body(body.to_string()).send().await.expect("dead letter sent");
 

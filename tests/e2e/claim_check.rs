@@ -78,7 +78,7 @@ async fn setup() -> Setup {
     Setup {
         dynamodb: aws_sdk_dynamodb::Client::new(&sdk),
         outbox_table: table("OutboxTable"),
-        inbox_table: table("InboxTable"),
+        inbox_table: table("ConsumerKit/InboxTable"),
         claim_check: ClaimCheck::new(s3.clone(), &bucket, "orders"),
         s3,
         bucket,
@@ -86,7 +86,7 @@ async fn setup() -> Setup {
         events: aws_sdk_eventbridge::Client::new(&sdk),
         sqs: aws_sdk_sqs::Client::new(&sdk),
         bus: stack.buses.first().expect("the template's bus").name.clone(),
-        relay_dlq: stack.queue("RelayDeadLetterQueue").expect("RelayDeadLetterQueue").url.clone(),
+        relay_dlq: stack.queue("Relay/RelayDeadLetterQueue").expect("Relay/RelayDeadLetterQueue").url.clone(),
         order_created_queue: stack.rules.iter().find(|r| r.spec.name == "OrderCreated").expect("the OrderCreated rule").delivery_queue.url.clone(),
     }
 }

@@ -112,7 +112,7 @@ async fn duplicate_and_racing_deliveries_take_effect_once() {
     assert_eq!(outcome(&function, &order_created(&event_id, &other_order, "envelope-c")).await, "dead_lettered");
     check_stock(2).await;
     assert!(local.query_pk(&outbox_table, &format!("Reservation#{other_order}")).await.is_empty());
-    let dlq = local.runtime.stack.queue("ConsumerDeadLetterQueue").cloned().expect("ConsumerDeadLetterQueue");
+    let dlq = local.runtime.stack.queue("ConsumerKit/ConsumerDeadLetterQueue").cloned().expect("ConsumerKit/ConsumerDeadLetterQueue");
     let dead = outbox_local::dlq::peek(&local.sqs, &dlq).await.expect("peeking the DLQ");
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!(dead[0].event_id.as_deref(), Some(event_id.as_str()), "{dead:?}");
@@ -147,7 +147,7 @@ async fn settle(local: &Local, what: &str, settled: impl Fn(&outbox_local::stats
 
 /// The consumer dead-letter queue's message about `event_id` (waits for it, bounded).
 async fn dead_letter_of(local: &Local, event_id: &str) -> outbox_local::dlq::DlqMessage {
-    let dlq = local.runtime.stack.queue("ConsumerDeadLetterQueue").cloned().expect("ConsumerDeadLetterQueue");
+    let dlq = local.runtime.stack.queue("ConsumerKit/ConsumerDeadLetterQueue").cloned().expect("ConsumerKit/ConsumerDeadLetterQueue");
     let deadline = Deadline::new(format!("event {event_id} in {}", dlq.name));
     loop {
         let dead = outbox_local::dlq::peek(&local.sqs, &dlq).await.expect("peeking the DLQ");
@@ -223,7 +223,7 @@ async fn an_event_whose_predecessor_never_comes_is_parked_not_dead_lettered() {
     let outcomes: Vec<&str> = counts.recent.iter().filter(|d| d.event_id == gap_id).map(|d| d.outcome.as_str()).collect();
     assert_eq!(outcomes, ["parked"], "{counts:?}");
 
-    let inbox = local.table("InboxTable");
+    let inbox = local.table("ConsumerKit/InboxTable");
     let parked = outbox_local::ordering::parked(&local.dynamodb, &inbox).await.expect("ordering parked");
     assert_eq!(parked.len(), 1, "{parked:?}");
     assert_eq!((parked[0].event.event_id.as_str(), parked[0].event.sequence, parked[0].event.waits_for), (gap_id.as_str(), 2, 1));
@@ -237,7 +237,7 @@ async fn an_event_whose_predecessor_never_comes_is_parked_not_dead_lettered() {
     .await
     .expect("trace");
     assert!(trace.consumers.iter().any(|c| c.state.starts_with("parked: sequence 2 waits for sequence 1")), "{}", trace.render());
-    let dlq = local.runtime.stack.queue("ConsumerDeadLetterQueue").cloned().expect("ConsumerDeadLetterQueue");
+    let dlq = local.runtime.stack.queue("ConsumerKit/ConsumerDeadLetterQueue").cloned().expect("ConsumerKit/ConsumerDeadLetterQueue");
     assert_eq!(outbox_local::dlq::depth(&local.sqs, &dlq).await.expect("depth"), 0, "a gap is not poison");
 
     // The operator releases the order through 1: the parked event is re-published and applies.

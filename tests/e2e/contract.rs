@@ -97,18 +97,19 @@ fn every_variable_a_run_from_env_requires_is_set_on_its_function() {
     assert!(wrong.is_empty(), "template.yaml and outbox::contract disagree:\n{}", wrong.join("\n"));
 }
 
-/// The check itself: a renamed metric, a dropped dimension and a missing variable are caught.
+/// The check itself: a renamed metric, a dropped dimension and a missing variable are caught, in
+/// the building blocks the template is made of (the consumer kit's alarms, the relay's variables).
 #[test]
 fn a_renamed_metric_or_a_missing_variable_is_caught() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("template.yaml");
-    let original = std::fs::read_to_string(&path).expect("template.yaml reads");
-    let renamed = original.replacen("MetricName: EventsDeadLettered", "MetricName: EventsDeadLetterd", 1);
-    assert_ne!(renamed, original, "the alarm to rename exists");
-    let wrong = alarm_violations(&Template::parse(&path, &renamed).expect("parses"));
+    let renamed = crate::common::sample_template_with(&[(
+        "blocks/consumer-kit/template.yaml",
+        "MetricName: EventsDeadLettered",
+        "MetricName: EventsDeadLetterd",
+    )]);
+    let wrong = alarm_violations(&renamed);
     assert!(wrong.iter().any(|w| w.contains("metric EventsDeadLetterd is not emitted")), "{wrong:?}");
 
-    let unset = original.replacen("RELAY_DLQ_URL:", "RELAY_DLQ_URL_OLD:", 1);
-    assert_ne!(unset, original, "the relay's variable is set");
-    let wrong = environment_violations(&Template::parse(&path, &unset).expect("parses"));
+    let unset = crate::common::sample_template_with(&[("blocks/relay/template.yaml", "RELAY_DLQ_URL:", "RELAY_DLQ_URL_OLD:")]);
+    let wrong = environment_violations(&unset);
     assert!(wrong.iter().any(|w| w.contains("outbox-relay requires RELAY_DLQ_URL")), "{wrong:?}");
 }

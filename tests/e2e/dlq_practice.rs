@@ -14,7 +14,7 @@ async fn practice_puts_one_readable_dead_letter_in_the_consumer_queue() {
     let mut local = Local::start().await;
     local.spawn_pipelines();
     let made = practice::run(&local.runtime.sdk, &local.runtime.stack, Duration::from_secs(60)).await;
-    let queue = local.runtime.stack.queue("ConsumerDeadLetterQueue").expect("the consumer DLQ").clone();
+    let queue = local.runtime.stack.queue("ConsumerKit/ConsumerDeadLetterQueue").expect("the consumer DLQ").clone();
     // Read from the queue itself, not from what the verb returned.
     let held =
         local.sqs.receive_message().queue_url(&queue.url).max_number_of_messages(10).visibility_timeout(0).send().await.expect("ReceiveMessage");

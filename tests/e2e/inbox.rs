@@ -17,7 +17,7 @@ fn metadata(id: &str, aggregate: &str, sequence: u64) -> EventMetadata {
 }
 
 fn inbox(local: &Local, consumer: &str) -> Inbox {
-    Inbox::new(local.dynamodb.clone(), local.table("InboxTable"), consumer, Duration::from_secs(3600))
+    Inbox::new(local.dynamodb.clone(), local.table("ConsumerKit/InboxTable"), consumer, Duration::from_secs(3600))
 }
 
 #[tokio::test]
@@ -126,7 +126,7 @@ async fn every_claim_row_carries_a_ttl_and_ordering_rows_none() {
     tx.apply(&metadata("ttl-1", "o-7", 1), "h", vec![]).await.unwrap();
     let guarded = inbox(&local, "guarded");
     let Claim::Acquired(_) = guarded.begin(&metadata("ttl-2", "o-7", 1), "h", Utc::now()).await.unwrap() else { panic!() };
-    let rows = local.scan(&local.table("InboxTable")).await;
+    let rows = local.scan(&local.table("ConsumerKit/InboxTable")).await;
     assert_eq!(rows.len(), 3, "claim + ordering row + guarded claim");
     let now = Utc::now().timestamp();
     for row in rows {
@@ -149,7 +149,7 @@ async fn every_claim_row_carries_a_ttl_and_ordering_rows_none() {
 async fn ordering_rows_outlive_the_inbox_retention() {
     use aws_sdk_dynamodb::types::AttributeValue;
     let local = Local::start().await;
-    let table = local.table("InboxTable");
+    let table = local.table("ConsumerKit/InboxTable");
     let inbox = Inbox::new(local.dynamodb.clone(), &table, "slow-aggregate", Duration::from_secs(1)).ordered();
     assert_eq!(inbox.apply(&metadata("r1", "o-7", 1), "h", vec![]).await.unwrap(), InboxOutcome::Applied);
     let row = local.query_pk(&table, "slow-aggregate#aggregate#Order#o-7").await;
@@ -188,7 +188,7 @@ async fn ordering_rows_outlive_the_inbox_retention() {
 #[tokio::test]
 async fn a_permanently_missing_sequence_is_released_by_the_ordering_release_command() {
     let local = Local::start().await;
-    let table = local.table("InboxTable");
+    let table = local.table("ConsumerKit/InboxTable");
     let inbox = inbox(&local, "reserve-inventory").ordered();
     assert_eq!(inbox.apply(&metadata("m1", "o-9", 1), "h", vec![]).await.unwrap(), InboxOutcome::Applied);
     let err = inbox.apply(&metadata("m3", "o-9", 3), "h", vec![]).await.unwrap_err();

@@ -38,7 +38,7 @@ async fn invoke(local: &Local, payload: &str) -> Value {
 }
 
 fn consumer_dlq(local: &Local) -> outbox_local::stack::QueueInfo {
-    local.runtime.stack.queue("ConsumerDeadLetterQueue").cloned().unwrap()
+    local.runtime.stack.queue("ConsumerKit/ConsumerDeadLetterQueue").cloned().unwrap()
 }
 
 #[tokio::test]
@@ -98,7 +98,7 @@ async fn a_cancellation_before_its_creation_is_parked_then_applied_after_it() {
     let mut local = Local::start().await;
     local.spawn_pipelines();
     let table = local.table("InventoryTable");
-    let inbox = local.table("InboxTable");
+    let inbox = local.table("ConsumerKit/InboxTable");
     inventory::put_stock(&local.dynamodb, &table, "SKU-A", 10).await.unwrap();
     let bus = local.runtime.stack.buses[0].name.clone();
     let put = |detail_type: &'static str, body: String| {

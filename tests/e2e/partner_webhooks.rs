@@ -32,7 +32,7 @@ impl Fixture {
         let (old, new) = (Secret::generate(), Secret::generate());
         // The partner is rotating: both secrets are current.
         let partners = Partners::Fixed(HashMap::from([("acme".to_owned(), vec![new.clone(), old.clone()])]));
-        let inbox = Inbox::new(local.dynamodb.clone(), local.table("InboxTable"), CONSUMER, DEFAULT_RETENTION);
+        let inbox = Inbox::new(local.dynamodb.clone(), local.table("ConsumerKit/InboxTable"), CONSUMER, DEFAULT_RETENTION);
         let webhooks = PartnerWebhooks::new(
             local.dynamodb.clone(),
             env["ORDERS_TABLE"].clone(),
@@ -69,7 +69,7 @@ impl Fixture {
     }
 
     async fn inbox_rows(&self, webhook_id: &str) -> usize {
-        self.local.query_pk(&self.local.table("InboxTable"), &format!("{CONSUMER}#acme#{webhook_id}")).await.len()
+        self.local.query_pk(&self.local.table("ConsumerKit/InboxTable"), &format!("{CONSUMER}#acme#{webhook_id}")).await.len()
     }
 }
 

@@ -14,14 +14,14 @@ use serde_json::json;
 use serde_json::value::RawValue;
 
 const BIG: &str = "123456789012345678901234567890";
-const RELAY: &str = "OutboxRelayFunction";
+const RELAY: &str = "Relay/RelayFunction";
 const NAME: &str = "Zoë 🚀";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_inserted_outbox_items_are_published_verbatim() {
     let mut local = Local::start().await;
     let outbox_table = local.table("OutboxTable");
-    let bus = local.env_of("OutboxRelayFunction").remove("EVENT_BUS_NAME").expect("the relay has EVENT_BUS_NAME");
+    let bus = local.env_of("Relay/RelayFunction").remove("EVENT_BUS_NAME").expect("the relay has EVENT_BUS_NAME");
     // A source of this test's own: no consumer rule of the template matches it.
     let source = format!("test.relay.{}", crate::common::short_id());
     let spy_url = local.spy_on_bus(&bus, &source).await;

@@ -23,7 +23,7 @@ use outbox_local::failed_batch::{self, Replayer};
 use outbox_local::template::Template;
 use serde_json::json;
 
-const RELAY: &str = "OutboxRelayFunction";
+const RELAY: &str = "Relay/RelayFunction";
 
 /// A proxy in front of the emulator that answers every `PutEvents` with HTTP 500 while `down`
 /// is set (EventBridge's `InternalException`), and forwards everything else.
@@ -114,7 +114,7 @@ async fn outbox_ids(local: &Local, source: &str) -> BTreeSet<String> {
 }
 
 fn bucket_of(local: &Local) -> String {
-    local.runtime.stack.buckets.iter().find(|b| b.logical_id == "RelayFailedBatchesBucket").expect("the template's failed-batch bucket").name.clone()
+    local.runtime.stack.buckets.iter().find(|b| b.logical_id == "Relay/FailedBatchesBucket").expect("the template's failed-batch bucket").name.clone()
 }
 
 async fn bucket_keys(s3: &aws_sdk_s3::Client, bucket: &str) -> Vec<String> {
@@ -124,11 +124,12 @@ async fn bucket_keys(s3: &aws_sdk_s3::Client, bucket: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_outage_longer_than_every_retry_loses_nothing_after_dlq_redrive() {
-    // The template's mapping, its record age scaled down from 23 h to 2 s (retries stay unlimited).
-    let path = crate::common::root().join("template.yaml");
-    let text = std::fs::read_to_string(&path).expect("template.yaml");
-    assert!(text.contains("MaximumRecordAgeInSeconds: 82800") && text.contains("MaximumRetryAttempts: -1"), "the template's outage settings");
-    let template = Template::parse(&path, &text.replace("MaximumRecordAgeInSeconds: 82800", "MaximumRecordAgeInSeconds: 2")).expect("parses");
+    // The relay block's mapping, its record age scaled down from 23 h to 2 s (retries stay unlimited).
+    let relay = "blocks/relay/template.yaml";
+    let template = crate::common::sample_template_with(&[
+        (relay, "MaximumRecordAgeInSeconds: 82800", "MaximumRecordAgeInSeconds: 2"),
+        (relay, "MaximumRetryAttempts: -1", "MaximumRetryAttempts: -1"),
+    ]);
     let down = Arc::new(AtomicBool::new(true));
     let proxy = broker_outage_proxy(crate::common::endpoint().to_owned(), down.clone()).await;
     let mut local = Local::start_with(template, &proxy, crate::common::fast_options(), None).await;
@@ -146,7 +147,7 @@ async fn a_broker_outage_longer_than_every_retry_loses_nothing_after_dlq_redrive
     let mut recorded = BTreeSet::new();
     while recorded != ids {
         for key in bucket_keys(&s3, &bucket).await {
-            assert!(key.starts_with("aws/lambda/OutboxRelayFunction-OutboxStream/"), "Lambda's key layout: {key}");
+            assert!(key.starts_with("aws/lambda/Relay-RelayFunction-OutboxStream/"), "Lambda's key layout: {key}");
             let object = s3.get_object().bucket(&bucket).key(&key).send().await.expect("GetObject");
             let body = object.body.collect().await.expect("the body").into_bytes();
             let batch = failed_batch::parse(&String::from_utf8_lossy(&body)).expect("a stream batch record");
@@ -277,7 +278,7 @@ async fn a_restarted_runtime_resumes_after_its_checkpoint() {
         deadline.tick(|| format!("{seen:?}")).await;
     }
     first.shutdown().await;
-    assert!(state_dir.join("checkpoints/OutboxRelayFunction.OutboxStream.json").is_file(), "the checkpoint is kept");
+    assert!(state_dir.join("checkpoints/Relay/RelayFunction.OutboxStream.json").is_file(), "the checkpoint is kept");
 
     // The restart: a new runtime on the same stack and state directory.
     let mut second = Local::start_with(template(), crate::common::endpoint(), options, Some(stack_name.clone())).await;
@@ -341,7 +342,7 @@ async fn a_broker_outage_during_orders_and_cancellations_needs_no_operator() {
     let proxy = broker_outage_proxy(crate::common::endpoint().to_owned(), down.clone()).await;
     let mut local = Local::start_with(template, &proxy, crate::common::fast_options(), None).await;
     let inventory = local.table("InventoryTable");
-    let inbox = local.table("InboxTable");
+    let inbox = local.table("ConsumerKit/InboxTable");
     orders_app::inventory::put_stock(&local.dynamodb, &inventory, "SKU-OUTAGE", 1000).await.expect("stock");
     local.spawn_pipelines();
 
@@ -380,7 +381,7 @@ async fn a_broker_outage_during_orders_and_cancellations_needs_no_operator() {
     assert_eq!(parked, 0, "nothing left parked");
     let released = local.scan(&inventory).await.iter().filter(|r| crate::common::s(r, "status") == "RELEASED").count();
     assert_eq!(released, 10, "every cancellation released");
-    let dlq = local.runtime.stack.queue("ConsumerDeadLetterQueue").cloned().expect("ConsumerDeadLetterQueue");
+    let dlq = local.runtime.stack.queue("ConsumerKit/ConsumerDeadLetterQueue").cloned().expect("ConsumerKit/ConsumerDeadLetterQueue");
     assert_eq!(outbox_local::dlq::depth(&local.sqs, &dlq).await.expect("depth"), 0, "nothing dead-lettered");
     let counts = local.runtime.stats.snapshot();
     assert_eq!(counts.consumer_dead_lettered, 0, "{counts:?}");

@@ -9,7 +9,6 @@
 use crate::common::{Deadline, Local};
 use outbox_local::dlq;
 use outbox_local::scenarios::demo::subscriber::SubscriberServer;
-use outbox_local::template::Template;
 use outbox_webhooks::Secret;
 
 /// The sample bus event (`events/order-created.json`) as a PutEvents entry on the stack's bus.
@@ -52,7 +51,7 @@ async fn failed_items_come_back_after_their_visibility_and_settled_ones_are_dele
     while !(server.received_by("good").len() == 1 && server.received_by("flaky").len() == 2) {
         deadline.tick(|| format!("{:?}", server.received())).await;
     }
-    let queue = local.runtime.stack.queue("WebhookDeliveryQueue").cloned().expect("the delivery queue");
+    let queue = local.runtime.stack.queue("Webhooks/WebhookDeliveryQueue").cloned().expect("the delivery queue");
     let deadline = Deadline::new("the delivery queue empty (every message settled and deleted)");
     while dlq::depth(&local.sqs, &queue).await.expect("depth") > 0 {
         deadline.tick(|| format!("{:?}", local.runtime.stats.snapshot())).await;
@@ -70,7 +69,7 @@ async fn failed_items_come_back_after_their_visibility_and_settled_ones_are_dele
     assert_eq!((c.sqs_messages_failed, c.sqs_invocation_errors), (0, 0), "{c:?}");
     assert_eq!(c.sqs_messages_received, c.sqs_messages_deleted + c.sqs_messages_failed, "{c:?}");
     assert!(c.sqs_messages_received >= 4, "the event, good's and flaky's twice: {c:?}");
-    let dead = local.runtime.stack.queue("WebhookDeadLetterQueue").cloned().expect("the webhook DLQ");
+    let dead = local.runtime.stack.queue("Webhooks/WebhookDeadLetterQueue").cloned().expect("the webhook DLQ");
     assert_eq!(dlq::depth(&local.sqs, &dead).await.expect("depth"), 0);
 
     // `trace` shows each subscriber's delivery, from the dispatcher's inbox rows.
@@ -101,19 +100,20 @@ async fn failed_items_come_back_after_their_visibility_and_settled_ones_are_dele
 async fn a_failed_invocation_deletes_nothing_and_max_receive_count_dead_letters() {
     // The queue hands a message back after 3 s and gives up after 2 receives; the dispatcher
     // cannot start (an invalid setting), so every invocation fails.
-    let path = crate::common::root().join("template.yaml");
-    let text = std::fs::read_to_string(&path).expect("template.yaml");
-    let text = text.replace("VisibilityTimeout: 180", "VisibilityTimeout: 3").replace("maxReceiveCount: 5", "maxReceiveCount: 2");
-    let template = Template::parse(&path, &text).expect("parses");
+    let webhooks = "blocks/webhooks/template.yaml";
+    let template = crate::common::sample_template_with(&[
+        (webhooks, "VisibilityTimeout: 180", "VisibilityTimeout: 3"),
+        (webhooks, "maxReceiveCount: 5", "maxReceiveCount: 2"),
+    ]);
     let mut options = crate::common::fast_options();
-    options.environment.entry("WebhookDispatcherFunction".into()).or_default().insert("WEBHOOK_RETRY_SCHEDULE".into(), "many".into());
+    options.environment.entry("Webhooks/WebhookDispatcherFunction".into()).or_default().insert("WEBHOOK_RETRY_SCHEDULE".into(), "many".into());
     let mut local = Local::start_with(template, crate::common::endpoint(), options, None).await;
     local.spawn_pipelines();
 
     let bus = local.runtime.stack.buses[0].name.clone();
     local.events.put_events().entries(order_created(&bus)).send().await.expect("PutEvents");
     // The event, and the consumer's InventoryRejected that followed it through the same rule.
-    let dead = local.runtime.stack.queue("WebhookDeadLetterQueue").cloned().expect("the webhook DLQ");
+    let dead = local.runtime.stack.queue("Webhooks/WebhookDeadLetterQueue").cloned().expect("the webhook DLQ");
     let deadline = Deadline::new("both events in WebhookDeadLetterQueue after 2 receives each");
     while dlq::depth(&local.sqs, &dead).await.expect("depth") < 2 {
         deadline.tick(|| format!("{:?}", local.runtime.stats.snapshot())).await;
@@ -128,7 +128,7 @@ async fn a_failed_invocation_deletes_nothing_and_max_receive_count_dead_letters(
         .map(|m| serde_json::from_str::<serde_json::Value>(&m.body).expect("a bus event")["detail"]["metadata"]["type"].clone())
         .collect();
     assert!(ids.contains(&serde_json::json!("OrderCreated")), "the event itself, as SQS moved it: {ids:?}");
-    let queue = local.runtime.stack.queue("WebhookDeliveryQueue").cloned().expect("the delivery queue");
+    let queue = local.runtime.stack.queue("Webhooks/WebhookDeliveryQueue").cloned().expect("the delivery queue");
     assert_eq!(dlq::depth(&local.sqs, &queue).await.expect("depth"), 0);
     local.shutdown().await;
 }

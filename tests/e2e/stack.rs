@@ -24,7 +24,7 @@ async fn provisioning_an_existing_stack_is_a_no_op() {
     }
     // What the functions' environment names exists.
     for logical_id in
-        ["CreateOrderFunction", "OutboxRelayFunction", "ReserveInventoryFunction", "WebhookDispatcherFunction", "PartnerWebhookFunction"]
+        ["CreateOrderFunction", "Relay/RelayFunction", "ReserveInventoryFunction", "Webhooks/WebhookDispatcherFunction", "PartnerWebhookFunction"]
     {
         for (name, value) in local.env_of(logical_id) {
             if name.ends_with("_TABLE") {

@@ -27,7 +27,7 @@ use outbox_local::dlq;
 use outbox_local::template::Template;
 use outbox_webhooks::Secret;
 
-const DISPATCHER: &str = "WebhookDispatcherFunction";
+const DISPATCHER: &str = "Webhooks/WebhookDispatcherFunction";
 
 /// A subscriber endpoint: answers 204 while up, 503 while down; records every request.
 #[derive(Clone, Default)]
@@ -167,7 +167,7 @@ async fn wait_delivered(endpoint: &Endpoint, ids: &[String], limit: Duration, wh
 }
 
 async fn webhook_dlq_depth(local: &Local) -> u64 {
-    let dead = local.runtime.stack.queue("WebhookDeadLetterQueue").cloned().expect("the webhook DLQ");
+    let dead = local.runtime.stack.queue("Webhooks/WebhookDeadLetterQueue").cloned().expect("the webhook DLQ");
     dlq::depth(&local.sqs, &dead).await.expect("depth")
 }
 

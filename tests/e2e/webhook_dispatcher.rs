@@ -193,7 +193,7 @@ impl Harness {
     /// [`Harness::start`] with more settings.
     async fn start_with(settings: &[(&str, &str)]) -> (Self, Env) {
         let local = Local::start().await;
-        let mut env = local.env_of("WebhookDispatcherFunction");
+        let mut env = local.env_of("Webhooks/WebhookDispatcherFunction");
         env.insert("WEBHOOK_ALLOW_HTTP".into(), "true".into());
         env.insert("WEBHOOK_RETRY_SCHEDULE".into(), "1,2,2,2,2,2,2".into());
         for (k, v) in settings {

@@ -55,7 +55,7 @@ async fn redrive_takes_the_queue_by_url_name_arn_or_logical_id_and_refuses_poiso
     let template = Template::load(&root().join("template.yaml")).expect("the sample template");
     let stack = Stack::set_up(&sdk, template, STACK, EMULATOR_ACCOUNT, Mode::Provision).await.expect("provisioned");
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let queue = stack.queue("ConsumerDeadLetterQueue").expect("the consumer DLQ").clone();
+    let queue = stack.queue("ConsumerKit/ConsumerDeadLetterQueue").expect("the consumer DLQ").clone();
 
     for (i, form) in [queue.url.clone(), queue.name.clone(), queue.arn.clone(), queue.logical_id.clone()].iter().enumerate() {
         let id = format!("e-{i}");
@@ -84,7 +84,7 @@ async fn redrive_takes_the_queue_by_url_name_arn_or_logical_id_and_refuses_poiso
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let err = text(&out);
     assert!(err.contains("no dead-letter queue of template") && err.contains("matches \"no-such-queue\""), "{err}");
-    assert!(err.contains(&format!("  ConsumerDeadLetterQueue  {}  {}", queue.name, queue.url)), "{err}");
+    assert!(err.contains(&format!("  {}  {}  {}", queue.logical_id, queue.name, queue.url)), "{err}");
 
     // The list says what it read, and counts causes.
     let out = outbox(&endpoint, &["dlq", "list", "--json"]);

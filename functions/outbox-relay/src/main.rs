@@ -1,6 +1,7 @@
-//! `OutboxRelayFunction`: triggered by the outbox table's DynamoDB Stream; publishes new outbox
-//! items to EventBridge and answers `batchItemFailures`. Zero code: configured only by
-//! environment variables (see `outbox_lambda::relay`).
+//! `RelayFunction` of blocks/relay (`Relay/RelayFunction` in the sample): triggered by the outbox
+//! table's DynamoDB Stream; publishes new outbox items to EventBridge and answers
+//! `batchItemFailures`. Zero code: configured only by environment variables (see
+//! `outbox_lambda::relay`).
 
 // One thread: a Lambda instance handles one invocation at a time, and on one thread the SDK's
 // connection tasks and the handler never hand work to each other across threads (docs/cost.md,

@@ -69,6 +69,12 @@ pub async fn run(inv: &Invocation, template: Template, args: &ProofArgs) -> outb
     }
     let (local, injector) = local_with_faults(cli, template, root, stack_name, !json, None, Some(plan)).await?;
     let injector = injector.ok_or_else(|| outbox_local::Error::expectation("no fault injector"))?;
+    // A fault for a function the template does not have would never apply: refuse the plan.
+    for fault in &injector.plan().faults {
+        if let Some(Err(e)) = fault.function.as_deref().map(|f| local.runtime.function(f)) {
+            return Err(outbox_local::Error::invalid(format!("the plan's fault {}: {e}", fault.label())));
+        }
+    }
     let mut running = local.start().await?;
     let api = running.api;
     let ttl: Vec<_> = injector

@@ -330,6 +330,26 @@ mod tests {
         assert_eq!(plan.ttl[0].every_s, 10.0);
     }
 
+    /// A fault for a function the template does not have would never apply (`proof` refuses it):
+    /// the shipped plans name the sample's functions by their current logical ids.
+    #[test]
+    fn the_shipped_plans_name_functions_and_tables_of_the_template() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let template = crate::template::Template::load(&dir.join("../template.yaml")).expect("the project's template loads");
+        let functions = template.function_ids();
+        for name in ["default", "ci", "outage", "consumer-outage"] {
+            let plan = FaultPlan::load(&dir.join(format!("faults/{name}.toml"))).expect("a shipped plan");
+            for f in plan.faults.iter().filter_map(|f| f.function.as_ref()) {
+                assert!(functions.contains(f), "{name}.toml names function {f}, not one of {functions:?}");
+            }
+            let resolver = crate::template::Resolver::new("s", "us-east-1", "1");
+            let tables: Vec<String> = template.tables(&resolver).expect("the tables").into_iter().map(|t| t.logical_id).collect();
+            for ttl in &plan.ttl {
+                assert!(tables.contains(&ttl.table), "{name}.toml sweeps table {}, not one of {tables:?}", ttl.table);
+            }
+        }
+    }
+
     #[test]
     fn the_shipped_plans_parse_and_the_default_one_has_every_fault_kind_and_code() {
         let default = FaultPlan::parse(include_str!("../../faults/default.toml")).expect("the default plan");

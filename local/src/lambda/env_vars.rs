@@ -4,7 +4,7 @@
 //! ```text
 //! {
 //!   "Parameters": {"LOG_LEVEL": "debug"},                       every function
-//!   "WebhookDispatcherFunction": {"WEBHOOK_ALLOW_HTTP": "true"}  one function, by logical id
+//!   "Webhooks/WebhookDispatcherFunction": {"WEBHOOK_ALLOW_HTTP": "true"}  one function, by logical id
 //! }
 //! ```
 //!

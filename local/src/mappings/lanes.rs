@@ -86,7 +86,7 @@ mod tests {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../template.yaml");
         let template = crate::template::Template::load(&path).expect("the project's template loads");
         let functions = template.functions().expect("the template's functions");
-        let relay = functions.iter().find(|f| f.logical_id == "OutboxRelayFunction").expect("the relay function");
+        let relay = functions.iter().find(|f| f.logical_id == "Relay/RelayFunction").expect("the relay function");
         let factor = relay
             .events
             .iter()

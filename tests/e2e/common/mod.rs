@@ -132,6 +132,31 @@ pub fn short_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
 }
 
+/// `template.yaml` and the building blocks it reads (`blocks/…`), copied to a fresh directory
+/// with each `(file, from, to)` applied (`from` replaced by `to` in `file`, a path from the root;
+/// it must be there), and read from that copy: a test's variant of the sample's settings.
+pub fn sample_template_with(changes: &[(&str, &str, &str)]) -> Template {
+    let root = root();
+    let sample = Template::load(&root.join("template.yaml")).expect("template.yaml loads");
+    let dir = std::env::temp_dir().join(format!("sample-{}", uuid::Uuid::new_v4()));
+    let blocks = sample.nested_apps().iter().map(|a| a.template.strip_prefix(&root).expect("a block of the repository").to_owned());
+    let mut applied = 0;
+    for path in std::iter::once(PathBuf::from("template.yaml")).chain(blocks) {
+        let mut text = std::fs::read_to_string(root.join(&path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for (file, from, to) in changes.iter().filter(|(file, _, _)| path == std::path::Path::new(file)) {
+            assert!(text.contains(from), "{file} has no {from:?}");
+            text = text.replace(from, to);
+            applied += 1;
+        }
+        std::fs::create_dir_all(dir.join(&path).parent().expect("a directory")).expect("the scratch directory");
+        std::fs::write(dir.join(&path), text).expect("the scratch copy");
+    }
+    assert_eq!(applied, changes.len(), "every change names template.yaml or one of its blocks: {changes:?}");
+    let template = Template::load(&dir.join("template.yaml")).unwrap_or_else(|e| panic!("the changed template: {e}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    template
+}
+
 /// Short delays, so retries and polls take milliseconds (retry waits compressed explicitly:
 /// the runtime's default is Lambda's ~1 min, 2 min); the functions' local settings of
 /// `local/env.json` (as `outbox-local` runs them: e.g. the webhook dispatcher's short backoff).
@@ -167,7 +192,7 @@ impl Local {
     /// Registers a webhook subscriber of `OrderCreated` in the stack's subscriber table (the
     /// `PutItem` docs/webhooks.md's "Adding a subscriber" gives): `url`, its secret `secret_name`.
     pub async fn add_webhook_subscriber(&self, id: &str, url: &str, secret_name: &str) {
-        let table = self.env_of("WebhookDispatcherFunction")["WEBHOOK_SUBSCRIBERS_TABLE"].clone();
+        let table = self.env_of("Webhooks/WebhookDispatcherFunction")["WEBHOOK_SUBSCRIBERS_TABLE"].clone();
         self.dynamodb
             .put_item()
             .table_name(table)

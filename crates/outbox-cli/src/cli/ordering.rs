@@ -19,7 +19,7 @@ pub enum OrderingCommand {
         /// How long a parked event may wait before it counts as a gap: a number and s, m, h or d.
         #[arg(long, value_parser = crate::dlq::parse_age, default_value = "15m")]
         gap_after: Duration,
-        /// The inbox table: logical id, name or ARN (default: the stack's InboxTable).
+        /// The inbox table: logical id, name or ARN (default: the table its consumers' INBOX_TABLE names).
         #[arg(long)]
         table: Option<String>,
         /// One JSON array instead of lines.
@@ -39,7 +39,7 @@ pub enum OrderingCommand {
         /// The sequence to treat as applied: the one the gap "waits for".
         #[arg(long)]
         through: u64,
-        /// The inbox table: logical id, name or ARN (default: the stack's InboxTable).
+        /// The inbox table: logical id, name or ARN (default: the table its consumers' INBOX_TABLE names).
         #[arg(long)]
         table: Option<String>,
         /// Create the aggregate's ordering row when it does not exist: only for a gap at the
@@ -91,8 +91,16 @@ pub async fn run(context: &Context, command: &OrderingCommand) -> Result<ExitCod
     }
 }
 
-/// The inbox table `given` names, else the stack's `InboxTable`.
+/// The inbox table `given` names, else the one the stack's consumers name (`INBOX_TABLE` with a
+/// `CONSUMER_NAME`: the consumer kit's `InboxTable`, `ConsumerKit/InboxTable` in a local stack).
 fn inbox_table(context: &Context, given: Option<&str>) -> Result<String, String> {
-    let given = given.unwrap_or("InboxTable");
+    let mut inboxes: Vec<String> = context.resources.inboxes().into_iter().map(|(table, _)| table).collect();
+    inboxes.sort();
+    inboxes.dedup();
+    let given = match (given, inboxes.as_slice()) {
+        (Some(given), _) => given,
+        (None, [only]) => only.as_str(),
+        (None, _) => "InboxTable",
+    };
     context.resources.table(given).map(|t| t.name.clone()).map_err(|e| format!("{e}\n  hint: pass --table"))
 }

@@ -158,32 +158,52 @@ fn parameters_and_outputs_that_do_not_match_are_errors_naming_them() {
     assert_eq!(err, "Kit, Relay: these applications' Parameters read each other's Outputs (a cycle)");
 }
 
-/// What a user takes is what the sample runs: the relay block, as `examples/my-service` adds
-/// it, gives the relay function and stream mapping of the root template's
-/// `OutboxRelayFunction`; the consumer kit's inbox table is the sample's.
+/// What a user takes is what the sample runs: the root template builds the order service from
+/// the three blocks, so the relay, the inbox and consumer dead-letter queue, and the webhooks are
+/// defined once (in blocks/), wired to the sample's own outbox table, bus and consumers.
 #[test]
-fn the_blocks_carry_the_samples_settings() {
+fn the_sample_is_built_from_the_blocks() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let sample = Template::load(&root.join("template.yaml")).unwrap();
-    let service = Template::load(&root.join("examples/my-service/template.yaml")).unwrap();
-    let apps: Vec<&str> = service.nested_apps().iter().map(|a| a.logical_id.as_str()).collect();
-    assert_eq!(apps, ["Relay", "ConsumerKit"]);
-    let function = |t: &Template, id: &str| t.functions().unwrap().into_iter().find(|f| f.logical_id == id).unwrap_or_else(|| panic!("{id}"));
-    let (ours, block) = (function(&sample, "OutboxRelayFunction"), function(&service, "Relay/RelayFunction"));
-    assert_eq!(
-        (&block.binary, block.timeout_secs, block.memory_mb, &block.log_format, &block.log_level, block.reserved_concurrency),
-        (&ours.binary, ours.timeout_secs, ours.memory_mb, &ours.log_format, &ours.log_level, ours.reserved_concurrency)
+    let apps: Vec<(&str, PathBuf)> = sample.nested_apps().iter().map(|a| (a.logical_id.as_str(), a.template.clone())).collect();
+    let blocks: Vec<(&str, PathBuf)> = ["Relay:relay", "ConsumerKit:consumer-kit", "Webhooks:webhooks"]
+        .map(|a| a.split_once(':').unwrap())
+        .map(|(app, dir)| (app, root.join(format!("blocks/{dir}/template.yaml"))))
+        .to_vec();
+    assert_eq!(apps, blocks);
+    let functions = sample.functions().unwrap();
+    let ids = |binary: &str| functions.iter().filter(|f| f.binary == binary).map(|f| f.logical_id.as_str()).collect::<Vec<_>>();
+    assert_eq!(ids("outbox-relay"), ["Relay/RelayFunction"], "one relay, the block's");
+    assert_eq!(ids("webhook-dispatcher"), ["Webhooks/WebhookDispatcherFunction"], "one dispatcher, the block's");
+    let relay = functions.iter().find(|f| f.logical_id == "Relay/RelayFunction").unwrap();
+    assert!(
+        matches!(&relay.events[..], [FunctionEvent::DynamoDb(m)] if m.table_logical_id == "OutboxTable"),
+        "on the sample's outbox: {:?}",
+        relay.events
     );
-    assert_eq!(block.environment.keys().collect::<Vec<_>>(), ours.environment.keys().collect::<Vec<_>>());
-    let mapping = |f: &FunctionSpec| match &f.events[..] {
-        [FunctionEvent::DynamoDb(m)] => StreamMappingSpec { on_failure: None, ..m.clone() },
-        other => panic!("{}: {other:?}", f.logical_id),
-    };
-    assert_eq!(mapping(&block), mapping(&ours), "every stream mapping setting, the on-failure bucket aside");
-    let r = Resolver::new("s", "us-east-1", "1");
-    let table = |t: &Template, id: &str| t.tables(&r).unwrap().into_iter().find(|t| t.logical_id == id).unwrap();
-    let (inbox, kit) = (table(&sample, "InboxTable"), table(&service, "ConsumerKit/InboxTable"));
-    assert_eq!((&kit.attributes, &kit.key_schema, &kit.ttl_attribute), (&inbox.attributes, &inbox.key_schema, &inbox.ttl_attribute));
+
+    let mut r = resolver(&sample);
+    for b in sample.buckets(&r.clone()).unwrap() {
+        r.set_ref(&b.logical_id, &b.name);
+    }
+    let tables: Vec<String> = sample.tables(&r).unwrap().into_iter().map(|t| t.logical_id).collect();
+    assert_eq!(tables, ["OrdersTable", "OutboxTable", "InventoryTable", "ConsumerKit/InboxTable", "Webhooks/WebhookSubscribersTable"]);
+    let inbox = "shop-ConsumerKit-InboxTable";
+    let bus = "shop-orders";
+    for consumer in ["ReserveInventoryFunction", "PartnerWebhookFunction", "Webhooks/WebhookDispatcherFunction"] {
+        assert_eq!(env(&sample, &r, consumer)["INBOX_TABLE"], inbox, "{consumer} records its events in the kit's inbox");
+    }
+    assert_eq!(env(&sample, &r, "Relay/RelayFunction")["EVENT_BUS_NAME"], bus, "the relay publishes to the sample's bus");
+    assert_eq!(env(&sample, &r, "Webhooks/WebhookDispatcherFunction")["EVENT_BUS_NAME"], bus);
+    let reserve = env(&sample, &r, "ReserveInventoryFunction");
+    assert_eq!(reserve["DEAD_LETTER_QUEUE_URL"], "url:shop-ConsumerKit-consumer-dlq", "the kit's dead-letter queue");
+    assert_eq!(reserve["DEAD_LETTER_RETENTION_SECONDS"], "1209600", "the retention rule, the kit's output");
+    let consumer = functions.iter().find(|f| f.logical_id == "ReserveInventoryFunction").unwrap();
+    for event in &consumer.events {
+        let FunctionEvent::EventBridgeRule(rule) = event else { continue };
+        let dlq = rule.dead_letter_arn.as_ref().map(|v| r.resolve_string(v, &rule.name).unwrap());
+        assert_eq!(dlq.as_deref(), Some("arn:shop-ConsumerKit-consumer-dlq"), "rule {}: dead letters in the kit's queue", rule.name);
+    }
 }
 
 /// The webhooks block's rule reads its event pattern from CommaDelimitedList parameters.

@@ -218,9 +218,9 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         consumer_env.get("OUTBOX_TABLE").cloned().ok_or_else(|| crate::Error::invalid("ReserveInventoryFunction has no OUTBOX_TABLE"))?;
     let consumer_dlq = runtime
         .stack
-        .queue("ConsumerDeadLetterQueue")
+        .queue("ConsumerKit/ConsumerDeadLetterQueue")
         .cloned()
-        .ok_or_else(|| crate::Error::invalid("the template has no ConsumerDeadLetterQueue"))?;
+        .ok_or_else(|| crate::Error::invalid("the template has no ConsumerKit/ConsumerDeadLetterQueue"))?;
     let rule = runtime.stack.rules.first().cloned().ok_or_else(|| crate::Error::invalid("the template has no EventBridge rule for a consumer"))?;
     // The books need every order's deliveries (bounded by the orders the demo commits).
     runtime.stats.record_every_event();
@@ -472,7 +472,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
                 })
                 .collect();
             say.line(format!(
-                "9. webhooks   {} → WebhookDeliveryRule → WebhookDeliveryQueue → WebhookDispatcherFunction (local SQS mapping) → signed POSTs to {}: {}; {} delivered with valid signatures, {} retried (each a re-enqueued message for the next attempt), dead-lettered: {}",
+                "9. webhooks   {} → Webhooks/WebhookDeliveryRule → Webhooks/WebhookDeliveryQueue → Webhooks/WebhookDispatcherFunction (local SQS mapping) → signed POSTs to {}: {}; {} delivered with valid signatures, {} retried (each a re-enqueued message for the next attempt), dead-lettered: {}",
                 webhooks::EVENT_TYPE,
                 w.endpoints(),
                 answers.join(", "),

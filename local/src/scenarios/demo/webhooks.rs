@@ -92,12 +92,13 @@ async fn put_secret(client: &aws_sdk_secretsmanager::Client, name: &str, value: 
 
 impl Webhooks {
     /// Starts the subscriber server and registers the subscribers and the partner; `None` when
-    /// the template has no `WebhookDispatcherFunction` and `PartnerWebhookFunction`.
+    /// the template has no `Webhooks/WebhookDispatcherFunction` and `PartnerWebhookFunction`.
     ///
     /// # Errors
     /// A message saying which step failed.
     pub(crate) async fn set_up(runtime: &Runtime) -> crate::Result<Option<Self>> {
-        let (Ok(dispatcher), Ok(partner)) = (runtime.function("WebhookDispatcherFunction"), runtime.function("PartnerWebhookFunction")) else {
+        let (Ok(dispatcher), Ok(partner)) = (runtime.function("Webhooks/WebhookDispatcherFunction"), runtime.function("PartnerWebhookFunction"))
+        else {
             return Ok(None);
         };
         let env = |f: &crate::lambda::function::LocalFunction| runtime.stack.environment(&f.spec).map_err(crate::Error::from);
@@ -136,9 +137,9 @@ impl Webhooks {
         put_secret(&secrets, &var(&partner_env, "PARTNER_SECRETS_ID")?, &partners).await?;
         let dead_letter_queue = runtime
             .stack
-            .queue("WebhookDeadLetterQueue")
+            .queue("Webhooks/WebhookDeadLetterQueue")
             .cloned()
-            .ok_or_else(|| crate::Error::invalid("the template has no WebhookDeadLetterQueue"))?;
+            .ok_or_else(|| crate::Error::invalid("the template has no Webhooks/WebhookDeadLetterQueue"))?;
         Ok(Some(Self {
             server,
             _stop: stop,
@@ -268,7 +269,7 @@ impl Webhooks {
         }
         // The invocations that made those answers settle their messages (and report their
         // figures) after the answer: wait until the delivery queue holds nothing in flight.
-        if let Some(queue) = runtime.stack.queue("WebhookDeliveryQueue") {
+        if let Some(queue) = runtime.stack.queue("Webhooks/WebhookDeliveryQueue") {
             while dlq::depth(&sqs, queue).await.map_err(crate::Error::Operator)? > 0 && started.elapsed() < timeout {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
