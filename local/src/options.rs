@@ -7,8 +7,10 @@ use std::time::Duration;
 
 /// Timing and process knobs of the local runtime. AWS's own values are in the comments. By
 /// default the runtime plays Lambda's asynchronous-invocation retry timing (about 1 minute, then
-/// 2 minutes); [`RuntimeOptions::compressed`] shortens the waits to milliseconds, which the
-/// tests, the demo and the proof turn on explicitly and say so (`--compress-retries`).
+/// 2 minutes) and the SQS queues' visibility timeouts in real time; [`RuntimeOptions::compressed`]
+/// shortens the waits to milliseconds (and a failed SQS message's wait by the same factor,
+/// `mappings::sqs::retry_visibility`), which the tests, the demo and the proof turn on
+/// explicitly and say so (`--compress-retries`).
 #[derive(Debug, Clone)]
 pub struct RuntimeOptions {
     /// Wait between polls of an idle stream (Lambda polls each shard about 4 times a second).
@@ -75,7 +77,7 @@ impl RuntimeOptions {
     pub fn retry_timing(&self) -> String {
         if self.is_compressed() {
             format!(
-                "asynchronous-invocation retries COMPRESSED: {} ms, then {} ms (Lambda: about 1 min, then 2 min)",
+                "asynchronous-invocation retries COMPRESSED: {} ms, then {} ms (Lambda: about 1 min, then 2 min); SQS visibility timeouts scaled alike",
                 self.async_retry_delay.as_millis(),
                 2 * self.async_retry_delay.as_millis()
             )

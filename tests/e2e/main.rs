@@ -17,6 +17,7 @@ mod event_schemas;
 mod faults;
 mod inbox;
 mod inventory;
+mod my_service;
 mod orders_api;
 mod partner_webhooks;
 mod producer;

@@ -45,7 +45,9 @@ impl Service {
         match tx.execute(&self.dynamodb).await {
             Ok(events) => Ok(Answer { customer_id: request.customer_id, status: "registered", event_id: events.first().map(|e| e.event_id.clone()) }),
             // Write 0 (the first of ours) is the customer put: the customer exists, nothing was written.
-            Err(CommitError::ConditionFailed(ConditionFailed::Write { index: 0, .. })) => Ok(Answer { customer_id: request.customer_id, status: "exists", event_id: None }),
+            Err(CommitError::ConditionFailed(ConditionFailed::Write { index: 0, .. })) => {
+                Ok(Answer { customer_id: request.customer_id, status: "exists", event_id: None })
+            }
             Err(e) => Err(e.into()),
         }
     }

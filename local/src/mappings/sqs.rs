@@ -13,29 +13,45 @@
 //!   except those in `batchItemFailures` is deleted; an empty, `null` or unknown
 //!   `itemIdentifier` (or a `batchItemFailures` that is not a list) fails the whole batch.
 //! * **Failure** (the function errors, times out or crashes): nothing is deleted.
+//! * **Outcomes**: an outbox consumer's answer lists the events it settled (`outcomes`, see
+//!   [`settled_outcomes`]); they are counted as rule delivery counts its consumer's (`up`'s
+//!   status line, the proof's figures).
 //! * A message not deleted becomes visible again when its visibility timeout ends: the queue's
 //!   `VisibilityTimeout`, or what the function set with `ChangeMessageVisibility` (the webhook
 //!   dispatcher's backoff). Each receive counts (`ApproximateReceiveCount`); past the queue's
 //!   `RedrivePolicy.maxReceiveCount`, **SQS itself** moves the message to the dead-letter queue
 //!   on the next receive (moto does this as AWS does; the mapping does not play it).
+//! * **Retry timing**: by default the queue's `VisibilityTimeout` runs in real time (moto
+//!   keeps it as SQS does), so a failed message of a queue with a 5-minute timeout comes back
+//!   after 5 minutes, as on AWS. When the runtime compresses retry waits
+//!   ([`RuntimeOptions::compressed`](crate::options::RuntimeOptions::compressed), what the
+//!   tests, the demo and the proof turn on), the mapping scales that wait like Lambda's
+//!   asynchronous retries ([`retry_visibility`]: 300 s becomes 1 s) with
+//!   `ChangeMessageVisibility` on the messages the invocation did not settle — unless the
+//!   function times its own retries ([`times_its_own_retries`]: the webhook dispatcher's
+//!   backoff), whose waits it leaves alone. `maxReceiveCount` is not scaled: a retry window of
+//!   `VisibilityTimeout × maxReceiveCount` (4 h) is then seconds.
 //!
 //! Source: <https://docs.aws.amazon.com/lambda/latest/dg/with-sqs.html>,
 //! <https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html> ("Reporting
 //! batch item failures") and <https://docs.aws.amazon.com/lambda/latest/dg/invocation-eventfiltering.html>
 //! (SQS message bodies are filtered as JSON when they are JSON).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
-use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
+use aws_sdk_sqs::types::{
+    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName, QueueAttributeName,
+};
 use serde_json::Value;
 use tokio::sync::{watch, Semaphore};
 
 use super::Glue;
 use crate::filter;
 use crate::lambda::function::LocalFunction;
+use crate::options::{RuntimeOptions, LAMBDA_ASYNC_RETRY_DELAY};
 use crate::stack::QueueInfo;
 use crate::stats::Stats;
 use crate::template::SqsMappingSpec;
@@ -63,6 +79,30 @@ pub fn settled(response: Option<&Value>, message_ids: &[&str], report_batch_item
         };
     }
     message_ids.iter().map(|id| !failed.contains(id)).collect()
+}
+
+/// The events an outbox consumer's answer says it settled (`outcomes[]` of
+/// `outbox::consumer::SqsBatchAnswer`: `event_id`, `outcome`; parked events applied in passing
+/// included), each with its `detail.metadata.time` when one of `bodies` carries that event (for
+/// the commit-to-effect latency). Other functions' answers (the webhook dispatcher's) have none.
+pub fn settled_outcomes(response: &Value, bodies: &[&str]) -> Vec<(String, String, Option<SystemTime>)> {
+    let Some(outcomes) = response.get("outcomes").and_then(Value::as_array) else { return Vec::new() };
+    let times: HashMap<String, SystemTime> = bodies
+        .iter()
+        .filter_map(|b| serde_json::from_str::<Value>(b).ok())
+        .filter_map(|event| {
+            let id = event.pointer("/detail/metadata/id")?.as_str()?.to_owned();
+            let time = chrono::DateTime::parse_from_rfc3339(event.pointer("/detail/metadata/time")?.as_str()?).ok()?;
+            Some((id, SystemTime::from(time)))
+        })
+        .collect();
+    outcomes
+        .iter()
+        .filter_map(|o| {
+            let id = o.get("event_id")?.as_str()?;
+            Some((id.to_owned(), o.get("outcome")?.as_str()?.to_owned(), times.get(id).copied()))
+        })
+        .collect()
 }
 
 /// The message as Lambda hands it to the function (`Records[]` of an `SqsEvent`).
@@ -113,6 +153,39 @@ pub fn passes(filters: &[Value], record: &SqsMessage) -> bool {
     filters.iter().any(|p| filter::matches(p, &value))
 }
 
+/// How long a message the invocation did not settle stays invisible, when the runtime
+/// compresses retry waits: the queue's `VisibilityTimeout` scaled as the asynchronous retries
+/// are (`async_retry_delay` / Lambda's 60 s; 300 s → 1 s at the runtime's compressed 200 ms),
+/// in whole seconds (`ChangeMessageVisibility`'s unit), at least 1 s so that a failing message
+/// does not come back in a busy loop. `None`: the queue's own timeout stands — the runtime plays
+/// Lambda's timing (not compressed), or the queue's timeout is already that short.
+pub fn retry_visibility(queue_visibility: Duration, options: &RuntimeOptions) -> Option<Duration> {
+    if !options.is_compressed() {
+        return None;
+    }
+    let scaled = queue_visibility.as_secs_f64() * options.async_retry_delay.as_secs_f64() / LAMBDA_ASYNC_RETRY_DELAY.as_secs_f64();
+    let seconds = Duration::from_secs((scaled.ceil() as u64).max(1));
+    (seconds < queue_visibility).then_some(seconds)
+}
+
+/// Whether a function's `Policies` allow it `sqs:ChangeMessageVisibility` (or `sqs:*`): such a
+/// function times its own retries (the webhook dispatcher holds a message until its next
+/// attempt), and a compressed mapping must not shorten the waits it chose. SAM's `SQS` event
+/// grants only `ReceiveMessage`, `DeleteMessage` and `GetQueueAttributes`, so the template says
+/// it in so many words.
+pub fn times_its_own_retries(policies: Option<&serde_yaml_ng::Value>) -> bool {
+    fn any(v: &serde_yaml_ng::Value) -> bool {
+        match v {
+            serde_yaml_ng::Value::String(s) => s.eq_ignore_ascii_case("sqs:ChangeMessageVisibility") || s == "sqs:*",
+            serde_yaml_ng::Value::Sequence(items) => items.iter().any(any),
+            serde_yaml_ng::Value::Mapping(m) => m.values().any(any),
+            serde_yaml_ng::Value::Tagged(t) => any(&t.value),
+            _ => false,
+        }
+    }
+    policies.is_some_and(any)
+}
+
 /// One SQS event source mapping.
 pub struct SqsMapping {
     function: Arc<LocalFunction>,
@@ -122,6 +195,11 @@ pub struct SqsMapping {
     sqs: aws_sdk_sqs::Client,
     stats: Arc<Stats>,
     in_flight: Arc<Semaphore>,
+    options: RuntimeOptions,
+    /// The function's `Policies` allow `ChangeMessageVisibility` ([`times_its_own_retries`]).
+    own_retry_timing: bool,
+    /// The compressed wait of unsettled messages ([`retry_visibility`]), read when the mapping starts.
+    retry_visibility: Option<Duration>,
 }
 
 impl SqsMapping {
@@ -141,6 +219,13 @@ impl SqsMapping {
                 crate::Error::invalid(format!("{}.Properties.Events.{}.Properties.FilterCriteria: {e}", function.spec.logical_id, spec.name))
             })?;
         }
+        let own_retry_timing = glue
+            .stack
+            .template
+            .resources_of("AWS::Serverless::Function")
+            .iter()
+            .find(|(id, _)| *id == function.spec.logical_id)
+            .is_some_and(|(_, properties)| times_its_own_retries(properties.get("Policies")));
         Ok(Self {
             function,
             spec,
@@ -149,11 +234,32 @@ impl SqsMapping {
             sqs: aws_sdk_sqs::Client::new(glue.sdk),
             stats: glue.stats.clone(),
             in_flight: Arc::new(Semaphore::new(glue.options.max_instances.max(1))),
+            options: glue.options.clone(),
+            own_retry_timing,
+            retry_visibility: None,
         })
     }
 
+    /// The queue's `VisibilityTimeout` (`GetQueueAttributes`), if SQS answers.
+    async fn queue_visibility(&self) -> Option<Duration> {
+        let out = self.sqs.get_queue_attributes().queue_url(&self.queue.url).attribute_names(QueueAttributeName::VisibilityTimeout).send().await;
+        match out {
+            Ok(out) => out.attributes()?.get(&QueueAttributeName::VisibilityTimeout)?.parse().ok().map(Duration::from_secs),
+            Err(e) => {
+                tracing::warn!(queue = %self.queue.name, error = %aws_sdk_sqs::error::DisplayErrorContext(e), "GetQueueAttributes failed; failed messages come back after the queue's own visibility timeout");
+                None
+            }
+        }
+    }
+
     /// Runs until `shutdown` is true.
-    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+        if self.options.is_compressed() && !self.own_retry_timing {
+            self.retry_visibility = self.queue_visibility().await.and_then(|v| retry_visibility(v, &self.options));
+            if let Some(wait) = self.retry_visibility {
+                tracing::info!(queue = %self.queue.name, wait_s = wait.as_secs(), "retry waits compressed: failed messages come back after this, not the queue's visibility timeout");
+            }
+        }
         let this = Arc::new(self);
         let mut tasks = tokio::task::JoinSet::new();
         while !*shutdown.borrow() {
@@ -255,6 +361,12 @@ impl SqsMapping {
         let invocation = self.function.invoke(&payload).await;
         let ids: Vec<&str> = kept.iter().map(|(m, _)| m.message_id().unwrap_or_default()).collect();
         let done = settled(invocation.result.as_ref().ok(), &ids, self.spec.report_batch_item_failures);
+        if let Ok(response) = &invocation.result {
+            let bodies: Vec<&str> = kept.iter().map(|(m, _)| m.body().unwrap_or_default()).collect();
+            for (event_id, outcome, time) in settled_outcomes(response, &bodies) {
+                self.stats.add_outcome(&event_id, &outcome, time);
+            }
+        }
         let failed = done.iter().filter(|d| !**d).count();
         self.stats.update(|c| {
             c.sqs_invocations += 1;
@@ -268,7 +380,34 @@ impl SqsMapping {
         } else if failed > 0 {
             tracing::info!(function = %self.function.spec.logical_id, queue = %self.queue.name, failed, "batch item failures: those messages come back after their visibility timeout");
         }
-        self.delete(kept.iter().zip(done).filter(|(_, d)| *d).map(|((m, _), _)| *m)).await;
+        let (settled, unsettled): (Vec<_>, Vec<_>) = kept.iter().zip(done).partition(|(_, d)| *d);
+        self.delete(settled.iter().map(|((m, _), _)| *m)).await;
+        if let Some(wait) = self.retry_visibility {
+            self.hold(unsettled.iter().map(|((m, _), _)| *m), wait).await;
+        }
+    }
+
+    /// `ChangeMessageVisibilityBatch` of `messages` to `wait` (10 per call): the compressed retry
+    /// wait. A refusal leaves the queue's own timeout, which only delays the retry.
+    async fn hold<'a>(&self, messages: impl Iterator<Item = &'a Message>, wait: Duration) {
+        let seconds = i32::try_from(wait.as_secs()).unwrap_or(i32::MAX);
+        let entries: Vec<ChangeMessageVisibilityBatchRequestEntry> = messages
+            .enumerate()
+            .filter_map(|(i, m)| {
+                ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .set_receipt_handle(m.receipt_handle.clone())
+                    .visibility_timeout(seconds)
+                    .build()
+                    .ok()
+            })
+            .collect();
+        for chunk in entries.chunks(10) {
+            let sent = self.sqs.change_message_visibility_batch().queue_url(&self.queue.url).set_entries(Some(chunk.to_vec())).send().await;
+            if let Err(e) = sent {
+                tracing::warn!(queue = %self.queue.name, error = %aws_sdk_sqs::error::DisplayErrorContext(e), "ChangeMessageVisibilityBatch failed; those messages come back after the queue's visibility timeout");
+            }
+        }
     }
 
     /// `DeleteMessageBatch` of `messages` (10 per call).
@@ -328,6 +467,50 @@ mod tests {
     #[test]
     fn without_report_batch_item_failures_a_success_deletes_everything() {
         assert_eq!(settled(Some(&json!({"batchItemFailures": [{"itemIdentifier": "b"}]})), &IDS, false), [true; 3]);
+    }
+
+    #[test]
+    fn an_outbox_consumers_outcomes_are_read_with_their_event_times() {
+        let response = json!({"batchItemFailures": [], "outcomes": [
+            {"event_id": "e-1", "outcome": "sent"}, {"event_id": "e-2", "outcome": "duplicate"}, {"event_id": "e-3", "outcome": "applied"}
+        ]});
+        let body = r#"{"detail": {"metadata": {"id": "e-1", "time": "2026-12-01T08:00:00.000Z"}}}"#;
+        let read = settled_outcomes(&response, &[body, "not json"]);
+        let at = SystemTime::from(chrono::DateTime::parse_from_rfc3339("2026-12-01T08:00:00Z").expect("a time"));
+        assert_eq!(
+            read,
+            [("e-1".to_owned(), "sent".to_owned(), Some(at)), ("e-2".into(), "duplicate".into(), None), ("e-3".into(), "applied".into(), None)]
+        );
+        // The webhook dispatcher's answer: batchItemFailures only.
+        assert!(settled_outcomes(&json!({"batchItemFailures": []}), &[body]).is_empty());
+    }
+
+    #[test]
+    fn compressed_runs_scale_the_visibility_timeout_and_lambdas_timing_keeps_it() {
+        let minutes = |m: u64| Duration::from_secs(60 * m);
+        // Lambda's timing (the default): the queue's own timeout, in real time.
+        assert_eq!(retry_visibility(minutes(5), &RuntimeOptions::default()), None);
+        // Compressed (200 ms for Lambda's 60 s): 5 min → 1 s, 12 h → 144 s; never under 1 s.
+        let compressed = RuntimeOptions::default().compressed();
+        assert_eq!(retry_visibility(minutes(5), &compressed), Some(Duration::from_secs(1)));
+        assert_eq!(retry_visibility(minutes(12 * 60), &compressed), Some(Duration::from_secs(144)));
+        assert_eq!(retry_visibility(Duration::from_secs(30), &compressed), Some(Duration::from_secs(1)));
+        // A timeout already that short stands.
+        assert_eq!(retry_visibility(Duration::from_secs(1), &compressed), None);
+        assert_eq!(retry_visibility(Duration::ZERO, &compressed), None);
+    }
+
+    #[test]
+    fn a_function_allowed_to_change_visibility_times_its_own_retries() {
+        let policies = |yaml: &str| serde_yaml_ng::from_str::<serde_yaml_ng::Value>(yaml).expect("YAML");
+        // The webhook dispatcher's statement (blocks/webhooks/template.yaml).
+        let dispatcher = policies("- SQSSendMessagePolicy: {QueueName: q}\n- Statement:\n    - Effect: Allow\n      Action: sqs:ChangeMessageVisibility\n      Resource: arn\n");
+        assert!(times_its_own_retries(Some(&dispatcher)));
+        assert!(times_its_own_retries(Some(&policies("- Statement: [{Effect: Allow, Action: ['sqs:*'], Resource: arn}]"))));
+        // A consumer with the kit's policies: the mapping's compressed wait applies.
+        let consumer = policies("- DynamoDBCrudPolicy: {TableName: inbox}\n- SQSSendMessagePolicy: {QueueName: dlq}\n");
+        assert!(!times_its_own_retries(Some(&consumer)));
+        assert!(!times_its_own_retries(None));
     }
 
     #[test]

@@ -223,6 +223,28 @@ fn known_value(value: &Value, params: &HashMap<String, Known>) -> Known {
     if let Some(text) = scalar(value) {
         return Known::Text(text);
     }
+    // `Fn::Join [delimiter, list]`, the list given item by item or as a CommaDelimitedList
+    // parameter (known as its text): the consumer kit's `!Equals [!Join ["", !Ref EventTypes], ""]`.
+    if let Some(args) = intrinsic(value, "Join") {
+        let (Some(delimiter), Some(list)) = (args.get(0).and_then(scalar), args.get(1)) else {
+            return Known::Unknown("Fn::Join takes a delimiter and a list".into());
+        };
+        let items: Vec<Known> = match list.as_sequence() {
+            Some(items) => items.iter().map(|item| known_value(item, params)).collect(),
+            None => match known_value(list, params) {
+                Known::Text(text) => text.split(',').map(|item| Known::Text(item.trim().to_owned())).collect(),
+                other => vec![other],
+            },
+        };
+        let mut texts = Vec::new();
+        for item in items {
+            match item {
+                Known::Text(text) => texts.push(text),
+                other => return other,
+            }
+        }
+        return Known::Text(texts.join(delimiter.as_str()));
+    }
     match ref_target(value) {
         Some(name) if params.contains_key(&name) => params[&name].clone(),
         Some(name) if name.starts_with("AWS::") => Known::Unknown(format!("{name} is known only when the stack runs")),

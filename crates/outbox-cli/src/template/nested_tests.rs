@@ -218,3 +218,23 @@ fn a_comma_delimited_list_parameter_is_a_list() {
     let dispatcher = t.functions().unwrap().into_iter().find(|f| f.logical_id == "Webhooks/WebhookDispatcherFunction").unwrap();
     assert!(!dispatcher.environment.contains_key("CLAIM_CHECK_BUCKET"), "no payload bucket given: no claim check");
 }
+
+/// The consumer kit creates its delivery queue and rule only when it is told what to deliver
+/// (`HasDeliveryQueue: !Not [!Equals [!Join ["", !Ref EventTypes], ""]]`).
+#[test]
+fn the_consumer_kits_delivery_queue_follows_its_event_types() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let kit = |extra: &str| {
+        let text = format!("Resources:\n  Kit:\n    Type: AWS::Serverless::Application\n    Properties:\n      Location: blocks/consumer-kit/template.yaml\n      Parameters:\n        EventBusName: bus\n{extra}");
+        Template::parse(&root.join("parent.yaml"), &text).unwrap()
+    };
+    let r = Resolver::new("s", "us-east-1", "1");
+    let queues = |t: &Template| t.queues(&r).unwrap().into_iter().map(|q| q.logical_id).collect::<Vec<_>>();
+    let with = kit("        EventSources: example.customers\n        EventTypes: CustomerRegistered, CustomerDeleted\n");
+    assert_eq!(queues(&with), ["Kit/DeliveryQueue", "Kit/ConsumerDeadLetterQueue"]);
+    let rules = with.standalone_rules().unwrap();
+    assert_eq!(rules[0].pattern, serde_json::json!({"source": ["example.customers"], "detail-type": ["CustomerRegistered", "CustomerDeleted"]}));
+    let without = kit("");
+    assert_eq!(queues(&without), ["Kit/ConsumerDeadLetterQueue"]);
+    assert!(without.standalone_rules().unwrap().is_empty());
+}

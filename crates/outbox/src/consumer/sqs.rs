@@ -13,7 +13,10 @@
 //! backoff) and is retried until `maxReceiveCount` receives, then SQS moves it to the
 //! dead-letter queue; the window is `VisibilityTimeout × maxReceiveCount` (e.g. 5 min × 48 =
 //! 4 h), up to the queue's retention (14 days at most). What can never succeed is still
-//! dead-lettered by the consumer itself, on the first attempt, with the reason. Sources:
+//! dead-lettered by the consumer itself, on the first attempt, with the reason. This is how
+//! consumers receive events: the consumer kit building block (`blocks/consumer-kit`) creates
+//! the queue, the rule feeding it and the redrive, with that 4-hour window as its default
+//! (`VisibilityTimeoutSeconds`, `MaxReceiveCount`; `docs/building-blocks.md`). Sources:
 //! <https://docs.aws.amazon.com/lambda/latest/dg/with-sqs.html>,
 //! <https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html>,
 //! <https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html>.
