@@ -1,7 +1,8 @@
 //! The local runtime's error: one type, [`Error`], its variants by cause, each carrying its
 //! source. The parts with failure modes of their own keep their typed errors (the emulator's,
 //! the binaries', a checkpoint's, a fault plan's, the operator's crate's template error) and
-//! convert into [`Error::Part`] with `?`, unchanged in their messages.
+//! convert into [`Error::Part`] with `?`, unchanged in their messages; the operator's verbs'
+//! error ([`outbox_cli::Error`]) converts into [`Error::Operator`].
 //!
 //! At the bottom of the layers: every folder may use it, it uses none of them.
 
@@ -64,9 +65,9 @@ pub enum Error {
     #[error(transparent)]
     Part(Source),
     /// A verb of the operator's crate (`outbox-cli`: dead-letter queues, trace, ordering) failed:
-    /// its message.
-    #[error("{0}")]
-    Operator(String),
+    /// its error, message unchanged.
+    #[error(transparent)]
+    Operator(#[from] outbox_cli::Error),
 }
 
 /// The runtime's result.
@@ -99,11 +100,6 @@ impl Error {
     /// A scenario's expectation that did not hold.
     pub fn expectation(message: impl Into<String>) -> Self {
         Self::Expectation(message.into())
-    }
-
-    /// An operator verb's error (the operator's crate reports them as messages).
-    pub fn operator(message: impl Into<String>) -> Self {
-        Self::Operator(message.into())
     }
 }
 

@@ -1,5 +1,6 @@
 //! `outbox-local trace <event-id>` answers from the tables and queues themselves: the outbox
-//! item, each subscribed consumer's inbox row, and the dead letters that hold the event.
+//! item (by its event id through the outbox table's index, by key, or by a scan), each
+//! subscribed consumer's inbox row, and the dead letters that hold the event.
 
 use std::path::{Path, PathBuf};
 
@@ -68,6 +69,14 @@ async fn trace_follows_one_event_through_outbox_inbox_and_dead_letters() {
     assert_eq!(applied.consumers[0].at.as_deref(), Some("2026-12-01T00:00:01.000Z"));
     assert!(applied.relay.starts_with("published"), "{}", applied.relay);
     assert!(applied.found() && applied.dead_letters.is_empty());
+
+    // The event id alone: the outbox table's event-id index (a Query and a GetItem, no Scan).
+    let by_id = trace(&sdk, &resources, "e-applied", &Lookup::Index).await.expect("traced");
+    assert_eq!(by_id.outbox_lookup, "index");
+    assert_eq!(by_id.outbox.as_ref().map(|o| (o.pk.as_str(), o.sequence)), Some(("Order#o-1", Some(1))), "{by_id:?}");
+    assert_eq!(by_id.consumers[0].state, "applied");
+    let unknown = trace(&sdk, &resources, "e-unknown", &Lookup::Index).await.expect("traced");
+    assert!(unknown.outbox.is_none() && !unknown.found(), "{unknown:?}");
 
     let wrong = trace(&sdk, &resources, "e-applied", &key(2)).await.expect("traced");
     assert!(wrong.outbox.is_none(), "the item of that key holds another event: {wrong:?}");

@@ -194,12 +194,12 @@ async fn a_permanently_missing_sequence_is_released_by_the_ordering_release_comm
     let err = inbox.apply(&metadata("m3", "o-9", 3), "h", vec![]).await.unwrap_err();
     assert!(matches!(err, InboxError::SequenceGap { expected: 2, got: 3, last_applied: 1, .. }), "{err}");
 
-    let bad = outbox_local::ordering::release(&local.dynamodb, &table, "reserve-inventory", "o-9", 2, false).await.unwrap_err();
+    let bad = outbox_local::ordering::release(&local.dynamodb, &table, "reserve-inventory", "o-9", 2, false).await.unwrap_err().to_string();
     assert!(bad.contains("<aggregate_type>#<aggregate_id>"), "{bad}");
     // A mistyped consumer or aggregate is refused (it would create a row nobody reads).
-    let typo = outbox_local::ordering::release(&local.dynamodb, &table, "reserve_inventory", "Order#o-9", 2, false).await.unwrap_err();
+    let typo = outbox_local::ordering::release(&local.dynamodb, &table, "reserve_inventory", "Order#o-9", 2, false).await.unwrap_err().to_string();
     assert!(typo.contains("no ordering row") && typo.contains("--create"), "{typo}");
-    let typo = outbox_local::ordering::release(&local.dynamodb, &table, "reserve-inventory", "order#o-9", 2, false).await.unwrap_err();
+    let typo = outbox_local::ordering::release(&local.dynamodb, &table, "reserve-inventory", "order#o-9", 2, false).await.unwrap_err().to_string();
     assert!(typo.contains("no ordering row"), "{typo}");
     assert!(outbox_local::ordering::release(&local.dynamodb, &table, "reserve-inventory", "Order#o-9", 0, false).await.is_err());
     let released = outbox_local::ordering::release(&local.dynamodb, &table, "reserve-inventory", "Order#o-9", 2, false).await.unwrap();

@@ -283,7 +283,7 @@ async fn a_disabled_endpoint_re_enabled_and_recovered_gets_exactly_what_it_misse
         outbox_local::webhooks::WebhookStack::of(&local.runtime.stack.resources().expect("resources")).unwrap(),
     );
     let since = operator.enable("fading").await.expect("enable").expect("it has a failing-since");
-    let recovery = operator.recover("fading", since).await.expect("recover");
+    let recovery = operator.recover("fading", since, outbox_local::webhooks::Bound::whole()).await.expect("recover");
     // The events it missed are sent, or already being delivered by a retry that came back once
     // it was enabled; the one it acknowledged before is skipped.
     assert_eq!(recovery.events, missed.len() + 1, "{recovery:?}");

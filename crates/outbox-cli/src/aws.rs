@@ -3,6 +3,8 @@
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 
+use crate::Error;
+
 /// Account id moto uses in ARNs.
 pub const EMULATOR_ACCOUNT: &str = "123456789012";
 
@@ -36,16 +38,17 @@ pub fn region_from_env() -> String {
 /// `http://` or `https://` URL with a host.
 ///
 /// # Errors
-/// A message naming the flag and the value.
-pub fn check_endpoint(endpoint: &str) -> Result<(), String> {
-    let bad =
-        |why: &str| format!("--endpoint (or AWS_ENDPOINT_URL) {endpoint:?} {why}; pass the emulator's URL, e.g. --endpoint http://127.0.0.1:5000");
-    let url = reqwest::Url::parse(endpoint).map_err(|e| bad(&format!("is not a URL ({e})")))?;
+/// [`Error::InvalidArgument`] naming the flag and the value.
+pub fn check_endpoint(endpoint: &str) -> Result<(), Error> {
+    let bad = |why: String| {
+        Error::invalid("--endpoint (or AWS_ENDPOINT_URL)", endpoint, format!("{why}; pass the emulator's URL, e.g. --endpoint http://127.0.0.1:5000"))
+    };
+    let url = reqwest::Url::parse(endpoint).map_err(|e| bad(format!("not a URL ({e})")))?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(bad("is not an http:// or https:// URL"));
+        return Err(bad("not an http:// or https:// URL".into()));
     }
     if url.host_str().is_none_or(str::is_empty) {
-        return Err(bad("has no host"));
+        return Err(bad("no host".into()));
     }
     Ok(())
 }
@@ -56,11 +59,11 @@ mod tests {
 
     #[test]
     fn endpoints_are_http_or_https_urls_with_a_host() {
-        assert_eq!(check_endpoint("http://127.0.0.1:5000"), Ok(()));
-        assert_eq!(check_endpoint("https://dynamodb.localhost"), Ok(()));
+        assert!(check_endpoint("http://127.0.0.1:5000").is_ok());
+        assert!(check_endpoint("https://dynamodb.localhost").is_ok());
         for bad in ["not-a-url", "127.0.0.1:5000", "ftp://host", "http://", "file:///tmp/x"] {
-            let err = check_endpoint(bad).expect_err(bad);
-            assert!(err.starts_with(&format!("--endpoint (or AWS_ENDPOINT_URL) {bad:?} ")), "{err}");
+            let err = check_endpoint(bad).expect_err(bad).to_string();
+            assert!(err.starts_with(&format!("--endpoint (or AWS_ENDPOINT_URL) {bad:?}: ")), "{err}");
         }
     }
 }

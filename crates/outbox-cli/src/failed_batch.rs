@@ -33,6 +33,25 @@ use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
+use crate::{Error, Result};
+
+/// Why a message or object is not an on-failure record of a stream mapping.
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    /// The body is not JSON.
+    #[error("not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    /// No `DDBStreamBatchInfo`.
+    #[error("no DDBStreamBatchInfo: not a stream batch record")]
+    NotABatch,
+    /// A field of `DDBStreamBatchInfo` is missing.
+    #[error("DDBStreamBatchInfo.{0} is missing")]
+    Missing(&'static str),
+    /// The recorded `payload` is not a stream event.
+    #[error("payload: {0}")]
+    Payload(#[source] serde_json::Error),
+}
+
 /// Slack around the pointer's arrival times when items are found by `occurred_at` (the
 /// producer stamps `occurred_at` just before its transaction; the stream stamps the commit).
 pub const ARRIVAL_MARGIN: Duration = Duration::from_secs(300);
@@ -89,11 +108,11 @@ fn time_of(v: Option<&Value>) -> Option<DateTime<Utc>> {
 /// Parses an on-failure record of a DynamoDB stream mapping.
 ///
 /// # Errors
-/// Why it is not one (not JSON, no `DDBStreamBatchInfo`, an unreadable `payload`).
-pub fn parse(body: &str) -> Result<FailedBatch, String> {
-    let value: Value = serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))?;
-    let info = value.get("DDBStreamBatchInfo").ok_or("no DDBStreamBatchInfo: not a stream batch record")?;
-    let text = |name: &str| info.get(name).and_then(Value::as_str).map(str::to_owned).ok_or(format!("DDBStreamBatchInfo.{name} is missing"));
+/// [`BatchError`]: why it is not one (not JSON, no `DDBStreamBatchInfo`, an unreadable `payload`).
+pub fn parse(body: &str) -> Result<FailedBatch, BatchError> {
+    let value: Value = serde_json::from_str(body).map_err(BatchError::NotJson)?;
+    let info = value.get("DDBStreamBatchInfo").ok_or(BatchError::NotABatch)?;
+    let text = |name: &'static str| info.get(name).and_then(Value::as_str).map(str::to_owned).ok_or(BatchError::Missing(name));
     let info = BatchInfo {
         shard_id: text("shardId")?,
         start_sequence_number: text("startSequenceNumber")?,
@@ -105,8 +124,8 @@ pub fn parse(body: &str) -> Result<FailedBatch, String> {
     };
     let payload = match value.get("payload") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(serde_json::from_str(s).map_err(|e| format!("payload: {e}"))?),
-        Some(v) => Some(serde_json::from_value(v.clone()).map_err(|e| format!("payload: {e}"))?),
+        Some(Value::String(s)) => Some(serde_json::from_str(s).map_err(BatchError::Payload)?),
+        Some(v) => Some(serde_json::from_value(v.clone()).map_err(BatchError::Payload)?),
     };
     let condition = value.pointer("/requestContext/condition").and_then(Value::as_str).unwrap_or("").to_owned();
     Ok(FailedBatch { condition, info, payload })
@@ -148,21 +167,26 @@ impl Replayer {
     /// `RELAY_DLQ_URL`, …).
     ///
     /// # Errors
-    /// A message naming the variable the relay cannot use.
-    pub fn new(sdk: &aws_config::SdkConfig, env: HashMap<String, String>) -> Result<Self, String> {
-        let function = outbox_lambda::relay::RelayFunction::from_env(sdk, &outbox_lambda::Env::from_map(env)).map_err(|e| e.to_string())?;
+    /// [`Error::Library`] naming the variable the relay cannot use.
+    pub fn new(sdk: &aws_config::SdkConfig, env: HashMap<String, String>) -> Result<Self> {
+        let function = outbox_lambda::relay::RelayFunction::from_env(sdk, &outbox_lambda::Env::from_map(env))
+            .map_err(Error::library("the relay's configuration"))?;
         Ok(Self { relay: function.relay().clone(), dynamodb: aws_sdk_dynamodb::Client::new(sdk), streams: aws_sdk_dynamodbstreams::Client::new(sdk) })
     }
 
     /// The batch's records (see the module docs for where they come from), or why not.
     ///
     /// # Errors
-    /// An AWS error as text, or a pointer without a table.
-    pub async fn records(&self, batch: &FailedBatch) -> Result<(DynamoDbEvent, Replayed), String> {
+    /// [`Error::Aws`], or [`Error::Record`] for a pointer without a table.
+    pub async fn records(&self, batch: &FailedBatch) -> Result<(DynamoDbEvent, Replayed)> {
         if let Some(payload) = &batch.payload {
             return Ok((payload.clone(), Replayed { source: "payload".into(), records: payload.records.len(), ..Default::default() }));
         }
-        let table = batch.info.table_name().ok_or_else(|| format!("streamArn {} names no table", batch.info.stream_arn))?.to_owned();
+        let table = batch
+            .info
+            .table_name()
+            .ok_or_else(|| Error::Record { what: format!("streamArn {}", batch.info.stream_arn), source: "names no table".into() })?
+            .to_owned();
         let (items, source, missing) = match self.keys_from_stream(&batch.info).await {
             Ok(keys) => {
                 let mut items = Vec::new();
@@ -176,7 +200,7 @@ impl Replayer {
                         .consistent_read(true)
                         .send()
                         .await
-                        .map_err(|e| aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())?;
+                        .map_err(Error::aws(format!("GetItem on {table}")))?;
                     match out.item {
                         Some(item) => items.push(item),
                         None => missing += 1,
@@ -206,14 +230,13 @@ impl Replayer {
                 })
             })
             .collect();
-        let event: DynamoDbEvent = serde_json::from_value(json!({ "Records": records })).map_err(|e| format!("building the batch: {e}"))?;
+        let event: DynamoDbEvent = serde_json::from_value(json!({ "Records": records })).map_err(Error::record("the rebuilt batch"))?;
         let replayed = Replayed { source: source.into(), records: event.records.len(), missing, ..Default::default() };
         Ok((event, replayed))
     }
 
     /// The keys of the range's records, read from the stream.
-    async fn keys_from_stream(&self, info: &BatchInfo) -> Result<Vec<HashMap<String, AttributeValue>>, String> {
-        let err = |e: &dyn std::fmt::Display| e.to_string();
+    async fn keys_from_stream(&self, info: &BatchInfo) -> Result<Vec<HashMap<String, AttributeValue>>> {
         let mut iterator = self
             .streams
             .get_shard_iterator()
@@ -223,7 +246,7 @@ impl Replayer {
             .sequence_number(&info.start_sequence_number)
             .send()
             .await
-            .map_err(|e| err(&aws_sdk_dynamodbstreams::error::DisplayErrorContext(e)))?
+            .map_err(Error::aws(format!("GetShardIterator on {} {}", info.stream_arn, info.shard_id)))?
             .shard_iterator;
         let mut keys = Vec::new();
         while let Some(it) = iterator.take() {
@@ -233,7 +256,7 @@ impl Replayer {
                 .shard_iterator(it)
                 .send()
                 .await
-                .map_err(|e| err(&aws_sdk_dynamodbstreams::error::DisplayErrorContext(e)))?;
+                .map_err(Error::aws(format!("GetRecords on {} {}", info.stream_arn, info.shard_id)))?;
             if out.records().is_empty() {
                 break;
             }
@@ -255,9 +278,11 @@ impl Replayer {
     }
 
     /// Outbox items with `occurred_at` between the pointer's arrivals (± [`ARRIVAL_MARGIN`]).
-    async fn items_by_time(&self, table: &str, info: &BatchInfo) -> Result<Vec<HashMap<String, AttributeValue>>, String> {
+    async fn items_by_time(&self, table: &str, info: &BatchInfo) -> Result<Vec<HashMap<String, AttributeValue>>> {
         let (Some(first), Some(last)) = (info.first_arrival, info.last_arrival) else {
-            return Err("the stream no longer holds the range and the record has no arrival times: nothing to find the items by".into());
+            return Err(Error::NotFound(
+                "the stream no longer holds the range and the record has no arrival times: nothing to find the items by".into(),
+            ));
         };
         let margin = chrono::Duration::from_std(ARRIVAL_MARGIN).unwrap_or_default();
         let stamp = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
@@ -274,7 +299,7 @@ impl Replayer {
             .items()
             .send();
         while let Some(item) = pages.next().await {
-            items.push(item.map_err(|e| aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())?);
+            items.push(item.map_err(Error::aws(format!("Scan on {table}")))?);
         }
         Ok(items)
     }
@@ -282,10 +307,11 @@ impl Replayer {
     /// Replays `batch` through the relay: done when nothing failed.
     ///
     /// # Errors
-    /// As [`Replayer::records`], or the relay's error.
-    pub async fn replay(&self, batch: &FailedBatch) -> Result<Replayed, String> {
+    /// As [`Replayer::records`], or the relay's error ([`Error::Library`]).
+    pub async fn replay(&self, batch: &FailedBatch) -> Result<Replayed> {
         let (event, mut replayed) = self.records(batch).await?;
-        let outcome = self.relay.relay(&event, Instant::now() + REPLAY_BUDGET).await.map_err(|e| e.to_string())?;
+        let outcome =
+            self.relay.relay(&event, Instant::now() + REPLAY_BUDGET).await.map_err(Error::library("replaying the batch through the relay"))?;
         replayed.published = outcome.report.published;
         replayed.dead_lettered = outcome.report.dead_lettered;
         replayed.failed = outcome.report.records - outcome.report.skipped_total() - outcome.report.published - outcome.report.dead_lettered;
@@ -298,13 +324,13 @@ impl Replayer {
 /// empty body (`dlq show <key>` reads one; [`peek_bucket`] reads them all).
 ///
 /// # Errors
-/// An S3 error as text.
-pub async fn list_bucket(s3: &aws_sdk_s3::Client, bucket: &str) -> Result<Vec<crate::message::DlqMessage>, String> {
+/// [`Error::Aws`]: `ListObjectsV2` failed.
+pub async fn list_bucket(s3: &aws_sdk_s3::Client, bucket: &str) -> Result<Vec<crate::message::DlqMessage>> {
     let mut list = Vec::new();
     let mut pages = s3.list_objects_v2().bucket(bucket).prefix("aws/lambda/").into_paginator().send();
     let now = Utc::now();
     while let Some(page) = pages.next().await {
-        let page = page.map_err(|e| format!("s3://{bucket}: {}", aws_sdk_s3::error::DisplayErrorContext(e)))?;
+        let page = page.map_err(Error::aws(format!("ListObjectsV2 on s3://{bucket}")))?;
         for object in page.contents() {
             let Some(key) = object.key() else { continue };
             let modified = object.last_modified().and_then(|t| DateTime::from_timestamp(t.secs(), 0));
@@ -332,8 +358,8 @@ pub async fn list_bucket(s3: &aws_sdk_s3::Client, bucket: &str) -> Result<Vec<cr
 /// (with the records) or `stream-batch` (a pointer), `reason` the condition and the range.
 ///
 /// # Errors
-/// An S3 error as text.
-pub async fn peek_bucket(s3: &aws_sdk_s3::Client, bucket: &str) -> Result<Vec<crate::message::DlqMessage>, String> {
+/// [`Error::Aws`]: an S3 call failed.
+pub async fn peek_bucket(s3: &aws_sdk_s3::Client, bucket: &str) -> Result<Vec<crate::message::DlqMessage>> {
     let mut list = Vec::new();
     for listed in list_bucket(s3, bucket).await? {
         list.extend(peek_object(s3, bucket, &listed.message_id).await?);
@@ -344,16 +370,15 @@ pub async fn peek_bucket(s3: &aws_sdk_s3::Client, bucket: &str) -> Result<Vec<cr
 /// The failed-batch object `key` of `bucket`, as [`peek_bucket`] shows it; `None` when there is none.
 ///
 /// # Errors
-/// An S3 error (other than a missing key) as text.
-pub async fn peek_object(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<Option<crate::message::DlqMessage>, String> {
-    let s3_err = |e: &dyn std::fmt::Display| format!("s3://{bucket}/{key}: {e}");
+/// [`Error::Aws`]: an S3 error other than a missing key.
+pub async fn peek_object(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<Option<crate::message::DlqMessage>> {
     let got = match s3.get_object().bucket(bucket).key(key).send().await {
         Ok(got) => got,
         Err(e) if e.as_service_error().is_some_and(|e| e.is_no_such_key()) => return Ok(None),
-        Err(e) => return Err(s3_err(&aws_sdk_s3::error::DisplayErrorContext(e))),
+        Err(e) => return Err(Error::aws(format!("GetObject s3://{bucket}/{key}"))(e)),
     };
     let modified = got.last_modified().and_then(|t| DateTime::from_timestamp(t.secs(), 0));
-    let bytes = got.body.collect().await.map_err(|e| s3_err(&e))?.into_bytes();
+    let bytes = got.body.collect().await.map_err(Error::aws(format!("GetObject s3://{bucket}/{key} (reading the body)")))?.into_bytes();
     let body = String::from_utf8_lossy(&bytes).into_owned();
     let (shape, reason) = match parse(&body) {
         Ok(b) => (
@@ -367,7 +392,7 @@ pub async fn peek_object(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Re
                 b.info.end_sequence_number
             ),
         ),
-        Err(why) => ("unknown", why),
+        Err(why) => ("unknown", why.to_string()),
     };
     Ok(Some(crate::message::DlqMessage {
         queue: format!("s3://{bucket}"),
@@ -403,41 +428,42 @@ pub struct BucketReport {
 /// fails, and events published twice are absorbed by the consumers' inboxes.
 ///
 /// # Errors
-/// An S3 error listing the bucket (objects not yet handled stay).
+/// [`Error::Aws`]: listing the bucket failed (objects not yet handled stay).
 pub async fn redrive_bucket(
     s3: &aws_sdk_s3::Client,
     replayer: &Replayer,
     bucket: &str,
     dry_run: bool,
     progress: impl Fn(usize, usize),
-) -> Result<BucketReport, String> {
+) -> Result<BucketReport> {
     let mut keys = Vec::new();
     let mut pages = s3.list_objects_v2().bucket(bucket).prefix("aws/lambda/").into_paginator().send();
     while let Some(page) = pages.next().await {
-        let page = page.map_err(|e| format!("ListObjectsV2 {bucket}: {}", aws_sdk_s3::error::DisplayErrorContext(e)))?;
+        let page = page.map_err(Error::aws(format!("ListObjectsV2 on s3://{bucket}")))?;
         keys.extend(page.contents().iter().filter_map(|o| o.key().map(str::to_owned)));
     }
     let mut report = BucketReport { dry_run, ..Default::default() };
     let total = keys.len();
     for (i, key) in keys.into_iter().enumerate() {
-        let outcome = async {
-            let object = s3.get_object().bucket(bucket).key(&key).send().await.map_err(|e| aws_sdk_s3::error::DisplayErrorContext(e).to_string())?;
-            let bytes = object.body.collect().await.map_err(|e| e.to_string())?.into_bytes();
+        // Ok: the events published; Err: why the object stays.
+        let outcome: Result<usize> = async {
+            let object = s3.get_object().bucket(bucket).key(&key).send().await.map_err(Error::aws(format!("GetObject s3://{bucket}/{key}")))?;
+            let bytes = object.body.collect().await.map_err(Error::aws(format!("GetObject s3://{bucket}/{key} (reading the body)")))?.into_bytes();
             let batch = parse(&String::from_utf8_lossy(&bytes))?;
             if dry_run {
                 return Ok(batch.payload.as_ref().map_or(batch.info.batch_size, |p| p.records.len()));
             }
             let replayed = replayer.replay(&batch).await?;
             if replayed.failed > 0 {
-                return Err(format!("{} of {} record(s) still fail (is the bus reachable?)", replayed.failed, replayed.records));
+                return Err(Error::StillFailing { failed: replayed.failed, records: replayed.records });
             }
-            s3.delete_object().bucket(bucket).key(&key).send().await.map_err(|e| aws_sdk_s3::error::DisplayErrorContext(e).to_string())?;
+            s3.delete_object().bucket(bucket).key(&key).send().await.map_err(Error::aws(format!("DeleteObject s3://{bucket}/{key}")))?;
             Ok(replayed.published)
         }
         .await;
         match outcome {
             Ok(n) => report.replayed.push((key, n)),
-            Err(why) => report.left.push((key, why)),
+            Err(why) => report.left.push((key, why.to_string())),
         }
         progress(i + 1, total);
     }
@@ -488,14 +514,16 @@ mod tests {
             assert_eq!(records[0].change.sequence_number.as_deref(), Some("900"));
         }
         let err = parse(&record(Some(Value::String("{".into())))).expect_err("a torn payload");
-        assert!(err.starts_with("payload: "), "{err}");
+        assert!(matches!(err, BatchError::Payload(_)) && err.to_string().starts_with("payload: "), "{err}");
     }
 
     #[test]
     fn what_is_not_a_stream_batch_record_says_why() {
-        assert!(parse("nope").expect_err("not JSON").starts_with("not JSON"));
-        assert!(parse(r#"{"requestContext":{}}"#).expect_err("no pointer").contains("no DDBStreamBatchInfo"));
-        assert!(parse(r#"{"DDBStreamBatchInfo":{"shardId":"s"}}"#).expect_err("no range").contains("startSequenceNumber is missing"));
+        assert!(parse("nope").expect_err("not JSON").to_string().starts_with("not JSON"));
+        assert!(parse(r#"{"requestContext":{}}"#).expect_err("no pointer").to_string().contains("no DDBStreamBatchInfo"));
+        let err = parse(r#"{"DDBStreamBatchInfo":{"shardId":"s"}}"#).expect_err("no range");
+        assert!(matches!(err, BatchError::Missing("startSequenceNumber")), "{err}");
+        assert_eq!(err.to_string(), "DDBStreamBatchInfo.startSequenceNumber is missing");
     }
 
     #[test]

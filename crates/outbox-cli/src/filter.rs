@@ -9,26 +9,61 @@
 
 use serde_json::Value;
 
+/// Why a filter pattern cannot be used: the field (`a.b`, empty for the whole pattern) and
+/// what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    /// The pattern (or a nested one) is not a JSON object.
+    #[error("a filter pattern must be a JSON object")]
+    NotAnObject,
+    /// A field's rule is neither an array of values nor a nested pattern.
+    #[error("{field}: a pattern field must be an array or an object")]
+    NotArrayOrObject {
+        /// The field, dotted from the top.
+        field: String,
+    },
+    /// A field uses an operator this runtime does not evaluate.
+    #[error("{field}: operator {operator:?} is not supported locally")]
+    Unsupported {
+        /// The field, dotted from the top.
+        field: String,
+        /// The operator, e.g. `numeric`.
+        operator: String,
+    },
+}
+
+impl PatternError {
+    /// The same error, its field under `parent`.
+    fn under(self, parent: &str) -> Self {
+        let join = |field: String| format!("{parent}.{field}");
+        match self {
+            Self::NotAnObject => Self::NotArrayOrObject { field: parent.to_owned() },
+            Self::NotArrayOrObject { field } => Self::NotArrayOrObject { field: join(field) },
+            Self::Unsupported { field, operator } => Self::Unsupported { field: join(field), operator },
+        }
+    }
+}
+
 /// Checks that `pattern` uses only the supported syntax.
 ///
 /// # Errors
-/// A message naming the unsupported part.
-pub fn validate(pattern: &Value) -> Result<(), String> {
-    let Value::Object(fields) = pattern else { return Err("a filter pattern must be a JSON object".into()) };
+/// [`PatternError`] naming the unsupported part.
+pub fn validate(pattern: &Value) -> Result<(), PatternError> {
+    let Value::Object(fields) = pattern else { return Err(PatternError::NotAnObject) };
     for (key, rule) in fields {
         match rule {
-            Value::Object(_) => validate(rule).map_err(|e| format!("{key}.{e}"))?,
+            Value::Object(_) => validate(rule).map_err(|e| e.under(key))?,
             Value::Array(values) => {
                 for v in values {
                     if let Value::Object(op) = v {
                         let name = op.keys().next().map(String::as_str).unwrap_or("");
                         if !matches!(name, "exists" | "prefix" | "anything-but") || op.len() != 1 {
-                            return Err(format!("{key}: operator {name:?} is not supported locally"));
+                            return Err(PatternError::Unsupported { field: key.clone(), operator: name.to_owned() });
                         }
                     }
                 }
             }
-            _ => return Err(format!("{key}: a pattern field must be an array or an object")),
+            _ => return Err(PatternError::NotArrayOrObject { field: key.clone() }),
         }
     }
     Ok(())
@@ -91,6 +126,10 @@ mod tests {
         assert!(matches(&json!({"a": [{"prefix": "ab"}]}), &json!({"a": "abc"})));
         assert!(!matches(&json!({"a": [{"anything-but": ["x"]}]}), &json!({"a": "x"})));
         assert!(matches(&json!({"a": [{"exists": false}]}), &json!({"b": 1})));
-        assert!(validate(&json!({"a": [{"numeric": [">", 1]}]})).is_err());
+        assert_eq!(
+            validate(&json!({"a": {"b": [{"numeric": [">", 1]}]}})).expect_err("numeric").to_string(),
+            "a.b: operator \"numeric\" is not supported locally"
+        );
+        assert_eq!(validate(&json!({"a": 1})).expect_err("a number").to_string(), "a: a pattern field must be an array or an object");
     }
 }

@@ -9,7 +9,9 @@
 //! dead letter), [`failed_batch`] replays the stream batches a mapping gave up on, [`trace`]
 //! follows one event, [`ordering`] releases a consumer's sequence gap, [`webhooks`] resends
 //! deliveries; [`cli`] makes them commands, shared by the `outbox` binary and `outbox-local`.
-//! [`aws`] builds the SDK configuration; [`filter`] evaluates EventBridge patterns.
+//! [`lookup`] finds items by key or index and bounds the scans where none leads to the data;
+//! [`aws`] builds the SDK configuration; [`filter`] evaluates EventBridge patterns; [`error`] is
+//! the one error type of the verbs, [`Error`].
 
 #![warn(missing_docs)]
 
@@ -17,8 +19,10 @@ pub mod aws;
 pub mod cli;
 pub mod cloudformation;
 pub mod dlq;
+pub mod error;
 pub mod failed_batch;
 pub mod filter;
+pub mod lookup;
 pub mod message;
 pub mod ordering;
 pub mod resources;
@@ -26,3 +30,5 @@ pub mod stack;
 pub mod template;
 pub mod trace;
 pub mod webhooks;
+
+pub use error::{Error, Result};

@@ -74,7 +74,7 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(args: Args) -> Result<ExitCode, String> {
+async fn run(args: Args) -> outbox_cli::Result<ExitCode> {
     let sdk = match &args.endpoint_url {
         Some(endpoint) => {
             check_endpoint(endpoint)?;
@@ -101,7 +101,7 @@ async fn run(args: Args) -> Result<ExitCode, String> {
             let account = if args.endpoint_url.is_some() { EMULATOR_ACCOUNT } else { "000000000000" };
             Source::Template { path: path.clone(), stack_name, account: account.into() }
         }
-        (None, None) => return Err("which stack? pass --stack NAME (the deployed CloudFormation stack) or --template PATH".into()),
+        (None, None) => return Err(outbox_cli::Error::NoStack),
     };
     let resources = cli::resources(&sdk, &source).await?;
     cli::run(&Context { sdk, resources, yes: args.yes }, &args.command).await

@@ -18,6 +18,8 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use outbox::inbox::ParkedEvent;
 
+use crate::{Error, Result};
+
 /// A consumer's parked event, as `ordering parked` lists it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Parked {
@@ -29,30 +31,50 @@ pub struct Parked {
     pub age_secs: u64,
 }
 
-/// Every parked event in the inbox `table` (a filtered `Scan`: `kind = parked`), oldest first.
+/// Every parked event in the inbox `table`, oldest first: [`parked_bounded`] over the whole table.
 ///
 /// # Errors
-/// The DynamoDB error as text.
-pub async fn parked(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Result<Vec<Parked>, String> {
-    let mut pages = dynamodb
-        .scan()
-        .table_name(table)
-        .filter_expression("kind = :parked")
-        .expression_attribute_values(":parked", AttributeValue::S(outbox::inbox::PARKED_KIND.into()))
-        .consistent_read(true)
-        .into_paginator()
-        .items()
-        .send();
+/// [`Error::Aws`]: the `Scan` failed.
+pub async fn parked(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Result<Vec<Parked>> {
+    Ok(parked_bounded(dynamodb, table, None, |_, _| {}).await?.parked)
+}
+
+/// What [`parked_bounded`] found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ParkedScan {
+    /// The parked events, oldest first.
+    pub parked: Vec<Parked>,
+    /// Inbox items read.
+    pub read: u64,
+    /// Whether the whole table was read (false: stopped at the limit; more may be parked).
+    pub complete: bool,
+}
+
+/// The parked events in the inbox `table`, oldest first, among at most `limit` items read. Parked
+/// rows are keyed by consumer, aggregate and sequence, none of which `ordering parked` knows, so
+/// this is a filtered `Scan` (`kind = parked`) that reads every item of the table (claim rows
+/// included) up to `limit`, calling `progress(read, parked)` after each page.
+///
+/// # Errors
+/// [`Error::Aws`]: the `Scan` failed.
+pub async fn parked_bounded(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    limit: Option<u64>,
+    progress: impl FnMut(u64, usize),
+) -> Result<ParkedScan> {
+    let values = vec![(":parked", AttributeValue::S(outbox::inbox::PARKED_KIND.into()))];
+    let request = crate::lookup::ScanRequest { table, filter: "kind = :parked", values, limit, consistent: true, ..Default::default() };
+    let scanned = crate::lookup::scan(dynamodb, &request, progress).await?;
     let now = chrono::Utc::now();
     let mut found = Vec::new();
-    while let Some(item) = pages.next().await {
-        let item = item.map_err(|e| format!("Scan on {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
-        let Some(event) = outbox::inbox::parked_from_item(&item) else { continue };
+    for item in &scanned.items {
+        let Some(event) = outbox::inbox::parked_from_item(item) else { continue };
         let consumer = item.get("consumer").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
         found.push(Parked { consumer, age_secs: event.age(now).as_secs(), event });
     }
     found.sort_by_key(|p| std::cmp::Reverse(p.age_secs));
-    Ok(found)
+    Ok(ParkedScan { parked: found, read: scanned.read, complete: scanned.complete })
 }
 
 /// The lines `ordering parked` prints: one per parked event, `GAP` when parked longer than `gap_after`.
@@ -89,7 +111,9 @@ pub fn format_parked(parked: &[Parked], gap_after: Duration) -> String {
 /// putting it back when the bus refuses the event). Returns how many were re-published.
 ///
 /// # Errors
-/// A message naming the event when a call fails (the rest stay parked).
+/// [`Error::Refused`] naming the event the bus refused (it and the rest stay parked),
+/// [`Error::Record`] for a parked payload that is not an event, [`Error::Aws`] or
+/// [`Error::Library`] when a call fails.
 pub async fn republish_parked(
     dynamodb: &aws_sdk_dynamodb::Client,
     events: &aws_sdk_eventbridge::Client,
@@ -98,15 +122,15 @@ pub async fn republish_parked(
     aggregate: &str,
     through: u64,
     bus: &str,
-) -> Result<usize, String> {
+) -> Result<usize> {
     let inbox = outbox::inbox::Inbox::new(dynamodb.clone(), table, consumer, Duration::ZERO);
     let mut sent = 0;
     for p in parked(dynamodb, table).await? {
         if p.consumer != consumer || p.event.aggregate() != aggregate || p.event.waits_for > through {
             continue;
         }
-        let entry = crate::dlq::redrive_entry(&p.event.payload, bus).map_err(|e| format!("parked event {}: {e}", p.event.event_id))?;
-        inbox.unpark(&p.event).await.map_err(|e| e.to_string())?;
+        let entry = crate::dlq::redrive_entry(&p.event.payload, bus).map_err(Error::record(format!("parked event {}", p.event.event_id)))?;
+        inbox.unpark(&p.event).await.map_err(Error::library(format!("unparking event {} in {table}", p.event.event_id)))?;
         let put = events.put_events().entries(entry).send().await;
         let refused = match &put {
             Ok(out) if out.failed_entry_count() == 0 => None,
@@ -121,7 +145,7 @@ pub async fn republish_parked(
             if let Some(metadata) = metadata {
                 let _ = inbox.park(&metadata, p.event.waits_for, &p.event.payload).await;
             }
-            return Err(format!("the bus refused parked event {}: {why} (it stays parked)", p.event.event_id));
+            return Err(Error::Refused { what: format!("parked event {}", p.event.event_id), reason: why, left: "it stays parked".into() });
         }
         sent += 1;
     }
@@ -146,8 +170,9 @@ pub struct Released {
 /// aggregate's very first event.
 ///
 /// # Errors
-/// A message when `aggregate` is not `<type>#<id>`, `through` is 0, the row does not exist
-/// (without `create`), or DynamoDB fails.
+/// [`Error::InvalidArgument`] when `aggregate` is not `<type>#<id>` or `through` is 0,
+/// [`Error::NotFound`] when the row does not exist (without `create`), [`Error::Aws`] or
+/// [`Error::Library`] when DynamoDB fails.
 pub async fn release(
     dynamodb: &aws_sdk_dynamodb::Client,
     table: &str,
@@ -155,13 +180,13 @@ pub async fn release(
     aggregate: &str,
     through: u64,
     create: bool,
-) -> Result<Released, String> {
+) -> Result<Released> {
     match aggregate.split_once('#') {
         Some((kind, id)) if !kind.is_empty() && !id.is_empty() => {}
-        _ => return Err(format!("--aggregate {aggregate:?} must be <aggregate_type>#<aggregate_id>, e.g. Order#o-1001")),
+        _ => return Err(Error::invalid("--aggregate", aggregate, "must be <aggregate_type>#<aggregate_id>, e.g. Order#o-1001")),
     }
     if through == 0 {
-        return Err("--through must be the sequence the gap waits for (1 or more)".into());
+        return Err(Error::invalid("--through", "0", "must be the sequence the gap waits for (1 or more)"));
     }
     if !create {
         let key = format!("{consumer}#aggregate#{aggregate}");
@@ -172,16 +197,16 @@ pub async fn release(
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| format!("GetItem on {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+            .map_err(Error::aws(format!("GetItem on {table}")))?;
         if found.item.is_none() {
-            return Err(format!(
+            return Err(Error::NotFound(format!(
                 "no ordering row {key:?} in {table}: check --consumer (the function's CONSUMER_NAME) and --aggregate (<aggregate_type>#<aggregate_id>, \
                  case matters, as the gap's log line prints them); if the aggregate's first event itself never came, pass --create"
-            ));
+            )));
         }
     }
     // The retention only concerns claim rows, which a release does not write.
     let inbox = outbox::inbox::Inbox::new(dynamodb.clone(), table, consumer, Duration::ZERO);
-    let before = inbox.release_through(aggregate, through).await.map_err(|e| e.to_string())?;
+    let before = inbox.release_through(aggregate, through).await.map_err(Error::library(format!("releasing {aggregate} in {table}")))?;
     Ok(Released { before, after: before.max(through) })
 }

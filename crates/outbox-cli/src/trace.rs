@@ -3,17 +3,19 @@
 //! Works against the emulator and, with ordinary AWS configuration, against a deployed stack.
 //!
 //! What it reads, and what that costs on AWS:
-//! * the outbox item: one `GetItem` of its key (`pk` = the aggregate, `sk` = the sequence) when
-//!   the caller knows them ([`Lookup::Key`]: `--aggregate`, `--sequence`). The outbox table's key
-//!   is the aggregate and sequence and it has no index on `event_id`, so an event id alone
-//!   finds the item only by a `Scan` that reads every item
-//!   ([Scan](https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html)): that
-//!   is [`Lookup::Scan`] (`--scan`), never the default. A global secondary index on `event_id`
-//!   (`KEYS_ONLY`) would make it one `Query`; the template has none today;
+//! * the outbox item, by default ([`Lookup::Index`]) by its event id: one `DescribeTable` (which
+//!   index is keyed by `event_id`), one `Query` of that index and one `GetItem` of the item
+//!   ([`crate::lookup::by_event_id`]; the templates give the outbox table that index, `KEYS_ONLY`
+//!   and sparse). A table without it is reported, not scanned. When the caller knows the key
+//!   ([`Lookup::Key`]: `--aggregate`, `--sequence`): one `GetItem` of `pk` = the aggregate, `sk` =
+//!   the sequence. [`Lookup::Scan`] (`--scan`) is the last resort for a table without the
+//!   index: a `Scan` that reads items until it meets the event
+//!   ([Scan](https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html));
 //! * each consumer's inbox row (a function with `INBOX_TABLE` and an EventBridge rule): one
 //!   `GetItem` of `<CONSUMER_NAME>#<event id>` in the table its `INBOX_TABLE` names (the key [`outbox::inbox::Inbox::key`] writes);
-//!   a parked row is read by its key (`<consumer>#parked#<aggregate>#<sequence − 1>`) when the
-//!   aggregate and sequence are known, by a filtered `Scan` of the inbox only with [`Lookup::Scan`];
+//!   a parked row is read by its key (`<consumer>#parked#<aggregate>#<sequence − 1>`) once the
+//!   aggregate and sequence are known (given, or read from the outbox item), by a filtered
+//!   `Scan` of the inbox only with [`Lookup::Scan`];
 //! * each webhook subscriber's delivery (a function with `INBOX_TABLE` and
 //!   `WEBHOOK_SUBSCRIBERS_TABLE`): a `Scan` of the subscriber table, then one `GetItem` of
 //!   `<WEBHOOK_CONSUMER_NAME>#<subscriber>#<event id>` per subscriber of the event's type, and
@@ -31,11 +33,16 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Serialize;
 
 use crate::dlq::{self, DlqMessage};
+use crate::lookup::{self, ById, ScanRequest};
 use crate::resources::{FunctionInfo, Resources};
+use crate::{Error, Result};
 
 /// How `trace` finds the outbox item and a parked row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lookup {
+    /// By the outbox table's global secondary index on `event_id` (the default): a `Query`
+    /// and a `GetItem`; the parked row then by the item's aggregate and sequence.
+    Index,
     /// By key: the event's aggregate (`<aggregate_type>#<aggregate_id>`) and sequence.
     Key {
         /// `<aggregate_type>#<aggregate_id>`, e.g. `Order#o-1001`.
@@ -97,7 +104,8 @@ pub struct Trace {
     pub event_id: String,
     /// The outbox item, if it is still in the table (published items expire by TTL).
     pub outbox: Option<OutboxRow>,
-    /// How the outbox item was looked for: `key`, `scan` or `skipped`.
+    /// How the outbox item was looked for: `index`, `key`, `scan`, `skipped`, or `no index`
+    /// (the default lookup on a table without the event-id index: nothing was read).
     pub outbox_lookup: String,
     /// `published` (a consumer applied it), `dead-lettered by the relay`, or `not known`.
     pub relay: String,
@@ -128,6 +136,10 @@ impl Trace {
             None if self.outbox_lookup == "skipped" => out.push_str(
                 "  outbox     not looked up: its key is the aggregate and sequence (--aggregate, --sequence); --scan reads the whole table\n",
             ),
+            None if self.outbox_lookup == NO_INDEX => out.push_str(
+                "  outbox     not looked up: the outbox table has no index on event_id (the templates' OutboxTable has one); \
+                 pass --aggregate and --sequence (its key), or --scan (reads the table)\n",
+            ),
             None => out.push_str("  outbox     no item (never written, or expired after publishing)\n"),
         }
         out.push_str(&format!("  relay      {}\n", self.relay));
@@ -155,15 +167,24 @@ impl Trace {
 /// Traces `event_id` through the stack's `resources`, finding its outbox item as `lookup` says.
 ///
 /// # Errors
-/// The failed AWS call, as text naming the table or queue.
-pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id: &str, lookup: &Lookup) -> Result<Trace, String> {
+/// [`Error::Aws`]: the failed AWS call, naming the table or queue.
+pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id: &str, lookup: &Lookup) -> Result<Trace> {
     let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
     let sqs = aws_sdk_sqs::Client::new(sdk);
 
     // The outbox: tables whose stream feeds a function.
     let mut outbox = None;
+    let mut no_index = false;
     for table in resources.outbox_tables() {
-        if let Some(item) = find_outbox_item(&dynamodb, &table, event_id, lookup).await? {
+        let found = match find_outbox_item(&dynamodb, &table, event_id, lookup).await? {
+            ById::Found(item) => Some(item),
+            ById::Absent => None,
+            ById::NoIndex => {
+                no_index = true;
+                None
+            }
+        };
+        if let Some(item) = found {
             let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
             outbox = Some(OutboxRow {
                 table: table.clone(),
@@ -177,6 +198,11 @@ pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id:
             break;
         }
     }
+    // Found by its event id: its parked rows by key.
+    let parked_lookup = match (&outbox, lookup) {
+        (Some(OutboxRow { pk, sequence: Some(sequence), .. }), Lookup::Index) => Lookup::Key { aggregate: pk.clone(), sequence: *sequence },
+        _ => lookup.clone(),
+    };
 
     // Each consumer's inbox row.
     let mut consumers = Vec::new();
@@ -204,7 +230,7 @@ pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id:
         }
         let (mut state, mut at) = inbox_state(&dynamodb, table, &format!("{consumer}#{event_id}"), "applied").await?;
         if state == "absent" {
-            if let Some(parked) = parked_state(&dynamodb, table, &consumer, event_id, lookup).await? {
+            if let Some(parked) = parked_state(&dynamodb, table, &consumer, event_id, &parked_lookup).await? {
                 (state, at) = parked;
             }
         }
@@ -219,7 +245,7 @@ pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id:
         let consumer = env.get("WEBHOOK_CONSUMER_NAME").cloned().unwrap_or_else(|| "webhook-dispatcher".into());
         let mut pages = dynamodb.scan().table_name(subscribers).into_paginator().items().send();
         while let Some(item) = pages.next().await {
-            let item = item.map_err(|e| format!("Scan on {subscribers}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+            let item = item.map_err(Error::aws(format!("Scan on {subscribers}")))?;
             let Some(id) = item.get("id").and_then(|v| v.as_s().ok()) else { continue };
             let types: Vec<&str> =
                 item.get("event_types").and_then(|v| v.as_l().ok()).into_iter().flatten().filter_map(|t| t.as_s().ok()).map(String::as_str).collect();
@@ -229,8 +255,9 @@ pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id:
             } else {
                 ("not subscribed".to_owned(), None)
             };
-            let attempts =
-                outbox_webhooks::dispatcher::read_attempts(&dynamodb, table, &consumer, id, event_id).await.map_err(|e| format!("{table}: {e}"))?;
+            let attempts = outbox_webhooks::dispatcher::read_attempts(&dynamodb, table, &consumer, id, event_id)
+                .await
+                .map_err(Error::library(format!("reading the attempt log in {table}")))?;
             consumers.push(ConsumerRow {
                 function: f.logical_id.clone(),
                 consumer: format!("{consumer} → subscriber {id}"),
@@ -260,12 +287,17 @@ pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id:
         "not known".to_owned()
     };
     let outbox_lookup = match lookup {
+        Lookup::Index if no_index && outbox.is_none() => NO_INDEX,
+        Lookup::Index => "index",
         Lookup::Key { .. } => "key",
         Lookup::Scan => "scan",
         Lookup::Skip => "skipped",
     };
     Ok(Trace { event_id: event_id.to_owned(), outbox, outbox_lookup: outbox_lookup.into(), relay, consumers, dead_letters })
 }
+
+/// [`Trace::outbox_lookup`] when the table has no event-id index.
+const NO_INDEX: &str = "no index";
 
 /// ` — "<excerpt>"` on one line, at most 120 characters, or nothing.
 fn excerpt(text: &str) -> String {
@@ -278,7 +310,7 @@ fn excerpt(text: &str) -> String {
 
 /// The state of inbox row `key` in `table`: `absent`, `in progress (…)`, or `done` (e.g.
 /// `applied`) with its `processed_at`.
-async fn inbox_state(dynamodb: &aws_sdk_dynamodb::Client, table: &str, key: &str, done: &str) -> Result<(String, Option<String>), String> {
+async fn inbox_state(dynamodb: &aws_sdk_dynamodb::Client, table: &str, key: &str, done: &str) -> Result<(String, Option<String>)> {
     let row = dynamodb
         .get_item()
         .table_name(table)
@@ -286,7 +318,7 @@ async fn inbox_state(dynamodb: &aws_sdk_dynamodb::Client, table: &str, key: &str
         .consistent_read(true)
         .send()
         .await
-        .map_err(|e| format!("GetItem on {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?
+        .map_err(Error::aws(format!("GetItem on {table}")))?
         .item;
     Ok(match row {
         None => ("absent".to_owned(), None),
@@ -313,12 +345,12 @@ async fn parked_state(
     consumer: &str,
     event_id: &str,
     lookup: &Lookup,
-) -> Result<Option<(String, Option<String>)>, String> {
+) -> Result<Option<(String, Option<String>)>> {
     let found = match lookup {
-        Lookup::Skip => return Ok(None),
+        Lookup::Skip | Lookup::Index => return Ok(None),
         Lookup::Key { aggregate, sequence } => {
             let key = format!("{consumer}#parked#{aggregate}#{}", sequence.saturating_sub(1));
-            get(dynamodb, table, "pk", AttributeValue::S(key), None).await?
+            lookup::get(dynamodb, table, [("pk".to_owned(), AttributeValue::S(key))].into()).await?
         }
         Lookup::Scan => scan_parked(dynamodb, table, consumer, event_id).await?,
     };
@@ -336,28 +368,14 @@ async fn parked_state(
     }))
 }
 
-/// One item by key (`pk`, and `sk` when given), read consistently.
-async fn get(
-    dynamodb: &aws_sdk_dynamodb::Client,
-    table: &str,
-    pk: &str,
-    value: AttributeValue,
-    sk: Option<String>,
-) -> Result<Option<HashMap<String, AttributeValue>>, String> {
-    let mut request = dynamodb.get_item().table_name(table).key(pk, value).consistent_read(true);
-    if let Some(sk) = sk {
-        request = request.key("sk", AttributeValue::S(sk));
-    }
-    Ok(request.send().await.map_err(|e| format!("GetItem on {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?.item)
-}
-
-/// The parked row of `event_id` for `consumer`, by a filtered `Scan` of the inbox table.
+/// The parked row of `event_id` for `consumer`, by a filtered `Scan` of the inbox table that
+/// stops at the first match.
 async fn scan_parked(
     dynamodb: &aws_sdk_dynamodb::Client,
     table: &str,
     consumer: &str,
     event_id: &str,
-) -> Result<Option<HashMap<String, AttributeValue>>, String> {
+) -> Result<Option<HashMap<String, AttributeValue>>> {
     let values = [(":parked", outbox::inbox::PARKED_KIND), (":id", event_id), (":consumer", consumer)];
     first_match(dynamodb, table, "kind = :parked AND event_id = :id AND consumer = :consumer", &values).await
 }
@@ -369,17 +387,10 @@ async fn first_match(
     table: &str,
     filter: &str,
     values: &[(&str, &str)],
-) -> Result<Option<HashMap<String, AttributeValue>>, String> {
-    let mut scan = dynamodb.scan().table_name(table).filter_expression(filter);
-    for (name, value) in values {
-        scan = scan.expression_attribute_values(*name, AttributeValue::S((*value).to_owned()));
-    }
-    let mut pages = scan.into_paginator().items().send();
-    match pages.next().await {
-        Some(Ok(item)) => Ok(Some(item)),
-        Some(Err(e)) => Err(format!("Scan on {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e))),
-        None => Ok(None),
-    }
+) -> Result<Option<HashMap<String, AttributeValue>>> {
+    let values = values.iter().map(|(name, value)| (*name, AttributeValue::S((*value).to_owned()))).collect();
+    let request = ScanRequest { table, filter, values, first_only: true, consistent: true, ..Default::default() };
+    Ok(lookup::scan(dynamodb, &request, |_, _| {}).await?.items.into_iter().next())
 }
 
 /// Whether one of `f`'s EventBridge rules matches the event the relay makes of `o` (its
@@ -395,22 +406,21 @@ fn subscribed(f: &FunctionInfo, o: &OutboxRow) -> bool {
     })
 }
 
-/// The outbox item whose `event_id` is `event_id`: by its key ([`Lookup::Key`]; an item of
-/// that key with another event id is not it), or by a filtered, paginated `Scan`.
-async fn find_outbox_item(
-    dynamodb: &aws_sdk_dynamodb::Client,
-    table: &str,
-    event_id: &str,
-    lookup: &Lookup,
-) -> Result<Option<HashMap<String, AttributeValue>>, String> {
-    match lookup {
-        Lookup::Skip => return Ok(None),
+/// The outbox item whose `event_id` is `event_id`: by the event-id index ([`Lookup::Index`]),
+/// by its key ([`Lookup::Key`]; an item of that key with another event id is not it), or by a
+/// filtered `Scan` that stops at the first match ([`Lookup::Scan`]).
+async fn find_outbox_item(dynamodb: &aws_sdk_dynamodb::Client, table: &str, event_id: &str, lookup: &Lookup) -> Result<ById> {
+    let found = match lookup {
+        Lookup::Skip => None,
+        Lookup::Index => return lookup::by_event_id(dynamodb, table, event_id).await,
         Lookup::Key { aggregate, sequence } => {
-            let sk = outbox::envelope::OutboxItem::sort_key(*sequence);
-            let item = get(dynamodb, table, "pk", AttributeValue::S(aggregate.clone()), Some(sk)).await?;
-            return Ok(item.filter(|i| i.get("event_id").and_then(|v| v.as_s().ok()).is_some_and(|id| id == event_id)));
+            let key = [
+                ("pk".to_owned(), AttributeValue::S(aggregate.clone())),
+                ("sk".to_owned(), AttributeValue::S(outbox::envelope::OutboxItem::sort_key(*sequence))),
+            ];
+            lookup::get(dynamodb, table, key.into()).await?.filter(|i| lookup::text(i, lookup::EVENT_ID).as_deref() == Some(event_id))
         }
-        Lookup::Scan => {}
-    }
-    first_match(dynamodb, table, "event_id = :id", &[(":id", event_id)]).await
+        Lookup::Scan => first_match(dynamodb, table, "event_id = :id", &[(":id", event_id)]).await?,
+    };
+    Ok(found.map_or(ById::Absent, ById::Found))
 }

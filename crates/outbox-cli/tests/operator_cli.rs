@@ -1,7 +1,8 @@
 //! The `outbox` binary as an operator runs it, on the emulator with the sample template: a
 //! consumer's dead letters redriven given the queue's URL, its name, its ARN or its logical id;
 //! a poison message refused without `--force`, its cause named; a wrong queue answered with the
-//! candidates; a destructive verb refused without `--yes` when nobody can answer.
+//! candidates; a destructive verb refused without `--yes` when nobody can answer; an event traced
+//! by its id alone.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -102,6 +103,27 @@ async fn redrive_takes_the_queue_by_url_name_arn_or_logical_id_and_refuses_poiso
     let purged: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(purged["queues"][0]["report"]["deleted"].as_array().map(Vec::len), Some(1), "{purged}");
     assert_eq!(depth(&sqs, &queue).await, 0, "purged");
+
+    // An event traced by its id alone: the outbox table's event-id index, no scan.
+    let outbox_table = stack.table("OutboxTable").expect("the outbox table").name.clone();
+    let s = |v: &str| aws_sdk_dynamodb::types::AttributeValue::S(v.to_owned());
+    aws_sdk_dynamodb::Client::new(&sdk)
+        .put_item()
+        .table_name(&outbox_table)
+        .item("pk", s("Order#o-7"))
+        .item("sk", s(&format!("{:020}", 3)))
+        .item("event_id", s("e-traced"))
+        .item("event_type", s("OrderCancelled"))
+        .item("source", s("example.orders"))
+        .item("sequence", aws_sdk_dynamodb::types::AttributeValue::N("3".into()))
+        .send()
+        .await
+        .expect("an outbox item");
+    let out = outbox(&endpoint, &["trace", "e-traced", "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let traced: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!((traced["outbox_lookup"].as_str(), traced["outbox"]["pk"].as_str()), (Some("index"), Some("Order#o-7")), "{traced}");
+    assert!(!text(&out).contains("scanning"), "{}", text(&out));
 }
 
 #[test]

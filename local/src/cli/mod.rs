@@ -119,7 +119,7 @@ pub struct Invocation {
 /// What failed, as text.
 pub async fn run(cli: Cli) -> outbox_local::Result<ExitCode> {
     if let Some(endpoint) = &cli.endpoint {
-        check_endpoint(endpoint).map_err(outbox_local::Error::Invalid)?;
+        check_endpoint(endpoint)?;
     }
     let template_path = session::find_template(cli.template.as_deref())?;
     let root = template_path.parent().map(Path::to_path_buf).unwrap_or_default();

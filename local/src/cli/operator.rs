@@ -54,5 +54,5 @@ pub async fn practice(inv: &Invocation, template: Template, allow_aws: bool, tim
 pub async fn operate(inv: &Invocation, template: Template, command: Operator) -> outbox_local::Result<ExitCode> {
     let (sdk, stack) = existing_stack(&inv.cli, template, &inv.stack_name).await?;
     let resources = stack.resources().map_err(outbox_local::Error::other("the stack's resources"))?;
-    outbox_cli::cli::run(&Context { sdk, resources, yes: inv.cli.yes }, &command).await.map_err(outbox_local::Error::Operator)
+    Ok(outbox_cli::cli::run(&Context { sdk, resources, yes: inv.cli.yes }, &command).await?)
 }

@@ -63,8 +63,7 @@ impl RuleDelivery {
     /// A message when the on-failure destination is not a queue of the stack.
     pub fn new(glue: Glue<'_>, function: Arc<LocalFunction>, rule: LocalRule) -> crate::Result<Self> {
         let at = format!("{}.Properties.EventInvokeConfig.DestinationConfig.OnFailure.Destination", function.spec.logical_id);
-        let on_failure_url =
-            function.spec.event_invoke.on_failure.as_ref().map(|d| glue.stack.destination_url(d, &at)).transpose().map_err(crate::Error::Invalid)?;
+        let on_failure_url = function.spec.event_invoke.on_failure.as_ref().map(|d| glue.stack.destination_url(d, &at)).transpose()?;
         Ok(Self { function, rule, on_failure_url, sqs: aws_sdk_sqs::Client::new(glue.sdk), stats: glue.stats.clone(), options: glue.options.clone() })
     }
 

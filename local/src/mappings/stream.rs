@@ -112,8 +112,7 @@ impl StreamMapping {
             .on_failure
             .as_ref()
             .map(|d| glue.stack.destination(d, &format!("{at}.Properties.DestinationConfig.OnFailure.Destination")))
-            .transpose()
-            .map_err(crate::Error::Invalid)?;
+            .transpose()?;
         let checkpoint = glue.options.state_dir.as_deref().map(|dir| CheckpointFile::new(dir, &function.spec.logical_id, &spec.name, &stream_arn));
         Ok(Self {
             function,

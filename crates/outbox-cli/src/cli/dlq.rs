@@ -11,6 +11,7 @@ use super::{confirm, Context};
 use crate::dlq;
 use crate::failed_batch;
 use crate::stack::QueueInfo;
+use crate::{Error, Result};
 
 /// The dead-letter verbs.
 #[derive(Debug, Clone, Subcommand)]
@@ -136,8 +137,8 @@ impl SelectArgs {
 /// `dlq …` on the stack of `context`.
 ///
 /// # Errors
-/// What failed, as text.
-pub async fn run(context: &Context, command: &DlqCommand) -> Result<ExitCode, String> {
+/// What failed ([`Error`]).
+pub async fn run(context: &Context, command: &DlqCommand) -> Result<ExitCode> {
     let (sdk, resources) = (&context.sdk, &context.resources);
     let sqs = aws_sdk_sqs::Client::new(sdk);
     let s3 = aws_sdk_s3::Client::new(sdk);
@@ -148,29 +149,34 @@ pub async fn run(context: &Context, command: &DlqCommand) -> Result<ExitCode, St
         DlqCommand::Show { .. } => None,
     };
     let queues = match only {
-        Some(given) => vec![resources.dead_letter_queue(given).map_err(|e| e.to_string())?],
+        Some(given) => vec![resources.dead_letter_queue(given)?],
         None => resources.dead_letter_queues(),
     };
     // With --queue, that queue alone: the buckets are skipped.
     let buckets = if only.is_some() { Vec::new() } else { resources.failure_buckets() };
     if queues.is_empty() && buckets.is_empty() {
-        return Err(format!(
-            "{} has no dead-letter queue (a queue whose logical id has DeadLetter or Dlq) and no on-failure bucket",
-            resources.source
+        return Err(Error::missing(
+            &resources.source,
+            "dead-letter queue (a queue whose logical id has DeadLetter or Dlq) and no on-failure bucket",
+            "",
         ));
     }
     match command {
         DlqCommand::Redrive { scope: Scope { select, .. }, bus, dry_run: DryRun { on: dry_run }, force, bucket, watch, output } => {
             let bus = match bus {
-                Some(given) => resources.bus(given).map_err(|e| e.to_string())?.name.clone(),
-                None => resources.buses.first().map(|b| b.name.clone()).ok_or(format!("{} has no event bus; pass --bus", resources.source))?,
+                Some(given) => resources.bus(given)?.name.clone(),
+                None => {
+                    resources.buses.first().map(|b| b.name.clone()).ok_or_else(|| Error::missing(&resources.source, "event bus", "pass --bus"))?
+                }
             };
             let buckets = match bucket {
-                Some(given) => vec![resources.bucket(given).map_err(|e| e.to_string())?.name.clone()],
+                Some(given) => vec![resources.bucket(given)?.name.clone()],
                 None => buckets,
             };
             let replayer = match resources.functions.iter().find(|f| !f.stream_tables.is_empty()) {
-                Some(f) => Some(failed_batch::Replayer::new(sdk, f.environment.clone()).map_err(|e| format!("{}: {e}", f.logical_id))?),
+                Some(f) => {
+                    Some(failed_batch::Replayer::new(sdk, f.environment.clone()).map_err(Error::library(format!("the relay of {}", f.logical_id)))?)
+                }
                 None => None,
             };
             if !dry_run {
@@ -235,7 +241,7 @@ async fn list(
     buckets: &[String],
     json: bool,
     selection: &dlq::Selection,
-) -> Result<ExitCode, String> {
+) -> Result<ExitCode> {
     let mut all = Vec::new();
     for q in queues {
         if !json {
@@ -250,7 +256,7 @@ async fn list(
     let groups = dlq::group_by_cause(&all);
     if json {
         let shown = serde_json::json!({"groups": groups, "messages": all});
-        println!("{}", serde_json::to_string_pretty(&shown).map_err(|e| e.to_string())?);
+        println!("{}", serde_json::to_string_pretty(&shown)?);
     } else {
         for q in queues {
             let n = all.iter().filter(|m| m.queue == q.name).count();
@@ -271,13 +277,7 @@ async fn list(
 }
 
 /// `dlq show <message-id>` (or the key of a failed-batch object, which alone is read).
-async fn show(
-    sqs: &aws_sdk_sqs::Client,
-    queues: &[QueueInfo],
-    s3: &aws_sdk_s3::Client,
-    buckets: &[String],
-    message_id: &str,
-) -> Result<ExitCode, String> {
+async fn show(sqs: &aws_sdk_sqs::Client, queues: &[QueueInfo], s3: &aws_sdk_s3::Client, buckets: &[String], message_id: &str) -> Result<ExitCode> {
     let mut all = Vec::new();
     if message_id.starts_with("aws/lambda/") {
         for b in buckets {
@@ -288,13 +288,14 @@ async fn show(
             all.extend(dlq::peek(sqs, q).await?);
         }
     }
-    let m = all.iter().find(|m| m.message_id == message_id).ok_or_else(|| format!("no message {message_id} in {}", names(queues)))?;
+    let m =
+        all.iter().find(|m| m.message_id == message_id).ok_or_else(|| Error::NotFound(format!("no message {message_id} in {}", names(queues))))?;
     let body: serde_json::Value = serde_json::from_str(&m.body).unwrap_or(serde_json::Value::String(m.body.clone()));
     let shown = serde_json::json!({
         "queue": m.queue, "message_id": m.message_id, "sent_at": m.sent_at, "receive_count": m.receive_count,
         "shape": m.shape, "event_id": m.event_id, "reason": m.reason, "attributes": m.attributes, "body": body,
     });
-    println!("{}", serde_json::to_string_pretty(&shown).map_err(|e| e.to_string())?);
+    println!("{}", serde_json::to_string_pretty(&shown)?);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -324,7 +325,7 @@ pub struct Watch {
 /// [`dlq::RedriveReport`]) and `watched` ([`dlq::WatchReport`], or null when not watched).
 ///
 /// # Errors
-/// What failed, as text.
+/// What failed ([`Error`]).
 pub async fn redrive(
     sqs: &aws_sdk_sqs::Client,
     events: &aws_sdk_eventbridge::Client,
@@ -333,7 +334,7 @@ pub async fn redrive(
     options: &dlq::RedriveOptions<'_>,
     watch: &Watch,
     json: bool,
-) -> Result<ExitCode, String> {
+) -> Result<ExitCode> {
     let (bus, dry_run) = (options.bus, options.dry_run);
     let mut shown = serde_json::json!({"bus": bus, "dry_run": dry_run, "buckets": [], "queues": [], "watched": null});
     let mut left = 0;
@@ -398,7 +399,7 @@ pub async fn redrive(
         ExitCode::SUCCESS
     };
     if json {
-        shown["watched"] = serde_json::to_value(&watched).map_err(|e| e.to_string())?;
+        shown["watched"] = serde_json::to_value(&watched)?;
         print_json(json, &shown)?;
         return Ok(code);
     }
@@ -426,9 +427,9 @@ fn push(array: &mut serde_json::Value, item: serde_json::Value) {
 }
 
 /// Prints `shown` as pretty JSON when `json`.
-fn print_json(json: bool, shown: &serde_json::Value) -> Result<(), String> {
+fn print_json(json: bool, shown: &serde_json::Value) -> Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(shown).map_err(|e| e.to_string())?);
+        println!("{}", serde_json::to_string_pretty(shown)?);
     }
     Ok(())
 }
@@ -450,7 +451,7 @@ async fn purge(
     archive: Option<&Path>,
     dry_run: bool,
     json: bool,
-) -> Result<ExitCode, String> {
+) -> Result<ExitCode> {
     let mut shown = serde_json::json!({"dry_run": dry_run, "queues": []});
     if dry_run {
         for q in queues {
@@ -466,7 +467,7 @@ async fn purge(
         return Ok(ExitCode::SUCCESS);
     }
     let mut file = match archive {
-        Some(path) => Some(std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| format!("{}: {e}", path.display()))?),
+        Some(path) => Some(std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(Error::io(path))?),
         None => None,
     };
     let mut left = 0;

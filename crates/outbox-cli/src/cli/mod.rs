@@ -15,6 +15,7 @@ use clap::Subcommand;
 
 use crate::resources::Resources;
 use crate::trace::Lookup;
+use crate::{Error, Result};
 
 /// What every verb works on.
 #[derive(Debug, Clone)]
@@ -30,23 +31,63 @@ pub struct Context {
 /// Says what a destructive verb will do and asks on the terminal, unless `--yes`.
 ///
 /// # Errors
-/// The person said no, or stdin is not a terminal and `--yes` was not given.
-pub fn confirm(context: &Context, what: &str) -> Result<(), String> {
+/// [`Error::NotConfirmed`]: the person said no, or stdin is not a terminal and `--yes` was not
+/// given; [`Error::Io`]: stdin could not be read.
+pub fn confirm(context: &Context, what: &str) -> Result<()> {
     if context.yes {
         return Ok(());
     }
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
-        return Err(format!("this would {what}; not a terminal, so nothing was done: pass --yes to do it (or --dry-run where it applies)"));
+        return Err(Error::NotConfirmed(format!(
+            "this would {what}; not a terminal, so nothing was done: pass --yes to do it (or --dry-run where it applies)"
+        )));
     }
     eprint!("this will {what} ({}).\nproceed? [y/N] ", context.resources.source);
     let _ = std::io::stderr().flush();
     let mut answer = String::new();
-    stdin.lock().read_line(&mut answer).map_err(|e| format!("stdin: {e}"))?;
+    stdin.lock().read_line(&mut answer).map_err(Error::io("stdin"))?;
     match answer.trim() {
         "y" | "Y" | "yes" => Ok(()),
-        _ => Err("nothing done".into()),
+        _ => Err(Error::NotConfirmed("nothing done".into())),
     }
+}
+
+/// `--limit`: how far a verb that must scan reads.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct ScanLimit {
+    /// Read at most this many items per table (a Scan reads, and is billed for, every item it
+    /// passes, whatever it keeps); 0: the whole table.
+    #[arg(long, default_value_t = 100_000)]
+    pub limit: u64,
+}
+
+impl ScanLimit {
+    /// The bound, `None` for the whole table.
+    pub fn bound(self) -> Option<u64> {
+        (self.limit > 0).then_some(self.limit)
+    }
+
+    /// Says on stderr that `what` scans, and how far.
+    pub fn announce(self, what: &str) {
+        match self.bound() {
+            Some(n) => eprintln!("{what}: a Scan (reads every item, at most {n} per table: --limit)…"),
+            None => eprintln!("{what}: a Scan (reads every item: --limit 0)…"),
+        }
+    }
+
+    /// Ends the progress line; says where a scan stopped when it did not read everything.
+    pub fn finish(self, read: u64, complete: bool) {
+        eprintln!();
+        if !complete {
+            eprintln!("stopped after {read} item(s) (--limit {}): the answer covers those only; pass a larger --limit, or 0, to read on", self.limit);
+        }
+    }
+}
+
+/// A scan's progress on stderr, on one line: `scanning <table>: <n> item(s) read, <k> kept`.
+pub fn scan_progress(table: &str, read: u64, kept: usize) {
+    eprint!("\r  scanning {table}: {read} item(s) read, {kept} kept");
 }
 
 /// `trace`'s arguments.
@@ -55,14 +96,16 @@ pub struct TraceArgs {
     /// The event id (the outbox item's `event_id`, the EventBridge event's `detail.metadata.id`).
     event_id: String,
     /// The event's aggregate, `<aggregate_type>#<aggregate_id>` (e.g. Order#o-1001): with
-    /// --sequence, the outbox item and a parked row are read by key.
+    /// --sequence, the outbox item and a parked row are read by key (by default they are found
+    /// by the outbox table's event-id index).
     #[arg(long, requires = "sequence")]
     pub aggregate: Option<String>,
     /// The event's sequence within its aggregate.
     #[arg(long, requires = "aggregate")]
     pub sequence: Option<u64>,
-    /// Find the outbox item by scanning the outbox tables (reads every item; a filtered
-    /// `Scan` of the inbox table for a parked row too).
+    /// The last resort for an outbox table without the event-id index: find the outbox item by
+    /// scanning the outbox tables (reads items until it meets the event; a filtered `Scan` of
+    /// the inbox table for a parked row too).
     #[arg(long, conflicts_with = "aggregate")]
     pub scan: bool,
     /// One JSON object instead of lines.
@@ -100,8 +143,8 @@ pub enum Operator {
 /// Runs `command` on the stack of `context`.
 ///
 /// # Errors
-/// What failed, as text.
-pub async fn run(context: &Context, command: &Operator) -> Result<ExitCode, String> {
+/// What failed ([`Error`]).
+pub async fn run(context: &Context, command: &Operator) -> Result<ExitCode> {
     match command {
         Operator::Dlq { command } => dlq::run(context, command).await,
         Operator::Webhooks { command } => webhooks::run(context, command).await,
@@ -109,12 +152,15 @@ pub async fn run(context: &Context, command: &Operator) -> Result<ExitCode, Stri
         Operator::Trace(TraceArgs { event_id, aggregate, sequence, scan, json }) => {
             let lookup = match (aggregate, sequence, scan) {
                 (Some(aggregate), Some(sequence), _) => Lookup::Key { aggregate: aggregate.clone(), sequence: *sequence },
-                (_, _, true) => Lookup::Scan,
-                _ => Lookup::Skip,
+                (_, _, true) => {
+                    eprintln!("scanning the outbox tables for event {event_id} (--scan: reads items until it meets the event)…");
+                    Lookup::Scan
+                }
+                _ => Lookup::Index,
             };
             let trace = crate::trace::trace(&context.sdk, &context.resources, event_id, &lookup).await?;
             if *json {
-                println!("{}", serde_json::to_string_pretty(&trace).map_err(|e| e.to_string())?);
+                println!("{}", serde_json::to_string_pretty(&trace)?);
             } else {
                 print!("{}", trace.render());
             }
@@ -142,15 +188,15 @@ pub enum Source {
 /// The resources of `source`.
 ///
 /// # Errors
-/// The stack or template cannot be read, or a lookup failed.
-pub async fn resources(sdk: &SdkConfig, source: &Source) -> Result<Resources, String> {
+/// The stack or template cannot be read ([`Error::Discovery`], [`Error::Template`]), or a
+/// lookup failed ([`Error::Stack`]).
+pub async fn resources(sdk: &SdkConfig, source: &Source) -> Result<Resources> {
     match source {
-        Source::Stack(name) => crate::cloudformation::discover(&crate::cloudformation::Clients::new(sdk), name).await.map_err(|e| e.to_string()),
+        Source::Stack(name) => Ok(crate::cloudformation::discover(&crate::cloudformation::Clients::new(sdk), name).await?),
         Source::Template { path, stack_name, account } => {
-            let template = crate::template::Template::load(path).map_err(|e| e.to_string())?;
-            let stack =
-                crate::stack::Stack::set_up(sdk, template, stack_name, account, crate::stack::Mode::LookUp).await.map_err(|e| e.to_string())?;
-            stack.resources().map_err(|e| e.to_string())
+            let template = crate::template::Template::load(path)?;
+            let stack = crate::stack::Stack::set_up(sdk, template, stack_name, account, crate::stack::Mode::LookUp).await?;
+            Ok(stack.resources()?)
         }
     }
 }

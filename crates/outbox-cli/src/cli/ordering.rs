@@ -6,22 +6,27 @@ use std::time::Duration;
 
 use clap::Subcommand;
 
-use super::{confirm, Context};
+use super::{confirm, scan_progress, Context, ScanLimit};
 use crate::ordering;
+use crate::{Error, Result};
 
 /// The ordering verbs.
 #[derive(Debug, Clone, Subcommand)]
 pub enum OrderingCommand {
     /// List the events ordered consumers parked (arrived before their predecessor), oldest
     /// first, with how long each has waited; exits 1 when one waited longer than --gap-after
-    /// (a real gap: its predecessor may never come).
+    /// (a real gap: its predecessor may never come), else 2 when the scan stopped at --limit.
+    /// Parked rows have no key to query by: it scans the inbox tables, bounded by --limit.
     Parked {
         /// How long a parked event may wait before it counts as a gap: a number and s, m, h or d.
         #[arg(long, value_parser = crate::dlq::parse_age, default_value = "15m")]
         gap_after: Duration,
-        /// The inbox table: logical id, name or ARN (default: the table its consumers' INBOX_TABLE names).
+        /// The inbox table: logical id, name or ARN (default: every consumer's INBOX_TABLE).
         #[arg(long)]
         table: Option<String>,
+        #[allow(missing_docs)]
+        #[command(flatten)]
+        limit: ScanLimit,
         /// One JSON array instead of lines.
         #[arg(long)]
         json: bool,
@@ -39,7 +44,8 @@ pub enum OrderingCommand {
         /// The sequence to treat as applied: the one the gap "waits for".
         #[arg(long)]
         through: u64,
-        /// The inbox table: logical id, name or ARN (default: the table its consumers' INBOX_TABLE names).
+        /// The inbox table: logical id, name or ARN (default: the INBOX_TABLE of the function
+        /// whose CONSUMER_NAME is --consumer).
         #[arg(long)]
         table: Option<String>,
         /// Create the aggregate's ordering row when it does not exist: only for a gap at the
@@ -53,23 +59,41 @@ pub enum OrderingCommand {
 /// `ordering …` on the stack of `context`.
 ///
 /// # Errors
-/// What failed, as text.
-pub async fn run(context: &Context, command: &OrderingCommand) -> Result<ExitCode, String> {
+/// What failed ([`crate::Error`]).
+pub async fn run(context: &Context, command: &OrderingCommand) -> Result<ExitCode> {
     let dynamodb = aws_sdk_dynamodb::Client::new(&context.sdk);
     match command {
-        OrderingCommand::Parked { gap_after, table, json } => {
-            let table = inbox_table(context, table.as_deref())?;
-            let parked = ordering::parked(&dynamodb, &table).await?;
+        OrderingCommand::Parked { gap_after, table, json, limit } => {
+            let tables = match table {
+                Some(given) => vec![context.resources.table(given)?.name.clone()],
+                None => inbox_tables(context)?,
+            };
+            let (mut parked, mut complete) = (Vec::new(), true);
+            for table in &tables {
+                limit.announce(&format!("looking for parked events in {table}"));
+                let found = ordering::parked_bounded(&dynamodb, table, limit.bound(), |read, kept| scan_progress(table, read, kept)).await?;
+                limit.finish(found.read, found.complete);
+                complete &= found.complete;
+                parked.extend(found.parked);
+            }
+            parked.sort_by_key(|p| std::cmp::Reverse(p.age_secs));
             if *json {
-                println!("{}", serde_json::to_string_pretty(&parked).map_err(|e| e.to_string())?);
+                println!("{}", serde_json::to_string_pretty(&parked)?);
             } else {
                 print!("{}", ordering::format_parked(&parked, *gap_after));
             }
             let gap = parked.iter().any(|p| p.age_secs >= gap_after.as_secs());
-            Ok(if gap { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+            Ok(match (gap, complete) {
+                (true, _) => ExitCode::FAILURE,
+                (false, false) => ExitCode::from(2),
+                (false, true) => ExitCode::SUCCESS,
+            })
         }
         OrderingCommand::Release { consumer, aggregate, through, table, create } => {
-            let table = inbox_table(context, table.as_deref())?;
+            let table = match table {
+                Some(given) => context.resources.table(given)?.name.clone(),
+                None => consumer_inbox(context, consumer)?,
+            };
             let bus = context.resources.buses.first().map(|b| b.name.clone());
             let republish = match &bus {
                 Some(bus) => format!(", and re-publish the events parked behind it to bus {bus}"),
@@ -91,16 +115,31 @@ pub async fn run(context: &Context, command: &OrderingCommand) -> Result<ExitCod
     }
 }
 
-/// The inbox table `given` names, else the one the stack's consumers name (`INBOX_TABLE` with a
-/// `CONSUMER_NAME`: the consumer kit's `InboxTable`, `ConsumerKit/InboxTable` in a local stack).
-fn inbox_table(context: &Context, given: Option<&str>) -> Result<String, String> {
-    let mut inboxes: Vec<String> = context.resources.inboxes().into_iter().map(|(table, _)| table).collect();
-    inboxes.sort();
-    inboxes.dedup();
-    let given = match (given, inboxes.as_slice()) {
-        (Some(given), _) => given,
-        (None, [only]) => only.as_str(),
-        (None, _) => "InboxTable",
-    };
-    context.resources.table(given).map(|t| t.name.clone()).map_err(|e| format!("{e}\n  hint: pass --table"))
+/// Every consumer's inbox table (the functions' `INBOX_TABLE`), each once.
+fn inbox_tables(context: &Context) -> Result<Vec<String>> {
+    let mut tables: Vec<String> = context.resources.functions.iter().filter_map(|f| f.environment.get("INBOX_TABLE").cloned()).collect();
+    tables.sort();
+    tables.dedup();
+    if tables.is_empty() {
+        return Err(Error::missing(&context.resources.source, "inbox table (no function has INBOX_TABLE)", "pass --table"));
+    }
+    Ok(tables)
+}
+
+/// The inbox table of `consumer`: the `INBOX_TABLE` of the function whose `CONSUMER_NAME` it is,
+/// else the stack's only inbox table.
+fn consumer_inbox(context: &Context, consumer: &str) -> Result<String> {
+    let inboxes = context.resources.inboxes();
+    match inboxes.iter().find(|(_, name)| name == consumer) {
+        Some((table, _)) => Ok(table.clone()),
+        None if inbox_tables(context).is_ok_and(|t| t.len() == 1) => Ok(inbox_tables(context)?.remove(0)),
+        None => {
+            let names: Vec<&str> = inboxes.iter().map(|(_, name)| name.as_str()).collect();
+            Err(Error::NotFound(format!(
+                "no consumer {consumer:?} in {} (the consumers, by CONSUMER_NAME: {}); check --consumer, or pass --table",
+                context.resources.source,
+                if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+            )))
+        }
+    }
 }

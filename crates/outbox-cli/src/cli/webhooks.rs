@@ -5,8 +5,9 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use super::{confirm, Context};
-use crate::webhooks::{parse_since, render_attempts, Operator, WebhookStack};
+use super::{confirm, scan_progress, Context, ScanLimit};
+use crate::webhooks::{parse_since, render_attempts, Bound, Operator, Recovery, WebhookStack};
+use crate::{Error, Result};
 
 /// The webhook verbs.
 #[derive(Debug, Clone, Subcommand)]
@@ -31,7 +32,8 @@ pub enum WebhooksCommand {
         subscriber: String,
     },
     /// Send a subscriber every event of its types since a time that it has not acknowledged
-    /// (from the outbox table; acknowledged: the dispatcher's delivery record).
+    /// (from the outbox table, by a Scan bounded by --limit; acknowledged: the dispatcher's
+    /// delivery record). Exits 2 when the scan stopped at --limit before the end.
     Recover {
         /// The subscriber id.
         #[arg(long)]
@@ -39,6 +41,9 @@ pub enum WebhooksCommand {
         /// RFC 3339 time, or an age such as 90m or 2d.
         #[arg(long)]
         since: String,
+        #[allow(missing_docs)]
+        #[command(flatten)]
+        limit: ScanLimit,
     },
     /// Re-enable a disabled subscriber (its circuit breaker reset).
     Enable {
@@ -50,20 +55,23 @@ pub enum WebhooksCommand {
         /// Where the recovery starts (RFC 3339 or an age such as 2d).
         #[arg(long)]
         since: Option<String>,
+        #[allow(missing_docs)]
+        #[command(flatten)]
+        limit: ScanLimit,
     },
 }
 
 /// `webhooks …` on the stack of `context`.
 ///
 /// # Errors
-/// What failed, as text.
-pub async fn run(context: &Context, command: &WebhooksCommand) -> Result<ExitCode, String> {
+/// What failed ([`Error`]).
+pub async fn run(context: &Context, command: &WebhooksCommand) -> Result<ExitCode> {
     let operator = Operator::new(&context.sdk, WebhookStack::of(&context.resources)?);
     match command {
         WebhooksCommand::Attempts { event_id, subscriber, json } => {
             let attempts = operator.attempts(subscriber, event_id).await?;
             if *json {
-                println!("{}", serde_json::to_string_pretty(&attempts).map_err(|e| e.to_string())?);
+                println!("{}", serde_json::to_string_pretty(&attempts)?);
             } else {
                 print!("{}", render_attempts(subscriber, event_id, &attempts));
             }
@@ -75,33 +83,45 @@ pub async fn run(context: &Context, command: &WebhooksCommand) -> Result<ExitCod
             println!("event {event_id} queued for subscriber {subscriber} (its delivery record removed: it is POSTed again)");
             Ok(ExitCode::SUCCESS)
         }
-        WebhooksCommand::Recover { subscriber, since } => {
+        WebhooksCommand::Recover { subscriber, since, limit } => {
+            let from = parse_since(since)?;
             confirm(context, &format!("send subscriber {subscriber} every event of its types since {since} it has not acknowledged"))?;
-            let r = operator.recover(subscriber, parse_since(since)?).await?;
+            let r = recover(&operator, subscriber, from, *limit).await?;
             println!(
                 "{subscriber}: {} events since {since}: {} sent, {} acknowledged before, {} being delivered",
                 r.events, r.sent, r.acknowledged, r.in_flight
             );
-            Ok(ExitCode::SUCCESS)
+            Ok(if r.complete { ExitCode::SUCCESS } else { ExitCode::from(2) })
         }
-        WebhooksCommand::Enable { subscriber, recover, since } => {
-            let then = if *recover { ", then send it what it missed" } else { "" };
+        WebhooksCommand::Enable { subscriber, recover: and_recover, since, limit } => {
+            let then = if *and_recover { ", then send it what it missed" } else { "" };
             confirm(context, &format!("re-enable subscriber {subscriber} (its circuit breaker reset){then}"))?;
             let failing_since = operator.enable(subscriber).await?;
             println!("{subscriber}: enabled");
-            if *recover {
+            if *and_recover {
                 let from = match (since, failing_since) {
                     (Some(text), _) => parse_since(text)?,
                     (None, Some(t)) => t,
-                    (None, None) => return Err(format!("{subscriber} has no record of when it started failing: pass --since")),
+                    (None, None) => return Err(Error::NotFound(format!("{subscriber} has no record of when it started failing: pass --since"))),
                 };
-                let r = operator.recover(subscriber, from).await?;
+                let r = recover(&operator, subscriber, from, *limit).await?;
                 println!(
                     "{subscriber}: {} events since {from}: {} sent, {} acknowledged before, {} being delivered",
                     r.events, r.sent, r.acknowledged, r.in_flight
                 );
+                if !r.complete {
+                    return Ok(ExitCode::from(2));
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `recover`, its scan announced and its progress on stderr.
+async fn recover(operator: &Operator, subscriber: &str, from: chrono::DateTime<chrono::Utc>, limit: ScanLimit) -> Result<Recovery> {
+    limit.announce(&format!("reading the outbox for the events since {from}"));
+    let r = operator.recover(subscriber, from, Bound { limit: limit.bound(), progress: Box::new(scan_progress) }).await?;
+    limit.finish(r.read, r.complete);
+    Ok(r)
 }

@@ -11,16 +11,17 @@ use serde::Serialize;
 
 pub use crate::message::DlqMessage;
 use crate::stack::QueueInfo;
+use crate::{Error, Result};
 
 mod republish;
 
-pub use republish::{redrive, redrive_entry, watch, RedriveOptions, RedriveReport, WatchReport};
+pub use republish::{redrive, redrive_entry, watch, NotRedrivable, RedriveOptions, RedriveReport, WatchReport};
 
 /// Approximate number of messages in `queue` (visible + in flight).
 ///
 /// # Errors
-/// The SDK error as text.
-pub async fn depth(sqs: &aws_sdk_sqs::Client, queue: &QueueInfo) -> Result<u64, String> {
+/// [`Error::Aws`]: `GetQueueAttributes` failed.
+pub async fn depth(sqs: &aws_sdk_sqs::Client, queue: &QueueInfo) -> Result<u64> {
     let out = sqs
         .get_queue_attributes()
         .queue_url(&queue.url)
@@ -28,18 +29,14 @@ pub async fn depth(sqs: &aws_sdk_sqs::Client, queue: &QueueInfo) -> Result<u64, 
         .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
         .send()
         .await
-        .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+        .map_err(Error::aws(format!("GetQueueAttributes of {}", queue.name)))?;
     let get = |name: QueueAttributeName| out.attributes().and_then(|a| a.get(&name)).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     Ok(get(QueueAttributeName::ApproximateNumberOfMessages) + get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible))
 }
 
 /// Receives every message of `queue` once, each hidden for `visibility_secs` (long-polling the
 /// first receive so that every SQS server is asked).
-pub(super) async fn receive_all(
-    sqs: &aws_sdk_sqs::Client,
-    queue: &QueueInfo,
-    visibility_secs: i32,
-) -> Result<Vec<aws_sdk_sqs::types::Message>, String> {
+pub(super) async fn receive_all(sqs: &aws_sdk_sqs::Client, queue: &QueueInfo, visibility_secs: i32) -> Result<Vec<aws_sdk_sqs::types::Message>> {
     let mut received = Vec::new();
     let mut seen = std::collections::HashSet::new();
     loop {
@@ -53,7 +50,7 @@ pub(super) async fn receive_all(
             .message_attribute_names("All")
             .send()
             .await
-            .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+            .map_err(Error::aws(format!("ReceiveMessage from {}", queue.name)))?;
         let messages = out.messages.unwrap_or_default();
         if messages.is_empty() {
             return Ok(received);
@@ -76,8 +73,8 @@ pub(super) async fn unhide(sqs: &aws_sdk_sqs::Client, queue: &QueueInfo, message
 /// Every message of `queue`, oldest first, left in the queue.
 ///
 /// # Errors
-/// The SDK error as text.
-pub async fn peek(sqs: &aws_sdk_sqs::Client, queue: &QueueInfo) -> Result<Vec<DlqMessage>, String> {
+/// [`Error::Aws`]: `ReceiveMessage` failed.
+pub async fn peek(sqs: &aws_sdk_sqs::Client, queue: &QueueInfo) -> Result<Vec<DlqMessage>> {
     let received = receive_all(sqs, queue, 30).await?;
     for m in &received {
         unhide(sqs, queue, m).await;
@@ -133,8 +130,8 @@ pub(super) fn describe(queue: &QueueInfo, received: &[aws_sdk_sqs::types::Messag
 /// Waits until `queue` holds at least `count` messages, or `timeout` passes; returns the depth.
 ///
 /// # Errors
-/// The SDK error as text.
-pub async fn wait_for_depth(sqs: &aws_sdk_sqs::Client, queue: &QueueInfo, count: u64, timeout: Duration) -> Result<u64, String> {
+/// [`Error::Aws`]: `GetQueueAttributes` failed.
+pub async fn wait_for_depth(sqs: &aws_sdk_sqs::Client, queue: &QueueInfo, count: u64, timeout: Duration) -> Result<u64> {
     let start = std::time::Instant::now();
     loop {
         let d = depth(sqs, queue).await?;
@@ -255,19 +252,20 @@ impl Selection {
     }
 }
 
-/// Parses `--older-than` values: a number with unit `s`, `m`, `h` or `d` (e.g. `90m`, `7d`).
+/// Parses an age (`--older-than`, `--gap-after`): a number with unit `s`, `m`, `h` or `d`
+/// (e.g. `90m`, `7d`).
 ///
 /// # Errors
-/// A message naming the expected form.
-pub fn parse_age(text: &str) -> Result<Duration, String> {
+/// [`Error::InvalidArgument`] naming the expected form.
+pub fn parse_age(text: &str) -> Result<Duration> {
     let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let n: u64 = number.parse().map_err(|_| format!("{text:?}: expected a number and a unit, e.g. 30m, 12h, 7d"))?;
+    let n: u64 = number.parse().map_err(|_| Error::invalid("age", text, "expected a number and a unit, e.g. 30m, 12h, 7d"))?;
     let secs = match unit {
         "s" | "" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86_400,
-        _ => return Err(format!("{text:?}: unit must be s, m, h or d")),
+        "m" => n.saturating_mul(60),
+        "h" => n.saturating_mul(3600),
+        "d" => n.saturating_mul(86_400),
+        _ => return Err(Error::invalid("age", text, "unit must be s, m, h or d")),
     };
     Ok(Duration::from_secs(secs))
 }
@@ -286,13 +284,14 @@ pub struct PurgeReport {
 /// written and flushed. Messages not selected are made visible again at once.
 ///
 /// # Errors
-/// An SQS error or the archive file's I/O error, as text; messages not yet handled stay in the queue.
+/// [`Error::Aws`] (SQS) or [`Error::Io`] (the archive file); messages not yet handled stay in
+/// the queue.
 pub async fn purge(
     sqs: &aws_sdk_sqs::Client,
     queue: &QueueInfo,
     selection: &Selection,
     mut archive: Option<&mut std::fs::File>,
-) -> Result<PurgeReport, String> {
+) -> Result<PurgeReport> {
     use std::io::Write;
     let mut report = PurgeReport::default();
     let received = receive_all(sqs, queue, 120).await?;
@@ -303,8 +302,8 @@ pub async fn purge(
             continue;
         }
         if let Some(file) = archive.as_deref_mut() {
-            let line = serde_json::to_string(&message).map_err(|e| e.to_string())?;
-            writeln!(file, "{line}").and_then(|_| file.flush()).map_err(|e| format!("archive: {e}"))?;
+            let line = serde_json::to_string(&message)?;
+            writeln!(file, "{line}").and_then(|_| file.flush()).map_err(Error::io("the archive"))?;
         }
         match sqs.delete_message().queue_url(&queue.url).receipt_handle(m.receipt_handle().unwrap_or_default()).send().await {
             Ok(_) => report.deleted.push(message.message_id),

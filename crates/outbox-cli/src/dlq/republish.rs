@@ -9,6 +9,37 @@ use serde::Serialize;
 
 use super::{describe, peek, receive_all, unhide, Selection};
 use crate::stack::QueueInfo;
+use crate::{Error, Result};
+
+/// Why a dead-letter message's event cannot be re-published to the bus (the message stays in
+/// its queue, with this reason in the report).
+#[derive(Debug, thiserror::Error)]
+pub enum NotRedrivable {
+    /// The body is not JSON.
+    #[error("not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    /// A relay failure record without the outbox item's image.
+    #[error("the relay failure record has no NewImage")]
+    NoNewImage,
+    /// A relay failure record whose image is not an outbox item.
+    #[error("NewImage: {0}")]
+    BadImage(#[source] serde_json::Error),
+    /// The outbox item cannot be made into a bus event.
+    #[error("{0}")]
+    BadOutboxItem(#[from] outbox::envelope::EnvelopeError),
+    /// A stream mapping's on-failure record: a range of sequence numbers, not the records.
+    #[error("a stream batch record names a sequence-number range, not the records: replay it through the relay (failed_batch)")]
+    StreamBatch,
+    /// No shape the redrive knows (consumer failure, invocation record, EventBridge event).
+    #[error("unknown shape: {0}")]
+    UnknownShape(String),
+    /// The held event lacks `source`, `detail-type` or `detail`.
+    #[error("the event cannot be re-put: {0}")]
+    BadEvent(#[source] serde_json::Error),
+    /// The held event's `detail` is not an object.
+    #[error("the event's detail is not a JSON object; EventBridge would reject it")]
+    DetailNotObject,
+}
 
 /// How to redrive.
 #[derive(Debug, Clone, Copy)]
@@ -73,7 +104,7 @@ pub struct WatchReport {
 /// start) is in one of `queues`.
 ///
 /// # Errors
-/// A DynamoDB or SQS error as text.
+/// [`Error::Aws`]: a DynamoDB or SQS call failed.
 pub async fn watch(
     dynamodb: &aws_sdk_dynamodb::Client,
     sqs: &aws_sdk_sqs::Client,
@@ -82,7 +113,7 @@ pub async fn watch(
     before: &std::collections::HashSet<String>,
     event_ids: &[String],
     timeout: Duration,
-) -> Result<WatchReport, String> {
+) -> Result<WatchReport> {
     let started = std::time::Instant::now();
     let mut report = WatchReport { pending: event_ids.to_vec(), ..Default::default() };
     loop {
@@ -109,7 +140,7 @@ pub async fn watch(
                     .consistent_read(true)
                     .send()
                     .await
-                    .map_err(|e| format!("GetItem on {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+                    .map_err(Error::aws(format!("GetItem on {table}")))?;
                 applied |= row.item.is_some();
             }
             if applied {
@@ -132,9 +163,9 @@ pub async fn watch(
 /// redrive of an event that did take effect is absorbed by the inbox).
 ///
 /// # Errors
-/// Why the message cannot be redriven (unknown shape, a stream batch record, a malformed
-/// event or outbox item).
-pub fn redrive_entry(body: &str, bus: &str) -> Result<aws_sdk_eventbridge::types::PutEventsRequestEntry, String> {
+/// [`NotRedrivable`]: why the message cannot be redriven (unknown shape, a stream batch record,
+/// a malformed event or outbox item).
+pub fn redrive_entry(body: &str, bus: &str) -> Result<aws_sdk_eventbridge::types::PutEventsRequestEntry, NotRedrivable> {
     use serde::Deserialize;
     use serde_json::value::RawValue;
 
@@ -159,27 +190,23 @@ pub fn redrive_entry(body: &str, bus: &str) -> Result<aws_sdk_eventbridge::types
         #[serde(borrow)]
         detail: &'a RawValue,
     }
-    let shape: Shape<'_> = serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))?;
+    let shape: Shape<'_> = serde_json::from_str(body).map_err(NotRedrivable::NotJson)?;
     let event_text = match (&shape.kind, shape.request_payload, shape.event, &shape.stream_batch, &shape.detail_type) {
         (Some(kind), _, _, _, _) if kind == outbox::dead_letter::RELAY_FAILURE_KIND => {
-            let image =
-                shape.record.as_ref().and_then(|r| r.pointer("/dynamodb/NewImage")).cloned().ok_or("the relay failure record has no NewImage")?;
-            let item: serde_dynamo::Item = serde_json::from_value(image).map_err(|e| format!("NewImage: {e}"))?;
-            let item = outbox::envelope::OutboxItem::from_item(item).map_err(|e| e.to_string())?;
-            let event = item.to_bus_event().map_err(|e| e.to_string())?;
+            let image = shape.record.as_ref().and_then(|r| r.pointer("/dynamodb/NewImage")).cloned().ok_or(NotRedrivable::NoNewImage)?;
+            let item: serde_dynamo::Item = serde_json::from_value(image).map_err(NotRedrivable::BadImage)?;
+            let event = outbox::envelope::OutboxItem::from_item(item)?.to_bus_event()?;
             return Ok(event.to_entry(bus));
         }
         (Some(kind), _, Some(event), _, _) if kind == outbox::dead_letter::CONSUMER_FAILURE_KIND => event.get().to_owned(),
-        (_, _, _, Some(_), _) => {
-            return Err("a stream batch record names a sequence-number range, not the records: replay it through the relay (failed_batch)".into())
-        }
+        (_, _, _, Some(_), _) => return Err(NotRedrivable::StreamBatch),
         (_, Some(payload), _, _, _) => payload.get().to_owned(),
         (_, _, _, _, Some(_)) => body.to_owned(),
-        _ => return Err(format!("unknown shape: {}", outbox::dead_letter::DeadLetter::parse(body).reason())),
+        _ => return Err(NotRedrivable::UnknownShape(outbox::dead_letter::DeadLetter::parse(body).reason())),
     };
-    let event: Event<'_> = serde_json::from_str(&event_text).map_err(|e| format!("the event cannot be re-put: {e}"))?;
+    let event: Event<'_> = serde_json::from_str(&event_text).map_err(NotRedrivable::BadEvent)?;
     if !event.detail.get().trim_start().starts_with('{') {
-        return Err("the event's detail is not a JSON object; EventBridge would reject it".into());
+        return Err(NotRedrivable::DetailNotObject);
     }
     Ok(aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
         .event_bus_name(bus)
@@ -198,14 +225,14 @@ pub fn redrive_entry(body: &str, bus: &str) -> Result<aws_sdk_eventbridge::types
 /// taken effect is absorbed by the consumer's inbox.
 ///
 /// # Errors
-/// An SQS error as text (messages not yet handled stay in the queue).
+/// [`Error::Aws`]: an SQS call failed (messages not yet handled stay in the queue).
 pub async fn redrive(
     sqs: &aws_sdk_sqs::Client,
     events: &aws_sdk_eventbridge::Client,
     queue: &QueueInfo,
     options: &RedriveOptions<'_>,
     progress: impl Fn(usize, usize),
-) -> Result<RedriveReport, String> {
+) -> Result<RedriveReport> {
     let RedriveOptions { bus, replayer, dry_run, selection, force } = *options;
     let mut report = RedriveReport { dry_run, ..Default::default() };
     let received = receive_all(sqs, queue, 120).await?;
@@ -227,25 +254,26 @@ pub async fn redrive(
         let handle = m.receipt_handle().unwrap_or_default().to_owned();
         let body = m.body().unwrap_or_default();
         let batch = crate::failed_batch::parse(body).ok();
+        // Ok(true): sent (delete it); Ok(false): a dry run (leave it); Err: left, with why.
         let outcome = match (redrive_entry(body, bus), batch, replayer) {
-            _ if d.permanent && !force => {
-                Err(format!("{}: a permanent cause, redriving would only dead-letter it again; fix the cause, then --force", d.cause))
-            }
+            _ if d.permanent && !force => Err(Error::Permanent { cause: d.cause.clone() }),
             (_, Some(_), _) if dry_run => Ok(false),
             (_, Some(batch), Some(replayer)) => match replayer.replay(&batch).await {
                 Ok(r) if r.failed == 0 => Ok(true),
-                Ok(r) => Err(format!("{} of {} record(s) still fail (is the bus reachable?)", r.failed, r.records)),
+                Ok(r) => Err(Error::StillFailing { failed: r.failed, records: r.records }),
                 Err(why) => Err(why),
             },
             (entry, _, _) => match entry {
-                Err(why) => Err(why),
+                Err(why) => Err(why.into()),
                 Ok(_) if dry_run => Ok(false),
                 Ok(entry) => match events.put_events().entries(entry).send().await {
                     Ok(out) if out.failed_entry_count() == 0 => Ok(true),
-                    Ok(out) => {
-                        Err(format!("the bus rejected it: {}", out.entries().first().and_then(|e| e.error_message()).unwrap_or("unknown error")))
-                    }
-                    Err(e) => Err(format!("PutEvents failed: {}", aws_sdk_eventbridge::error::DisplayErrorContext(e))),
+                    Ok(out) => Err(Error::Refused {
+                        what: "it".into(),
+                        reason: out.entries().first().and_then(|e| e.error_message()).unwrap_or("unknown error").to_owned(),
+                        left: "it stays in the queue".into(),
+                    }),
+                    Err(e) => Err(Error::aws(format!("PutEvents to {bus}"))(e)),
                 },
             },
         };
@@ -261,7 +289,7 @@ pub async fn redrive(
                     .receipt_handle(&handle)
                     .send()
                     .await
-                    .map_err(|e| aws_sdk_sqs::error::DisplayErrorContext(e).to_string())?;
+                    .map_err(Error::aws(format!("DeleteMessage from {}", queue.name)))?;
                 report.redriven.push(id);
                 if let (Some(event_id), true) = (&d.event_id, d.shape != "relay-failure" && batch_is_none(body)) {
                     report.event_ids.push(event_id.clone());
@@ -272,7 +300,7 @@ pub async fn redrive(
                 unhide(sqs, queue, m).await;
             }
             Err(why) => {
-                report.left.push((id, why));
+                report.left.push((id, why.to_string()));
                 unhide(sqs, queue, m).await;
             }
         }
@@ -318,11 +346,14 @@ mod tests {
 
     #[test]
     fn what_cannot_be_redriven_says_why() {
-        assert!(redrive_entry("nope", "b").unwrap_err().contains("not JSON"));
-        assert!(redrive_entry(r#"{"a":1}"#, "b").unwrap_err().contains("unknown shape"));
+        let why = |body: &str| redrive_entry(body, "b").expect_err(body);
+        assert!(matches!(why("nope"), NotRedrivable::NotJson(_)) && why("nope").to_string().starts_with("not JSON"));
+        assert!(why(r#"{"a":1}"#).to_string().contains("unknown shape"));
         let batch = r#"{"requestContext":{"condition":"RetryAttemptsExhausted"},"DDBStreamBatchInfo":{"shardId":"s"}}"#;
-        assert!(redrive_entry(batch, "b").unwrap_err().contains("replay it through the relay"));
+        assert!(why(batch).to_string().contains("replay it through the relay"));
         let string_detail = r#"{"detail-type":"OrderCreated","source":"s","detail":"{\"a\":1}"}"#;
-        assert!(redrive_entry(string_detail, "b").unwrap_err().contains("not a JSON object"));
+        assert!(matches!(why(string_detail), NotRedrivable::DetailNotObject));
+        let relay_failure = r#"{"kind":"outbox-relay-failure","record":{"dynamodb":{}}}"#;
+        assert!(matches!(why(relay_failure), NotRedrivable::NoNewImage), "{}", why(relay_failure));
     }
 }

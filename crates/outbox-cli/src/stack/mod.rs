@@ -350,28 +350,34 @@ impl Stack {
     /// `at` names the property in errors.
     ///
     /// # Errors
-    /// A message when `value` is not a queue of the stack (only SQS destinations run locally).
-    pub fn destination_url(&self, value: &serde_yaml_ng::Value, at: &str) -> Result<String, String> {
-        let arn = self.resolver.resolve_string(value, at).map_err(|e| e.to_string())?;
-        self.queue_by_arn(&arn)
-            .map(|q| q.url.clone())
-            .ok_or_else(|| format!("{at}: {arn} is not an SQS queue of the template (only SQS destinations run locally)"))
+    /// [`TemplateError::Unsupported`] when `value` is not a queue of the stack (only SQS
+    /// destinations run locally), or cannot be resolved.
+    pub fn destination_url(&self, value: &serde_yaml_ng::Value, at: &str) -> Result<String, TemplateError> {
+        let arn = self.resolver.resolve_string(value, at)?;
+        self.queue_by_arn(&arn).map(|q| q.url.clone()).ok_or_else(|| TemplateError::Unsupported {
+            at: at.to_owned(),
+            reason: format!("{arn} is not an SQS queue of the template (only SQS destinations run locally)"),
+        })
     }
 
     /// The on-failure destination `value` resolves to: a queue or a bucket of the template; `at`
     /// names the property in errors.
     ///
     /// # Errors
-    /// A message when `value` is neither (SNS and Kafka destinations do not run locally).
-    pub fn destination(&self, value: &serde_yaml_ng::Value, at: &str) -> Result<Destination, String> {
-        let arn = self.resolver.resolve_string(value, at).map_err(|e| e.to_string())?;
+    /// [`TemplateError::Unsupported`] when `value` is neither (SNS and Kafka destinations do not
+    /// run locally), or cannot be resolved.
+    pub fn destination(&self, value: &serde_yaml_ng::Value, at: &str) -> Result<Destination, TemplateError> {
+        let arn = self.resolver.resolve_string(value, at)?;
         if let Some(q) = self.queue_by_arn(&arn) {
             return Ok(Destination::Sqs { url: q.url.clone() });
         }
         if let Some(b) = self.buckets.iter().find(|b| format!("arn:aws:s3:::{}", b.name) == arn) {
             return Ok(Destination::S3 { bucket: b.name.clone() });
         }
-        Err(format!("{at}: {arn} is not an SQS queue or S3 bucket of the template (only those destinations run locally)"))
+        Err(TemplateError::Unsupported {
+            at: at.to_owned(),
+            reason: format!("{arn} is not an SQS queue or S3 bucket of the template (only those destinations run locally)"),
+        })
     }
 
     /// The queue of the template with `logical_id`.

@@ -2,7 +2,8 @@
 //! streams and TTL, queues with their redrive policies, rules.
 
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, StreamSpecification, StreamViewType, TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection, ProjectionType, ScalarAttributeType,
+    StreamSpecification, StreamViewType, TimeToLiveSpecification,
 };
 
 use super::{Mode, QueueInfo, StackError};
@@ -20,10 +21,19 @@ pub(super) fn aws_err<E: std::error::Error + 'static>(action: impl Into<String>)
 }
 
 /// Creates `table` unless it exists; enables its TTL; returns its latest stream ARN.
+///
+/// # Errors
+/// [`StackError::Aws`] naming the call: `DescribeTable` failing otherwise than with
+/// `ResourceNotFoundException` (the only answer that means "absent": a throttle, an expired
+/// token or a refused permission must not be read as a missing table), `CreateTable`, or the
+/// TTL calls.
 pub(super) async fn create_table(client: &aws_sdk_dynamodb::Client, table: &TableSpec) -> Result<Option<String>, StackError> {
     let existing = client.describe_table().table_name(&table.name).send().await;
     let description = match existing {
         Ok(out) => out.table,
+        Err(e) if !e.as_service_error().is_some_and(|e| e.is_resource_not_found_exception()) => {
+            return Err(aws_err(format!("DescribeTable {}", table.name))(e));
+        }
         Err(_) => {
             let mut request = client.create_table().table_name(&table.name).billing_mode(BillingMode::PayPerRequest);
             for (name, kind) in &table.attributes {
@@ -34,13 +44,21 @@ pub(super) async fn create_table(client: &aws_sdk_dynamodb::Client, table: &Tabl
                     .map_err(aws_err("AttributeDefinition"))?;
                 request = request.attribute_definitions(definition);
             }
-            for (name, kind) in &table.key_schema {
-                let element = KeySchemaElement::builder()
-                    .attribute_name(name)
-                    .key_type(KeyType::from(kind.as_str()))
-                    .build()
-                    .map_err(aws_err("KeySchemaElement"))?;
+            for element in key_schema(&table.key_schema)? {
                 request = request.key_schema(element);
+            }
+            for index in &table.global_indexes {
+                let projection = Projection::builder()
+                    .projection_type(ProjectionType::from(index.projection.as_str()))
+                    .set_non_key_attributes(Some(index.non_key_attributes.clone()).filter(|a| !a.is_empty()))
+                    .build();
+                let index = GlobalSecondaryIndex::builder()
+                    .index_name(&index.name)
+                    .set_key_schema(Some(key_schema(&index.key_schema)?))
+                    .projection(projection)
+                    .build()
+                    .map_err(aws_err(format!("GlobalSecondaryIndex {}", index.name)))?;
+                request = request.global_secondary_indexes(index);
             }
             if let Some(view) = &table.stream_view_type {
                 let spec = StreamSpecification::builder()
@@ -73,6 +91,16 @@ pub(super) async fn create_table(client: &aws_sdk_dynamodb::Client, table: &Tabl
         }
     }
     Ok(description.and_then(|d| d.latest_stream_arn))
+}
+
+/// `(AttributeName, KeyType)` pairs as the SDK's key schema.
+fn key_schema(pairs: &[(String, String)]) -> Result<Vec<KeySchemaElement>, StackError> {
+    pairs
+        .iter()
+        .map(|(name, kind)| {
+            KeySchemaElement::builder().attribute_name(name).key_type(KeyType::from(kind.as_str())).build().map_err(aws_err("KeySchemaElement"))
+        })
+        .collect()
 }
 
 /// The ARN of queue `name`.
@@ -109,4 +137,60 @@ pub(super) async fn queue(sqs: &aws_sdk_sqs::Client, spec: &QueueSpec, region: &
     // The URL names the queue's account (`…/<account>/<name>`): the ARN is right on AWS too.
     let account = url.trim_end_matches('/').rsplit('/').nth(1).filter(|a| a.chars().all(|c| c.is_ascii_digit()) && !a.is_empty()).unwrap_or(account);
     Ok(QueueInfo { logical_id: spec.logical_id.clone(), name: spec.name.clone(), arn: queue_arn(region, account, &spec.name), url })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::operation::create_table::CreateTableOutput;
+    use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
+    use aws_sdk_dynamodb::types::error::ResourceNotFoundException;
+    use aws_smithy_mocks::{mock, mock_client, RuleMode};
+
+    fn spec() -> TableSpec {
+        TableSpec {
+            logical_id: "OutboxTable".into(),
+            name: "s-outbox".into(),
+            attributes: vec![("pk".into(), "S".into()), ("event_id".into(), "S".into())],
+            key_schema: vec![("pk".into(), "HASH".into())],
+            stream_view_type: None,
+            ttl_attribute: None,
+            global_indexes: vec![crate::template::IndexSpec {
+                name: "by-event-id".into(),
+                key_schema: vec![("event_id".into(), "HASH".into())],
+                projection: "KEYS_ONLY".into(),
+                non_key_attributes: Vec::new(),
+            }],
+        }
+    }
+
+    fn http(status: u16, body: &'static str) -> aws_smithy_runtime_api::http::Response {
+        aws_smithy_runtime_api::http::Response::new(
+            aws_smithy_runtime_api::http::StatusCode::try_from(status).expect("a status"),
+            aws_smithy_types::body::SdkBody::from(body),
+        )
+    }
+
+    #[tokio::test]
+    async fn only_resource_not_found_means_absent() {
+        // Absent: created, with its event-id index.
+        let absent = mock!(aws_sdk_dynamodb::Client::describe_table)
+            .then_error(|| DescribeTableError::ResourceNotFoundException(ResourceNotFoundException::builder().message("no table").build()));
+        let create = mock!(aws_sdk_dynamodb::Client::create_table)
+            .match_requests(|r| r.global_secondary_indexes().first().map(|i| i.index_name()) == Some("by-event-id"))
+            .then_output(|| CreateTableOutput::builder().build());
+        let dynamodb = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&absent, &create]);
+        create_table(&dynamodb, &spec()).await.expect("created");
+        assert_eq!(create.num_calls(), 1);
+
+        // Any other error (a refused permission, a throttle) is an error, and nothing is created.
+        let denied = mock!(aws_sdk_dynamodb::Client::describe_table).then_http_response(|| {
+            http(400, r#"{"__type":"com.amazon.coral.service#AccessDeniedException","message":"not allowed to DescribeTable"}"#)
+        });
+        let create = mock!(aws_sdk_dynamodb::Client::create_table).then_output(|| CreateTableOutput::builder().build());
+        let dynamodb = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&denied, &create]);
+        let err = create_table(&dynamodb, &spec()).await.expect_err("not read as absent").to_string();
+        assert!(err.starts_with("DescribeTable s-outbox: ") && err.contains("AccessDenied"), "{err}");
+        assert_eq!(create.num_calls(), 0, "no CreateTable over a table that may exist");
+    }
 }

@@ -37,8 +37,8 @@ pub use functions::no_binary;
 pub use intrinsics::Resolver;
 pub use nested::NestedApp;
 pub use specs::{
-    BucketSpec, BusSpec, EventInvokeSpec, FunctionEvent, FunctionSpec, QueueSpec, RuleSpec, SqsMappingSpec, StandaloneRuleSpec, StreamMappingSpec,
-    TableSpec,
+    BucketSpec, BusSpec, EventInvokeSpec, FunctionEvent, FunctionSpec, IndexSpec, QueueSpec, RuleSpec, SqsMappingSpec, StandaloneRuleSpec,
+    StreamMappingSpec, TableSpec,
 };
 
 /// A template the local runtime cannot use.

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_yaml_ng::Value;
 
 use super::intrinsics::Resolver;
-use super::specs::{BucketSpec, BusSpec, QueueSpec, StandaloneRuleSpec, TableSpec};
+use super::specs::{BucketSpec, BusSpec, IndexSpec, QueueSpec, StandaloneRuleSpec, TableSpec};
 use super::{unsupported, Template, TemplateError};
 
 impl Template {
@@ -23,8 +23,8 @@ impl Template {
                     Some(v) => r.resolve_string(v, &at("TableName"))?,
                     None => super::physical_name(&r.stack_name, &id),
                 };
-                let pairs = |prop: &str, a: &str, b: &str| -> Result<Vec<(String, String)>, TemplateError> {
-                    let seq = p.get(prop).and_then(Value::as_sequence).ok_or_else(|| unsupported(at(prop), "must be a list"))?;
+                let pairs_of = |list: Option<&Value>, prop: &str, a: &str, b: &str| -> Result<Vec<(String, String)>, TemplateError> {
+                    let seq = list.and_then(Value::as_sequence).ok_or_else(|| unsupported(at(prop), "must be a list"))?;
                     seq.iter()
                         .map(|e| {
                             let x = e.get(a).and_then(Value::as_str);
@@ -36,12 +36,35 @@ impl Template {
                         })
                         .collect()
                 };
+                let pairs = |prop: &str, a: &str, b: &str| pairs_of(p.get(prop), prop, a, b);
+                let indexes = p.get("GlobalSecondaryIndexes").and_then(Value::as_sequence).map(Vec::as_slice).unwrap_or_default();
+                let global_indexes = indexes
+                    .iter()
+                    .map(|index| {
+                        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+                        let projection = index.get("Projection");
+                        Ok(IndexSpec {
+                            name: text(index.get("IndexName"))
+                                .ok_or_else(|| unsupported(at("GlobalSecondaryIndexes"), "every index needs an IndexName as a plain string"))?,
+                            key_schema: pairs_of(index.get("KeySchema"), "GlobalSecondaryIndexes.KeySchema", "AttributeName", "KeyType")?,
+                            projection: text(projection.and_then(|p| p.get("ProjectionType"))).unwrap_or_else(|| "KEYS_ONLY".into()),
+                            non_key_attributes: projection
+                                .and_then(|p| p.get("NonKeyAttributes"))
+                                .and_then(Value::as_sequence)
+                                .into_iter()
+                                .flatten()
+                                .filter_map(|a| text(Some(a)))
+                                .collect(),
+                        })
+                    })
+                    .collect::<Result<Vec<_>, TemplateError>>()?;
                 let ttl = p.get("TimeToLiveSpecification").filter(|t| t.get("Enabled").and_then(Value::as_bool) == Some(true));
                 Ok(TableSpec {
                     attributes: pairs("AttributeDefinitions", "AttributeName", "AttributeType")?,
                     key_schema: pairs("KeySchema", "AttributeName", "KeyType")?,
                     stream_view_type: p.get("StreamSpecification").and_then(|s| s.get("StreamViewType")).and_then(Value::as_str).map(str::to_owned),
                     ttl_attribute: ttl.and_then(|t| t.get("AttributeName")).and_then(Value::as_str).map(str::to_owned),
+                    global_indexes,
                     logical_id: id,
                     name,
                 })

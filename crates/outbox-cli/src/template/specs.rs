@@ -20,6 +20,21 @@ pub struct TableSpec {
     pub stream_view_type: Option<String>,
     /// `TimeToLiveSpecification.AttributeName`, when enabled.
     pub ttl_attribute: Option<String>,
+    /// `GlobalSecondaryIndexes`.
+    pub global_indexes: Vec<IndexSpec>,
+}
+
+/// A global secondary index of a table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexSpec {
+    /// `IndexName`.
+    pub name: String,
+    /// `(AttributeName, KeyType)` of `KeySchema`.
+    pub key_schema: Vec<(String, String)>,
+    /// `Projection.ProjectionType`: `KEYS_ONLY`, `INCLUDE` or `ALL`.
+    pub projection: String,
+    /// `Projection.NonKeyAttributes` (with `INCLUDE`).
+    pub non_key_attributes: Vec<String>,
 }
 
 /// An EventBridge bus.
