@@ -130,10 +130,12 @@ fn inbox_tables(context: &Context) -> Result<Vec<String>> {
 /// else the stack's only inbox table.
 fn consumer_inbox(context: &Context, consumer: &str) -> Result<String> {
     let inboxes = context.resources.inboxes();
-    match inboxes.iter().find(|(_, name)| name == consumer) {
-        Some((table, _)) => Ok(table.clone()),
-        None if inbox_tables(context).is_ok_and(|t| t.len() == 1) => Ok(inbox_tables(context)?.remove(0)),
-        None => {
+    if let Some((table, _)) = inboxes.iter().find(|(_, name)| name == consumer) {
+        return Ok(table.clone());
+    }
+    match inbox_tables(context) {
+        Ok(mut tables) if tables.len() == 1 => Ok(tables.remove(0)),
+        _ => {
             let names: Vec<&str> = inboxes.iter().map(|(_, name)| name.as_str()).collect();
             Err(Error::NotFound(format!(
                 "no consumer {consumer:?} in {} (the consumers, by CONSUMER_NAME: {}); check --consumer, or pass --table",
