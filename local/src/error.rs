@@ -2,14 +2,18 @@
 //! source. The parts with failure modes of their own keep their typed errors (the emulator's,
 //! the binaries', a checkpoint's, a fault plan's, the operator's crate's template error) and
 //! convert into [`Error::Part`] with `?`, unchanged in their messages; the operator's verbs'
-//! error ([`outbox_cli::Error`]) converts into [`Error::Operator`].
+//! error ([`outbox_cli::Error`]) converts into [`Error::Operator`]. A failed AWS call and a failed
+//! file operation are the operator's variants ([`outbox_cli::Error::Aws`], [`outbox_cli::Error::Io`])
+//! inside [`Error::Operator`], made by [`Error::aws`] and [`Error::io`]: one definition for both
+//! binaries.
 //!
 //! At the bottom of the layers: every folder may use it, it uses none of them.
 
 use std::path::PathBuf;
 
-/// An error of any other library, kept as the source of an [`Error`].
-pub type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
+/// An error of any other library, kept as the source of an [`Error`] (the operator's crate's
+/// [`outbox_cli::error::BoxError`]).
+pub use outbox_cli::error::BoxError as Source;
 
 /// What went wrong in the local runtime. The message says what was being done (the AWS
 /// operation and its resource, the file, the function, the request) and why, as the commands
@@ -17,23 +21,6 @@ pub type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// An AWS call (on the emulator, or on AWS) failed: the operation and what it was on; the
-    /// SDK's error, printed with its context (service error code and message).
-    #[error("{operation}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(source.as_ref()))]
-    Aws {
-        /// The operation and its resource, e.g. `Scan orders`.
-        operation: String,
-        /// The SDK's error.
-        source: Source,
-    },
-    /// A file or directory could not be read, written or created.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file or directory.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
     /// The template, the stack or a local settings file does not hold what is needed, or holds
     /// a value the runtime cannot use; the message names the field or resource.
     #[error("{0}")]
@@ -64,8 +51,9 @@ pub enum Error {
     /// checkpoint, a fault plan, the template): its error, message unchanged.
     #[error(transparent)]
     Part(Source),
-    /// A verb of the operator's crate (`outbox-cli`: dead-letter queues, trace, ordering) failed:
-    /// its error, message unchanged.
+    /// A verb of the operator's crate (`outbox-cli`: dead-letter queues, trace, ordering) failed,
+    /// or an AWS call or a file operation of the runtime did ([`Error::aws`], [`Error::io`]): the
+    /// operator's error, message unchanged.
     #[error(transparent)]
     Operator(#[from] outbox_cli::Error),
 }
@@ -74,16 +62,18 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    /// A closure for `map_err`: an AWS SDK error of `operation` (e.g. `format!("Scan {table}")`).
+    /// A closure for `map_err`: an AWS SDK error of `operation` (e.g. `format!("Scan {table}")`),
+    /// as [`outbox_cli::Error::Aws`] (printed `operation: <the SDK error with its context>`).
     pub fn aws<E: std::error::Error + Send + Sync + 'static>(operation: impl Into<String>) -> impl FnOnce(E) -> Self {
-        let operation = operation.into();
-        move |e| Self::Aws { operation, source: Box::new(e) }
+        let aws = outbox_cli::Error::aws(operation);
+        move |e| Self::Operator(aws(e))
     }
 
-    /// A closure for `map_err`: an I/O error on `path`.
+    /// A closure for `map_err`: an I/O error on `path`, as [`outbox_cli::Error::Io`] (printed
+    /// `path: error`).
     pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
-        let path = path.into();
-        move |source| Self::Io { path, source }
+        let io = outbox_cli::Error::io(path);
+        move |e| Self::Operator(io(e))
     }
 
     /// A closure for `map_err`: another library's error while doing `context`.
