@@ -35,7 +35,10 @@
 //! whole process through a Lambda Runtime API, logs on at the template's level, against a
 //! stand-in `PutEvents` with 0, 10, 30 and 100 ms added latency. It prints events/s per shard
 //! for three mixes of aggregates (order on the bus checked) and, at 0 ms, the process's CPU per
-//! `PutEvents` call and its log bytes per event. No emulator is started.
+//! `PutEvents` call and its log bytes per event. `--process-consumer PROGRAM` (the inventory
+//! consumer's release binary, `target/release/reserve-inventory`) does the same for the consumer:
+//! its CPU per `TransactWriteItems` and log bytes per event ([`whole_process`]). No emulator is
+//! started in either.
 //!
 //! `--flavor current|multi` picks the tokio runtime the handlers run on (default `current`, the
 //! relay's and the consumer's `#[tokio::main(flavor = "current_thread")]`).
@@ -59,11 +62,17 @@ use outbox_lambda::Env;
 use outbox_local::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
 use outbox_local::emulator::Emulator;
 use outbox_local::lambda::function::{lambda_environment, LocalFunction, Placement};
+
 use outbox_local::options::RuntimeOptions;
 use outbox_local::stack::{Mode, Stack};
 use outbox_local::stats::Stats;
 use outbox_local::template::Template;
 use serde_json::{json, Value};
+use whole_process::child_figures;
+
+// Not benches/whole_process.rs: cargo would take that file for a benchmark of its own.
+#[path = "functions/whole_process.rs"]
+mod whole_process;
 
 const EVENTS: usize = 1000;
 const RELAY_BATCH: usize = 100;
@@ -199,10 +208,11 @@ struct Args {
     only: Option<String>,
     endpoint: Option<String>,
     process: Option<PathBuf>,
+    process_consumer: Option<PathBuf>,
 }
 
 fn args() -> Args {
-    let mut a = Args { runs: 5, bootstrap: None, current_thread: true, only: None, endpoint: None, process: None };
+    let mut a = Args { runs: 5, bootstrap: None, current_thread: true, only: None, endpoint: None, process: None, process_consumer: None };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -212,6 +222,7 @@ fn args() -> Args {
             "--only" => a.only = it.next(),
             "--endpoint" => a.endpoint = it.next(),
             "--process" => a.process = it.next().map(PathBuf::from),
+            "--process-consumer" => a.process_consumer = it.next().map(PathBuf::from),
             // `cargo bench` passes `--bench`.
             _ => {}
         }
@@ -227,8 +238,13 @@ fn main() {
 }
 
 async fn bench(args: Args) {
-    if let Some(program) = &args.process {
-        whole_process(program, args.runs).await;
+    if args.process.is_some() || args.process_consumer.is_some() {
+        if let Some(program) = &args.process {
+            whole_process::relay(program, args.runs).await;
+        }
+        if let Some(program) = &args.process_consumer {
+            whole_process::consumer(program, args.runs).await;
+        }
         return;
     }
     let emulator = match &args.endpoint {
@@ -377,224 +393,4 @@ fn spread(values: &mut [f64], unit: &str) -> String {
     values.sort_by(f64::total_cmp);
     let n = values.len();
     format!("median {:.1}{unit} (min {:.1} / max {:.1})", values[n / 2], values[0], values[n - 1])
-}
-
-/// Of this process's child named `comm`: its peak resident set (`VmHWM`, kB) and the CPU time
-/// all its threads have spent (the first field of each `/proc/PID/task/TID/schedstat`, ns).
-fn child_figures(comm: &str) -> Option<(u64, Duration)> {
-    let me = std::process::id().to_string();
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
-        let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim).map(str::to_owned);
-        if field("Name:").as_deref() == Some(comm) && field("PPid:").as_deref() == Some(me.as_str()) {
-            let peak = field("VmHWM:").and_then(|v| v.trim_end_matches("kB").trim().parse().ok())?;
-            let cpu_ns: u64 = std::fs::read_dir(entry.path().join("task"))
-                .ok()?
-                .flatten()
-                .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
-                .filter_map(|stat| stat.split_whitespace().next().and_then(|ns| ns.parse::<u64>().ok()))
-                .sum();
-            return Some((peak, Duration::from_nanos(cpu_ns)));
-        }
-    }
-    None
-}
-
-/// The stand-in EventBridge of the whole-process figures: answers `PutEvents` (AWS JSON 1.1,
-/// `X-Amz-Target: AWSEvents.PutEvents`) after `latency_ms`, accepting every entry, and records
-/// each entry's (`detail.metadata.subject`, `detail.metadata.sequence`) in the order it accepted
-/// them. It runs in this process, so its CPU is not the relay's.
-#[derive(Debug, Clone, Default)]
-struct FakeBus {
-    latency_ms: Arc<std::sync::atomic::AtomicU64>,
-    accepted: Arc<Mutex<Vec<(String, u64)>>>,
-    calls: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl FakeBus {
-    async fn start() -> (String, FakeBus) {
-        let bus = FakeBus::default();
-        let app = axum::Router::new().route("/", axum::routing::post(fake_put_events)).with_state(bus.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("a port for the fake bus: {e}"));
-        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        (format!("http://{addr}"), bus)
-    }
-
-    fn take_accepted(&self) -> Vec<(String, u64)> {
-        std::mem::take(&mut *self.accepted.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-
-    fn calls(&self) -> usize {
-        self.calls.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-async fn fake_put_events(
-    axum::extract::State(bus): axum::extract::State<FakeBus>,
-    headers: axum::http::HeaderMap,
-    body: axum::body::Bytes,
-) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    let target = headers.get("x-amz-target").and_then(|t| t.to_str().ok()).unwrap_or_default();
-    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let entries = request["Entries"].as_array().cloned().unwrap_or_default();
-    if target != "AWSEvents.PutEvents" || entries.is_empty() {
-        let error = json!({"__type": "ValidationException", "message": format!("the fake bus answers PutEvents only, not {target:?}")});
-        return (axum::http::StatusCode::BAD_REQUEST, [("content-type", "application/x-amz-json-1.1")], error.to_string()).into_response();
-    }
-    let latency = bus.latency_ms.load(std::sync::atomic::Ordering::SeqCst);
-    if latency > 0 {
-        tokio::time::sleep(Duration::from_millis(latency)).await;
-    }
-    let n = bus.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let mut results = Vec::with_capacity(entries.len());
-    {
-        let mut accepted = bus.accepted.lock().unwrap_or_else(|p| p.into_inner());
-        for (i, entry) in entries.iter().enumerate() {
-            let detail: Value = entry["Detail"].as_str().and_then(|d| serde_json::from_str(d).ok()).unwrap_or(Value::Null);
-            let metadata = &detail["metadata"];
-            accepted.push((metadata["subject"].as_str().unwrap_or_default().to_owned(), metadata["sequence"].as_u64().unwrap_or(0)));
-            results.push(json!({"EventId": format!("fake-{n}-{i}")}));
-        }
-    }
-    let answer = json!({"FailedEntryCount": 0, "Entries": results});
-    ([("content-type", "application/x-amz-json-1.1")], answer.to_string()).into_response()
-}
-
-/// The three mixes of a relay batch of 100 events: 100 distinct aggregates; 10 aggregates × 10
-/// events interleaved as a busy table's stream interleaves them (1 of each, then 2 of each, …);
-/// one hot aggregate × 100. Fresh aggregate ids per `run`.
-fn mix_batch(mix: usize, run: usize) -> Value {
-    let (aggregates, per_aggregate) = [(100, 1), (10, 10), (1, 100)][mix];
-    let mut records = Vec::with_capacity(RELAY_BATCH);
-    for s in 1..=per_aggregate {
-        for a in 0..aggregates {
-            let n = records.len();
-            let aggregate = format!("mix{mix}-run{run}-{a}");
-            let mut item = outbox::testing::sample_item(&format!("01a22651-6c7b-7e1a-{mix}{run:03}-{n:012}"), &aggregate, 200);
-            item.sequence = s as u64;
-            item.sk = outbox::envelope::OutboxItem::sort_key(item.sequence);
-            records.push(outbox::testing::insert_record(&item, (run * RELAY_BATCH + n + 1) as u64).unwrap_or_else(|e| panic!("converts: {e}")));
-        }
-    }
-    json!({ "Records": records })
-}
-
-const MIXES: [&str; 3] = ["100 distinct aggregates", "10 aggregates × 10, interleaved", "1 aggregate × 100"];
-
-/// Whether every aggregate's events were accepted once each, in sequence order.
-fn order_kept(accepted: &[(String, u64)]) -> bool {
-    let mut last: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
-    accepted.iter().all(|(aggregate, sequence)| {
-        let previous = last.insert(aggregate, *sequence).unwrap_or(0);
-        *sequence == previous + 1
-    })
-}
-
-/// The relay's release binary as a whole process, as Lambda runs it: started through a Lambda
-/// Runtime API served by `outbox-local` ([`LocalFunction`]), with the template's logging
-/// settings (`LoggingConfig`: JSON, `ApplicationLogLevel`), its stdout counted, against
-/// [`FakeBus`] with 0, 10, 30 and 100 ms added to every `PutEvents` answer. Prints events/s per
-/// shard (100 events per invocation ÷ the invocation's wall time, median of `runs`) with the
-/// order on the bus checked, and at 0 ms the process's CPU per `PutEvents` call (all its
-/// threads, `/proc/PID/task/*/schedstat`) and its log bytes per event.
-async fn whole_process(program: &Path, runs: usize) {
-    let template = Template::load(&root().join("template.yaml")).unwrap_or_else(|e| panic!("template.yaml: {e}"));
-    let spec = template
-        .functions()
-        .unwrap_or_else(|e| panic!("template.yaml: {e}"))
-        .into_iter()
-        .find(|f| f.logical_id == RELAY)
-        .unwrap_or_else(|| panic!("{RELAY} in the template"));
-    let program = program.canonicalize().unwrap_or_else(|e| panic!("{}: {e}", program.display()));
-    let comm: String = program.file_name().map(|n| n.to_string_lossy().chars().take(15).collect()).unwrap_or_default();
-    let (endpoint, bus) = FakeBus::start().await;
-    let scratch = std::env::temp_dir().join(format!("relay-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch).unwrap_or_else(|e| panic!("{}: {e}", scratch.display()));
-    let log = scratch.join("stdout.log");
-    // The instance's stdout is copied to `log` on its way to the local runtime: `exec` keeps
-    // the process id (and `comm` is the program's), so the figures are the program's.
-    let wrapper = scratch.join("run");
-    std::fs::write(&wrapper, "#!/usr/bin/env bash\nexec > >(tee -a \"$BENCH_LOG\")\nexec \"$BENCH_PROGRAM\"\n").unwrap_or_else(|e| panic!("{e}"));
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap_or_else(|e| panic!("{e}"));
-    }
-    let mut variables: std::collections::HashMap<String, String> =
-        spec.environment.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_owned()))).collect();
-    variables.insert("EVENT_BUS_NAME".into(), "bench-bus".into());
-    // The table of `outbox::testing::insert_record`'s stream ARN (a relay that reads
-    // `OUTBOX_TABLE` skips any other table's records; an older one ignores the variable).
-    variables.insert("OUTBOX_TABLE".into(), "t".into());
-    variables.insert("RELAY_DLQ_URL".into(), format!("{endpoint}/{EMULATOR_ACCOUNT}/bench-relay-dlq"));
-    let placement = Placement { region: "us-east-1".into(), endpoint: Some(endpoint.clone()), function_name: format!("bench-{RELAY}") };
-    let mut env = lambda_environment(&spec, &variables, &placement);
-    env.push(("BENCH_LOG".into(), log.display().to_string()));
-    env.push(("BENCH_PROGRAM".into(), program.display().to_string()));
-    let level = env.iter().find(|(k, _)| k == "AWS_LAMBDA_LOG_LEVEL").map(|(_, v)| v.clone()).unwrap_or_else(|| "(unset: INFO)".into());
-    let f = LocalFunction::new(spec.clone(), "arn:bench".into(), wrapper, env, Arc::new(Stats::default()), &RuntimeOptions::default());
-    let invoke = |payload: String| {
-        let f = &f;
-        async move {
-            let started = Instant::now();
-            let invocation = f.invoke(&payload).await;
-            let elapsed = started.elapsed();
-            let response = invocation.result.unwrap_or_else(|d| panic!("{}: {}", d.error_type, d.error_message));
-            assert!(response["batchItemFailures"].as_array().is_some_and(Vec::is_empty), "benchmark setup: everything publishes: {response}");
-            elapsed
-        }
-    };
-    invoke(mix_batch(0, 999).to_string()).await;
-    bus.take_accepted();
-    tokio::time::sleep(Duration::from_millis(300)).await; // tee catches up
-    let first_lines = std::fs::read_to_string(&log).unwrap_or_default();
-    println!("\nthe warm-up invocation's log:\n{}", first_lines.trim_end());
-    println!(
-        "\nwhole process: {} ({:.1} MB) through a Lambda Runtime API, AWS_LAMBDA_LOG_LEVEL {level}, fake PutEvents at {endpoint}; {runs} invocations of 100 events per cell, {} cores shared with other builds",
-        program.display(),
-        std::fs::metadata(&program).map(|m| m.len()).unwrap_or(0) as f64 / 1e6,
-        std::thread::available_parallelism().map_or(0, |n| n.get())
-    );
-    println!("\n| batch of 100 events | events/s per shard at +0 ms | +10 ms | +30 ms | +100 ms | order on the bus |");
-    println!("|---|---|---|---|---|---|");
-    let mut per_call: Vec<String> = Vec::new();
-    for (mix, name) in MIXES.iter().enumerate() {
-        let mut cells = Vec::new();
-        let mut kept = true;
-        for latency in [0u64, 10, 30, 100] {
-            bus.latency_ms.store(latency, std::sync::atomic::Ordering::SeqCst);
-            let (cpu_before, calls_before, log_before) =
-                (child_figures(&comm).map(|(_, c)| c).unwrap_or_default(), bus.calls(), std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0));
-            let mut seconds = Vec::with_capacity(runs);
-            for run in 0..runs {
-                seconds.push(invoke(mix_batch(mix, run + 1000 * latency as usize).to_string()).await.as_secs_f64());
-            }
-            kept &= order_kept(&bus.take_accepted());
-            seconds.sort_by(f64::total_cmp);
-            cells.push(format!("{:.0}", RELAY_BATCH as f64 / seconds[seconds.len() / 2]));
-            if latency == 0 {
-                tokio::time::sleep(Duration::from_millis(300)).await; // tee catches up
-                let cpu = child_figures(&comm).map(|(_, c)| c).unwrap_or_default().saturating_sub(cpu_before);
-                let calls = bus.calls() - calls_before;
-                let log_bytes = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0).saturating_sub(log_before);
-                let events = (runs * RELAY_BATCH) as f64;
-                per_call.push(format!(
-                    "| {name} | {:.2} | {:.3} | {:.0} |",
-                    calls as f64 / runs as f64,
-                    cpu.as_secs_f64() * 1e3 / calls.max(1) as f64,
-                    log_bytes as f64 / events
-                ));
-            }
-        }
-        println!("| {name} | {} | {} |", cells.join(" | "), if kept { "kept" } else { "BROKEN" });
-    }
-    println!("\n| batch of 100 small events, +0 ms | PutEvents calls per invocation | process CPU ms per PutEvents call (all threads) | log bytes per event (stdout: log lines + EMF) |");
-    println!("|---|---|---|---|");
-    for row in per_call {
-        println!("{row}");
-    }
-    f.stop();
-    let _ = std::fs::remove_dir_all(&scratch);
 }
