@@ -88,6 +88,8 @@ pub async fn run(inv: &Invocation, template: Template, args: &ProofArgs) -> outb
     }
     let (local, injector) = local_with_faults(cli, template, root, stack_name, !json, None, Some(plan)).await?;
     let injector = injector.ok_or_else(|| outbox_local::Error::expectation("no fault injector"))?;
+    // The service's books, chosen by the template's functions (the sample's, or my-service's).
+    let books = books::detect(&local.runtime)?;
     // A fault for a function the template does not have would never apply: refuse the plan.
     for fault in &injector.plan().faults {
         if let Some(Err(e)) = fault.function.as_deref().map(|f| local.runtime.function(f)) {
@@ -130,11 +132,9 @@ pub async fn run(inv: &Invocation, template: Template, args: &ProofArgs) -> outb
         emulator_pid: local._emulator.as_ref().and_then(Emulator::pid),
         hot_aggregate: hot_aggregate.map(|n| n as usize),
     };
-    // The service's books, chosen by the template's functions (the sample's, or my-service's).
-    let result = match books::detect(&local.runtime) {
-        Ok(Detected::Orders(books)) => proof::run(local.runtime.clone(), api, injector, &options, &books).await,
-        Ok(Detected::Customers(books)) => proof::run(local.runtime.clone(), api, injector, &options, &books).await,
-        Err(e) => Err(e),
+    let result = match &books {
+        Detected::Orders(books) => proof::run(local.runtime.clone(), api, injector, &options, books).await,
+        Detected::Customers(books) => proof::run(local.runtime.clone(), api, injector, &options, books).await,
     };
     running.stop(&local.runtime).await;
     let report = result?;
