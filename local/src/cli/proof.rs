@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use outbox_local::emulator::Emulator;
 use outbox_local::faults::FaultPlan;
+use outbox_local::scenarios::books::{self, Detected};
 use outbox_local::scenarios::proof::{self, ProofOptions};
 use outbox_local::template::Template;
 
@@ -44,6 +45,12 @@ pub struct ProofArgs {
     /// everything but never-succeeding events took effect on its own.
     #[arg(long)]
     pub no_redrive: bool,
+    /// The hot-aggregate scenario as well: N events of ONE aggregate (default 100), types
+    /// repeating, one settled by a `Duplicate` fallback, put on the bus shuffled; checks that
+    /// the ordered consumer applied all N in sequence order (the sample's books; `--orders 0`
+    /// runs it alone).
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "100", value_parser = clap::value_parser!(u64).range(3..=1000))]
+    pub hot_aggregate: Option<u64>,
 }
 
 /// Runs `proof`.
@@ -54,7 +61,7 @@ pub async fn run(inv: &Invocation, template: Template, args: &ProofArgs) -> outb
     let cli = &inv.cli;
     let root = inv.root.as_path();
     let stack_name = inv.stack_name.as_str();
-    let ProofArgs { orders, cancel_every, plan, seed, concurrency, quiet, timeout, json, no_redrive } = args;
+    let ProofArgs { orders, cancel_every, plan, seed, concurrency, quiet, timeout, json, no_redrive, hot_aggregate } = args;
     let mut plan = match plan.as_str() {
         "default" => FaultPlan::parse(include_str!("../../faults/default.toml")).map_err(outbox_local::Error::other("the default plan"))?,
         "ci" => FaultPlan::parse(include_str!("../../faults/ci.toml")).map_err(outbox_local::Error::other("the ci plan"))?,
@@ -67,8 +74,22 @@ pub async fn run(inv: &Invocation, template: Template, args: &ProofArgs) -> outb
     if *no_redrive {
         plan.redrive = false;
     }
+    // The shipped plans name the sample's functions: on another service's template, its producer
+    // and consumer take their faults.
+    for (sample, ours) in books::stand_ins(&template.function_ids()) {
+        let mut moved = 0;
+        for fault in plan.faults.iter_mut().filter(|f| f.function.as_deref() == Some(sample)) {
+            fault.function = Some(ours.to_owned());
+            moved += 1;
+        }
+        if moved > 0 && !json {
+            eprintln!("outbox proof: the plan's {moved} fault(s) of {sample} apply to {ours}");
+        }
+    }
     let (local, injector) = local_with_faults(cli, template, root, stack_name, !json, None, Some(plan)).await?;
     let injector = injector.ok_or_else(|| outbox_local::Error::expectation("no fault injector"))?;
+    // The service's books, chosen by the template's functions (the sample's, or my-service's).
+    let books = books::detect(&local.runtime)?;
     // A fault for a function the template does not have would never apply: refuse the plan.
     for fault in &injector.plan().faults {
         if let Some(Err(e)) = fault.function.as_deref().map(|f| local.runtime.function(f)) {
@@ -109,9 +130,12 @@ pub async fn run(inv: &Invocation, template: Template, args: &ProofArgs) -> outb
         timeout: Duration::from_secs(*timeout),
         quiet: Duration::from_secs(*quiet),
         emulator_pid: local._emulator.as_ref().and_then(Emulator::pid),
+        hot_aggregate: hot_aggregate.map(|n| n as usize),
     };
-    let books = outbox_local::scenarios::books::orders::OrderBooks::of(&local.runtime)?;
-    let result = proof::run(local.runtime.clone(), api, injector, &options, &books).await;
+    let result = match &books {
+        Detected::Orders(books) => proof::run(local.runtime.clone(), api, injector, &options, books).await,
+        Detected::Customers(books) => proof::run(local.runtime.clone(), api, injector, &options, books).await,
+    };
     running.stop(&local.runtime).await;
     let report = result?;
     if *json {

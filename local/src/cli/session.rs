@@ -10,7 +10,6 @@ use outbox_local::emulator::Emulator;
 use outbox_local::faults::{FaultPlan, Injector};
 use outbox_local::lambda::binaries;
 use outbox_local::runtime::{Runtime, RuntimeOptions};
-use outbox_local::scenarios::demo;
 use outbox_local::stack::{Mode, Stack};
 use outbox_local::template::Template;
 
@@ -193,10 +192,10 @@ pub async fn wait_for_stop_signal() -> outbox_local::Result<()> {
     }
 }
 
-/// Stock for the sample SKUs (`demo::SAMPLE_SKUS`, 1,000 each) where the inventory table has
+/// Stock for the sample SKUs (`books::orders::SAMPLE_SKUS`, 1,000 each) where the inventory table has
 /// none, so orders sent to `up` or `invoke` can be reserved. Existing stock is left alone.
 pub async fn seed_sample_stock(runtime: &Runtime) {
-    match demo::seed_stock(runtime, 1000).await {
+    match outbox_local::scenarios::books::orders::seed_stock(runtime, 1000).await {
         Ok(seeded) if !seeded.is_empty() => eprintln!("seeded stock: 1000 units each of {}", seeded.join(", ")),
         Ok(_) => {}
         Err(e) => eprintln!("warning: could not seed sample stock: {e}"),

@@ -20,13 +20,14 @@ use rand::{RngCore, SeedableRng};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::{stock, Say};
+use super::Say;
 use crate::runtime::Runtime;
+use crate::scenarios::books::orders::outbox_pk;
+pub use crate::scenarios::books::orders::LARGE_SKU;
+use crate::scenarios::books::stock;
 
 /// Size of the demo order's attachment, bytes: 1 MiB, well over the 400 KB an outbox item holds.
 pub const ATTACHMENT_BYTES: usize = 1024 * 1024;
-/// The SKU only the large order uses, so its reservation is checked on its own.
-pub const LARGE_SKU: &str = "SKU-POSTER-A0";
 const QUANTITY: u64 = 1;
 
 /// The large events of the demo (`demo --json`: `large_events`).
@@ -194,7 +195,7 @@ async fn follow(
     let item = dynamodb
         .get_item()
         .table_name(outbox_table)
-        .key("pk", AttributeValue::S(OutboxItem::partition_key("Order", order_id)))
+        .key("pk", AttributeValue::S(outbox_pk(order_id)))
         .key("sk", AttributeValue::S(OutboxItem::sort_key(1)))
         .consistent_read(true)
         .send()

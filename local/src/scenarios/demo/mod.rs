@@ -25,7 +25,6 @@
 
 mod inputs;
 pub mod large;
-pub(crate) mod stock;
 pub mod subscriber;
 mod webhooks;
 
@@ -43,6 +42,8 @@ use serde_json::{json, Value};
 
 use crate::dlq;
 use crate::runtime::Runtime;
+use crate::scenarios::books::orders::{order_event, outbox_pk, OrderBooks};
+pub use crate::scenarios::books::orders::{seed_stock, SAMPLE_SKUS, SCARCE_SKU};
 use crate::stats::{percentile, Counts};
 use crate::template::FunctionEvent;
 
@@ -119,10 +120,6 @@ pub struct DemoReport {
     pub ok: bool,
 }
 
-/// The SKUs of the sample orders (events/ and the generated ones).
-pub const SAMPLE_SKUS: [&str; 5] = ["SKU-RED-MUG", "SKU-BLUE-TEE", "SKU-GREEN-CAP", "SKU-BLACK-SOCKS", "SKU-WHITE-BAG"];
-const SCARCE_SKU: &str = "SKU-LAST-ONE";
-
 struct Order {
     order_id: String,
     event_id: String,
@@ -166,27 +163,6 @@ impl Say {
     }
 }
 
-/// Puts `units` of stock for every [`SAMPLE_SKUS`] entry that has no stock item yet, in the
-/// inventory table of the stack's `ReserveInventoryFunction`; returns the SKUs it seeded. A
-/// template without that function (not the sample's) gets nothing.
-///
-/// # Errors
-/// A message when the table is unknown or DynamoDB fails.
-pub async fn seed_stock(runtime: &Runtime, units: u64) -> crate::Result<Vec<String>> {
-    let Ok(function) = runtime.function("ReserveInventoryFunction") else { return Ok(Vec::new()) };
-    let env = runtime.stack.environment(&function.spec).map_err(crate::Error::from)?;
-    let table = env.get("INVENTORY_TABLE").ok_or_else(|| crate::Error::invalid("ReserveInventoryFunction has no INVENTORY_TABLE"))?;
-    let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
-    let mut seeded = Vec::new();
-    for sku in SAMPLE_SKUS {
-        if stock::get(&dynamodb, table, sku).await?.is_none() {
-            stock::put(&dynamodb, table, sku, units).await?;
-            seeded.push(sku.to_owned());
-        }
-    }
-    Ok(seeded)
-}
-
 /// The sum of metric `name` over the stack's stream-triggered functions (the relay), from their
 /// EMF lines.
 fn relay_figure(runtime: &Runtime, counts: &Counts, name: &str) -> usize {
@@ -212,8 +188,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         runtime.stack.environment(&f.spec).map_err(crate::Error::from)
     };
     let consumer_env = env_of("ReserveInventoryFunction")?;
-    let inventory_table =
-        consumer_env.get("INVENTORY_TABLE").cloned().ok_or_else(|| crate::Error::invalid("ReserveInventoryFunction has no INVENTORY_TABLE"))?;
+    let books = OrderBooks::of(&runtime)?;
     let outbox_table =
         consumer_env.get("OUTBOX_TABLE").cloned().ok_or_else(|| crate::Error::invalid("ReserveInventoryFunction has no OUTBOX_TABLE"))?;
     let consumer_dlq = runtime
@@ -229,9 +204,9 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
 
     // 1. Stock.
     for sku in SAMPLE_SKUS {
-        stock::put(&dynamodb, &inventory_table, sku, 10_000).await.map_err(crate::Error::other("seeding stock"))?;
+        books.put_stock(&dynamodb, sku, 10_000).await.map_err(crate::Error::other("seeding stock"))?;
     }
-    stock::put(&dynamodb, &inventory_table, SCARCE_SKU, 1).await.map_err(crate::Error::other("seeding stock"))?;
+    books.put_stock(&dynamodb, SCARCE_SKU, 1).await.map_err(crate::Error::other("seeding stock"))?;
 
     // 2. Orders through the HTTP API.
     let samples = sample_orders(&options.events_dir)?;
@@ -342,7 +317,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
     let item = dynamodb
         .get_item()
         .table_name(&outbox_table)
-        .key("pk", AttributeValue::S(OutboxItem::partition_key("Order", &first.order_id)))
+        .key("pk", AttributeValue::S(outbox_pk(&first.order_id)))
         .key("sk", AttributeValue::S(OutboxItem::sort_key(1)))
         .consistent_read(true)
         .send()
@@ -394,20 +369,25 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
 
     // 6. A poison event: no retry can fix it, so the consumer dead-letters it on the first try.
     let poison_id = format!("poison-{}", uuid::Uuid::now_v7());
-    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    let poison = json!({
-        "metadata": {"id": poison_id, "type": "OrderCreated", "version": 1, "source": "example.orders", "time": now,
-                     "subject": "poison-order", "aggregate_type": "Order", "sequence": 1, "correlation_id": "demo-poison"},
-        "data": {"order_id": "poison-order", "customer_id": "c-0", "currency": "EUR", "lines": "three red mugs, please"}
-    });
+    let poison = order_event(
+        "OrderCreated",
+        &poison_id,
+        "poison-order",
+        1,
+        "demo-poison",
+        json!({"order_id": "poison-order", "customer_id": "c-0", "currency": "EUR", "lines": "three red mugs, please"}),
+    );
     put_event(&events, entry(&rule.bus_name, "OrderCreated", &poison)).await?;
     // 7. An event whose predecessor never comes: parked by the ordered consumer, not dead-lettered.
     let gap_id = format!("gap-{}", uuid::Uuid::now_v7());
-    let gap = json!({
-        "metadata": {"id": gap_id, "type": "OrderCancelled", "version": 1, "source": "example.orders", "time": now,
-                     "subject": first.order_id, "aggregate_type": "Order", "sequence": 5, "correlation_id": "demo-gap"},
-        "data": {"order_id": first.order_id, "reason": "sequence 2 to 4 never happened"}
-    });
+    let gap = order_event(
+        "OrderCancelled",
+        &gap_id,
+        &first.order_id,
+        5,
+        "demo-gap",
+        json!({"order_id": first.order_id, "reason": "sequence 2 to 4 never happened"}),
+    );
     put_event(&events, entry(&rule.bus_name, "OrderCancelled", &gap)).await?;
     dlq::wait_for_depth(&sqs, &consumer_dlq, 1, options.timeout).await.map_err(crate::Error::Operator)?;
     let inbox_table = consumer_env.get("INBOX_TABLE").cloned().ok_or_else(|| crate::Error::invalid("ReserveInventoryFunction has no INBOX_TABLE"))?;
@@ -500,12 +480,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
 
     // 10. The books.
     let counts = runtime.stats.snapshot();
-    let mut stock_reserved = 0;
-    for sku in SAMPLE_SKUS.iter().chain([&SCARCE_SKU]) {
-        if let Some((_, r)) = stock::get(&dynamodb, &inventory_table, sku).await? {
-            stock_reserved += r;
-        }
-    }
+    let stock_reserved = books.reserved(&dynamodb, SAMPLE_SKUS.into_iter().chain([SCARCE_SKU])).await?;
     let stock_expected: u64 =
         orders.iter().filter(|o| has_outcome(&counts, &o.event_id, "reserved") && o.order_id != cancelled.order_id).map(|o| o.quantity).sum();
     let effects: BTreeMap<&str, usize> = orders.iter().map(|o| (o.event_id.as_str(), counts.effects(&o.event_id))).collect();

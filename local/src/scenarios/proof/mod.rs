@@ -1,11 +1,16 @@
-//! `proof`: the pipeline under a fault plan, judged from the tables and queues.
+//! `proof`: the pipeline under a fault plan, judged from the tables and queues. What the requests
+//! are and what "took effect exactly once" means is the service's, behind
+//! [`SampleBooks`](crate::scenarios::books::SampleBooks): the order sample's (below) or
+//! `examples/my-service`'s (customers welcomed once).
 //!
-//! 1. stock for the sample SKUs; an archive rule on the bus (every event, to a queue of its
-//!    own) records what was published;
-//! 2. `--orders N` orders through the HTTP API (each with an `Idempotency-Key`, retried on 5xx,
-//!    408, 429 and transport errors as a careful client does), then a cancellation of every
-//!    `--cancel-every`-th order the API answered for (once the orders went quiet when the plan
-//!    says `cancel_after_quiet = true`);
+//! 1. the books' seed (stock for the sample SKUs); an archive rule on the bus (every event, to a
+//!    queue of its own) records what was published;
+//! 2. `--orders N` requests (orders through the HTTP API, each with an `Idempotency-Key`, retried
+//!    on 5xx, 408, 429 and transport errors as a careful client does; or direct invocations of
+//!    the producer), then the undoing request (a cancellation) of every `--cancel-every`-th
+//!    request answered for (once the requests went quiet when the plan says
+//!    `cancel_after_quiet = true`); with `--hot-aggregate N`, N events of one aggregate put on
+//!    the bus shuffled ([`hot`]);
 //! 3. waits until quiet: no function made an AWS call for `--quiet` seconds;
 //! 4. reads the dead-letter queues (each message's reason) and asks `dlq redrive --dry-run`
 //!    what it would do; when the plan says `redrive = true` (and not `--no-redrive`), redrives
@@ -29,6 +34,8 @@
 //!   applied); without a redrive, only events dead-lettered with a permanent cause are excused;
 //! * **dead letters hold only what can never succeed** (without a redrive): no dead letter whose
 //!   cause may pass later (a transient failure must heal without a person);
+//! * **the hot aggregate** (with `--hot-aggregate`): all its events applied in sequence order,
+//!   from the inbox table ([`hot`]);
 //! * **quiet**: the pipeline went quiet within `--timeout`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -37,21 +44,22 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::dlq;
 use crate::faults::{Injected, Injector};
 use crate::runtime::Runtime;
 pub use crate::scenarios::books::Invariant;
-use crate::scenarios::books::SampleBooks;
+use crate::scenarios::books::{Request, SampleBooks};
 use crate::scenarios::demo::Say;
 use crate::stack::QueueInfo;
 
+mod delivery;
+mod hot;
 mod reads;
 mod report;
 
 use crate::scenarios::books::{scan, text};
-use reads::{archive, drain_archive, send_retrying, stream_events};
+use reads::{archive, drain_archive, send, stream_events};
 pub use report::format_report;
 
 pub use crate::scenarios::books::orders::STOCK;
@@ -73,11 +81,17 @@ pub struct ProofOptions {
     pub quiet: Duration,
     /// The emulator's process id, to report its peak memory (`None`: an emulator of its own).
     pub emulator_pid: Option<u32>,
+    /// The hot-aggregate scenario: this many events of one aggregate, put on the bus shuffled
+    /// after the requests ([`hot`]); `None`: not run.
+    pub hot_aggregate: Option<usize>,
 }
 
 /// The proof's figures (`proof --json`).
 #[derive(Debug, Clone, Serialize)]
 pub struct ProofReport {
+    /// What the requests create, as the service's books name it (`orders`, `customers`): the
+    /// `orders_*` figures count these.
+    pub books: &'static str,
     /// Orders sent to the API.
     pub orders_sent: usize,
     /// Orders the API answered 2xx for.
@@ -143,15 +157,8 @@ fn names(runtime: &Runtime, consumer: &str) -> crate::Result<Names> {
     let get = |env: &HashMap<String, String>, k: &str| {
         env.get(k).cloned().ok_or_else(|| crate::Error::invalid(format!("no {k} in the function's environment")))
     };
-    let rule = runtime.stack.rules.first().ok_or_else(|| crate::Error::invalid("the template has no EventBridge rule for a consumer"))?;
-    let consumer_types = runtime
-        .stack
-        .rules
-        .iter()
-        .filter(|r| r.function == consumer)
-        .flat_map(|r| r.spec.pattern["detail-type"].as_array().cloned().unwrap_or_default())
-        .filter_map(|v| v.as_str().map(str::to_owned))
-        .collect();
+    let (bus, consumer_types) = delivery::consumer_delivery(runtime, consumer)?
+        .ok_or_else(|| crate::Error::invalid(format!("no EventBridge rule delivers events to {consumer} (its own or its queue's)")))?;
     Ok(Names {
         inbox: get(&consumer_env, "INBOX_TABLE")?,
         outbox_stream: runtime
@@ -160,7 +167,7 @@ fn names(runtime: &Runtime, consumer: &str) -> crate::Result<Names> {
             .get("OutboxTable")
             .cloned()
             .ok_or_else(|| crate::Error::invalid("the template's OutboxTable has no stream"))?,
-        bus: rule.bus_name.clone(),
+        bus,
         dead_letter_queues: runtime.stack.queues.iter().filter(|q| q.logical_id.contains("DeadLetter")).cloned().collect(),
         consumer_types,
     })
@@ -210,6 +217,16 @@ pub async fn run<B: SampleBooks>(
     let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
     let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
     let events = aws_sdk_eventbridge::Client::new(&runtime.sdk);
+    let hot = match options.hot_aggregate {
+        Some(n) => Some(books.hot_aggregate(n).ok_or_else(|| {
+            crate::Error::invalid(format!(
+                "--hot-aggregate: the {} books' consumer ({}) is not ordered; the scenario needs one",
+                books.name(),
+                books.consumer()
+            ))
+        })?),
+        None => None,
+    };
     books.seed(&dynamodb).await?;
     let archive_url = archive(&runtime, &names.bus).await?;
     let (stop_archive, archive_stopped) = tokio::sync::watch::channel(false);
@@ -223,7 +240,7 @@ pub async fn run<B: SampleBooks>(
     };
     injector.arm();
 
-    // Orders, then cancellations, through the HTTP API.
+    // Requests (orders), then the undoing requests (cancellations), as the books say.
     let client = crate::runtime::authorizer::client_as(&runtime.issuer, "proof-customer")
         .timeout(Duration::from_secs(90))
         .build()
@@ -231,16 +248,11 @@ pub async fn run<B: SampleBooks>(
     let permits = Arc::new(tokio::sync::Semaphore::new(options.concurrency.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..options.orders {
-        let (client, permits) = (client.clone(), permits.clone());
-        let (path, body) = books.request(i);
-        let url = format!("http://{api}{path}");
+        let (runtime, client, permits) = (runtime.clone(), client.clone(), permits.clone());
+        let request = books.request(i);
         tasks.spawn(async move {
             let _permit = permits.acquire().await;
-            let key = format!("proof-order-{i}");
-            let answer =
-                send_retrying(|| client.post(&url).header("content-type", "application/json").header("idempotency-key", &key).body(body.clone()))
-                    .await;
-            (i, answer)
+            (i, send(&runtime, &client, api, &request, Some(&format!("proof-order-{i}"))).await)
         });
     }
     let mut answered = Vec::new();
@@ -249,33 +261,36 @@ pub async fn run<B: SampleBooks>(
     while let Some(joined) = tasks.join_next().await {
         done += 1;
         match joined {
-            Ok((i, Some((status, body)))) if (200..300).contains(&status) => {
-                let id = serde_json::from_str::<Value>(&body).ok().and_then(|v| v["order_id"].as_str().map(str::to_owned)).unwrap_or_default();
-                answered.push((i, id));
-            }
+            Ok((i, Some((true, answer)))) => answered.push((i, books.accepted(&answer).unwrap_or_default())),
             Ok((i, answer)) => {
                 failed += 1;
-                tracing::warn!(order = i, answer = ?answer, "proof: the order was not accepted");
+                tracing::warn!(request = i, answer = ?answer, "proof: the request was not accepted");
             }
-            Err(e) => return Err(crate::Error::expectation(format!("an order task failed: {e}"))),
+            Err(e) => return Err(crate::Error::expectation(format!("a request task failed: {e}"))),
         }
-        say.progress(format!("POST /orders {done}/{}: {} answered, {failed} failed; {} AWS calls", options.orders, answered.len(), injector.calls()));
+        say.progress(format!(
+            "{} {done}/{}: {} answered, {failed} failed; {} AWS calls",
+            books.name(),
+            options.orders,
+            answered.len(),
+            injector.calls()
+        ));
     }
     answered.sort();
     if injector.plan().cancel_after_quiet {
         say.end_progress();
-        wait_quiet(&injector, options, &say, "orders sent, cancellations held back").await;
+        wait_quiet(&injector, options, &say, "requests sent, undoing ones held back").await;
     }
-    let to_cancel: Vec<String> =
-        if options.cancel_every == 0 { Vec::new() } else { answered.iter().step_by(options.cancel_every).map(|(_, id)| id.clone()).collect() };
-    for (n, id) in to_cancel.iter().enumerate() {
-        let (client, permits) = (client.clone(), permits.clone());
-        let Some((path, body)) = books.undo(id) else { continue };
-        let url = format!("http://{api}{path}");
+    let to_cancel: Vec<Request> = if options.cancel_every == 0 {
+        Vec::new()
+    } else {
+        answered.iter().step_by(options.cancel_every).filter_map(|(_, id)| books.undo(id)).collect()
+    };
+    for (n, request) in to_cancel.iter().enumerate() {
+        let (runtime, client, permits, request) = (runtime.clone(), client.clone(), permits.clone(), request.clone());
         tasks.spawn(async move {
             let _permit = permits.acquire().await;
-            let answer = send_retrying(|| client.post(&url).header("content-type", "application/json").body(body.clone())).await;
-            (n, answer)
+            (n, send(&runtime, &client, api, &request, None).await)
         });
     }
     let mut done = 0;
@@ -285,7 +300,11 @@ pub async fn run<B: SampleBooks>(
         if let Ok((_, None)) = joined {
             failed += 1;
         }
-        say.progress(format!("POST /orders/{{id}}/cancel {done}/{}", to_cancel.len()));
+        say.progress(format!("undoing {done}/{}", to_cancel.len()));
+    }
+    if let Some(hot) = &hot {
+        say.progress(format!("hot aggregate: {} events of {} put on the bus, shuffled", hot.events.len(), hot.aggregate_id));
+        hot::publish(&events, &names.bus, hot, injector.plan().seed).await?;
     }
     say.end_progress();
     lap("orders", &mut phases);
@@ -338,6 +357,9 @@ pub async fn run<B: SampleBooks>(
     let checked = books.check(&dynamodb, &answered.iter().map(|(_, id)| id.clone()).collect::<Vec<_>>()).await?;
     let mut invariants = checked.invariants;
     let inbox = scan(&dynamodb, &names.inbox, &["event_id", "status", "kind"]).await?;
+    if let Some(hot) = &hot {
+        invariants.push(hot::verdict(&dynamodb, &names.inbox, hot, &dead).await?);
+    }
     say.end_progress();
 
     let first = |v: &[String]| v.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
@@ -408,6 +430,7 @@ pub async fn run<B: SampleBooks>(
 
     let ok = invariants.iter().all(|i| i.held);
     Ok(ProofReport {
+        books: books.name(),
         orders_sent: options.orders,
         orders_answered: answered.len(),
         orders_committed: checked.committed,
@@ -452,6 +475,7 @@ mod tests {
         let mut stages = BTreeMap::new();
         stages.insert("OutboxRelayFunction".to_owned(), BTreeMap::from([("EventsPublished".to_owned(), 250), ("PutEventsCalls".to_owned(), 43)]));
         ProofReport {
+            books: "orders",
             orders_sent: 100,
             orders_answered: 100,
             orders_committed: 100,

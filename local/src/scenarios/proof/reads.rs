@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::runtime::Runtime;
+use crate::scenarios::books::Request;
 
 pub(super) fn sdk_error(action: &str, e: impl std::error::Error + Send + Sync + 'static) -> crate::Error {
     crate::Error::aws(action)(e)
@@ -133,4 +134,50 @@ pub(super) async fn send_retrying(attempt: impl Fn() -> reqwest::RequestBuilder)
         tokio::time::sleep(Duration::from_millis(100 * n * n)).await;
     }
     None
+}
+
+/// Sends `request` until a final answer, as a careful client does: an HTTP `POST` through the API
+/// at `api` (with `idempotency_key` when given; see [`send_retrying`]), or a direct invocation
+/// retried while the function answers with an error. `Some((accepted, answer))`: whether the
+/// answer is a success (2xx, or the function's response) and its JSON (for an HTTP error, its
+/// status and body); `None` when every attempt failed.
+pub(super) async fn send(
+    runtime: &Runtime,
+    client: &reqwest::Client,
+    api: std::net::SocketAddr,
+    request: &Request,
+    idempotency_key: Option<&str>,
+) -> Option<(bool, Value)> {
+    match request {
+        Request::Post { path, body } => {
+            let url = format!("http://{api}{path}");
+            let attempt = || {
+                let post = client.post(&url).header("content-type", "application/json").body(body.clone());
+                match idempotency_key {
+                    Some(key) => post.header("idempotency-key", key),
+                    None => post,
+                }
+            };
+            let (status, text) = send_retrying(attempt).await?;
+            if (200..300).contains(&status) {
+                Some((true, serde_json::from_str(&text).unwrap_or(Value::Null)))
+            } else {
+                Some((false, json!({"status": status, "body": text})))
+            }
+        }
+        Request::Invoke { function, payload } => {
+            let function = match runtime.function(function) {
+                Ok(f) => f,
+                Err(e) => return Some((false, json!({"error": e.to_string()}))),
+            };
+            for n in 1..=8u64 {
+                match function.invoke(payload).await.result {
+                    Ok(answer) => return Some((true, answer)),
+                    Err(e) => tracing::debug!(error = ?e, "proof: the invocation failed"),
+                }
+                tokio::time::sleep(Duration::from_millis(100 * n * n)).await;
+            }
+            None
+        }
+    }
 }

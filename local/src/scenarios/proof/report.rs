@@ -6,7 +6,8 @@ use super::ProofReport;
 pub fn format_report(report: &ProofReport) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "orders: {} sent, {} answered, {} committed, {} cancelled ({} cancellations sent), {} requests failed after retries; {} AWS calls by the functions; {:.0} s\n",
+        "{}: {} sent, {} answered, {} committed, {} undone ({} undoing requests sent), {} requests failed after retries; {} AWS calls by the functions; {:.0} s\n",
+        report.books,
         report.orders_sent,
         report.orders_answered,
         report.orders_committed,

@@ -1,5 +1,6 @@
-//! The sample inventory table, read and seeded with plain DynamoDB calls (the local runtime does
-//! not depend on the sample application). Item layout, as the sample's consumer keeps it:
+//! The order sample's inventory table, read and seeded with plain DynamoDB calls (the local
+//! runtime does not depend on the sample application). Item layout, as the sample's consumer
+//! (`functions/orders-app/src/inventory.rs`) keeps it:
 //! `pk` = `SKU#<sku>`, `sku` (S), `available` and `reserved` (N, units).
 
 use std::collections::HashMap;

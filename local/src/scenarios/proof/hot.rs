@@ -1,0 +1,108 @@
+//! The hot-aggregate scenario (`proof --hot-aggregate N`): N events of ONE aggregate, their
+//! types repeating and one settled by a `Duplicate` fallback ([`SampleBooks::hot_aggregate`]),
+//! put on the consumer's bus in a shuffled order through `PutEvents` (10 entries a call), as
+//! the relay's retries and EventBridge's parallel delivery mix them after a backlog. The
+//! ordered consumer must park what arrives early and apply all N in sequence order, with no
+//! dead letter and no operator. Judged from the inbox table:
+//! - the aggregate's ordering row (`<consumer>#aggregate#<type>#<id>`) has `last_sequence` = N;
+//! - each event has its inbox row (`<consumer>#<event id>`) with the outcome the books expect
+//!   (the fallback's `nothing_to_do` included: recorded, so nothing waits for it);
+//! - nothing of the aggregate is still parked (`<consumer>#parked#<type>#<id>#…`): neither an
+//!   event that was never applied nor a parked row left behind by an event applied since (which
+//!   `ordering parked` would list, and alarm on, as a gap);
+//! - none of its events is in a dead-letter queue.
+//!
+//! The inbox rows' layout: `outbox::inbox` (`crates/outbox/src/inbox/parked.rs`'s table).
+//!
+//! [`SampleBooks::hot_aggregate`]: crate::scenarios::books::SampleBooks::hot_aggregate
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_eventbridge::types::PutEventsRequestEntry;
+
+use super::Invariant;
+use crate::dlq::DlqMessage as Message;
+use crate::scenarios::books::{number, scan, text, HotAggregate};
+
+/// Puts the aggregate's events on `bus` in an order shuffled by `seed` (the plan's), 10 a call;
+/// an entry the bus refuses is put again.
+///
+/// # Errors
+/// A `PutEvents` call that failed, or an entry refused 5 times.
+pub(super) async fn publish(events: &aws_sdk_eventbridge::Client, bus: &str, hot: &HotAggregate, seed: u64) -> crate::Result<()> {
+    use rand::seq::SliceRandom;
+    use rand::SeedableRng;
+    let mut order: Vec<usize> = (0..hot.events.len()).collect();
+    order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(seed));
+    for chunk in order.chunks(10) {
+        let mut entries: Vec<PutEventsRequestEntry> = chunk
+            .iter()
+            .map(|i| {
+                let e = &hot.events[*i];
+                PutEventsRequestEntry::builder()
+                    .event_bus_name(bus)
+                    .source(&hot.source)
+                    .detail_type(&e.detail_type)
+                    .detail(e.detail.to_string())
+                    .build()
+            })
+            .collect();
+        for _ in 0..5 {
+            let out = events.put_events().set_entries(Some(entries.clone())).send().await.map_err(crate::Error::aws("PutEvents"))?;
+            // Answers are in request order; an entry without an event id failed.
+            entries = entries.into_iter().zip(out.entries()).filter(|(_, r)| r.event_id().is_none()).map(|(e, _)| e).collect();
+            if entries.is_empty() {
+                break;
+            }
+        }
+        if !entries.is_empty() {
+            return Err(crate::Error::expectation(format!("PutEvents refused {} of the hot aggregate's entries 5 times", entries.len())));
+        }
+    }
+    Ok(())
+}
+
+/// The scenario's invariant, from the inbox table `inbox` and the dead letters `dead`.
+///
+/// # Errors
+/// A DynamoDB call that failed.
+pub(super) async fn verdict(dynamodb: &aws_sdk_dynamodb::Client, inbox: &str, hot: &HotAggregate, dead: &[Message]) -> crate::Result<Invariant> {
+    let consumer = &hot.inbox_consumer;
+    let aggregate = format!("{}#{}", hot.aggregate_type, hot.aggregate_id);
+    let rows = scan(dynamodb, inbox, &["pk", "outcome", "last_sequence", "event_id"]).await?;
+    let rows: HashMap<String, &HashMap<String, AttributeValue>> = rows.iter().map(|r| (text(r, "pk"), r)).collect();
+    let last = rows.get(&format!("{consumer}#aggregate#{aggregate}")).and_then(|r| r.get("last_sequence")).map(number).unwrap_or(0);
+    let mut wrong = Vec::new();
+    for (i, e) in hot.events.iter().enumerate() {
+        let outcome = rows.get(&format!("{consumer}#{}", e.id())).map(|r| text(r, "outcome"));
+        if outcome.as_deref() != Some(e.outcome) {
+            wrong.push(format!("#{} {}: {} (expected {})", i + 1, e.detail_type, outcome.as_deref().unwrap_or("no inbox row"), e.outcome));
+        }
+    }
+    let parked_prefix = format!("{consumer}#parked#{aggregate}#");
+    let parked: Vec<String> = rows
+        .iter()
+        .filter(|(pk, _)| pk.starts_with(&parked_prefix))
+        .map(|(_, r)| {
+            let id = text(r, "event_id");
+            let applied = rows.contains_key(&format!("{consumer}#{id}"));
+            format!("{id}{}", if applied { " (applied: a parked row left behind)" } else { "" })
+        })
+        .collect();
+    let ids: Vec<&str> = hot.events.iter().map(|e| e.id()).collect();
+    let dead_lettered = dead.iter().filter(|m| m.event_id.as_deref().is_some_and(|id| ids.contains(&id))).count();
+    let n = hot.events.len();
+    let fallbacks = hot.events.iter().filter(|e| e.outcome == "nothing_to_do").count();
+    Ok(Invariant {
+        name: "the hot aggregate's events were all applied in sequence order",
+        held: last == n as u64 && wrong.is_empty() && parked.is_empty() && dead_lettered == 0,
+        detail: format!(
+            "{n} events of {aggregate} published shuffled ({fallbacks} settled by a Duplicate fallback); last_sequence {last} (expected {n}); {} without the expected inbox outcome [{}]; {} parked rows left [{}]; {dead_lettered} dead-lettered",
+            wrong.len(),
+            wrong.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
+            parked.len(),
+            parked.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+        ),
+    })
+}
