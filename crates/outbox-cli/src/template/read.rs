@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_yaml_ng::Value;
 
 use super::intrinsics::Resolver;
-use super::specs::{BucketSpec, BusSpec, IndexSpec, QueueSpec, StandaloneRuleSpec, TableSpec};
+use super::specs::{BucketSpec, BusSpec, IndexSpec, QueueSpec, ScheduleRuleSpec, StandaloneRuleSpec, TableSpec};
 use super::{unsupported, Template, TemplateError};
 
 impl Template {
@@ -134,6 +134,7 @@ impl Template {
     pub fn standalone_rules(&self) -> Result<Vec<StandaloneRuleSpec>, TemplateError> {
         self.resources_of("AWS::Events::Rule")
             .into_iter()
+            .filter(|(_, p)| p.get("ScheduleExpression").is_none() || p.get("EventPattern").is_some())
             .map(|(id, p)| {
                 let pattern = p.get("EventPattern").ok_or_else(|| unsupported(format!("{id}.Properties.EventPattern"), "is required locally"))?;
                 let pattern = match pattern {
@@ -162,6 +163,35 @@ impl Template {
                     })
                     .collect::<Result<Vec<_>, TemplateError>>()?;
                 Ok(StandaloneRuleSpec { logical_id: id, name: p.get("Name").cloned(), bus: p.get("EventBusName").cloned(), pattern, targets })
+            })
+            .collect()
+    }
+
+    /// Every standalone `AWS::Events::Rule` with a `ScheduleExpression` and no `EventPattern`
+    /// (read apart from [`Template::standalone_rules`]): the local runtime sends each target its
+    /// `Input` every period.
+    ///
+    /// # Errors
+    /// [`TemplateError`] when a target has no `Arn`.
+    pub fn schedule_rules(&self) -> Result<Vec<ScheduleRuleSpec>, TemplateError> {
+        self.resources_of("AWS::Events::Rule")
+            .into_iter()
+            .filter(|(_, p)| p.get("EventPattern").is_none())
+            .filter_map(|(id, p)| Some((id, p.get("ScheduleExpression")?.clone(), p)))
+            .map(|(id, schedule, p)| {
+                let targets = p
+                    .get("Targets")
+                    .and_then(Value::as_sequence)
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                    .map(|(i, t)| {
+                        let arn = t.get("Arn").cloned().ok_or_else(|| unsupported(format!("{id}.Properties.Targets[{i}].Arn"), "is required"))?;
+                        let target_id = t.get("Id").and_then(Value::as_str).map_or_else(|| format!("target-{i}"), str::to_owned);
+                        Ok((target_id, arn, t.get("Input").cloned()))
+                    })
+                    .collect::<Result<Vec<_>, TemplateError>>()?;
+                Ok(ScheduleRuleSpec { logical_id: id, schedule, targets })
             })
             .collect()
     }
