@@ -45,8 +45,10 @@
 //! [`InboxError::SequenceGap`]. The [`Consumer`](crate::consumer::Consumer) does not fail such
 //! an event: it **parks** it in this table and applies it when its predecessor is applied
 //! ([`ParkedEvent`]: what is stored, why nothing is stranded). **A sequence that never comes**
-//! (dead-lettered at the relay, lost to an expired retry) leaves its successor parked, listed
-//! with its age by `outbox ordering parked`; an operator releases the aggregate with
+//! (dead-lettered at the relay, lost to an expired retry) leaves its successor parked, found by
+//! the consumer kit's scheduled parked check (which raises the sequence-gap alarm,
+//! [`crate::consumer::ParkedCheck`]) through the table's sparse parked index ([`PARKED_INDEX`]),
+//! and listed with its age by `outbox ordering parked`; an operator releases the aggregate with
 //! [`Inbox::release_through`] (`outbox ordering release`, which also re-publishes what
 //! was parked behind it). A store that does not park ([`InboxStore::parks`]) fails the
 //! invocation instead, logging the release command and counting `SequenceGaps`.
