@@ -19,6 +19,7 @@ mod inbox;
 mod inventory;
 mod my_service;
 mod orders_api;
+mod parked_gap;
 mod partner_webhooks;
 mod producer;
 mod relay_emulator;

@@ -15,7 +15,8 @@
 //! * **Bounded scans** ([`scan`]): a `Scan` reads every item of the table, whatever its filter
 //!   (a filter only drops items after they were read and paid for:
 //!   <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html>). Where the
-//!   data has no key to query by (what a subscriber missed since a time; every parked event),
+//!   data has no key to query by (what a subscriber missed since a time; parked events in an
+//!   inbox table without the parked index, [`crate::ordering`]),
 //!   the verbs scan, say so, report their progress, and stop after `limit` items read, saying
 //!   where they stopped.
 
@@ -47,11 +48,20 @@ pub enum ById {
 /// # Errors
 /// [`Error::Aws`]: `DescribeTable` failed.
 pub async fn event_id_index(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Result<Option<String>> {
+    index_keyed_by(dynamodb, table, EVENT_ID).await
+}
+
+/// The name of `table`'s global secondary index whose partition key is `attribute`, if it has
+/// one (one `DescribeTable`).
+///
+/// # Errors
+/// [`Error::Aws`]: `DescribeTable` failed.
+pub async fn index_keyed_by(dynamodb: &aws_sdk_dynamodb::Client, table: &str, attribute: &str) -> Result<Option<String>> {
     let described = dynamodb.describe_table().table_name(table).send().await.map_err(Error::aws(format!("DescribeTable {table}")))?;
     let indexes = described.table().map(|t| t.global_secondary_indexes()).unwrap_or_default();
     Ok(indexes
         .iter()
-        .find(|index| index.key_schema().iter().any(|k| k.key_type() == &KeyType::Hash && k.attribute_name() == EVENT_ID))
+        .find(|index| index.key_schema().iter().any(|k| k.key_type() == &KeyType::Hash && k.attribute_name() == attribute))
         .and_then(|index| index.index_name().map(str::to_owned)))
 }
 
@@ -99,7 +109,10 @@ pub fn text(item: &Item, name: &str) -> Option<String> {
 pub struct ScanRequest<'a> {
     /// The table.
     pub table: &'a str,
-    /// The filter expression (`#a`-style names in `names`, `:v`-style values in `values`).
+    /// A global secondary index of the table to scan instead (a sparse index reads only the
+    /// items it holds; no consistent reads).
+    pub index: Option<&'a str>,
+    /// The filter expression (empty: none) (`#a`-style names in `names`, `:v`-style values in `values`).
     pub filter: &'a str,
     /// Expression attribute names.
     pub names: Vec<(&'a str, &'a str)>,
@@ -144,8 +157,9 @@ pub async fn scan(dynamodb: &aws_sdk_dynamodb::Client, request: &ScanRequest<'_>
         let mut call = dynamodb
             .scan()
             .table_name(request.table)
-            .filter_expression(request.filter)
-            .consistent_read(request.consistent)
+            .set_index_name(request.index.map(str::to_owned))
+            .set_filter_expression(Some(request.filter.to_owned()).filter(|f| !f.is_empty()))
+            .consistent_read(request.consistent && request.index.is_none())
             .limit(i32::try_from(page).unwrap_or(i32::MAX))
             .set_exclusive_start_key(start.take());
         for (name, attribute) in &request.names {

@@ -6,7 +6,10 @@
 //! (a backlog drained at once) parks events for milliseconds. When a sequence never comes (the
 //! relay dead-lettered that event, or it is skipped on purpose), its successor stays parked:
 //! `ordering parked` lists every parked event with its age and flags those parked longer than
-//! the gap limit (exit status 1 when there is one). Releasing moves the consumer's
+//! the gap limit (exit status 1 when there is one). It reads them from the inbox table's sparse
+//! parked index ([`outbox::inbox::PARKED_INDEX`]: one `Query` per consumer, reading parked rows
+//! only), and falls back to a filtered `Scan` of the whole table only for a table without the
+//! index (and says so). Releasing moves the consumer's
 //! `last_sequence` for the aggregate up to `N` ([`outbox::inbox::Inbox::release_through`]) and
 //! re-publishes the events parked behind it to the bus, so the consumer applies them.
 //!
@@ -31,12 +34,121 @@ pub struct Parked {
     pub age_secs: u64,
 }
 
-/// Every parked event in the inbox `table`, oldest first: [`parked_bounded`] over the whole table.
+/// Every parked event in the inbox `table` (every consumer's), oldest first, each with its
+/// payload: by a `Scan` of the parked index (parked rows only) and a `GetItem` per row when the
+/// table has the index, else by a whole-table scan.
 ///
 /// # Errors
-/// [`Error::Aws`]: the `Scan` failed.
+/// [`Error::Aws`]: a call failed.
 pub async fn parked(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Result<Vec<Parked>> {
-    Ok(parked_bounded(dynamodb, table, None, |_, _| {}).await?.parked)
+    match parked_index(dynamodb, table).await? {
+        Some(index) => with_payloads(dynamodb, table, parked_by_index(dynamodb, table, &index, &[], None).await?.parked).await,
+        None => Ok(parked_bounded(dynamodb, table, None, |_, _| {}).await?.parked),
+    }
+}
+
+/// Every parked event of `consumer` in the inbox `table`, oldest first, each with its payload:
+/// one `Query` of the parked index and a `GetItem` per row (a whole-table scan without the index).
+///
+/// # Errors
+/// [`Error::Aws`]: a call failed.
+pub async fn parked_of(dynamodb: &aws_sdk_dynamodb::Client, table: &str, consumer: &str) -> Result<Vec<Parked>> {
+    let Some(index) = parked_index(dynamodb, table).await? else {
+        let all = parked_bounded(dynamodb, table, None, |_, _| {}).await?.parked;
+        return Ok(all.into_iter().filter(|p| p.consumer == consumer).collect());
+    };
+    with_payloads(dynamodb, table, parked_by_index(dynamodb, table, &index, &[consumer.to_owned()], None).await?.parked).await
+}
+
+/// `listed` (index entries, without payload) with their rows' payloads, read by key
+/// (consistently); rows gone meanwhile are left out.
+async fn with_payloads(dynamodb: &aws_sdk_dynamodb::Client, table: &str, listed: Vec<Parked>) -> Result<Vec<Parked>> {
+    let mut found = Vec::with_capacity(listed.len());
+    for p in listed {
+        let inbox = outbox::inbox::Inbox::new(dynamodb.clone(), table, &p.consumer, Duration::ZERO);
+        let row = inbox.parked(&p.event.aggregate_type, &p.event.aggregate_id, p.event.waits_for).await;
+        let row = row.map_err(Error::library(format!("reading parked event {} in {table}", p.event.event_id)))?;
+        if let Some(event) = row.filter(|r| r.event_id == p.event.event_id) {
+            found.push(Parked { event, ..p });
+        }
+    }
+    Ok(found)
+}
+
+/// The name of the parked index of `table` (partition key
+/// [`outbox::inbox::PARKED_CONSUMER`]), if it has one.
+///
+/// # Errors
+/// [`Error::Aws`]: `DescribeTable` failed.
+pub async fn parked_index(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Result<Option<String>> {
+    crate::lookup::index_keyed_by(dynamodb, table, outbox::inbox::PARKED_CONSUMER).await
+}
+
+/// The parked events in `table`'s parked index `index`, oldest first, without their payload:
+/// one paginated `Query` per consumer of `consumers` (the index's partition key), or, when no
+/// consumer is known, a `Scan` of the index (sparse: it reads parked rows only). At most
+/// `limit` rows read in all.
+///
+/// # Errors
+/// [`Error::Aws`]: a call failed.
+pub async fn parked_by_index(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    index: &str,
+    consumers: &[String],
+    limit: Option<u64>,
+) -> Result<ParkedScan> {
+    let mut items = Vec::new();
+    let mut complete = true;
+    if consumers.is_empty() {
+        let request = crate::lookup::ScanRequest { table, index: Some(index), limit, ..Default::default() };
+        let scanned = crate::lookup::scan(dynamodb, &request, |_, _| {}).await?;
+        complete = scanned.complete;
+        items = scanned.items;
+    }
+    for consumer in consumers {
+        let mut start = None;
+        loop {
+            let left = limit.map_or(1_000, |l| l.saturating_sub(items.len() as u64).min(1_000));
+            if left == 0 {
+                complete = false;
+                break;
+            }
+            let answer = dynamodb
+                .query()
+                .table_name(table)
+                .index_name(index)
+                .key_condition_expression("#c = :c")
+                .expression_attribute_names("#c", outbox::inbox::PARKED_CONSUMER)
+                .expression_attribute_values(":c", AttributeValue::S(consumer.clone()))
+                .limit(i32::try_from(left).unwrap_or(1_000))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(Error::aws(format!("Query {table} index {index}")))?;
+            items.extend(answer.items().iter().cloned());
+            start = answer.last_evaluated_key().cloned().filter(|k| !k.is_empty());
+            if start.is_none() {
+                break;
+            }
+        }
+    }
+    let read = items.len() as u64;
+    Ok(ParkedScan { parked: listing(&items), read, complete })
+}
+
+/// The parked events among `items` (parked rows or index entries), oldest first.
+fn listing(items: &[crate::lookup::Item]) -> Vec<Parked> {
+    let now = chrono::Utc::now();
+    let mut found = Vec::new();
+    for item in items {
+        let Some(event) = outbox::inbox::parked_from_item(item) else { continue };
+        let consumer =
+            [outbox::inbox::PARKED_CONSUMER, "consumer"].iter().find_map(|k| item.get(*k).and_then(|v| v.as_s().ok()).cloned()).unwrap_or_default();
+        found.push(Parked { consumer, age_secs: event.age(now).as_secs(), event });
+    }
+    found.sort_by_key(|p| std::cmp::Reverse(p.age_secs));
+    found
 }
 
 /// What [`parked_bounded`] found.
@@ -50,10 +162,10 @@ pub struct ParkedScan {
     pub complete: bool,
 }
 
-/// The parked events in the inbox `table`, oldest first, among at most `limit` items read. Parked
-/// rows are keyed by consumer, aggregate and sequence, none of which `ordering parked` knows, so
-/// this is a filtered `Scan` (`kind = parked`) that reads every item of the table (claim rows
-/// included) up to `limit`, calling `progress(read, parked)` after each page.
+/// The parked events in the inbox `table`, oldest first, among at most `limit` items read, for a
+/// table without the parked index ([`parked_by_index`]): a filtered `Scan` (`kind = parked`)
+/// that reads every item of the table (claim rows included) up to `limit`, calling
+/// `progress(read, parked)` after each page.
 ///
 /// # Errors
 /// [`Error::Aws`]: the `Scan` failed.
@@ -66,15 +178,7 @@ pub async fn parked_bounded(
     let values = vec![(":parked", AttributeValue::S(outbox::inbox::PARKED_KIND.into()))];
     let request = crate::lookup::ScanRequest { table, filter: "kind = :parked", values, limit, consistent: true, ..Default::default() };
     let scanned = crate::lookup::scan(dynamodb, &request, progress).await?;
-    let now = chrono::Utc::now();
-    let mut found = Vec::new();
-    for item in &scanned.items {
-        let Some(event) = outbox::inbox::parked_from_item(item) else { continue };
-        let consumer = item.get("consumer").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
-        found.push(Parked { consumer, age_secs: event.age(now).as_secs(), event });
-    }
-    found.sort_by_key(|p| std::cmp::Reverse(p.age_secs));
-    Ok(ParkedScan { parked: found, read: scanned.read, complete: scanned.complete })
+    Ok(ParkedScan { parked: listing(&scanned.items), read: scanned.read, complete: scanned.complete })
 }
 
 /// The lines `ordering parked` prints: one per parked event, `GAP` when parked longer than `gap_after`.
@@ -125,8 +229,8 @@ pub async fn republish_parked(
 ) -> Result<usize> {
     let inbox = outbox::inbox::Inbox::new(dynamodb.clone(), table, consumer, Duration::ZERO);
     let mut sent = 0;
-    for p in parked(dynamodb, table).await? {
-        if p.consumer != consumer || p.event.aggregate() != aggregate || p.event.waits_for > through {
+    for p in parked_of(dynamodb, table, consumer).await? {
+        if p.event.aggregate() != aggregate || p.event.waits_for > through {
             continue;
         }
         let entry = crate::dlq::redrive_entry(&p.event.payload, bus).map_err(Error::record(format!("parked event {}", p.event.event_id)))?;

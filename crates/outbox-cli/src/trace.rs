@@ -13,7 +13,9 @@
 //!   ([Scan](https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html));
 //! * each consumer's inbox row (a function with `INBOX_TABLE` and an EventBridge rule): one
 //!   `GetItem` of `<CONSUMER_NAME>#<event id>` in the table its `INBOX_TABLE` names (the key [`outbox::inbox::Inbox::key`] writes);
-//!   a parked row is read by its key (`<consumer>#parked#<aggregate>#<sequence − 1>`) once the
+//!   a parked row by one `DescribeTable` and one `Query` of the inbox table's parked index (the
+//!   consumer's parked rows only, [`crate::ordering::parked_by_index`]); in a table without
+//!   that index, by its key (`<consumer>#parked#<aggregate>#<sequence − 1>`) once the
 //!   aggregate and sequence are known (given, or read from the outbox item), by a filtered
 //!   `Scan` of the inbox only with [`Lookup::Scan`];
 //! * each webhook subscriber's delivery (a function with `INBOX_TABLE` and
@@ -338,7 +340,7 @@ async fn inbox_state(dynamodb: &aws_sdk_dynamodb::Client, table: &str, key: &str
 }
 
 /// The state of `event_id` when `consumer` parked it (it arrived before its predecessor;
-/// [`outbox::inbox::parked`]): a filtered `Scan` of the inbox table for its parked row.
+/// [`outbox::inbox::ParkedEvent`]): by the table's parked index, else by key or scan (`lookup`).
 async fn parked_state(
     dynamodb: &aws_sdk_dynamodb::Client,
     table: &str,
@@ -346,6 +348,12 @@ async fn parked_state(
     event_id: &str,
     lookup: &Lookup,
 ) -> Result<Option<(String, Option<String>)>> {
+    if *lookup != Lookup::Skip {
+        if let Some(index) = crate::ordering::parked_index(dynamodb, table).await? {
+            let listed = crate::ordering::parked_by_index(dynamodb, table, &index, &[consumer.to_owned()], None).await?;
+            return Ok(listed.parked.into_iter().find(|p| p.event.event_id == event_id).map(|p| parked_line(p.event)));
+        }
+    }
     let found = match lookup {
         Lookup::Skip | Lookup::Index => return Ok(None),
         Lookup::Key { aggregate, sequence } => {
@@ -354,18 +362,16 @@ async fn parked_state(
         }
         Lookup::Scan => scan_parked(dynamodb, table, consumer, event_id).await?,
     };
-    Ok(found.and_then(|item| outbox::inbox::parked_from_item(&item)).map(|p| {
-        let age = p.age(chrono::Utc::now()).as_secs();
-        (
-            format!(
-                "parked: sequence {} waits for sequence {} of {} (for {age} s; `outbox ordering parked`)",
-                p.sequence,
-                p.waits_for,
-                p.aggregate()
-            ),
-            Some(p.parked_at),
-        )
-    }))
+    Ok(found.and_then(|item| outbox::inbox::parked_from_item(&item)).map(parked_line))
+}
+
+/// `trace`'s state of a parked event: what it waits for and since when.
+fn parked_line(p: outbox::inbox::ParkedEvent) -> (String, Option<String>) {
+    let age = p.age(chrono::Utc::now()).as_secs();
+    (
+        format!("parked: sequence {} waits for sequence {} of {} (for {age} s; `outbox ordering parked`)", p.sequence, p.waits_for, p.aggregate()),
+        Some(p.parked_at),
+    )
 }
 
 /// The parked row of `event_id` for `consumer`, by a filtered `Scan` of the inbox table that

@@ -91,6 +91,7 @@ mod dispatch;
 mod error;
 mod handler;
 mod metrics;
+mod parked_check;
 mod sqs;
 mod tx;
 
@@ -99,6 +100,7 @@ pub use dispatch::{Consumer, ConsumerBuilder, ConsumerResponse, Handled, RetryPo
 pub use error::{BoxError, ConsumerError, HandlerError};
 pub use handler::EventHandler;
 pub use metrics::DEFAULT_NAMESPACE as DEFAULT_METRICS_NAMESPACE;
+pub use parked_check::{ParkedCheck, ParkedReport, CHECK_LIMIT, CHECK_PARKED, DEFAULT_GAP_AFTER};
 pub use sqs::{InvocationAnswer, ItemFailure, SqsBatchAnswer};
 pub use tx::{Fallback, Tx, SETTLED_ELSEWHERE};
 

@@ -63,6 +63,9 @@ pub mod metric {
     pub const EVENTS_RETRIED: &str = "EventsRetried";
     pub const EVENTS_FAILED: &str = "EventsFailed";
     pub const SEQUENCE_GAPS: &str = "SequenceGaps";
+    pub const OLDEST_PARKED_AGE_SECONDS: &str = "OldestParkedAgeSeconds";
+    pub const EVENTS_PARKED_NOW: &str = "EventsParkedNow";
+    pub const PARKED_RECOVERED: &str = "ParkedRecovered";
     // The relay.
     pub const RECORDS_SEEN: &str = "RecordsSeen";
     pub const RECORDS_SKIPPED: &str = "RecordsSkipped";
@@ -115,6 +118,9 @@ pub const CONSUMER_METRICS: &[Metric] = &[
     m(metric::EVENTS_RETRIED, F),
     m(metric::EVENTS_FAILED, F),
     m(metric::SEQUENCE_GAPS, F),
+    m(metric::OLDEST_PARKED_AGE_SECONDS, F),
+    m(metric::EVENTS_PARKED_NOW, F),
+    m(metric::PARKED_RECOVERED, F),
 ];
 
 /// What the relay emits.

@@ -45,8 +45,10 @@
 //! [`InboxError::SequenceGap`]. The [`Consumer`](crate::consumer::Consumer) does not fail such
 //! an event: it **parks** it in this table and applies it when its predecessor is applied
 //! ([`ParkedEvent`]: what is stored, why nothing is stranded). **A sequence that never comes**
-//! (dead-lettered at the relay, lost to an expired retry) leaves its successor parked, listed
-//! with its age by `outbox ordering parked`; an operator releases the aggregate with
+//! (dead-lettered at the relay, lost to an expired retry) leaves its successor parked, found by
+//! the consumer kit's scheduled parked check (which raises the sequence-gap alarm,
+//! [`crate::consumer::ParkedCheck`]) through the table's sparse parked index ([`PARKED_INDEX`]),
+//! and listed with its age by `outbox ordering parked`; an operator releases the aggregate with
 //! [`Inbox::release_through`] (`outbox ordering release`, which also re-publishes what
 //! was parked behind it). A store that does not park ([`InboxStore::parks`]) fails the
 //! invocation instead, logging the release command and counting `SequenceGaps`.
@@ -83,7 +85,7 @@ mod store;
 
 pub use guarded::{Guarded, GuardedError};
 pub use memory::{AppliedEvent, Injected, MemoryInbox};
-pub use parked::{ParkedEvent, PARKED_KIND};
+pub use parked::{ParkedEvent, ParkedList, PARKED_AT, PARKED_CONSUMER, PARKED_INDEX, PARKED_INDEX_ATTRIBUTES, PARKED_KIND};
 pub use store::InboxStore;
 
 /// How one delivery ended.
@@ -185,6 +187,15 @@ pub enum InboxError {
 }
 
 impl InboxError {
+    /// Whether DynamoDB refused the request because the table has no such index (a
+    /// `ValidationException` naming it): e.g. an inbox table without [`PARKED_INDEX`].
+    pub fn is_missing_index(&self) -> bool {
+        match self {
+            InboxError::Sdk { error, .. } => error.code() == Some("ValidationException") && error.to_string().contains("index"),
+            _ => false,
+        }
+    }
+
     /// Whether retrying the delivery later can succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
@@ -252,7 +263,8 @@ pub(crate) fn report_gap(consumer: &str, error: &InboxError) {
     metrics::counter!(crate::contract::metric::SEQUENCE_GAPS).increment(1);
 }
 
-/// A parked row as stored ([`ParkedEvent`]), `None` when it lacks a field.
+/// A parked row as stored ([`ParkedEvent`]), `None` when it lacks a field; `payload` is empty
+/// when the item comes from [`PARKED_INDEX`] (which does not project it).
 pub fn parked_from_item(item: &std::collections::HashMap<String, AttributeValue>) -> Option<ParkedEvent> {
     let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
     let num = |k: &str| item.get(k).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<u64>().ok());
@@ -263,8 +275,8 @@ pub fn parked_from_item(item: &std::collections::HashMap<String, AttributeValue>
         aggregate_id: text("subject")?,
         sequence: num("sequence")?,
         waits_for: num("waits_for")?,
-        payload: text("payload")?,
-        parked_at: text("parked_at").unwrap_or_default(),
+        payload: text("payload").unwrap_or_default(),
+        parked_at: text(PARKED_AT).unwrap_or_default(),
     })
 }
 
@@ -369,6 +381,8 @@ impl Inbox {
             .table_name(&self.table)
             .item("pk", s(&self.parked_key(&metadata.aggregate_type, &metadata.subject, waits_for)))
             .item("kind", s(parked::PARKED_KIND))
+            // Only parked rows carry it: the partition key of the sparse PARKED_INDEX.
+            .item(PARKED_CONSUMER, s(&self.consumer))
             .item("consumer", s(&self.consumer))
             .item("event_id", s(&metadata.id))
             .item("event_type", s(&metadata.event_type))
@@ -377,7 +391,7 @@ impl Inbox {
             .item("sequence", n(metadata.sequence))
             .item("waits_for", n(waits_for))
             .item("payload", s(payload))
-            .item("parked_at", s(&Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)))
+            .item(PARKED_AT, s(&Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)))
             .condition_expression("attribute_not_exists(pk) OR event_id = :id")
             .expression_attribute_values(":id", s(&metadata.id))
             .send()
@@ -406,6 +420,45 @@ impl Inbox {
             .await
             .map_err(|e| sdk("read parked", "GetItem", &e))?;
         Ok(out.item.as_ref().and_then(parked_from_item))
+    }
+
+    /// This consumer's parked events, oldest first, at most `limit` (without their payload): a
+    /// paginated `Query` of the table's sparse index [`PARKED_INDEX`] (eventually consistent;
+    /// reads only parked rows, [`ParkedEvent`] explains the index).
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] if DynamoDB fails; a table without the index answers
+    /// `ValidationException` ([`InboxError::is_missing_index`]).
+    pub async fn parked_oldest(&self, limit: usize) -> Result<ParkedList, InboxError> {
+        let mut list = ParkedList::default();
+        let mut start = None;
+        loop {
+            let page = (limit - list.events.len()).clamp(1, 1000) as i32;
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(PARKED_INDEX)
+                .key_condition_expression("#c = :c")
+                .expression_attribute_names("#c", PARKED_CONSUMER)
+                .expression_attribute_values(":c", AttributeValue::S(self.consumer.clone()))
+                .scan_index_forward(true)
+                .limit(page)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| sdk("list parked events", "Query", &e))?;
+            list.events.extend(out.items().iter().filter_map(parked_from_item));
+            start = out.last_evaluated_key.filter(|k| !k.is_empty());
+            if start.is_none() {
+                list.complete = true;
+                return Ok(list);
+            }
+            if list.events.len() >= limit {
+                list.events.truncate(limit);
+                return Ok(list);
+            }
+        }
     }
 
     /// Deletes the parked row of `parked`, if that event still holds it.

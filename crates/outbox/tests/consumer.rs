@@ -773,3 +773,95 @@ async fn a_consumer_emits_consecutive_sequences_of_one_aggregate() {
         Err(outbox::WriteError::NoOutbox(t)) if t == "StockReserved"
     ));
 }
+
+// ----- The parked check (a real sequence gap) -----
+
+/// An SQS batch with the kit's scheduled check message among events: the check lists the
+/// consumer's parked events, counts the one parked longer than the gap limit, logs one WARN for
+/// it naming the event, its aggregate, sequence, what it waits for and its age, and is
+/// acknowledged (never in `batchItemFailures`); the events beside it are handled as usual.
+#[tokio::test]
+async fn the_parked_check_finds_a_real_gap_warns_and_is_acknowledged() {
+    let captured = logs::Captured::global();
+    let inbox = MemoryInbox::new("gap-check").ordered();
+    let consumer = ordered_consumer(&inbox, &["OrderCreated", "OrderUpdated"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // Sequence 2 of o-1 never comes: 3 parks and stays parked; 1 applies.
+    consumer.handle(sequenced("OrderCreated", 1, json!({}))).await.expect("applied");
+    consumer.handle(sequenced("OrderUpdated", 3, json!({}))).await.expect("parked");
+    assert!(inbox.backdate_parked("evt-3", Duration::from_secs(1_200)), "evt-3 is parked");
+
+    let check = outbox::consumer::ParkedCheck::new(Duration::from_secs(900));
+    assert_eq!(outbox::consumer::ParkedCheck::recognise(&check.message()), Some(check));
+    let check_message = Invocation::new(serde_json::value::RawValue::from_string(check.message()).unwrap());
+    let batch = sqs_batch(&[check_message, sequenced("OrderUpdated", 4, json!({}))]);
+    let answer = consumer.handle_invocation(&batch, deadline).await.expect("a batch");
+    let outbox::consumer::InvocationAnswer::Batch(answer) = answer else { panic!("a batch") };
+    assert!(answer.batch_item_failures.is_empty(), "the check message is acknowledged: {answer:?}");
+    let report = answer.parked_check.as_ref().expect("the check ran");
+    assert_eq!((report.parked, report.gaps, report.recovered, report.complete), (1, 1, 0, true), "{report:?}");
+    assert!(report.oldest_age_seconds >= 1_200, "{report:?}");
+    assert_eq!(answer.outcomes.iter().map(|o| (o.event_id.as_str(), o.outcome.as_str())).collect::<Vec<_>>(), [("evt-4", "parked")]);
+    let json = serde_json::to_value(outbox::consumer::InvocationAnswer::<u64>::Batch(answer.clone())).unwrap();
+    assert_eq!(json["parked_check"]["gaps"], 1, "{json}");
+
+    let lines = captured.lines();
+    let ours = |l: &&Value| l["level"] == "WARN" && l["fields"]["consumer"] == "gap-check";
+    let warned: Vec<_> = lines.iter().filter(ours).filter(|l| l["fields"]["event_id"] == "evt-3").collect();
+    assert_eq!(warned.len(), 1, "one WARN for the gap: {}", captured.text());
+    let fields = &warned[0]["fields"];
+    assert_eq!((&fields["aggregate"], &fields["sequence"], &fields["waits_for"]), (&json!("Order#o-1"), &json!(3), &json!(2)), "{fields}");
+    assert!(fields["age_seconds"].as_u64().is_some_and(|a| a >= 1_200), "{fields}");
+    assert!(fields["release"].as_str().is_some_and(|r| r.contains("--aggregate Order#o-1 --through 2")), "{fields}");
+    assert_eq!(lines.iter().filter(ours).count(), 1, "evt-4 is young: no WARN for it");
+
+    // Under the limit: listed, no gap. An ordinary event body is not a check.
+    let relaxed = outbox::consumer::ParkedCheck::new(Duration::from_secs(7_200));
+    let report = consumer.check_parked(&relaxed, deadline).await;
+    assert_eq!((report.parked, report.gaps), (2, 0));
+    assert_eq!(outbox::consumer::ParkedCheck::recognise(sequenced("OrderCreated", 1, json!({})).payload.get()), None);
+    assert_eq!(outbox::consumer::ParkedCheck::recognise(r#"{"outbox":"something-else"}"#), None);
+    assert_eq!(
+        outbox::consumer::ParkedCheck::recognise(r#"{"outbox":"check-parked"}"#),
+        Some(outbox::consumer::ParkedCheck::new(outbox::consumer::DEFAULT_GAP_AFTER))
+    );
+}
+
+/// The check's safety net: a parked event whose predecessor is already applied (here: released
+/// by the operator without re-publishing) is applied by the check, with what waited behind it.
+#[tokio::test]
+async fn the_parked_check_applies_a_parked_event_whose_predecessor_is_applied() {
+    let inbox = MemoryInbox::new("gap-recover").ordered();
+    let consumer = ordered_consumer(&inbox, &["OrderCreated", "OrderUpdated"]);
+    consumer.handle(sequenced("OrderCreated", 1, json!({}))).await.expect("applied");
+    consumer.handle(sequenced("OrderUpdated", 3, json!({}))).await.expect("parked");
+    consumer.handle(sequenced("OrderUpdated", 4, json!({}))).await.expect("parked");
+    inbox.release_through("Order#o-1", 2);
+    let report = consumer.check_parked(&outbox::consumer::ParkedCheck::default(), Instant::now() + Duration::from_secs(10)).await;
+    assert_eq!((report.parked, report.recovered, report.gaps), (0, 1, 0), "{report:?}");
+    assert_eq!(applied(&inbox), ["evt-1", "evt-3", "evt-4"], "3 by the check, 4 drained behind it");
+    assert!(inbox.parked_events().is_empty());
+}
+
+/// The check's gauges, as the kit's alarm reads them: `OldestParkedAgeSeconds` and
+/// `EventsParkedNow` (dimension `function` only, added by the EMF recorder).
+#[cfg(feature = "metrics")]
+#[tokio::test]
+async fn the_parked_check_emits_the_gauges_the_alarm_reads() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _guard = metrics::set_default_local_recorder(&recorder);
+    let inbox = MemoryInbox::new("gap-gauge").ordered();
+    let consumer = ordered_consumer(&inbox, &["OrderCreated", "OrderUpdated"]);
+    consumer.handle(sequenced("OrderUpdated", 3, json!({}))).await.expect("parked");
+    inbox.backdate_parked("evt-3", Duration::from_secs(600));
+    consumer.check_parked(&outbox::consumer::ParkedCheck::default(), Instant::now() + Duration::from_secs(10)).await;
+    let values = common::recorded(&snapshotter);
+    let gauge = |name: &str| match values.get(name) {
+        Some(DebugValue::Gauge(g)) => g.0,
+        other => panic!("{name}: {other:?} among {:?}", values.keys().collect::<Vec<_>>()),
+    };
+    assert!(gauge("OldestParkedAgeSeconds[]") >= 600.0);
+    assert_eq!(gauge("EventsParkedNow[]"), 1.0);
+}

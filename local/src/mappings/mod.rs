@@ -1,13 +1,15 @@
 //! What invokes the functions, played as AWS plays it: the DynamoDB stream event source mapping
 //! ([`stream`], its records in [`lanes`] by `ParallelizationFactor`, its [`checkpoint`] kept
 //! across restarts), the SQS event source mapping ([`sqs`]) and EventBridge rule delivery with
-//! Lambda's asynchronous-invocation retries ([`rule_delivery`]); the mappings' `FilterCriteria`
+//! Lambda's asynchronous-invocation retries ([`rule_delivery`]), schedule rules that send to a
+//! queue ([`schedule`]); the mappings' `FilterCriteria`
 //! are the operator's crate's [`crate::filter`]. Each is set up with a [`Glue`]: what it needs from
 //! the runtime, passed in rather than reached through it.
 
 pub mod checkpoint;
 pub mod lanes;
 pub mod rule_delivery;
+pub mod schedule;
 pub mod sqs;
 pub mod stream;
 

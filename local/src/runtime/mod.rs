@@ -96,7 +96,7 @@ impl Runtime {
         })
     }
 
-    /// Starts every stream and SQS event source mapping and rule delivery; they stop when `shutdown`
+    /// Starts every stream and SQS event source mapping, rule delivery and schedule rule; they stop when `shutdown`
     /// becomes true.
     ///
     /// # Errors
@@ -123,6 +123,10 @@ impl Runtime {
             let function = self.function(&rule.function)?;
             let delivery = RuleDelivery::new(glue, function, rule.clone())?;
             tasks.push(tokio::spawn(delivery.run(shutdown.clone())));
+        }
+        let sqs = aws_sdk_sqs::Client::new(&self.sdk);
+        for send in &self.stack.schedules {
+            tasks.push(tokio::spawn(crate::mappings::schedule::run(sqs.clone(), send.clone(), shutdown.clone())));
         }
         Ok(tasks)
     }

@@ -16,7 +16,9 @@ pub enum OrderingCommand {
     /// List the events ordered consumers parked (arrived before their predecessor), oldest
     /// first, with how long each has waited; exits 1 when one waited longer than --gap-after
     /// (a real gap: its predecessor may never come), else 2 when the scan stopped at --limit.
-    /// Parked rows have no key to query by: it scans the inbox tables, bounded by --limit.
+    /// It reads the inbox table's parked index (one Query per consumer, parked rows only; the
+    /// consumer kit's tables have it), bounded by --limit; a table without the index is scanned
+    /// whole (bounded by --limit), and it says so.
     Parked {
         /// How long a parked event may wait before it counts as a gap: a number and s, m, h or d.
         #[arg(long, value_parser = crate::dlq::parse_age, default_value = "15m")]
@@ -70,9 +72,20 @@ pub async fn run(context: &Context, command: &OrderingCommand) -> Result<ExitCod
             };
             let (mut parked, mut complete) = (Vec::new(), true);
             for table in &tables {
-                limit.announce(&format!("looking for parked events in {table}"));
-                let found = ordering::parked_bounded(&dynamodb, table, limit.bound(), |read, kept| scan_progress(table, read, kept)).await?;
-                limit.finish(found.read, found.complete);
+                let found = match ordering::parked_index(&dynamodb, table).await? {
+                    Some(index) => {
+                        let consumers: Vec<String> =
+                            context.resources.inboxes().into_iter().filter(|(t, _)| t == table).map(|(_, consumer)| consumer).collect();
+                        ordering::parked_by_index(&dynamodb, table, &index, &consumers, limit.bound()).await?
+                    }
+                    None => {
+                        eprintln!("{table} has no parked index ({}): scanning the whole table", outbox::inbox::PARKED_INDEX);
+                        limit.announce(&format!("looking for parked events in {table}"));
+                        let found = ordering::parked_bounded(&dynamodb, table, limit.bound(), |read, kept| scan_progress(table, read, kept)).await?;
+                        limit.finish(found.read, found.complete);
+                        found
+                    }
+                };
                 complete &= found.complete;
                 parked.extend(found.parked);
             }

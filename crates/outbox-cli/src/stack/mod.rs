@@ -74,6 +74,21 @@ pub struct QueueRule {
     pub queues: Vec<String>,
 }
 
+/// A schedule rule's target queue, as the local runtime plays it: moto stores schedule rules but
+/// never fires them, so the runtime sends `input` to the queue every `period`
+/// (`outbox_local::mappings::schedule`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduledSend {
+    /// `<rule logical id>.<target id>`.
+    pub name: String,
+    /// The rule's `rate(…)` period.
+    pub period: std::time::Duration,
+    /// The target queue.
+    pub queue: QueueInfo,
+    /// The target's `Input` (the message body); `{}` when it has none.
+    pub input: String,
+}
+
 /// Where a stream mapping sends a record of the batches it gave up on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Destination {
@@ -116,6 +131,8 @@ pub struct Stack {
     pub rules: Vec<LocalRule>,
     /// Standalone rules targeting queues of the template (empty when not provisioned).
     pub queue_rules: Vec<QueueRule>,
+    /// Schedule rules' sends to queues of the template (empty when not provisioned).
+    pub schedules: Vec<ScheduledSend>,
 }
 
 /// Whether to create what is missing (the emulator) or only look things up (real AWS).
@@ -295,7 +312,36 @@ impl Stack {
                 });
             }
         }
-        Ok(Self { template, resolver, tables, stream_arns, buses, queues, buckets, functions, skipped_functions, rules, queue_rules })
+        let mut schedules = Vec::new();
+        if mode == Mode::Provision {
+            for spec in template.schedule_rules()? {
+                let at = format!("{}.Properties.ScheduleExpression", spec.logical_id);
+                let expression = resolver.resolve_string(&spec.schedule, &at)?;
+                let Some(period) = crate::template::rate_period(&expression) else {
+                    tracing::warn!(rule = %spec.logical_id, expression = %expression, "only rate(…) schedules are played locally; this rule never fires here");
+                    continue;
+                };
+                let rule_name: String = crate::template::physical_name(stack_name, &spec.logical_id).chars().take(64).collect();
+                resolver.set_attr(&spec.logical_id, "Arn", format!("arn:aws:events:{region}:{account}:rule/{rule_name}"));
+                for (i, (id, arn, input)) in spec.targets.iter().enumerate() {
+                    let at = format!("{}.Properties.Targets[{i}]", spec.logical_id);
+                    let arn = resolver.resolve_string(arn, &format!("{at}.Arn"))?;
+                    let Some(q) = queues.iter().find(|q| q.arn == arn) else {
+                        return Err(TemplateError::Unsupported {
+                            at: format!("{at}.Arn"),
+                            reason: format!("{arn}: only SQS queues of the template are schedule targets locally"),
+                        }
+                        .into());
+                    };
+                    let input = match input {
+                        Some(v) => resolver.resolve_string(v, &format!("{at}.Input"))?,
+                        None => "{}".to_owned(),
+                    };
+                    schedules.push(ScheduledSend { name: format!("{}.{id}", spec.logical_id), period, queue: q.clone(), input });
+                }
+            }
+        }
+        Ok(Self { template, resolver, tables, stream_arns, buses, queues, buckets, functions, skipped_functions, rules, queue_rules, schedules })
     }
 
     /// The function's `Environment.Variables`, resolved against this stack.
@@ -316,7 +362,8 @@ impl Stack {
     /// One line per pipeline the local runtime plays: each DynamoDB stream event source mapping
     /// (`stream of <Table> → <Function>`), each EventBridge rule of a function
     /// (`rule <name> on bus <bus> → <Function>`), each standalone rule targeting queues
-    /// (`rule <name> on bus <bus> → queue <Queue>`) and each SQS event source mapping
+    /// (`rule <name> on bus <bus> → queue <Queue>`), each schedule rule's target queue
+    /// (`schedule <Rule>.<target> every <n> s → queue <Queue>`) and each SQS event source mapping
     /// (`queue <Queue> → <Function> (SQS mapping, batch <n>)`).
     pub fn pipelines(&self) -> Vec<String> {
         let streams = self.functions.iter().flat_map(|f| {
@@ -333,7 +380,8 @@ impl Stack {
                 _ => None,
             })
         });
-        streams.chain(rules).chain(queue_rules).chain(sqs).collect()
+        let schedules = self.schedules.iter().map(|s| format!("schedule {} every {} s → queue {}", s.name, s.period.as_secs(), s.queue.logical_id));
+        streams.chain(rules).chain(queue_rules).chain(schedules).chain(sqs).collect()
     }
 
     /// The function with `logical_id`.
@@ -460,6 +508,7 @@ mod tests {
             skipped_functions: Vec::new(),
             rules: Vec::new(),
             queue_rules: Vec::new(),
+            schedules: Vec::new(),
         };
         assert_eq!(stack.pipelines(), ["stream of T → Relay"]);
         stack.rules.push(LocalRule {

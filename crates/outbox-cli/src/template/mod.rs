@@ -36,9 +36,10 @@ mod tests;
 pub use functions::no_binary;
 pub use intrinsics::Resolver;
 pub use nested::NestedApp;
+pub use specs::rate_period;
 pub use specs::{
-    BucketSpec, BusSpec, EventInvokeSpec, FunctionEvent, FunctionSpec, IndexSpec, QueueSpec, RuleSpec, SqsMappingSpec, StandaloneRuleSpec,
-    StreamMappingSpec, TableSpec,
+    BucketSpec, BusSpec, EventInvokeSpec, FunctionEvent, FunctionSpec, IndexSpec, QueueSpec, RuleSpec, ScheduleRuleSpec, SqsMappingSpec,
+    StandaloneRuleSpec, StreamMappingSpec, TableSpec,
 };
 
 /// A template the local runtime cannot use.

@@ -238,3 +238,39 @@ fn the_consumer_kits_delivery_queue_follows_its_event_types() {
     assert_eq!(queues(&without), ["Kit/ConsumerDeadLetterQueue"]);
     assert!(without.standalone_rules().unwrap().is_empty());
 }
+
+/// The consumer kit schedules its parked check (a schedule rule, read apart from the rules with
+/// an event pattern) only with a delivery queue and a consumer function, and its inbox table has
+/// the sparse parked index.
+#[test]
+fn the_consumer_kit_schedules_the_parked_check_with_a_queue_and_a_function() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let kit = |extra: &str| {
+        let text = format!("Resources:\n  Kit:\n    Type: AWS::Serverless::Application\n    Properties:\n      Location: blocks/consumer-kit/template.yaml\n      Parameters:\n        EventBusName: bus\n{extra}");
+        Template::parse(&root.join("parent.yaml"), &text).unwrap()
+    };
+    let r = Resolver::new("s", "us-east-1", "1");
+    let queued = "        EventSources: a.b\n        EventTypes: Created\n";
+    let with = kit(&format!("{queued}        ConsumerFunctionName: s-consumer\n        SequenceGapAlarmSeconds: 600\n"));
+    let schedules = with.schedule_rules().unwrap();
+    assert_eq!(schedules.len(), 1, "{schedules:?}");
+    assert_eq!(schedules[0].logical_id, "Kit/ParkedCheckRule");
+    assert_eq!(r.resolve_string(&schedules[0].schedule, "ScheduleExpression").unwrap(), "rate(5 minutes)");
+    let (id, _, input) = &schedules[0].targets[0];
+    assert_eq!(id, "parked-check");
+    let input = r.resolve_string(input.as_ref().expect("an Input"), "Input").unwrap();
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&input).unwrap(), serde_json::json!({"outbox": "check-parked", "gap_after_seconds": 600}));
+    assert!(with.standalone_rules().unwrap().iter().all(|rule| rule.logical_id != "Kit/ParkedCheckRule"));
+    assert!(kit(queued).schedule_rules().unwrap().is_empty(), "no consumer function: no check");
+    assert!(kit("        ConsumerFunctionName: s-consumer\n").schedule_rules().unwrap().is_empty(), "no queue: no check");
+
+    let tables = with.tables(&r).unwrap();
+    let index = &tables.iter().find(|t| t.logical_id == "Kit/InboxTable").unwrap().global_indexes[0];
+    assert_eq!(index.name, outbox::inbox::PARKED_INDEX, "the name the library queries");
+    let key = [(outbox::inbox::PARKED_CONSUMER.to_owned(), "HASH".to_owned()), (outbox::inbox::PARKED_AT.to_owned(), "RANGE".to_owned())];
+    assert_eq!(index.key_schema, key);
+    assert_eq!(index.projection, "INCLUDE");
+    assert_eq!(index.non_key_attributes, outbox::inbox::PARKED_INDEX_ATTRIBUTES, "what parked_from_item reads, not the payload");
+    assert_eq!(crate::template::rate_period("rate(1 hour)"), Some(std::time::Duration::from_secs(3600)));
+    assert_eq!(crate::template::rate_period("cron(0 12 * * ? *)"), None);
+}

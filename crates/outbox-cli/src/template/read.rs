@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_yaml_ng::Value;
 
 use super::intrinsics::Resolver;
-use super::specs::{BucketSpec, BusSpec, IndexSpec, QueueSpec, StandaloneRuleSpec, TableSpec};
+use super::specs::{BucketSpec, BusSpec, IndexSpec, QueueSpec, ScheduleRuleSpec, StandaloneRuleSpec, TableSpec};
 use super::{unsupported, Template, TemplateError};
 
 impl Template {
@@ -134,6 +134,7 @@ impl Template {
     pub fn standalone_rules(&self) -> Result<Vec<StandaloneRuleSpec>, TemplateError> {
         self.resources_of("AWS::Events::Rule")
             .into_iter()
+            .filter(|(_, p)| p.get("ScheduleExpression").is_none() || p.get("EventPattern").is_some())
             .map(|(id, p)| {
                 let pattern = p.get("EventPattern").ok_or_else(|| unsupported(format!("{id}.Properties.EventPattern"), "is required locally"))?;
                 let pattern = match pattern {
@@ -141,14 +142,9 @@ impl Template {
                     other => serde_json::to_value(other),
                 }
                 .map_err(|e| unsupported(format!("{id}.Properties.EventPattern"), format!("is not JSON: {e}")))?;
-                let targets = p
-                    .get("Targets")
-                    .and_then(Value::as_sequence)
+                let targets = rule_targets(&id, &p)?
                     .into_iter()
-                    .flatten()
-                    .enumerate()
-                    .map(|(i, t)| {
-                        let arn = t.get("Arn").cloned().ok_or_else(|| unsupported(format!("{id}.Properties.Targets[{i}].Arn"), "is required"))?;
+                    .map(|(i, target_id, arn, t)| {
                         // moto ignores Input and InputPath and fails on some InputTransformers:
                         // the local queue would get a different body than on AWS.
                         if let Some(key) = ["Input", "InputPath", "InputTransformer"].into_iter().find(|k| t.get(*k).is_some()) {
@@ -157,7 +153,6 @@ impl Template {
                                 "is not played locally (the target gets the whole event)",
                             ));
                         }
-                        let target_id = t.get("Id").and_then(Value::as_str).map_or_else(|| format!("target-{i}"), str::to_owned);
                         Ok((target_id, arn))
                     })
                     .collect::<Result<Vec<_>, TemplateError>>()?;
@@ -165,4 +160,37 @@ impl Template {
             })
             .collect()
     }
+
+    /// Every standalone `AWS::Events::Rule` with a `ScheduleExpression` and no `EventPattern`
+    /// (read apart from [`Template::standalone_rules`]): the local runtime sends each target its
+    /// `Input` every period.
+    ///
+    /// # Errors
+    /// [`TemplateError`] when a target has no `Arn`.
+    pub fn schedule_rules(&self) -> Result<Vec<ScheduleRuleSpec>, TemplateError> {
+        self.resources_of("AWS::Events::Rule")
+            .into_iter()
+            .filter(|(_, p)| p.get("EventPattern").is_none())
+            .filter_map(|(id, p)| Some((id, p.get("ScheduleExpression")?.clone(), p)))
+            .map(|(id, schedule, p)| {
+                let targets = rule_targets(&id, &p)?.into_iter().map(|(_, target_id, arn, t)| (target_id, arn, t.get("Input").cloned())).collect();
+                Ok(ScheduleRuleSpec { logical_id: id, schedule, targets })
+            })
+            .collect()
+    }
+}
+
+/// The `Targets[]` of rule `id` (properties `p`): `(index, Id or target-<index>, Arn, target)`.
+fn rule_targets<'a>(id: &str, p: &'a serde_yaml_ng::Mapping) -> Result<Vec<(usize, String, Value, &'a Value)>, TemplateError> {
+    p.get("Targets")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, t)| {
+            let arn = t.get("Arn").cloned().ok_or_else(|| unsupported(format!("{id}.Properties.Targets[{i}].Arn"), "is required"))?;
+            let target_id = t.get("Id").and_then(Value::as_str).map_or_else(|| format!("target-{i}"), str::to_owned);
+            Ok((i, target_id, arn, t))
+        })
+        .collect()
 }

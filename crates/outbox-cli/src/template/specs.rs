@@ -170,6 +170,34 @@ pub struct StandaloneRuleSpec {
     pub targets: Vec<(String, Value)>,
 }
 
+/// A standalone `AWS::Events::Rule` with a `ScheduleExpression` (and no `EventPattern`): it sends
+/// each target its constant `Input` every period (e.g. the consumer kit's parked check).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleRuleSpec {
+    /// Logical id.
+    pub logical_id: String,
+    /// `ScheduleExpression`, unresolved (`rate(5 minutes)`; `cron(…)` is not played locally).
+    pub schedule: Value,
+    /// `Targets[]`: `(Id, Arn unresolved, Input unresolved)`.
+    pub targets: Vec<(String, Value, Option<Value>)>,
+}
+
+/// The period of a schedule expression `rate(<n> minute(s)|hour(s)|day(s))`; `None` for
+/// anything else (`cron(…)`, a malformed rate). Source:
+/// <https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-scheduled-rule-pattern.html>.
+pub fn rate_period(expression: &str) -> Option<std::time::Duration> {
+    let inner = expression.trim().strip_prefix("rate(")?.strip_suffix(')')?;
+    let (n, unit) = inner.trim().split_once(char::is_whitespace)?;
+    let n: u64 = n.parse().ok().filter(|n| *n > 0)?;
+    let unit = match unit.trim() {
+        "minute" | "minutes" => 60,
+        "hour" | "hours" => 3_600,
+        "day" | "days" => 86_400,
+        _ => return None,
+    };
+    Some(std::time::Duration::from_secs(n * unit))
+}
+
 /// A DynamoDB stream event source mapping.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamMappingSpec {

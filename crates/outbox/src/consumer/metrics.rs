@@ -14,9 +14,12 @@
 //! | `EventsRetried` | count | a transient failure retried inside the invocation |
 //! | `EventsFailed` | count | the invocation failed (Lambda retries it) |
 //! | `SequenceGaps` | count | an ordered event arrived before its predecessor and a store that does not park failed it (counted by the inbox, [`crate::inbox`]) |
+//! | `OldestParkedAgeSeconds` | seconds (gauge) | the parked check ([`super::ParkedCheck`]): how long the oldest event parked now has waited (0: none); the kit's `ParkedGapAlarm` |
+//! | `EventsParkedNow` | count (gauge) | the parked check: events parked now (at most its limit) |
+//! | `ParkedRecovered` | count | the parked check applied a parked event whose predecessor was already applied (should stay 0) |
 //! | `CommitToEffectMilliseconds` | milliseconds | from the event's `time` (the producer's commit) to the consumer's commit, for applied events |
 //!
-//! The alarmed metrics (`EventsDeadLettered`, `CommitToEffectMilliseconds`) carry only the
+//! The alarmed metrics (`EventsDeadLettered`, `CommitToEffectMilliseconds`, `OldestParkedAgeSeconds`) carry only the
 //! `function` dimension, so a CloudWatch alarm on `(namespace, metric, function)` sees them;
 //! CloudWatch matches an alarm's dimensions exactly
 //! (<https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch_concepts.html#Dimension>).
@@ -77,4 +80,21 @@ pub(crate) fn retried() {
 pub(crate) fn failed() {
     #[cfg(feature = "metrics")]
     metrics::counter!(crate::contract::metric::EVENTS_FAILED).increment(1);
+}
+
+/// The parked check's gauges: `parked` events parked now, the oldest for `oldest_secs` seconds.
+pub(crate) fn parked_now(parked: usize, oldest_secs: u64) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::gauge!(crate::contract::metric::EVENTS_PARKED_NOW).set(parked as f64);
+        metrics::gauge!(crate::contract::metric::OLDEST_PARKED_AGE_SECONDS).set(oldest_secs as f64);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (parked, oldest_secs);
+}
+
+/// The parked check applied a parked event whose predecessor was already applied.
+pub(crate) fn parked_recovered() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(crate::contract::metric::PARKED_RECOVERED).increment(1);
 }

@@ -21,6 +21,9 @@
 //! <https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html>,
 //! <https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html>.
 //!
+//! A message `{"outbox":"check-parked",…}` is not an event but the consumer kit's scheduled
+//! parked check ([`ParkedCheck`]): it is run and acknowledged.
+//!
 //! Messages of one batch are handled one after another, in the batch's order, so two events
 //! of one aggregate in a batch are applied in order (or the later one is parked,
 //! [`ParkedEvent`](crate::inbox::ParkedEvent)). A message not started before the invocation's deadline nears is
@@ -32,6 +35,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::dispatch::{Consumer, ConsumerResponse, SettledEvent};
+use super::parked_check::{ParkedCheck, ParkedReport};
 use super::{ConsumerError, DeadLetterSink};
 use crate::inbox::InboxStore;
 
@@ -56,6 +60,9 @@ pub struct SqsBatchAnswer {
     pub batch_item_failures: Vec<ItemFailure>,
     /// The events settled, in order.
     pub outcomes: Vec<SettledEvent>,
+    /// What the parked check found, when the batch held its message ([`ParkedCheck`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parked_check: Option<ParkedReport>,
 }
 
 /// The answer to one invocation of [`Consumer::handle_invocation`]: one event's, or one batch's.
@@ -133,6 +140,11 @@ where
                 continue;
             }
             let body = record.body.unwrap_or_default();
+            // The kit's scheduled parked check, not an event: always acknowledged.
+            if let Some(check) = ParkedCheck::recognise(&body) {
+                answer.parked_check = Some(self.check_parked(&check, deadline).await);
+                continue;
+            }
             let result = match RawValue::from_string(body.clone()) {
                 // Boxed like `handle_payload_until`: keeps the caller's future shallow.
                 Ok(event) => Box::pin(self.handle_one(&event, deadline, false)).await,

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use aws_sdk_dynamodb::types::TransactWriteItem;
 use chrono::{DateTime, Utc};
 
-use super::{Claim, InboxError, InboxOutcome, InboxStore, Lease, ParkedEvent, RecordedOutcome};
+use super::{Claim, InboxError, InboxOutcome, InboxStore, Lease, ParkedEvent, ParkedList, RecordedOutcome};
 use crate::envelope::EventMetadata;
 use crate::transaction::TransactionError;
 
@@ -153,6 +153,17 @@ impl MemoryInbox {
     /// The events parked now (waiting for their predecessor), in no particular order.
     pub fn parked_events(&self) -> Vec<ParkedEvent> {
         self.lock().parked.values().cloned().collect()
+    }
+
+    /// Moves the `parked_at` of parked event `event_id` back by `age` (to test the parked
+    /// check and gap listings without waiting). Returns whether it was parked.
+    pub fn backdate_parked(&self, event_id: &str, age: std::time::Duration) -> bool {
+        let mut state = self.lock();
+        let Some(parked) = state.parked.values_mut().find(|p| p.event_id == event_id) else { return false };
+        let at = DateTime::parse_from_rfc3339(&parked.parked_at).map(|t| t.with_timezone(&Utc)).unwrap_or_else(|_| Utc::now());
+        let back = chrono::Duration::from_std(age).ok().and_then(|age| at.checked_sub_signed(age)).unwrap_or(at);
+        parked.parked_at = back.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        true
     }
 
     fn park_now(&self, metadata: &EventMetadata, waits_for: u64, payload: &str) -> bool {
@@ -334,6 +345,15 @@ impl InboxStore for MemoryInbox {
 
     fn last_sequence(&self, aggregate_type: &str, aggregate_id: &str) -> impl Future<Output = Result<u64, InboxError>> + Send {
         std::future::ready(Ok(self.lock().last_sequence.get(&format!("{aggregate_type}#{aggregate_id}")).copied().unwrap_or(0)))
+    }
+
+    /// As the DynamoDB index answers: oldest first, without the payload.
+    fn parked_oldest(&self, limit: usize) -> impl Future<Output = Result<ParkedList, InboxError>> + Send {
+        let mut events: Vec<ParkedEvent> = self.lock().parked.values().cloned().map(|p| ParkedEvent { payload: String::new(), ..p }).collect();
+        events.sort_by(|a, b| a.parked_at.cmp(&b.parked_at));
+        let complete = events.len() <= limit;
+        events.truncate(limit);
+        std::future::ready(Ok(ParkedList { events, complete }))
     }
 
     fn begin(

@@ -12,7 +12,7 @@
 //! | row | key (`pk`) | attributes |
 //! |---|---|---|
 //! | ordering | `<consumer>#aggregate#<aggregate_type>#<aggregate_id>` | `last_sequence` |
-//! | parked | `<consumer>#parked#<aggregate_type>#<aggregate_id>#<waits_for>` | `kind` = `parked`, `event_id`, `event_type`, `sequence`, `waits_for`, `payload`, `parked_at` |
+//! | parked | `<consumer>#parked#<aggregate_type>#<aggregate_id>#<waits_for>` | `kind` = `parked`, `parked_consumer` = `<consumer>`, `event_id`, `event_type`, `sequence`, `waits_for`, `payload`, `parked_at` |
 //!
 //! The parked row is keyed by the sequence it waits for (the event's required predecessor,
 //! [`super::required_predecessor`]), so "what waits for sequence n" is one consistent `GetItem`,
@@ -30,10 +30,29 @@
 //! asynchronous invocation is retried), finds itself a duplicate, and carries on draining.
 //!
 //! **A real gap** — a predecessor that never comes (dead-lettered at the relay, skipped) — leaves
-//! its successor parked, not dead-lettered among poison. Every parked row carries `parked_at`;
-//! `outbox ordering parked` and `trace` list the parked events with their age and flag those
-//! parked longer than the gap limit; `outbox ordering release` moves the aggregate past
-//! the missing sequence and applies what was parked behind it.
+//! its successor parked, not dead-lettered among poison, and pages someone:
+//!
+//! * **The parked index.** Only parked rows carry `parked_consumer` (the consumer's name), so the
+//!   inbox table's global secondary index [`PARKED_INDEX`] (partition key `parked_consumer`, sort
+//!   key `parked_at`, projecting the listing's attributes, not the payload) is *sparse*: it holds
+//!   the parked rows only, and "this consumer's parked events, oldest first" is one `Query`
+//!   ([`Inbox::parked_oldest`](super::Inbox::parked_oldest)), however many claim rows the table
+//!   holds. Its cost: one index write when an event is parked and one when it is unparked (the
+//!   row is deleted); ordinary events write nothing to it. All of one consumer's parked rows
+//!   share one index partition: fine because parked rows are rare and short-lived (a
+//!   partition takes 1,000 writes per second). The index is eventually consistent: a row
+//!   parked a moment ago may be missing from one listing, which the next shows. Source:
+//!   <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-indexes-general-sparse-indexes.html>.
+//! * **The parked check** ([`crate::consumer::ParkedCheck`]): the consumer kit's schedule rule
+//!   sends [`CHECK_PARKED`](crate::consumer::CHECK_PARKED) to the consumer's delivery queue
+//!   every 5 minutes; the consumer queries its parked rows, emits `OldestParkedAgeSeconds` and
+//!   `EventsParkedNow`, and logs one WARN per event parked longer than the gap limit (the kit's
+//!   `SequenceGapAlarmSeconds`, carried in the message). The kit's `ParkedGapAlarm` fires on
+//!   `OldestParkedAgeSeconds` at that limit.
+//! * **The operator's verbs**: `outbox ordering parked` and `trace` list the parked events (by
+//!   the index) with their age and flag those parked longer than the gap limit;
+//!   `outbox ordering release` moves the aggregate past the missing sequence and applies what
+//!   was parked behind it.
 
 use serde::{Deserialize, Serialize};
 
@@ -98,5 +117,34 @@ impl ParkedEvent {
     }
 }
 
-/// Value of the `kind` attribute of parked rows (for a filtered `Scan` of them).
+/// Value of the `kind` attribute of parked rows (for a filtered `Scan` of them, on a table
+/// without [`PARKED_INDEX`]).
 pub const PARKED_KIND: &str = "parked";
+
+/// The attribute only parked rows carry (the consumer's name): the partition key of
+/// [`PARKED_INDEX`].
+pub const PARKED_CONSUMER: &str = "parked_consumer";
+
+/// The attribute [`PARKED_INDEX`] sorts by: when the event was parked (RFC 3339, UTC,
+/// milliseconds, so text order is time order).
+pub const PARKED_AT: &str = "parked_at";
+
+/// Name of the inbox table's sparse global secondary index of parked rows: partition key
+/// [`PARKED_CONSUMER`], sort key [`PARKED_AT`], projection `INCLUDE` of
+/// [`PARKED_INDEX_ATTRIBUTES`] (the consumer kit's template defines it).
+pub const PARKED_INDEX: &str = "parked-by-consumer";
+
+/// The non-key attributes [`PARKED_INDEX`] projects: what a listing shows, not the payload
+/// (read it from the row by its key).
+pub const PARKED_INDEX_ATTRIBUTES: [&str; 6] = ["event_id", "event_type", "aggregate_type", "subject", "sequence", "waits_for"];
+
+/// One page of a consumer's parked events, oldest first ([`Inbox::parked_oldest`](super::Inbox::parked_oldest)).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ParkedList {
+    /// The parked events, oldest first, without their payload (empty: the index does not
+    /// project it).
+    pub events: Vec<ParkedEvent>,
+    /// Whether every parked event is listed (false: stopped at the limit; more are parked).
+    pub complete: bool,
+}

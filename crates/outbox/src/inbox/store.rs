@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::guarded::{self, Guarded, GuardedError};
-use super::{Claim, Inbox, InboxError, InboxOutcome, Lease, ParkedEvent, RecordedOutcome};
+use super::{Claim, Inbox, InboxError, InboxOutcome, Lease, ParkedEvent, ParkedList, RecordedOutcome};
 use crate::envelope::EventMetadata;
 
 /// Where a consumer records the events it applied. See the [module docs](crate::inbox) for why it is
@@ -126,6 +126,19 @@ pub trait InboxStore: Send + Sync {
     fn unpark_settled(&self, metadata: &EventMetadata) -> impl Future<Output = Result<(), InboxError>> + Send {
         let _ = metadata;
         std::future::ready(Ok(()))
+    }
+
+    /// Ordering: this consumer's parked events, oldest first, at most `limit`, without their
+    /// payload (the parked check and the operator's listing; read one with
+    /// [`InboxStore::parked`] for its payload). The default lists none (a store that does not
+    /// park).
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] if the store fails (for the DynamoDB table, also when it lacks the
+    /// parked index: [`InboxError::is_missing_index`]).
+    fn parked_oldest(&self, limit: usize) -> impl Future<Output = Result<ParkedList, InboxError>> + Send {
+        let _ = limit;
+        std::future::ready(Ok(ParkedList { events: Vec::new(), complete: true }))
     }
 
     /// Ordering: the aggregate's `last_sequence` (0: none), a strongly consistent read.
@@ -262,6 +275,10 @@ impl InboxStore for Inbox {
         Inbox::last_sequence(self, aggregate_type, aggregate_id)
     }
 
+    fn parked_oldest(&self, limit: usize) -> impl Future<Output = Result<ParkedList, InboxError>> + Send {
+        Inbox::parked_oldest(self, limit)
+    }
+
     fn unpark_settled(&self, metadata: &EventMetadata) -> impl Future<Output = Result<(), InboxError>> + Send {
         Inbox::unpark_settled(self, metadata)
     }
@@ -335,6 +352,10 @@ impl<S: InboxStore> InboxStore for Arc<S> {
 
     fn last_sequence(&self, aggregate_type: &str, aggregate_id: &str) -> impl Future<Output = Result<u64, InboxError>> + Send {
         (**self).last_sequence(aggregate_type, aggregate_id)
+    }
+
+    fn parked_oldest(&self, limit: usize) -> impl Future<Output = Result<ParkedList, InboxError>> + Send {
+        (**self).parked_oldest(limit)
     }
 
     fn unpark_settled(&self, metadata: &EventMetadata) -> impl Future<Output = Result<(), InboxError>> + Send {
