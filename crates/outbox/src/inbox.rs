@@ -67,7 +67,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use chrono::{DateTime, SecondsFormat, Utc};
 use sha2::{Digest, Sha256};
@@ -116,17 +116,27 @@ pub struct RecordedOutcome {
     pub outcome: String,
     /// Why, in words (for `nothing_to_do`).
     pub reason: Option<String>,
+    /// The delivery settles a parked event ([`ParkedEvent`]): an ordered store deletes the
+    /// event's parked row in the same transaction as its inbox claim, so a crash right after the
+    /// commit cannot leave the row behind ([`RecordedOutcome::unparking`]).
+    pub unparks: bool,
 }
 
 impl RecordedOutcome {
     /// The outcome `outcome`, without a reason.
     pub fn new(outcome: impl Into<String>) -> Self {
-        Self { outcome: outcome.into(), reason: None }
+        Self { outcome: outcome.into(), reason: None, unparks: false }
     }
 
     /// `nothing_to_do`, because of `reason`.
     pub fn nothing_to_do(reason: impl Into<String>) -> Self {
-        Self { outcome: NOTHING_TO_DO.into(), reason: Some(reason.into()) }
+        Self { outcome: NOTHING_TO_DO.into(), reason: Some(reason.into()), unparks: false }
+    }
+
+    /// This outcome, committed together with the deletion of the event's parked row (the
+    /// consumer's drain of parked successors sets it).
+    pub fn unparking(self, unparks: bool) -> Self {
+        Self { unparks, ..self }
     }
 }
 
@@ -353,6 +363,18 @@ impl Inbox {
             // table_name, key and update_expression are set above, the only required fields.
             .expect("Update has its required fields");
         TransactWriteItem::builder().update(update).build()
+    }
+
+    /// The deletion of the parked row of `metadata`'s event (parked waiting for `waits_for`), as
+    /// part of its transaction ([`RecordedOutcome::unparks`]).
+    fn unpark_in_transaction(&self, metadata: &EventMetadata, waits_for: u64) -> TransactWriteItem {
+        let delete = Delete::builder()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(self.parked_key(&metadata.aggregate_type, &metadata.subject, waits_for)))
+            .build()
+            // table_name and key are set above, the only required fields.
+            .expect("Delete has its required fields");
+        TransactWriteItem::builder().delete(delete).build()
     }
 
     /// Whether the inbox is ordered ([`Inbox::ordered`], [`Inbox::ordered_by_types`]).
@@ -627,6 +649,14 @@ impl Inbox {
         items.push(self.claim_recording(metadata, payload_hash, now, outcome));
         if self.ordered {
             items.push(self.advance_sequence(metadata, now));
+            if outcome.is_some_and(|o| o.unparks) {
+                // No condition: the drain read this row (the event's own) after the predecessor
+                // was applied, and nothing parks behind an applied predecessor (parking needs a
+                // sequence gap, and sequences only move forward), so the key holds this event's
+                // row or nothing.
+                let waits_for = required_predecessor(metadata, self.types.as_ref());
+                items.push(self.unpark_in_transaction(metadata, waits_for));
+            }
         }
         let business_offset = items.len();
         items.extend(writes);

@@ -533,6 +533,30 @@ async fn parked_events_beyond_the_budget_are_applied_by_the_redelivery() {
     assert!(inbox.parked_events().is_empty());
 }
 
+/// The invocation that drains parked events fails right after a parked event's transaction (its
+/// separate `unpark` throttled, or a crash there): the event's parked row went with its
+/// transaction, so nothing is left parked behind the applied event, and the redelivery (a
+/// duplicate of the predecessor) drains the rest. Before, the row stayed parked for good: the
+/// redelivery drains from the new `last_sequence` and never reads it again.
+#[tokio::test]
+async fn a_crash_after_a_parked_events_commit_leaves_no_parked_row() {
+    let types = ["OrderCreated", "OrderUpdated"];
+    let inbox = MemoryInbox::new("crash").ordered();
+    let consumer = ordered_consumer(&inbox, &types);
+    for sequence in [3u64, 2] {
+        assert_eq!(consumer.handle(sequenced(types[1], sequence, json!({}))).await.unwrap().outcome, Handled::Parked { waits_for: sequence - 1 });
+    }
+    inbox.fail_next_unparks(1);
+    let err = consumer.handle(sequenced(types[0], 1, json!({}))).await.expect_err("the unpark after 2's commit fails");
+    assert_eq!(err.error_type(), "ParkedPending");
+    assert_eq!(applied(&inbox), ["evt-1", "evt-2"]);
+    assert_eq!(inbox.parked_events().len(), 1, "only 3 still waits: 2's row went with its transaction");
+    assert_eq!(consumer.handle(sequenced(types[0], 1, json!({}))).await.unwrap().outcome, Handled::Duplicate, "the redelivery drains 3");
+    assert_eq!(applied(&inbox), ["evt-1", "evt-2", "evt-3"]);
+    assert!(inbox.parked_events().is_empty());
+    assert_eq!(inbox.last_sequence("Order#o-1"), Some(3));
+}
+
 /// Every line the consumer logs about an event carries the event's fields, as Lambda's JSON log
 /// format writes them (`lambda_runtime::tracing::init_default_subscriber` with
 /// `AWS_LAMBDA_LOG_FORMAT=JSON`: `tracing_subscriber::fmt().json()`, the current span under

@@ -354,7 +354,7 @@ where
     /// of its own (`summary`), at DEBUG for a message of a batch (the batch logs its own).
     pub(crate) async fn handle_one(&self, payload: &RawValue, deadline: Instant, summary: bool) -> Result<ConsumerResponse<O>, ConsumerError> {
         let span = span_of(payload);
-        let response = match self.deliver(payload, deadline, &span).instrument(span.clone()).await {
+        let response = match self.deliver(payload, Delivery::Event, deadline, &span).instrument(span.clone()).await {
             Ok(response) => response,
             Err(error) => {
                 if summary {
@@ -435,7 +435,7 @@ where
                 Ok(payload) => {
                     let span = span_of(&payload);
                     tracing::debug!(parent: &span, waits_for = parked.waits_for, "applying a parked event");
-                    let delivered: BoxFuture<'_, _> = Box::pin(self.deliver(&payload, deadline, &span).instrument(span.clone()));
+                    let delivered: BoxFuture<'_, _> = Box::pin(self.deliver(&payload, Delivery::Parked, deadline, &span).instrument(span.clone()));
                     delivered.await
                 }
                 // The row holds what a RawValue once was, so this is a corrupted row: it can never succeed.
@@ -477,12 +477,18 @@ where
     /// One delivery: the event's handler and transaction, retried within the invocation while
     /// transient; parked when its predecessor is missing (an ordered store that parks);
     /// dead-lettered when it can never succeed.
-    async fn deliver(&self, payload: &RawValue, deadline: Instant, span: &tracing::Span) -> Result<ConsumerResponse<O>, ConsumerError> {
+    async fn deliver(
+        &self,
+        payload: &RawValue,
+        delivery: Delivery,
+        deadline: Instant,
+        span: &tracing::Span,
+    ) -> Result<ConsumerResponse<O>, ConsumerError> {
         let policy = &self.inner.retry;
         let mut attempt = 1u32;
         let error = loop {
             span.record("attempt", attempt);
-            let error = match self.process(payload).await {
+            let error = match self.process(payload, delivery).await {
                 Ok((metadata, outcome)) => {
                     let kind = match &outcome {
                         Handled::Applied(_) => {
@@ -580,7 +586,7 @@ where
         }
     }
 
-    async fn process(&self, payload: &RawValue) -> Result<(EventMetadata, Handled<O>), ConsumerError> {
+    async fn process(&self, payload: &RawValue, delivery: Delivery) -> Result<(EventMetadata, Handled<O>), ConsumerError> {
         let envelope = decode_envelope(payload)?;
         #[cfg(feature = "claim-check")]
         let envelope = match self.claimed(envelope).await? {
@@ -594,7 +600,7 @@ where
         let tx = Tx::new(self.inner.writer.clone());
         let called = route.call(&envelope, tx.clone()).await?;
         let outcome = called.result?;
-        let handled = self.commit(&called.metadata, &called.hash, tx, outcome).await?;
+        let handled = self.commit(&called.metadata, &called.hash, tx, outcome, delivery).await?;
         Ok((called.metadata, handled))
     }
 
@@ -653,7 +659,14 @@ where
     /// condition, runs the fallback and commits what it wrote instead (as many rounds as
     /// fallbacks are chained). A fallback that finds nothing to do still records the event: its
     /// inbox claim alone, so an ordered aggregate's sequence advances past it.
-    async fn commit(&self, metadata: &EventMetadata, hash: &str, mut tx: Tx<O>, mut outcome: O) -> Result<Handled<O>, ConsumerError> {
+    async fn commit(
+        &self,
+        metadata: &EventMetadata,
+        hash: &str,
+        mut tx: Tx<O>,
+        mut outcome: O,
+        delivery: Delivery,
+    ) -> Result<Handled<O>, ConsumerError> {
         loop {
             let (mut pending, fallback) = tx.take();
             // Claim-checked payloads of the emitted events go to S3 before the transaction that
@@ -666,7 +679,7 @@ where
                 Err(e) => return Err(HandlerError::retry(e).into()),
             }
             let (items, batch) = pending.into_parts();
-            let recorded = RecordedOutcome::new(outcome_text(&outcome));
+            let recorded = RecordedOutcome::new(outcome_text(&outcome)).unparking(delivery == Delivery::Parked);
             // Boxed: the SDK's futures are deeply nested, and without a box the future of a whole
             // Lambda `main` exceeds rustc's default query depth when computing its layout.
             let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.apply_recording(metadata, hash, items, &recorded));
@@ -683,8 +696,8 @@ where
                             outcome = o;
                             tx = next;
                         }
-                        Fallback::Duplicate => return self.nothing_to_do(metadata, hash, SETTLED_ELSEWHERE.to_owned()).await,
-                        Fallback::NothingToDo(reason) => return self.nothing_to_do(metadata, hash, reason).await,
+                        Fallback::Duplicate => return self.nothing_to_do(metadata, hash, SETTLED_ELSEWHERE.to_owned(), delivery).await,
+                        Fallback::NothingToDo(reason) => return self.nothing_to_do(metadata, hash, reason, delivery).await,
                     }
                 }
             }
@@ -693,8 +706,8 @@ where
 
     /// Records the event with nothing to do (`reason`): the inbox claim and the aggregate's
     /// sequence, none of the handler's writes.
-    async fn nothing_to_do(&self, metadata: &EventMetadata, hash: &str, reason: String) -> Result<Handled<O>, ConsumerError> {
-        let recorded = RecordedOutcome::nothing_to_do(reason.clone());
+    async fn nothing_to_do(&self, metadata: &EventMetadata, hash: &str, reason: String, delivery: Delivery) -> Result<Handled<O>, ConsumerError> {
+        let recorded = RecordedOutcome::nothing_to_do(reason.clone()).unparking(delivery == Delivery::Parked);
         let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.apply_recording(metadata, hash, Vec::new(), &recorded));
         match applied.await? {
             InboxOutcome::Applied => Ok(Handled::NothingToDo(reason)),
@@ -708,6 +721,18 @@ where
             .into()),
         }
     }
+}
+
+/// Where a delivery's event comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Delivery {
+    /// The invocation's own event.
+    Event,
+    /// A parked event applied after its predecessor ([`Consumer::drain`]): its transaction also
+    /// deletes its parked row ([`RecordedOutcome::unparks`]), so a crash between the commit and
+    /// the separate `unpark` cannot strand the row (the retried invocation drains from the new
+    /// `last_sequence` and would never read it again).
+    Parked,
 }
 
 /// The outcome's text for the inbox row: a JSON string as is (`"reserved"` → `reserved`),

@@ -80,6 +80,8 @@ struct State {
     injected: VecDeque<Injected>,
     /// Parked events by `<aggregate_type>#<aggregate_id>#<waits_for>`.
     parked: HashMap<String, ParkedEvent>,
+    /// Separate `unpark` calls still to fail ([`MemoryInbox::fail_next_unparks`]).
+    unparks_to_fail: usize,
 }
 
 /// The in-memory [`InboxStore`] (see the [module docs](crate::inbox)). Clones share one state.
@@ -131,6 +133,13 @@ impl MemoryInbox {
     /// Makes the next `apply` answer `answer` instead of committing (answers are used in order).
     pub fn fail_next(&self, answer: Injected) -> &Self {
         self.lock().injected.push_back(answer);
+        self
+    }
+
+    /// Makes the next `n` separate `unpark` calls fail (a throttled `DeleteItem`, or the
+    /// invocation crashing right after the transaction that settled the parked event).
+    pub fn fail_next_unparks(&self, n: usize) -> &Self {
+        self.lock().unparks_to_fail = n;
         self
     }
 
@@ -226,6 +235,10 @@ impl MemoryInbox {
             None => {}
         }
         if self.ordered {
+            if outcome.is_some_and(|o| o.unparks) {
+                let waits_for = super::required_predecessor(metadata, self.types.as_ref());
+                state.parked.remove(&format!("{aggregate}#{waits_for}"));
+            }
             state.last_sequence.insert(aggregate, metadata.sequence);
         }
         state.rows.insert(metadata.id.clone(), Row::Applied { payload_hash: payload_hash.to_owned() });
@@ -327,6 +340,11 @@ impl InboxStore for MemoryInbox {
     fn unpark(&self, parked: &ParkedEvent) -> impl Future<Output = Result<(), InboxError>> + Send {
         let key = format!("{}#{}", parked.aggregate(), parked.waits_for);
         let mut state = self.lock();
+        if state.unparks_to_fail > 0 {
+            state.unparks_to_fail -= 1;
+            let injected = crate::aws_error::AwsError::cancelled(&["ThrottlingException (injected)".to_owned()], true, None, None);
+            return std::future::ready(Err(InboxError::Transaction(TransactionError::Retryable(injected))));
+        }
         if state.parked.get(&key).is_some_and(|p| p.event_id == parked.event_id) {
             state.parked.remove(&key);
         }
