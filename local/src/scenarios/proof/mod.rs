@@ -143,15 +143,7 @@ fn names(runtime: &Runtime, consumer: &str) -> crate::Result<Names> {
     let get = |env: &HashMap<String, String>, k: &str| {
         env.get(k).cloned().ok_or_else(|| crate::Error::invalid(format!("no {k} in the function's environment")))
     };
-    let rule = runtime.stack.rules.first().ok_or_else(|| crate::Error::invalid("the template has no EventBridge rule for a consumer"))?;
-    let consumer_types = runtime
-        .stack
-        .rules
-        .iter()
-        .filter(|r| r.function == consumer)
-        .flat_map(|r| r.spec.pattern["detail-type"].as_array().cloned().unwrap_or_default())
-        .filter_map(|v| v.as_str().map(str::to_owned))
-        .collect();
+    let (bus, consumer_types) = runtime.consumer_delivery(consumer)?;
     Ok(Names {
         inbox: get(&consumer_env, "INBOX_TABLE")?,
         outbox_stream: runtime
@@ -160,7 +152,7 @@ fn names(runtime: &Runtime, consumer: &str) -> crate::Result<Names> {
             .get("OutboxTable")
             .cloned()
             .ok_or_else(|| crate::Error::invalid("the template's OutboxTable has no stream"))?,
-        bus: rule.bus_name.clone(),
+        bus,
         dead_letter_queues: runtime.stack.queues.iter().filter(|q| q.logical_id.contains("DeadLetter")).cloned().collect(),
         consumer_types,
     })
