@@ -140,6 +140,11 @@ async fn a_failed_invocation_deletes_nothing_and_max_receive_count_dead_letters(
         .map(|m| serde_json::from_str::<serde_json::Value>(&m.body).expect("a bus event")["detail"]["metadata"]["type"].clone())
         .collect();
     assert!(ids.contains(&serde_json::json!("OrderCreated")), "the event itself, as SQS moved it: {ids:?}");
+    // `dlq list` says why it is there, and that a redrive may help.
+    for m in &messages {
+        assert_eq!((m.cause.as_str(), m.permanent), ("MaxReceiveCountExceeded", false), "{m:?}");
+        assert!(m.reason.contains("maxReceiveCount receives"), "{}", m.reason);
+    }
     let queue = local.runtime.stack.queue("Webhooks/WebhookDeliveryQueue").cloned().expect("the delivery queue");
     assert_eq!(dlq::depth(&local.sqs, &queue).await.expect("depth"), 0);
     local.shutdown().await;
