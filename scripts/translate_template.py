@@ -5,11 +5,13 @@
         (defaults: template.yaml, stdout)
 
 With --check it also asserts that the delivery settings survived the translation (the stream
-event source mapping's FilterCriteria, DestinationConfig and FunctionResponseTypes; the rule
-target's RetryPolicy and DeadLetterConfig; the EventInvokeConfig's OnFailure destination) and
+event source mapping's FilterCriteria, DestinationConfig and FunctionResponseTypes; an SQS
+mapping's FunctionResponseTypes and its queue's RedrivePolicy, the queue being the template's or
+a local block's output, e.g. the consumer kit's DeliveryQueueArn; the rule target's RetryPolicy
+and DeadLetterConfig; an EventInvokeConfig's OnFailure destination, where there is one) and
 prints the generated logical ids to stderr; a template made of building blocks (nested
-applications with a local `Location`, as the sample's is) must generate every kind together with
-them (its blocks' own settings are checked by --check-block). --check-block checks a building
+applications with a local `Location`, as the sample's is) must generate a mapping and a rule
+together with them (its blocks' own settings are checked by --check-block). --check-block checks a building
 block (blocks/*): the same, except that a block need not generate every kind (the relay block has
 no rule). It also checks the edge and the logs (what the
 scanners cannot see through SAM's generated resources): every function logs to a log group of the
@@ -72,10 +74,12 @@ def of_type(resources: dict, type_: str) -> dict:
     return {k: v.get("Properties", {}) for k, v in resources.items() if v.get("Type") == type_}
 
 
+# What a template of building blocks must generate: the relay's stream mapping and the
+# consumers' SQS mappings, the rules feeding their queues. No EventInvokeConfig: no consumer is
+# invoked asynchronously (an EventInvokeConfig, where there is one, is still checked below).
 DELIVERY_KINDS = {
     "event source mapping": "AWS::Lambda::EventSourceMapping",
     "rule": "AWS::Events::Rule",
-    "EventInvokeConfig": "AWS::Lambda::EventInvokeConfig",
 }
 
 
@@ -100,31 +104,64 @@ def nested_translations(template: dict, source: Path) -> list:
     return out
 
 
-def check_delivery_settings(translated: dict, every_kind: bool = True, nested: tuple = ()) -> list:
+def mapped_queue(source, resources: dict, nested: dict):
+    """The queue an event source mapping's EventSourceArn names, as (description, resource), or
+    None when it names no queue (a stream): `!GetAtt Queue.Arn` of the template, or
+    `!GetAtt App.Outputs.X` of a nested application in `nested` whose output X is
+    `!GetAtt Queue.Arn` of its template (the consumer kit's DeliveryQueueArn). A nested output
+    that cannot be followed is ("App.Outputs.X", None)."""
+    attr = source.get("Fn::GetAtt") if isinstance(source, dict) else None
+    if not isinstance(attr, list) or len(attr) != 2:
+        return None
+    target, name = attr
+    if resources.get(target, {}).get("Type") == "AWS::SQS::Queue":
+        return target, resources[target]
+    if not (isinstance(name, str) and name.startswith("Outputs.")):
+        return None
+    where = f"{target}.{name}"
+    child = nested.get(target)
+    if child is None:
+        return where, None
+    value = child.get("Outputs", {}).get(name[len("Outputs."):], {}).get("Value")
+    inner = value.get("Fn::GetAtt") if isinstance(value, dict) else None
+    if not (isinstance(inner, list) and len(inner) == 2 and inner[1] == "Arn"):
+        return where, None
+    queue = child.get("Resources", {}).get(inner[0], {})
+    return f"{where} ({target}/{inner[0]})", queue if queue.get("Type") == "AWS::SQS::Queue" else None
+
+
+def check_delivery_settings(translated: dict, every_kind: bool = True, nested: dict | None = None) -> list:
     """Returns what is missing from the generated delivery resources (empty when all is there);
-    every_kind: the template, with the `nested` translations of its blocks, must generate a
-    mapping, a rule and an EventInvokeConfig."""
+    every_kind: the template, with the `nested` translations of its blocks (by application
+    logical id), must generate a mapping and a rule."""
+    nested = nested or {}
     resources = translated.get("Resources", {})
     missing = []
     mappings = of_type(resources, "AWS::Lambda::EventSourceMapping")
     rules = of_type(resources, "AWS::Events::Rule")
     invoke_configs = of_type(resources, "AWS::Lambda::EventInvokeConfig")
-    kinds = generated_kinds(translated).union(*(generated_kinds(child) for child in nested))
+    kinds = generated_kinds(translated).union(*(generated_kinds(child) for child in nested.values()))
     for kind in DELIVERY_KINDS:
         if kind not in kinds and every_kind:
             missing.append(f"no {kind} was generated (by the template or its blocks)")
     for name, props in mappings.items():
-        for key in ("FilterCriteria", "FunctionResponseTypes"):
-            if not props.get(key):
-                missing.append(f"{name}: no {key}")
-        source = props.get("EventSourceArn")
-        queue = source.get("Fn::GetAtt", [None])[0] if isinstance(source, dict) else None
-        if queue and resources.get(queue, {}).get("Type") == "AWS::SQS::Queue":
+        if not props.get("FunctionResponseTypes"):
+            missing.append(f"{name}: no FunctionResponseTypes")
+        queue = mapped_queue(props.get("EventSourceArn"), resources, nested)
+        if queue is not None:
             # An SQS mapping has no on-failure destination: the queue's redrive policy is its DLQ.
-            if not resources[queue].get("Properties", {}).get("RedrivePolicy", {}).get("deadLetterTargetArn"):
-                missing.append(f"{name}: queue {queue} has no RedrivePolicy.deadLetterTargetArn")
-        elif not props.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination"):
-            missing.append(f"{name}: no DestinationConfig.OnFailure.Destination")
+            # No FilterCriteria needed: the rule feeding the queue chose the events (a mapping's
+            # filter deletes what it does not match, without invoking).
+            where, resource = queue
+            if resource is None:
+                missing.append(f"{name}: its queue {where} is not an SQS queue of the template or a local block")
+            elif not resource.get("Properties", {}).get("RedrivePolicy", {}).get("deadLetterTargetArn"):
+                missing.append(f"{name}: queue {where} has no RedrivePolicy.deadLetterTargetArn")
+        else:
+            if not props.get("FilterCriteria"):
+                missing.append(f"{name}: no FilterCriteria")
+            if not props.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination"):
+                missing.append(f"{name}: no DestinationConfig.OnFailure.Destination")
         print(f"translate_template: event source mapping {name}", file=sys.stderr)
     for name, props in rules.items():
         for target in props.get("Targets", []):
@@ -168,11 +205,11 @@ def main() -> int:
     args = [a for a in args if a not in ("--check", "--check-block")]
     source = Path(args[0] if args else "template.yaml")
     template = yaml_parse(source.read_text(encoding="utf-8"))
-    nested = [child for _, child in nested_translations(template, source)] if check and not block else []
+    nested = dict(nested_translations(template, source)) if check and not block else {}
     replace_local_code_uris(template)
     translated = transform(template, {}, NoManagedPolicies())
     if check:
-        missing = check_delivery_settings(translated, every_kind=not block, nested=tuple(nested)) + check_logs_and_edge(translated)
+        missing = check_delivery_settings(translated, every_kind=not block, nested=nested) + check_logs_and_edge(translated)
         for problem in missing:
             print(f"translate_template: {problem}", file=sys.stderr)
         if missing:

@@ -1,7 +1,7 @@
 //! The claim check end to end on the emulator (DynamoDB + S3): a payload too large for the
 //! outbox item or one `PutEvents` entry is stored in S3 before the transaction, the outbox item
 //! holds the reference, the relay (run on the item's stream record, publishing to the emulator's
-//! bus) delivers `detail.data_ref` to the rule's queue (never the bytes), and
+//! bus) delivers `detail.data_ref` to the consumer kit's delivery queue (never the bytes), and
 //! the consumer fetches, verifies and applies it with the inbox hash over the real payload. A
 //! tampered or missing object is dead-lettered with the reason. Exactly at the computed inline
 //! limit the payload stays inline; one byte over, it goes to S3.
@@ -44,8 +44,9 @@ struct Setup {
     sqs: aws_sdk_sqs::Client,
     bus: String,
     relay_dlq: String,
-    /// The local delivery queue of the rule that routes `OrderCreated` to reserve-inventory.
-    order_created_queue: String,
+    /// The consumer kit's delivery queue: its rule routes `OrderCreated` (and `OrderCancelled`)
+    /// there, reserve-inventory's SQS event source mapping reads it.
+    delivery_queue: String,
 }
 
 /// A fresh stack's tables on the shared emulator, and a payload bucket of its own.
@@ -87,7 +88,7 @@ async fn setup() -> Setup {
         sqs: aws_sdk_sqs::Client::new(&sdk),
         bus: stack.buses.first().expect("the template's bus").name.clone(),
         relay_dlq: stack.queue("Relay/RelayDeadLetterQueue").expect("Relay/RelayDeadLetterQueue").url.clone(),
-        order_created_queue: stack.rules.iter().find(|r| r.spec.name == "OrderCreated").expect("the OrderCreated rule").delivery_queue.url.clone(),
+        delivery_queue: stack.queue("ConsumerKit/DeliveryQueue").expect("the consumer kit's ConsumerKit/DeliveryQueue").url.clone(),
     }
 }
 
@@ -135,7 +136,7 @@ impl Setup {
     }
 
     /// Runs the relay on `item`'s stream record (an `INSERT` with the stored image) and returns
-    /// what the bus delivered to the `OrderCreated` rule's queue: the event a consumer receives.
+    /// what the bus delivered to the consumer kit's delivery queue: the event a consumer receives.
     async fn relay_and_receive(&self, item: &OutboxItem) -> Box<RawValue> {
         let image: serde_dynamo::Item = item.to_item().expect("an OutboxItem converts");
         let record = serde_json::json!({
@@ -151,7 +152,7 @@ impl Setup {
         let received = self
             .sqs
             .receive_message()
-            .queue_url(&self.order_created_queue)
+            .queue_url(&self.delivery_queue)
             .max_number_of_messages(10)
             .wait_time_seconds(5)
             .send()
@@ -159,7 +160,7 @@ impl Setup {
             .expect("ReceiveMessage")
             .messages
             .unwrap_or_default();
-        assert_eq!(received.len(), 1, "one event on the rule's queue");
+        assert_eq!(received.len(), 1, "one event on the consumer's delivery queue");
         RawValue::from_string(received[0].body().expect("a body").to_owned()).expect("the delivered event is JSON")
     }
 

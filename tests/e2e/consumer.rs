@@ -1,7 +1,8 @@
 //! The consumer (ReserveInventoryFunction) on the emulator: the inbox turns repeated and racing
 //! deliveries of one event into exactly one effect; an event no retry can fix (malformed, an id
-//! reused with another payload) goes to the ConsumerDeadLetterQueue on the first attempt; one that
-//! fails every attempt (a sequence gap) gets there after Lambda's asynchronous retries.
+//! reused with another payload) goes to the ConsumerDeadLetterQueue on the first attempt; one
+//! whose predecessor never comes (a sequence gap) is parked, not dead-lettered. Events reach it
+//! as they do on AWS: the consumer kit's rule → its delivery queue → the SQS event source mapping.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -158,8 +159,9 @@ async fn dead_letter_of(local: &Local, event_id: &str) -> outbox_local::dlq::Dlq
     }
 }
 
+/// The bus the consumer's events come from (the consumer kit's rule is on it).
 fn bus_of(local: &Local) -> String {
-    local.runtime.stack.rules.iter().find(|r| r.function == CONSUMER).map(|r| r.bus_name.clone()).expect("the consumer's EventBridge rule")
+    local.runtime.consumer_delivery(CONSUMER).unwrap_or_else(|e| panic!("{e}")).0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,12 +179,13 @@ async fn a_malformed_event_is_dead_lettered_on_the_first_attempt() {
     });
     put_event(&local, &bus, "OrderCreated", &detail).await;
 
-    let settled = |c: &outbox_local::stats::Counts| c.recent.iter().any(|d| d.event_id == poison_id) || c.consumer_dead_lettered > 0;
+    let settled = |c: &outbox_local::stats::Counts| c.recent.iter().any(|d| d.event_id == poison_id) || c.sqs_messages_failed > 0;
     let counts = settle(&local, "the delivery of the malformed event", settled).await;
-    // No retry can fix it: one invocation, which dead-letters it itself and succeeds.
-    assert_eq!(counts.consumer_invocations, 1, "{counts:?}");
-    assert_eq!(counts.consumer_errors, 0, "{counts:?}");
-    assert_eq!(counts.consumer_dead_lettered, 0, "the asynchronous-invocation retries were used: {counts:?}");
+    // No retry can fix it: one invocation, which dead-letters it itself and settles the message
+    // (it does not come back from the delivery queue).
+    assert_eq!(counts.sqs_invocations, 1, "{counts:?}");
+    assert_eq!(counts.sqs_invocation_errors, 0, "{counts:?}");
+    assert_eq!(counts.sqs_messages_failed, 0, "the message went back to the delivery queue: {counts:?}");
     let outcomes: Vec<&str> = counts.recent.iter().filter(|d| d.event_id == poison_id).map(|d| d.outcome.as_str()).collect();
     assert_eq!(outcomes, ["dead_lettered"], "{counts:?}");
     let message = dead_letter_of(&local, &poison_id).await;
@@ -217,9 +220,9 @@ async fn an_event_whose_predecessor_never_comes_is_parked_not_dead_lettered() {
     });
     put_event(&local, &bus, "OrderCancelled", &detail).await;
 
-    let settled = |c: &outbox_local::stats::Counts| c.recent.iter().any(|d| d.event_id == gap_id) || c.consumer_dead_lettered > 0;
+    let settled = |c: &outbox_local::stats::Counts| c.recent.iter().any(|d| d.event_id == gap_id) || c.sqs_messages_failed > 0;
     let counts = settle(&local, "the delivery of the sequence-gap event", settled).await;
-    assert_eq!((counts.consumer_invocations, counts.consumer_errors, counts.consumer_dead_lettered), (1, 0, 0), "{counts:?}");
+    assert_eq!((counts.sqs_invocations, counts.sqs_invocation_errors, counts.sqs_messages_failed), (1, 0, 0), "{counts:?}");
     let outcomes: Vec<&str> = counts.recent.iter().filter(|d| d.event_id == gap_id).map(|d| d.outcome.as_str()).collect();
     assert_eq!(outcomes, ["parked"], "{counts:?}");
 

@@ -1,7 +1,7 @@
 //! `outbox-local dlq practice` makes a real dead letter through the real path: a malformed event
-//! on the bus, delivered by the rule to the real reserve-inventory binary, dead-lettered by the
-//! consumer library with a readable reason; a redrive of it is refused (its cause is permanent)
-//! until forced.
+//! on the bus, delivered by the consumer kit's rule and delivery queue to the real
+//! reserve-inventory binary, dead-lettered by the consumer library with a readable reason; a
+//! redrive of it is refused (its cause is permanent) until forced.
 
 use std::time::Duration;
 

@@ -1,5 +1,6 @@
 //! Provisioning from `template.yaml` is idempotent: setting up an existing stack again changes
-//! nothing (no second rule target, no error), and every resource the functions name exists.
+//! nothing (no second rule target, no error), and every resource the functions name exists;
+//! the consumer's events come through the consumer kit's rule and delivery queue.
 //! A template made of nested applications (`tests/fixtures/nested`) provisions as one stack.
 
 use crate::common::Local;
@@ -17,11 +18,17 @@ async fn provisioning_an_existing_stack_is_a_no_op() {
     assert_eq!(again.tables, first.tables);
     assert_eq!(again.stream_arns, first.stream_arns, "the tables were not recreated");
     assert_eq!(again.queues, first.queues);
-    assert_eq!(again.rules.len(), 2, "OrderCreated and OrderCancelled rules");
-    for rule in &again.rules {
+    assert!(again.rules.is_empty(), "no function of the sample is invoked by a rule of its own: {:?}", again.rules);
+    assert_eq!(again.queue_rules, first.queue_rules);
+    assert!(again.queue_rules.iter().any(|r| r.logical_id == "ConsumerKit/DeliveryRule"), "{:?}", again.queue_rules);
+    for rule in &again.queue_rules {
         let targets = local.events.list_targets_by_rule().rule(&rule.rule_name).event_bus_name(&rule.bus_name).send().await.unwrap();
-        assert_eq!(targets.targets().len(), 1, "rule {} has exactly its delivery target", rule.rule_name);
+        assert_eq!(targets.targets().len(), rule.queues.len(), "rule {} has exactly its targets", rule.rule_name);
     }
+    // reserve-inventory's events: the kit's rule → the kit's delivery queue → its SQS mapping.
+    let deliveries = again.deliveries_of("ReserveInventoryFunction").expect("resolves");
+    let via: Vec<_> = deliveries.iter().map(|d| (d.rule.as_str(), d.queue.as_deref())).collect();
+    assert_eq!(via, [("ConsumerKit/DeliveryRule", Some("ConsumerKit/DeliveryQueue"))]);
     // What the functions' environment names exists.
     for logical_id in
         ["CreateOrderFunction", "Relay/RelayFunction", "ReserveInventoryFunction", "Webhooks/WebhookDispatcherFunction", "PartnerWebhookFunction"]

@@ -104,6 +104,9 @@ pub async fn discover(clients: &Clients, name: &str) -> Result<Resources, Discov
     }
 
     let mut rules = Vec::new();
+    // Queue ARNs each function's SQS event source mappings read, by function name: a rule
+    // targeting such a queue delivers to the function (the consumer kit's delivery queue).
+    let mut queue_readers: Vec<(String, String)> = Vec::new();
     for summary in &summaries {
         let (Some(logical_id), Some(physical), Some(kind)) = (summary.logical_resource_id(), summary.physical_resource_id(), summary.resource_type())
         else {
@@ -123,23 +126,29 @@ pub async fn discover(clients: &Clients, name: &str) -> Result<Resources, Discov
                     url: physical.to_owned(),
                 });
             }
-            "AWS::Lambda::Function" => resources.functions.push(function(clients, logical_id, physical).await?),
+            "AWS::Lambda::Function" => {
+                let (info, queues) = function(clients, logical_id, physical).await?;
+                queue_readers.extend(queues.into_iter().map(|q| (q, physical.to_owned())));
+                resources.functions.push(info);
+            }
             "AWS::Events::Rule" => rules.push(summary),
             _ => {}
         }
     }
     for rule in rules {
-        attach_rule(clients, rule, &mut resources.functions).await?;
+        attach_rule(clients, rule, &queue_readers, &mut resources.functions).await?;
     }
     Ok(resources)
 }
 
-/// Function `name`: its environment and its stream mappings.
-async fn function(clients: &Clients, logical_id: &str, name: &str) -> Result<FunctionInfo, DiscoveryError> {
+/// Function `name`: its environment and its stream mappings, and the ARNs of the queues its SQS
+/// event source mappings read.
+async fn function(clients: &Clients, logical_id: &str, name: &str) -> Result<(FunctionInfo, Vec<String>), DiscoveryError> {
     let configuration =
         clients.lambda.get_function_configuration().function_name(name).send().await.map_err(aws(format!("GetFunctionConfiguration {name}")))?;
     let environment = configuration.environment().and_then(|e| e.variables()).cloned().unwrap_or_default().into_iter().collect();
     let mut info = FunctionInfo { logical_id: logical_id.to_owned(), name: name.to_owned(), environment, ..Default::default() };
+    let mut queues = Vec::new();
     let mut pages = clients.lambda.list_event_source_mappings().function_name(name).into_paginator().send();
     while let Some(page) = pages.next().await {
         let page = page.map_err(aws(format!("ListEventSourceMappings {name}")))?;
@@ -152,14 +161,22 @@ async fn function(clients: &Clients, logical_id: &str, name: &str) -> Result<Fun
                 if let Some(bucket) = destination.strip_prefix("arn:aws:s3:::") {
                     info.failure_buckets.push(bucket.to_owned());
                 }
+            } else if source.starts_with("arn:aws:sqs:") {
+                queues.push(source.to_owned());
             }
         }
     }
-    Ok(info)
+    Ok((info, queues))
 }
 
-/// Adds the pattern of `rule` to the functions it targets.
-async fn attach_rule(clients: &Clients, rule: &StackResourceSummary, functions: &mut [FunctionInfo]) -> Result<(), DiscoveryError> {
+/// Adds the pattern of `rule` to the functions it targets, and to those reading a queue it
+/// targets (`queue_readers`: queue ARN, function name).
+async fn attach_rule(
+    clients: &Clients,
+    rule: &StackResourceSummary,
+    queue_readers: &[(String, String)],
+    functions: &mut [FunctionInfo],
+) -> Result<(), DiscoveryError> {
     let physical = rule.physical_resource_id().unwrap_or_default();
     let (bus, name) = match physical.split_once('|') {
         Some((bus, name)) => (Some(bus), name),
@@ -183,9 +200,11 @@ async fn attach_rule(clients: &Clients, rule: &StackResourceSummary, functions: 
         .await
         .map_err(aws(format!("ListTargetsByRule {name}")))?;
     for target in targets.targets() {
-        // arn:aws:lambda:<region>:<account>:function:<name>[:<qualifier>]
-        let Some(function) = target.arn().split(":function:").nth(1).map(|f| f.split(':').next().unwrap_or(f)) else { continue };
-        if let Some(f) = functions.iter_mut().find(|f| f.name == function) {
+        // arn:aws:lambda:<region>:<account>:function:<name>[:<qualifier>], or a queue some
+        // functions read (arn:aws:sqs:<region>:<account>:<queue>).
+        let readers: Vec<&str> = queue_readers.iter().filter(|(queue, _)| queue == target.arn()).map(|(_, f)| f.as_str()).collect();
+        let direct = target.arn().split(":function:").nth(1).map(|f| f.split(':').next().unwrap_or(f));
+        for f in functions.iter_mut().filter(|f| direct == Some(f.name.as_str()) || readers.contains(&f.name.as_str())) {
             f.rule_patterns.push(pattern.clone());
         }
     }
@@ -262,6 +281,11 @@ mod tests {
         });
         let mappings = mock!(aws_sdk_lambda::Client::list_event_source_mappings).then_compute_output(|r| {
             let out = ListEventSourceMappingsOutput::builder();
+            if r.function_name() == Some("shop-reserve") {
+                // The consumer reads its delivery queue (the consumer kit's), which the rule targets.
+                let queue = "arn:aws:sqs:eu-west-1:111122223333:shop-consumer-delivery";
+                return out.event_source_mappings(EventSourceMappingConfiguration::builder().event_source_arn(queue).build()).build();
+            }
             if r.function_name() != Some("shop-relay") {
                 return out.build();
             }
@@ -286,8 +310,15 @@ mod tests {
             ListTargetsByRuleOutput::builder()
                 .targets(
                     aws_sdk_eventbridge::types::Target::builder()
-                        .id("t")
-                        .arn("arn:aws:lambda:eu-west-1:111122223333:function:shop-reserve")
+                        .id("q")
+                        .arn("arn:aws:sqs:eu-west-1:111122223333:shop-consumer-delivery")
+                        .build()
+                        .expect("a target"),
+                )
+                .targets(
+                    aws_sdk_eventbridge::types::Target::builder()
+                        .id("f")
+                        .arn("arn:aws:lambda:eu-west-1:111122223333:function:shop-relay")
                         .build()
                         .expect("a target"),
                 )
@@ -305,8 +336,11 @@ mod tests {
         assert_eq!(found.bucket("FailedBatches").map(|b| b.name.as_str()), Ok("shop-failed-batches"), "nested stacks are followed");
         assert_eq!(found.outbox_tables(), ["shop-outbox"]);
         assert_eq!(found.inboxes(), [("shop-inbox".to_owned(), "reserve".to_owned())]);
+        // Through the queue its SQS mapping reads, and (the relay, here) as a direct target.
         let reserve = found.functions.iter().find(|f| f.logical_id == "ReserveFunction").expect("the nested stack's function");
         assert_eq!(reserve.rule_patterns, [serde_json::json!({"detail-type": ["OrderCreated"]})]);
+        let relay = found.functions.iter().find(|f| f.logical_id == "RelayFunction").expect("the relay");
+        assert_eq!(relay.rule_patterns, [serde_json::json!({"detail-type": ["OrderCreated"]})]);
     }
 
     #[tokio::test]

@@ -35,7 +35,8 @@ pub struct FunctionInfo {
     pub stream_tables: Vec<String>,
     /// S3 on-failure buckets of its stream mappings.
     pub failure_buckets: Vec<String>,
-    /// Event patterns of the EventBridge rules that target it.
+    /// Event patterns of the EventBridge rules that deliver to it: rules targeting it, and (from
+    /// a template) rules targeting a queue its SQS event source mapping reads.
     pub rule_patterns: Vec<serde_json::Value>,
 }
 
@@ -173,6 +174,7 @@ impl Resources {
     pub fn from_stack(stack: &Stack) -> Result<Self, TemplateError> {
         let (region, account) = (&stack.resolver.region, &stack.resolver.account);
         let named = |logical_id: &str, name: &str, arn: String| Named { logical_id: logical_id.to_owned(), name: name.to_owned(), arn };
+        let deliveries = stack.deliveries()?;
         let mut functions = Vec::new();
         for f in &stack.functions {
             let mut info = FunctionInfo {
@@ -193,6 +195,8 @@ impl Resources {
                     _ => {}
                 }
             }
+            // The rules feeding the queues its SQS mappings read (the consumer kit's delivery).
+            info.rule_patterns.extend(deliveries.iter().filter(|d| d.function == f.logical_id && d.queue.is_some()).map(|d| d.pattern.clone()));
             functions.push(info);
         }
         Ok(Self {

@@ -11,7 +11,8 @@
 //!   the sequence. [`Lookup::Scan`] (`--scan`) is the last resort for a table without the
 //!   index: a `Scan` that reads items until it meets the event
 //!   ([Scan](https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Scan.html));
-//! * each consumer's inbox row (a function with `INBOX_TABLE` and an EventBridge rule): one
+//! * each consumer's inbox row (a function with `INBOX_TABLE` and an EventBridge rule delivering
+//!   to it, directly or through the queue its SQS event source mapping reads): one
 //!   `GetItem` of `<CONSUMER_NAME>#<event id>` in the table its `INBOX_TABLE` names (the key [`outbox::inbox::Inbox::key`] writes);
 //!   a parked row by one `DescribeTable` and one `Query` of the inbox table's parked index (the
 //!   consumer's parked rows only, [`crate::ordering::parked_by_index`]); in a table without
@@ -210,10 +211,11 @@ pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id:
     let mut consumers = Vec::new();
     for f in &resources.functions {
         let env = &f.environment;
-        // Consumers of bus events: an inbox and an EventBridge rule (HTTP and SQS functions with an
-        // inbox, e.g. the webhook ends, record other ids).
+        // Consumers of bus events: an inbox and an EventBridge rule delivering to them (HTTP
+        // functions with an inbox, e.g. the partner webhooks, record other ids; the webhook
+        // dispatcher's rows are per subscriber, below).
         let Some(table) = env.get("INBOX_TABLE") else { continue };
-        if f.rule_patterns.is_empty() {
+        if f.rule_patterns.is_empty() || env.contains_key("WEBHOOK_SUBSCRIBERS_TABLE") {
             continue;
         }
         let consumer = env.get("CONSUMER_NAME").cloned().unwrap_or_else(|| f.logical_id.clone());

@@ -35,7 +35,7 @@ use crate::orders::{OrderCreated, OrderLine};
 use outbox::claim_check::ClaimCheck;
 use outbox::consumer::Tx;
 use outbox::consumer::{Consumer, ConsumerDeadLetterQueue, DeliveredEvent, EventHandler, Fallback, HandlerError};
-use outbox::consumer::{ConsumerResponse, MalformedEvent, RawEvent};
+use outbox::consumer::{ConsumerResponse, InvocationAnswer, MalformedEvent, RawEvent};
 use outbox::inbox::Inbox;
 use outbox::{ConditionFailed, Event};
 use outbox::{OutboxWriter, WriteError};
@@ -156,6 +156,18 @@ impl InventoryConsumer {
     /// cannot be reached; as an [`InvocationError`].
     pub async fn handle(&self, event: LambdaEvent<RawEvent>) -> Result<ConsumerResponse<Outcome>, InvocationError> {
         self.consumer.handle(event).await
+    }
+
+    /// Lambda handler for an SQS batch of the consumer kit's delivery queue (the function's event
+    /// source mapping, `ReportBatchItemFailures`), or one EventBridge event: the answer lists the
+    /// messages that must come back (`batchItemFailures`, retried after the queue's visibility
+    /// timeout) and the events settled.
+    ///
+    /// # Errors
+    /// As [`InventoryConsumer::handle`] for an EventBridge event; for a batch, only what fails the
+    /// whole invocation (see [`outbox::consumer::Consumer::handle_invocation`]).
+    pub async fn handle_any(&self, event: LambdaEvent<RawEvent>) -> Result<InvocationAnswer<Outcome>, InvocationError> {
+        self.consumer.handle_any(event).await
     }
 }
 

@@ -1,5 +1,7 @@
-//! `ReserveInventoryFunction`: on the EventBridge rule for `OrderCreated`; reserves stock
-//! exactly once per event through the inbox (see `orders_app::inventory`).
+//! `ReserveInventoryFunction`: on the consumer kit's delivery queue (an SQS event source mapping
+//! with `ReportBatchItemFailures`), reserves stock for `OrderCreated` and gives it back for
+//! `OrderCancelled`, exactly once per event through the inbox (see `orders_app::inventory`). It
+//! also takes a single EventBridge event (`sam local invoke -e events/order-created.json`).
 
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
 use orders_app::inventory::InventoryConsumer;
@@ -15,5 +17,6 @@ async fn main() -> Result<(), Error> {
     let sdk = outbox_lambda::load_sdk_config(&env).await?;
     let consumer = InventoryConsumer::from_env(&sdk, &env)?;
     // EMF metrics (namespace METRICS_NAMESPACE, default OutboxConsumer), flushed per invocation.
-    outbox_lambda::run(&env, DEFAULT_METRICS_NAMESPACE, service_fn(|event: LambdaEvent<RawEvent>| consumer.handle(event))).await
+    // `handle_any`: an SQS batch in, `batchItemFailures` out (and an EventBridge event as well).
+    outbox_lambda::run(&env, DEFAULT_METRICS_NAMESPACE, service_fn(|event: LambdaEvent<RawEvent>| consumer.handle_any(event))).await
 }

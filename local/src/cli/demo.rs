@@ -45,10 +45,11 @@ pub async fn run(inv: &Invocation, template: Template, args: &DemoArgs) -> outbo
         println!("outbox demo: stack {stack_name:?} from {} on {} (emulator), HTTP API on http://{api}", template_path.display(), local.endpoint);
         let s = &local.runtime.stack;
         println!(
-            "0. stack      provisioned from the template: {} tables, {} bus, {} queues, {} rule(s) with local delivery queues",
+            "0. stack      provisioned from the template: {} tables, {} bus, {} queues, {} rule(s) to queues, {} rule(s) invoking a function (local delivery queues)",
             s.tables.len(),
             s.buses.len(),
             s.queues.len(),
+            s.queue_rules.len(),
             s.rules.len()
         );
     }

@@ -28,6 +28,9 @@ pub async fn run(inv: &Invocation, template: Template) -> outbox_local::Result<E
     for b in &s.buckets {
         println!("  bucket {:<15} s3://{}", b.logical_id, b.name);
     }
+    for r in &s.queue_rules {
+        println!("  rule  {} on {} → queue {}", r.rule_name, r.bus_name, r.queues.join(", "));
+    }
     for r in &s.rules {
         println!("  rule  {} on {} → {} (local delivery queue {})", r.rule_name, r.bus_name, r.function, r.delivery_queue.name);
     }

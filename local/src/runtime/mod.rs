@@ -96,6 +96,23 @@ impl Runtime {
         })
     }
 
+    /// The bus the consumer `logical_id`'s events come from and the event types (`detail-type`)
+    /// delivered to it, whether a rule of its own invokes it or a rule sends them to the queue its
+    /// SQS event source mapping reads (the consumer kit's delivery queue):
+    /// [`Stack::deliveries_of`](crate::stack::Stack::deliveries_of).
+    ///
+    /// # Errors
+    /// A message when the function has no delivery from a bus, or one cannot be resolved.
+    pub fn consumer_delivery(&self, logical_id: &str) -> crate::Result<(String, Vec<String>)> {
+        let deliveries = self.stack.deliveries_of(logical_id)?;
+        let bus = deliveries.first().map(|d| d.bus_name.clone()).ok_or_else(|| {
+            crate::Error::invalid(format!(
+                "{logical_id} has no delivery from a bus: no EventBridgeRule event, and no rule of the template targets the queue of its SQS event"
+            ))
+        })?;
+        Ok((bus, deliveries.iter().flat_map(|d| d.detail_types()).collect()))
+    }
+
     /// Starts every stream and SQS event source mapping, rule delivery and schedule rule; they stop when `shutdown`
     /// becomes true.
     ///

@@ -1,7 +1,7 @@
 //! `dlq practice`: one real dead letter to practise the `dlq` verbs on, made through the real
 //! path. An event of a type a consumer's rule routes (its `source` and first `detail-type`), whose
 //! `detail.data` is a string where the consumer decodes an object, is put on the bus; the rule
-//! delivers it, the consumer's inbox library finds it malformed (`MalformedEvent`, a permanent
+//! delivers it (to the function, or to the queue its SQS event source mapping reads), the consumer's inbox library finds it malformed (`MalformedEvent`, a permanent
 //! cause) and sends it to its dead-letter queue (`DEAD_LETTER_QUEUE_URL`) on the first attempt.
 //! The verb waits until the message is in that queue and returns it; [`next_steps`] says what to
 //! try next (`dlq redrive` of a permanent cause is refused without `--force`).
@@ -12,11 +12,10 @@
 use std::time::{Duration, Instant};
 
 use aws_config::SdkConfig;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::dlq::{self, DlqMessage};
 use crate::stack::{QueueInfo, Stack};
-use crate::template::FunctionEvent;
 
 /// The dead letter the verb made.
 #[derive(Debug, Clone)]
@@ -31,27 +30,26 @@ pub struct Practice {
     pub message: DlqMessage,
 }
 
-/// The first consumer of the template with an EventBridge rule and a `DEAD_LETTER_QUEUE_URL`:
-/// its logical id, the event's source and detail-type (from the rule's pattern), the bus, the queue.
+/// The first consumer of the template with a delivery from a bus (a rule of its own, or a rule to
+/// the queue its SQS event source mapping reads: [`Stack::deliveries`]) and a
+/// `DEAD_LETTER_QUEUE_URL`: its logical id, the event's source and detail-type (from the rule's
+/// pattern), the bus, the queue.
 fn consumer_target(stack: &Stack) -> crate::Result<(String, String, String, String, QueueInfo)> {
+    let deliveries = stack.deliveries().map_err(crate::Error::from)?;
     for function in &stack.functions {
         let env = stack.environment(function).map_err(crate::Error::from)?;
         let Some(url) = env.get("DEAD_LETTER_QUEUE_URL") else { continue };
         let Some(queue) = stack.queues.iter().find(|q| &q.url == url) else { continue };
-        for event in &function.events {
-            let FunctionEvent::EventBridgeRule(rule) = event else { continue };
-            let first =
-                |key: &str| rule.pattern.get(key).and_then(Value::as_array).and_then(|a| a.first()).and_then(Value::as_str).map(str::to_owned);
-            let (Some(source), Some(detail_type)) = (first("source"), first("detail-type")) else { continue };
-            let at = format!("{}.Properties.Events.{}.Properties.EventBusName", function.logical_id, rule.name);
-            let bus = match &rule.bus {
-                Some(v) => stack.resolver.resolve_string(v, &at).map_err(crate::Error::from)?,
-                None => "default".into(),
+        for delivery in deliveries.iter().filter(|d| d.function == function.logical_id) {
+            let (Some(source), Some(detail_type)) = (delivery.listed("source").into_iter().next(), delivery.detail_types().into_iter().next()) else {
+                continue;
             };
-            return Ok((function.logical_id.clone(), source, detail_type, bus, queue.clone()));
+            return Ok((function.logical_id.clone(), source, detail_type, delivery.bus_name.clone(), queue.clone()));
         }
     }
-    Err(crate::Error::invalid("no function of the template has an EventBridge rule with source and detail-type and a DEAD_LETTER_QUEUE_URL"))
+    Err(crate::Error::invalid(
+        "no function of the template has a delivery from a bus (a rule of its own, or a rule to the queue of its SQS event) with source and detail-type, and a DEAD_LETTER_QUEUE_URL",
+    ))
 }
 
 /// Puts one malformed event on the bus and waits (at most `timeout`) until the consumer has

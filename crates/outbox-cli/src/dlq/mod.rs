@@ -105,9 +105,19 @@ pub(super) fn describe(queue: &QueueInfo, received: &[aws_sdk_sqs::types::Messag
             }
             let mut reason = parsed.reason();
             let mut cause = parsed.cause();
-            if let (DeadLetter::EventBridgeEvent { .. }, Some(code)) = (&parsed, attributes.get("ERROR_CODE")) {
-                reason = format!("{code}: {}", attributes.get("ERROR_MESSAGE").map(String::as_str).unwrap_or(""));
-                cause = code.clone();
+            match (&parsed, attributes.get("ERROR_CODE")) {
+                (DeadLetter::EventBridgeEvent { .. }, Some(code)) => {
+                    reason = format!("{code}: {}", attributes.get("ERROR_MESSAGE").map(String::as_str).unwrap_or(""));
+                    cause = code.clone();
+                }
+                // A bus event without EventBridge's error attributes: SQS moved it here from a
+                // delivery queue (the consumer kit's, the webhooks') after the queue's
+                // RedrivePolicy.maxReceiveCount receives, every attempt having failed.
+                (DeadLetter::EventBridgeEvent { .. }, None) => {
+                    reason = "moved by SQS after the delivery queue's maxReceiveCount receives: every attempt failed (the function's logs and `trace <event-id>` say why)".into();
+                    cause = "MaxReceiveCountExceeded".into();
+                }
+                _ => {}
             }
             DlqMessage {
                 queue: queue.name.clone(),

@@ -11,7 +11,10 @@ use std::path::Path;
 
 use aws_config::SdkConfig;
 
+mod deliveries;
 mod provision;
+
+pub use deliveries::Delivery;
 
 use crate::template::{BucketSpec, BusSpec, FunctionEvent, FunctionSpec, QueueSpec, Resolver, RuleSpec, TableSpec, Template, TemplateError};
 use provision::{aws_err, create_table, put_rule, queue, queue_arn, redrive_policy};

@@ -198,12 +198,22 @@ fn the_sample_is_built_from_the_blocks() {
     let reserve = env(&sample, &r, "ReserveInventoryFunction");
     assert_eq!(reserve["DEAD_LETTER_QUEUE_URL"], "url:shop-ConsumerKit-consumer-dlq", "the kit's dead-letter queue");
     assert_eq!(reserve["DEAD_LETTER_RETENTION_SECONDS"], "1209600", "the retention rule, the kit's output");
+    // reserve-inventory reads the kit's delivery queue (its retry window, its redrive to the
+    // kit's dead-letter queue), fed by the kit's rule with the sample's two order event types.
     let consumer = functions.iter().find(|f| f.logical_id == "ReserveInventoryFunction").unwrap();
-    for event in &consumer.events {
-        let FunctionEvent::EventBridgeRule(rule) = event else { continue };
-        let dlq = rule.dead_letter_arn.as_ref().map(|v| r.resolve_string(v, &rule.name).unwrap());
-        assert_eq!(dlq.as_deref(), Some("arn:shop-ConsumerKit-consumer-dlq"), "rule {}: dead letters in the kit's queue", rule.name);
-    }
+    assert!(
+        matches!(&consumer.events[..], [FunctionEvent::Sqs(m)] if m.queue_logical_id == "ConsumerKit/DeliveryQueue" && m.report_batch_item_failures),
+        "on the kit's delivery queue, with ReportBatchItemFailures: {:?}",
+        consumer.events
+    );
+    let queues = sample.queues(&r).unwrap();
+    let delivery = queues.iter().find(|q| q.logical_id == "ConsumerKit/DeliveryQueue").expect("the kit's delivery queue");
+    let redrive = delivery.redrive_policy.as_ref().expect("a redrive policy");
+    assert_eq!(r.resolve_string(&redrive["deadLetterTargetArn"], "redrive").unwrap(), "arn:shop-ConsumerKit-consumer-dlq");
+    let rules = sample.standalone_rules().unwrap();
+    let rule = rules.iter().find(|rule| rule.logical_id == "ConsumerKit/DeliveryRule").expect("the kit's rule");
+    assert_eq!(rule.pattern, serde_json::json!({"source": ["example.orders"], "detail-type": ["OrderCreated", "OrderCancelled"]}));
+    assert_eq!(r.resolve_string(rule.bus.as_ref().unwrap(), "bus").unwrap(), bus, "on the sample's bus");
 }
 
 /// The webhooks block's rule reads its event pattern from CommaDelimitedList parameters.

@@ -140,12 +140,7 @@ pub(crate) async fn run(runtime: &Runtime, api: SocketAddr, say: &Say, timeout: 
     let consumer_env = env_of("ReserveInventoryFunction")?;
     let var = |name: &str| consumer_env.get(name).cloned().ok_or_else(|| crate::Error::invalid(format!("ReserveInventoryFunction has no {name}")));
     let (inventory_table, outbox_table, inbox_table) = (var("INVENTORY_TABLE")?, var("OUTBOX_TABLE")?, var("INBOX_TABLE")?);
-    let bus = runtime
-        .stack
-        .rules
-        .first()
-        .map(|r| r.bus_name.clone())
-        .ok_or_else(|| crate::Error::invalid("the template has no EventBridge rule for a consumer"))?;
+    let (bus, _) = runtime.consumer_delivery("ReserveInventoryFunction")?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
     stock::put(&dynamodb, &inventory_table, LARGE_SKU, 10).await.map_err(crate::Error::other("seeding stock"))?;
 

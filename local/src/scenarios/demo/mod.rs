@@ -196,7 +196,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         .queue("ConsumerKit/ConsumerDeadLetterQueue")
         .cloned()
         .ok_or_else(|| crate::Error::invalid("the template has no ConsumerKit/ConsumerDeadLetterQueue"))?;
-    let rule = runtime.stack.rules.first().cloned().ok_or_else(|| crate::Error::invalid("the template has no EventBridge rule for a consumer"))?;
+    let (bus, _) = runtime.consumer_delivery("ReserveInventoryFunction")?;
     // The books need every order's deliveries (bounded by the orders the demo commits).
     runtime.stats.record_every_event();
     // Webhook subscribers and the partner, registered before any event can reach them.
@@ -327,7 +327,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         .ok_or_else(|| crate::Error::expectation("the first order's outbox item is missing"))?;
     let item = OutboxItem::from_item(serde_dynamo::Item::from(item)).map_err(crate::Error::other("the outbox item"))?;
     let bus_event = item.to_bus_event().map_err(crate::Error::other("the outbox item's bus event"))?;
-    put_event(&events, bus_event.to_entry(&rule.bus_name)).await?;
+    put_event(&events, bus_event.to_entry(&bus)).await?;
     wait_until(options.timeout, || {
         let c = runtime.stats.snapshot();
         has_outcome(&c, &first.event_id, "duplicate")
@@ -377,7 +377,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         "demo-poison",
         json!({"order_id": "poison-order", "customer_id": "c-0", "currency": "EUR", "lines": "three red mugs, please"}),
     );
-    put_event(&events, entry(&rule.bus_name, "OrderCreated", &poison)).await?;
+    put_event(&events, entry(&bus, "OrderCreated", &poison)).await?;
     // 7. An event whose predecessor never comes: parked by the ordered consumer, not dead-lettered.
     let gap_id = format!("gap-{}", uuid::Uuid::now_v7());
     let gap = order_event(
@@ -388,7 +388,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         "demo-gap",
         json!({"order_id": first.order_id, "reason": "sequence 2 to 4 never happened"}),
     );
-    put_event(&events, entry(&rule.bus_name, "OrderCancelled", &gap)).await?;
+    put_event(&events, entry(&bus, "OrderCancelled", &gap)).await?;
     dlq::wait_for_depth(&sqs, &consumer_dlq, 1, options.timeout).await.map_err(crate::Error::Operator)?;
     let inbox_table = consumer_env.get("INBOX_TABLE").cloned().ok_or_else(|| crate::Error::invalid("ReserveInventoryFunction has no INBOX_TABLE"))?;
     let parked_gap = {

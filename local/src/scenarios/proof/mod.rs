@@ -53,7 +53,6 @@ use crate::scenarios::books::{Request, SampleBooks};
 use crate::scenarios::demo::Say;
 use crate::stack::QueueInfo;
 
-mod delivery;
 mod hot;
 mod reads;
 mod report;
@@ -157,8 +156,7 @@ fn names(runtime: &Runtime, consumer: &str) -> crate::Result<Names> {
     let get = |env: &HashMap<String, String>, k: &str| {
         env.get(k).cloned().ok_or_else(|| crate::Error::invalid(format!("no {k} in the function's environment")))
     };
-    let (bus, consumer_types) = delivery::consumer_delivery(runtime, consumer)?
-        .ok_or_else(|| crate::Error::invalid(format!("no EventBridge rule delivers events to {consumer} (its own or its queue's)")))?;
+    let (bus, consumer_types) = runtime.consumer_delivery(consumer)?;
     Ok(Names {
         inbox: get(&consumer_env, "INBOX_TABLE")?,
         outbox_stream: runtime
