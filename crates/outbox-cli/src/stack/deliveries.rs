@@ -141,6 +141,7 @@ mod tests {
             skipped_functions,
             rules: Vec::new(),
             queue_rules: Vec::new(),
+            schedules: Vec::new(),
         }
     }
 
