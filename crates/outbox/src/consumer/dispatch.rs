@@ -377,7 +377,10 @@ where
                         tracing::warn!(parent: &span, error = %e, "could not remove the event's own parked row; `ordering parked` lists it");
                     }
                 }
-                self.drain(&m.aggregate_type, &m.subject, deadline).instrument(span.clone()).await
+                // Applied here: the aggregate's last_sequence is this event's (set by its own
+                // transaction), so the drain need not read it first.
+                let applied = matches!(outcome, Handled::Applied(_) | Handled::NothingToDo(_)).then_some(m.sequence);
+                self.drain(&m.aggregate_type, &m.subject, applied, deadline).instrument(span.clone()).await
             }
             _ => Drained::default(),
         };
@@ -405,13 +408,24 @@ where
     /// Applies the events parked on the aggregate behind its last applied sequence, in sequence,
     /// each as its own delivery ([`Consumer::deliver`]: its handler, its transaction with its
     /// inbox claim), until none waits, the parked budget is spent or the deadline nears.
-    async fn drain(&self, aggregate_type: &str, aggregate_id: &str, deadline: Instant) -> Drained {
+    ///
+    /// `applied`: the sequence this invocation's own transaction just applied, when it did; the
+    /// drain then starts from it without reading the aggregate's ordering row (one consistent
+    /// `GetItem` less per event). Safe when the row has moved further meanwhile: sequences only
+    /// move forward, a parked event behind `applied` is then applied or found a duplicate by its
+    /// own transaction, and whoever moved the row further drains behind it.
+    async fn drain(&self, aggregate_type: &str, aggregate_id: &str, applied: Option<u64>, deadline: Instant) -> Drained {
         let store = &self.inner.store;
         let aggregate = format!("{aggregate_type}#{aggregate_id}");
         let mut drained = Drained::default();
+        let mut known_last = applied;
         loop {
+            let known = known_last.take();
             let next: BoxFuture<'_, Result<(u64, Option<ParkedEvent>), InboxError>> = Box::pin(async move {
-                let last = store.last_sequence(aggregate_type, aggregate_id).await?;
+                let last = match known {
+                    Some(last) => last,
+                    None => store.last_sequence(aggregate_type, aggregate_id).await?,
+                };
                 Ok((last, store.parked(aggregate_type, aggregate_id, last).await?))
             });
             let pending = |after: u64, why: String| Some(ConsumerError::ParkedPending { aggregate: aggregate.clone(), after, why });
@@ -451,6 +465,9 @@ where
                         return drained;
                     }
                     drained.applied += 1;
+                    if matches!(response.outcome, Handled::Applied(_) | Handled::NothingToDo(_)) {
+                        known_last = Some(parked.sequence);
+                    }
                     drained.settled.push(SettledEvent { event_id: parked.event_id.clone(), ..SettledEvent::of(&response) });
                 }
                 Err(e) => {

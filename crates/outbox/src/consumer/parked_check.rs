@@ -133,7 +133,12 @@ where
         };
         let now = chrono::Utc::now();
         let mut report = ParkedReport { complete: list.complete, ..ParkedReport::default() };
-        for parked in &list.events {
+        // In sequence order per aggregate, not the listing's age order: events parked in the same
+        // millisecond tie on `parked_at`, and a later one checked first would count as waiting
+        // although recovering its predecessor drains it a moment later.
+        let mut events: Vec<&crate::inbox::ParkedEvent> = list.events.iter().collect();
+        events.sort_by(|a, b| (&a.aggregate_type, &a.aggregate_id, a.sequence).cmp(&(&b.aggregate_type, &b.aggregate_id, b.sequence)));
+        for parked in events {
             if Instant::now() + self.retry_policy().margin < deadline {
                 match self.recover(parked, deadline).await {
                     Recovery::Applied => {
