@@ -145,24 +145,27 @@ fn stream_batch(run: usize, first: usize, payload_bytes: usize) -> StreamBatch {
     serde_json::from_str(&stream_event(run, first, payload_bytes).to_string()).unwrap_or_else(|e| panic!("a stream event: {e}"))
 }
 
+/// Event `n` of run `run`, an `OrderCreated` as EventBridge delivers it (two order lines), in
+/// envelope `envelope` (a second delivery has another envelope id, the same event id).
+fn order_created(run: usize, n: usize, envelope: &str) -> Value {
+    let (event_id, order_id) = (format!("bench-{run}-e{n}"), format!("bench-{run}-o{n}"));
+    json!({
+        "version": "0", "id": format!("{envelope}-{event_id}"), "detail-type": "OrderCreated", "source": "example.orders",
+        "account": EMULATOR_ACCOUNT, "time": "2026-12-01T06:00:00Z", "region": "us-east-1", "resources": [],
+        "detail": {
+            "metadata": {"id": event_id, "type": "OrderCreated", "version": 1, "source": "example.orders",
+                         "time": "2026-12-01T06:00:00.000Z", "subject": order_id, "aggregate_type": "Order",
+                         "sequence": 1, "correlation_id": "bench"},
+            "data": {"order_id": order_id, "customer_id": "c-1", "currency": "EUR",
+                     "lines": [{"sku": "BENCH-A", "quantity": 1, "unit_price": "1.00"}, {"sku": "BENCH-B", "quantity": 2, "unit_price": "2.50"}]}
+        }
+    })
+}
+
 /// The consumer's deliveries of run `run`: blocks of 10 = 7 new events + second deliveries of
 /// the block's first 3.
 fn deliveries(run: usize) -> Vec<String> {
-    let event = |n: usize, envelope: &str| {
-        let (event_id, order_id) = (format!("bench-{run}-e{n}"), format!("bench-{run}-o{n}"));
-        json!({
-            "version": "0", "id": format!("{envelope}-{event_id}"), "detail-type": "OrderCreated", "source": "example.orders",
-            "account": EMULATOR_ACCOUNT, "time": "2026-12-01T06:00:00Z", "region": "us-east-1", "resources": [],
-            "detail": {
-                "metadata": {"id": event_id, "type": "OrderCreated", "version": 1, "source": "example.orders",
-                             "time": "2026-12-01T06:00:00.000Z", "subject": order_id, "aggregate_type": "Order",
-                             "sequence": 1, "correlation_id": "bench"},
-                "data": {"order_id": order_id, "customer_id": "c-1", "currency": "EUR",
-                         "lines": [{"sku": "BENCH-A", "quantity": 1, "unit_price": "1.00"}, {"sku": "BENCH-B", "quantity": 2, "unit_price": "2.50"}]}
-            }
-        })
-        .to_string()
-    };
+    let event = |n: usize, envelope: &str| order_created(run, n, envelope).to_string();
     let mut out = Vec::with_capacity(EVENTS);
     for block in 0..EVENTS / 10 {
         let first = block * 7;

@@ -27,7 +27,7 @@ use outbox_local::stats::Stats;
 use outbox_local::template::{FunctionSpec, Template};
 use serde_json::{json, Value};
 
-use super::{root, CONSUMER, RELAY, RELAY_BATCH};
+use super::{order_created, root, CONSUMER, RELAY, RELAY_BATCH};
 
 /// Of this process's child named `comm`: its peak resident set (`VmHWM`, kB) and the CPU time
 /// all its threads have spent (the first field of each `/proc/PID/task/TID/schedstat`, ns).
@@ -304,22 +304,6 @@ pub async fn relay(program: &Path, runs: usize) {
     instance.stop();
 }
 
-/// An `OrderCreated` as EventBridge delivers it (two order lines), event `n` of `run`.
-fn order_created(run: usize, n: usize) -> Value {
-    let (event_id, order_id) = (format!("wp-{run}-e{n}"), format!("wp-{run}-o{n}"));
-    json!({
-        "version": "0", "id": format!("envelope-{event_id}"), "detail-type": "OrderCreated", "source": "example.orders",
-        "account": EMULATOR_ACCOUNT, "time": "2026-12-01T06:00:00Z", "region": "us-east-1", "resources": [],
-        "detail": {
-            "metadata": {"id": event_id, "type": "OrderCreated", "version": 1, "source": "example.orders",
-                         "time": "2026-12-01T06:00:00.000Z", "subject": order_id, "aggregate_type": "Order",
-                         "sequence": 1, "correlation_id": "bench"},
-            "data": {"order_id": order_id, "customer_id": "c-1", "currency": "EUR",
-                     "lines": [{"sku": "BENCH-A", "quantity": 1, "unit_price": "1.00"}, {"sku": "BENCH-B", "quantity": 2, "unit_price": "2.50"}]}
-        }
-    })
-}
-
 /// An SQS event of `events` (the consumer kit's delivery queue: the rule's target sends the
 /// whole EventBridge event as the message body).
 fn sqs_batch(events: &[Value]) -> Value {
@@ -355,10 +339,10 @@ pub async fn consumer(program: &Path, runs: usize) {
         ("CLAIM_CHECK_BUCKET", "bench-payloads".to_owned()),
     ];
     let instance = Instance::start(program, CONSUMER, &variables, &endpoint);
-    let (_, warm) = instance.invoke(&order_created(usize::MAX, 0).to_string()).await;
+    let (_, warm) = instance.invoke(&order_created(usize::MAX, 0, "warm").to_string()).await;
     let takes_sqs = {
         let before = aws.transactions.load(Ordering::SeqCst);
-        let (_, response) = instance.invoke(&sqs_batch(&[order_created(usize::MAX, 1)]).to_string()).await;
+        let (_, response) = instance.invoke(&sqs_batch(&[order_created(usize::MAX, 1, "warm")]).to_string()).await;
         response["batchItemFailures"].as_array().is_some_and(Vec::is_empty) && aws.transactions.load(Ordering::SeqCst) == before + 1
     };
     instance.figures().await;
@@ -375,7 +359,7 @@ pub async fn consumer(program: &Path, runs: usize) {
             (instance.figures().await, aws.transactions.load(Ordering::SeqCst), aws.reads.load(Ordering::SeqCst));
         for run in 0..runs {
             for chunk in (0..100).collect::<Vec<_>>().chunks(per_invocation) {
-                let events: Vec<Value> = chunk.iter().map(|&n| order_created(run + 100 * per_invocation, n)).collect();
+                let events: Vec<Value> = chunk.iter().map(|&n| order_created(run + 100 * per_invocation, n, "first")).collect();
                 let payload = if per_invocation == 1 { events[0].to_string() } else { sqs_batch(&events).to_string() };
                 instance.invoke(&payload).await;
             }
