@@ -75,7 +75,7 @@ pub fn failing_calls(health: &[ServiceHealth]) -> String {
 }
 
 /// The status line of `up`: events published per second since `before` (taken `secs` ago),
-/// consumer outcomes, the latest commit → effect latency window, what the SQS event source
+/// consumer outcomes (the consumers' EMF metrics), the latest commit → effect latency window, what the SQS event source
 /// mappings did (once they invoked anything), the functions' failing AWS calls per service
 /// ([`failing_calls`]), and the dead-letter queues' depths.
 pub fn status_line(before: &Counts, now: &Counts, secs: f64, dlq_depths: &[(String, u64)], health: &[ServiceHealth]) -> String {
@@ -97,10 +97,13 @@ pub fn status_line(before: &Counts, now: &Counts, secs: f64, dlq_depths: &[(Stri
     format!(
         "[up] {rate:.1} events/s published ({} total) · applied {} · duplicates {} · parked {} · dead-lettered {} · commit→effect p50 {p50}{sqs}{} · DLQs: {}",
         total(now, "EventsPublished") as u64,
-        now.outcome_count("reserved") + now.outcome_count("rejected") + now.outcome_count("released"),
-        now.outcome_count("duplicate"),
-        now.outcome_count("parked"),
-        now.consumer_dead_lettered,
+        // The consumers' own EMF figures, whichever way their events arrive (a rule of their
+        // own, or the consumer kit's queue through an SQS mapping); dead-lettered adds what the
+        // asynchronous invocations' on-failure destinations received.
+        total(now, "EventsApplied") as u64,
+        total(now, "DuplicatesAbsorbed") as u64,
+        total(now, "EventsParked") as u64,
+        now.consumer_dead_lettered as u64 + total(now, "EventsDeadLettered") as u64,
         failing_calls(health),
         if depths.is_empty() { "none".to_owned() } else { depths.join(", ") },
     )
@@ -131,6 +134,12 @@ mod tests {
     fn the_status_line_gives_the_rate_since_the_last_line_and_the_dlq_depths() {
         let line = status_line(&counts(10.0, 0.0), &counts(30.0, 0.0), 5.0, &[("consumer-dlq".into(), 2)], &[]);
         assert!(line.contains("4.0 events/s published (30 total)"), "{line}");
+        let mut consumer = counts(30.0, 12.0);
+        let emf = consumer.metrics.entry("ReserveInventoryFunction".into()).or_default();
+        emf.extend([("DuplicatesAbsorbed".to_owned(), 2.0), ("EventsParked".to_owned(), 1.0), ("EventsDeadLettered".to_owned(), 1.0)]);
+        consumer.consumer_dead_lettered = 1;
+        let outcomes = status_line(&counts(10.0, 0.0), &consumer, 5.0, &[], &[]);
+        assert!(outcomes.contains("applied 12 · duplicates 2 · parked 1 · dead-lettered 2"), "the consumers' EMF figures, any delivery: {outcomes}");
         assert!(line.contains("DLQs: consumer-dlq 2"), "{line}");
         assert!(!line.contains("SQS"), "no SQS mapping ran: {line}");
         let mut now = counts(30.0, 0.0);
