@@ -112,7 +112,7 @@ where
     D: DeadLetterSink,
     O: Serialize + Send + 'static,
 {
-    /// Runs the parked check (see the [module docs](self)): lists this consumer's parked events,
+    /// Runs the parked check (see [`ParkedCheck`]): lists this consumer's parked events,
     /// applies those whose predecessor is already applied (while the `deadline` allows), emits
     /// the gauges and WARNs about each event parked longer than `check.gap_after`. Never fails:
     /// a store error is logged and returned in [`ParkedReport::error`].
