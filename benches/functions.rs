@@ -35,7 +35,9 @@
 //! whole process through a Lambda Runtime API, logs on at the template's level, against a
 //! stand-in `PutEvents` with 0, 10, 30 and 100 ms added latency. It prints events/s per shard
 //! for three mixes of aggregates (order on the bus checked) and, at 0 ms, the process's CPU per
-//! `PutEvents` call and its log bytes per event. `--process-consumer PROGRAM` (the inventory
+//! `PutEvents` call and its log bytes per event; `--relay-batch N` (records per invocation, the
+//! relay block's `BatchSize`, default 100) and `--calls-in-flight N` (`RELAY_MAX_CALLS_IN_FLIGHT`,
+//! default the template's) change the batch's shape. `--process-consumer PROGRAM` (the inventory
 //! consumer's release binary, `target/release/reserve-inventory`) does the same for the consumer:
 //! its CPU per `TransactWriteItems` and log bytes per event ([`whole_process`]). No emulator is
 //! started in either.
@@ -212,10 +214,11 @@ struct Args {
     endpoint: Option<String>,
     process: Option<PathBuf>,
     process_consumer: Option<PathBuf>,
+    relay_shape: whole_process::RelayShape,
 }
 
 fn args() -> Args {
-    let mut a = Args { runs: 5, bootstrap: None, current_thread: true, only: None, endpoint: None, process: None, process_consumer: None };
+    let mut a = Args { runs: 5, bootstrap: None, current_thread: true, only: None, endpoint: None, process: None, process_consumer: None, relay_shape: whole_process::RelayShape { batch: RELAY_BATCH, calls_in_flight: None } };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -226,6 +229,8 @@ fn args() -> Args {
             "--endpoint" => a.endpoint = it.next(),
             "--process" => a.process = it.next().map(PathBuf::from),
             "--process-consumer" => a.process_consumer = it.next().map(PathBuf::from),
+            "--relay-batch" => a.relay_shape.batch = it.next().and_then(|n| n.parse().ok()).filter(|&n| n > 0).unwrap_or(RELAY_BATCH),
+            "--calls-in-flight" => a.relay_shape.calls_in_flight = it.next().and_then(|n| n.parse().ok()).filter(|&n| n > 0),
             // `cargo bench` passes `--bench`.
             _ => {}
         }
@@ -243,7 +248,7 @@ fn main() {
 async fn bench(args: Args) {
     if args.process.is_some() || args.process_consumer.is_some() {
         if let Some(program) = &args.process {
-            whole_process::relay(program, args.runs).await;
+            whole_process::relay(program, args.runs, args.relay_shape).await;
         }
         if let Some(program) = &args.process_consumer {
             whole_process::consumer(program, args.runs).await;

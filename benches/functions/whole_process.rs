@@ -27,7 +27,7 @@ use outbox_local::stats::Stats;
 use outbox_local::template::{FunctionSpec, Template};
 use serde_json::{json, Value};
 
-use super::{order_created, root, CONSUMER, RELAY, RELAY_BATCH};
+use super::{order_created, root, CONSUMER, RELAY};
 
 /// Of this process's child named `comm`: its peak resident set (`VmHWM`, kB) and the CPU time
 /// all its threads have spent (the first field of each `/proc/PID/task/TID/schedstat`, ns).
@@ -199,12 +199,12 @@ impl Instance {
     }
 }
 
-/// The three mixes of a relay batch of 100 events: 100 distinct aggregates; 10 aggregates × 10
-/// events interleaved as a busy table's stream interleaves them (1 of each, then 2 of each, …);
-/// one hot aggregate × 100. Fresh aggregate ids per `run`.
-fn mix_batch(mix: usize, run: usize) -> Value {
-    let (aggregates, per_aggregate) = [(100, 1), (10, 10), (1, 100)][mix];
-    let mut records = Vec::with_capacity(RELAY_BATCH);
+/// The three mixes of a relay batch of `batch` events: `batch` distinct aggregates; `batch ÷ 10`
+/// aggregates × 10 events interleaved as a busy table's stream interleaves them (1 of each, then
+/// 2 of each, …); one hot aggregate × `batch`. Fresh aggregate ids per `run`.
+fn mix_batch(mix: usize, batch: usize, run: usize) -> Value {
+    let (aggregates, per_aggregate) = [(batch, 1), ((batch / 10).max(1), 10), (1, batch)][mix];
+    let mut records = Vec::with_capacity(batch);
     for s in 1..=per_aggregate {
         for a in 0..aggregates {
             let n = records.len();
@@ -212,13 +212,26 @@ fn mix_batch(mix: usize, run: usize) -> Value {
             let mut item = outbox::testing::sample_item(&format!("01a22651-6c7b-7e1a-{mix}{run:03}-{n:012}"), &aggregate, 200);
             item.sequence = s as u64;
             item.sk = outbox::envelope::OutboxItem::sort_key(item.sequence);
-            records.push(outbox::testing::insert_record(&item, (run * RELAY_BATCH + n + 1) as u64).unwrap_or_else(|e| panic!("converts: {e}")));
+            records.push(outbox::testing::insert_record(&item, (run * batch + n + 1) as u64).unwrap_or_else(|e| panic!("converts: {e}")));
         }
     }
     json!({ "Records": records })
 }
 
-const MIXES: [&str; 3] = ["100 distinct aggregates", "10 aggregates × 10, interleaved", "1 aggregate × 100"];
+/// The relay's batch shape: records per invocation (the stream mapping's `BatchSize`, the relay
+/// block's parameter) and `RELAY_MAX_CALLS_IN_FLIGHT` (`None`: the template's value).
+#[derive(Clone, Copy, Debug)]
+pub struct RelayShape {
+    /// Records per invocation.
+    pub batch: usize,
+    /// `PutEvents` calls in flight at once; `None` keeps the template's environment.
+    pub calls_in_flight: Option<usize>,
+}
+
+/// The names of [`mix_batch`]'s mixes for a batch of `batch` records.
+fn mixes(batch: usize) -> [String; 3] {
+    [format!("{batch} distinct aggregates"), format!("{} aggregates × 10, interleaved", (batch / 10).max(1)), format!("1 aggregate × {batch}")]
+}
 
 /// Whether every aggregate's events were accepted once each, in sequence order.
 fn order_kept(accepted: &[(String, u64)]) -> bool {
@@ -239,11 +252,11 @@ fn header(instance: &Instance, program: &Path, endpoint: &str, what: &str) {
     );
 }
 
-/// The relay's release binary (`--process PROGRAM`): events/s per shard (100 events per
-/// invocation ÷ the invocation's wall time, median of `runs`) for [`MIXES`] at 0, 10, 30 and
+/// The relay's release binary (`--process PROGRAM`): events/s per shard (`shape.batch` events per
+/// invocation ÷ the invocation's wall time, median of `runs`) for [`mixes`] at 0, 10, 30 and
 /// 100 ms of added `PutEvents` latency, the order on the bus checked; at 0 ms the process's CPU
 /// per `PutEvents` call and its log bytes per event.
-pub async fn relay(program: &Path, runs: usize) {
+pub async fn relay(program: &Path, runs: usize, shape: RelayShape) {
     let (endpoint, aws) = FakeAws::start().await;
     // The table of `outbox::testing::insert_record`'s stream ARN (a relay that reads
     // `OUTBOX_TABLE` skips any other table's records).
@@ -252,6 +265,11 @@ pub async fn relay(program: &Path, runs: usize) {
         ("OUTBOX_TABLE", "t".to_owned()),
         ("RELAY_DLQ_URL", format!("{endpoint}/{EMULATOR_ACCOUNT}/bench-relay-dlq")),
     ];
+    let mut variables = variables.to_vec();
+    if let Some(n) = shape.calls_in_flight {
+        variables.push(("RELAY_MAX_CALLS_IN_FLIGHT", n.to_string()));
+    }
+    let batch = shape.batch;
     let instance = Instance::start(program, RELAY, &variables, &endpoint);
     let invoke = |payload: String| {
         let instance = &instance;
@@ -261,15 +279,16 @@ pub async fn relay(program: &Path, runs: usize) {
             elapsed
         }
     };
-    invoke(mix_batch(0, 999).to_string()).await;
+    invoke(mix_batch(0, batch, 999).to_string()).await;
     aws.take_accepted();
     instance.figures().await;
     println!("\nthe relay's warm-up invocation's log:\n{}", instance.log_text().trim_end());
-    header(&instance, program, &endpoint, &format!("{runs} invocations of 100 events per cell"));
-    println!("\n| batch of 100 events | events/s per shard at +0 ms | +10 ms | +30 ms | +100 ms | order on the bus |");
+    let in_flight = shape.calls_in_flight.map_or_else(|| "the template's".to_owned(), |n| n.to_string());
+    header(&instance, program, &endpoint, &format!("{runs} invocations of {batch} events per cell, RELAY_MAX_CALLS_IN_FLIGHT {in_flight}"));
+    println!("\n| batch of {batch} events | events/s per shard at +0 ms | +10 ms | +30 ms | +100 ms | order on the bus |");
     println!("|---|---|---|---|---|---|");
     let mut per_call: Vec<String> = Vec::new();
-    for (mix, name) in MIXES.iter().enumerate() {
+    for (mix, name) in mixes(batch).iter().enumerate() {
         let mut cells = Vec::new();
         let mut kept = true;
         for latency in [0u64, 10, 30, 100] {
@@ -277,15 +296,15 @@ pub async fn relay(program: &Path, runs: usize) {
             let ((cpu_before, log_before), calls_before) = (instance.figures().await, aws.put_events.load(Ordering::SeqCst));
             let mut seconds = Vec::with_capacity(runs);
             for run in 0..runs {
-                seconds.push(invoke(mix_batch(mix, run + 1000 * latency as usize).to_string()).await.as_secs_f64());
+                seconds.push(invoke(mix_batch(mix, batch, run + 1000 * latency as usize).to_string()).await.as_secs_f64());
             }
             kept &= order_kept(&aws.take_accepted());
             seconds.sort_by(f64::total_cmp);
-            cells.push(format!("{:.0}", RELAY_BATCH as f64 / seconds[seconds.len() / 2]));
+            cells.push(format!("{:.0}", batch as f64 / seconds[seconds.len() / 2]));
             if latency == 0 {
                 let (cpu, log) = instance.figures().await;
                 let calls = aws.put_events.load(Ordering::SeqCst) - calls_before;
-                let events = (runs * RELAY_BATCH) as f64;
+                let events = (runs * batch) as f64;
                 per_call.push(format!(
                     "| {name} | {:.2} | {:.3} | {:.0} |",
                     calls as f64 / runs as f64,
@@ -296,7 +315,7 @@ pub async fn relay(program: &Path, runs: usize) {
         }
         println!("| {name} | {} | {} |", cells.join(" | "), if kept { "kept" } else { "BROKEN" });
     }
-    println!("\n| batch of 100 small events, +0 ms | PutEvents calls per invocation | process CPU ms per PutEvents call (all threads) | log bytes per event (stdout: log lines + EMF) |");
+    println!("\n| batch of {batch} small events, +0 ms | PutEvents calls per invocation | process CPU ms per PutEvents call (all threads) | log bytes per event (stdout: log lines + EMF) |");
     println!("|---|---|---|---|");
     for row in per_call {
         println!("{row}");
