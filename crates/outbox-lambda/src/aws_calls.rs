@@ -1,38 +1,5 @@
-//! Failed AWS call attempts per service, as the function's own metric (feature `metrics`):
-//! [`FailedCallsClient`] wraps the SDK's default HTTP client, so every client built from the
-//! function's [`load_sdk_config`](crate::load_sdk_config) (`aws_sdk_dynamodb::Client::new(&sdk)`,
-//! the S3 client of the claim check, …) counts its failed attempts in `AwsCallsFailed`
-//! (dimensions `function`, `service`). An operator on AWS then sees a DynamoDB, EventBridge, SQS
-//! or S3 outage in the function's own metrics, and can alarm on it.
-//!
-//! An attempt (each SDK retry is one) failed when it got
-//! * no answer: a connect error, an I/O error, or a time-out (the SDK's attempt or operation
-//!   time-out drops the attempt before it answered: a dropped attempt counts);
-//! * HTTP 5xx or 429;
-//! * a throttling error answer: the error code is one of the SDK's own throttling or transient
-//!   codes ([`aws_runtime::retries::classifiers::THROTTLING_ERRORS`] and `TRANSIENT_ERRORS`,
-//!   e.g. DynamoDB's `ProvisionedThroughputExceededException`, `ThrottlingException`,
-//!   `RequestLimitExceeded`, EventBridge's `ThrottlingException`: HTTP 400 on the wire). The
-//!   code is read as the SDK reads it for the JSON protocols: the `x-amzn-ErrorType` header, else
-//!   the body's `__type` (or `code`), without its namespace (`…#`) and suffix (`:…`)
-//!   ("Error response", <https://smithy.io/2.0/aws/protocols/aws-json-1_0-protocol.html>).
-//!
-//! Not failed: every other answer, client errors included (`ConditionalCheckFailedException`,
-//! `TransactionCanceledException`: the outbox and the inbox working as designed). A partly failed
-//! `PutEvents` is HTTP 200: the relay counts its failed entries itself (`EntriesRetried`,
-//! `RecordsFailed`).
-//!
-//! The service is the signing name of the request's SigV4 credential scope
-//! (`Authorization: AWS4-HMAC-SHA256 Credential=<key>/<date>/<region>/<service>/aws4_request`,
-//! "Create a signed AWS API request",
-//! <https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_sigv-create-signed-request.html>):
-//! `dynamodb` → `DynamoDB` (`DynamoDBStreams` when `X-Amz-Target` says so), `events` →
-//! `EventBridge`, `sqs` → `SQS`, `s3` → `S3`, `secretsmanager` → `SecretsManager`; any other
-//! signing name as it is, `unsigned` without one. It holds for every protocol and endpoint (the
-//! local emulator's one endpoint included).
-//!
-//! Nothing is written when nothing failed: the EMF recorder leaves a counter without a delta out
-//! of the invocation's document.
+//! Failed AWS call attempts per service, as the function's own metric `AwsCallsFailed` (feature
+//! `metrics`): [`FailedCallsClient`].
 
 use std::borrow::Cow;
 
@@ -51,11 +18,43 @@ use aws_smithy_types::config_bag::ConfigBag;
 use outbox::contract::{dimension, metric};
 
 /// An [`HttpClient`] that counts the failed attempts of the calls it carries in the metric
-/// `AwsCallsFailed` with dimension `service` (see the [module doc](self) for what fails and how
-/// the service is named); the calls themselves go through `inner` unchanged.
+/// `AwsCallsFailed` (dimensions `function`, `service`; feature `metrics`); the calls themselves
+/// go through the inner client unchanged. [`load_sdk_config`](crate::load_sdk_config) wraps the
+/// SDK's default HTTP client in it, so every client built from the function's configuration
+/// (`aws_sdk_dynamodb::Client::new(&sdk)`, the S3 client of the claim check, …) counts. An
+/// operator on AWS then sees a DynamoDB, EventBridge, SQS or S3 outage in the function's own
+/// metrics, and can alarm on it.
 ///
-/// [`load_sdk_config`](crate::load_sdk_config) installs it around the SDK's default client. To
-/// count the calls of an `SdkConfig` built otherwise:
+/// An attempt (each SDK retry is one) failed when it got
+/// * no answer: a connect error, an I/O error, or a time-out (the SDK's attempt or operation
+///   time-out drops the attempt before it answered: a dropped attempt counts);
+/// * HTTP 5xx or 429;
+/// * a throttling error answer: the error code is one of the SDK's own throttling or transient
+///   codes ([`aws_runtime::retries::classifiers::THROTTLING_ERRORS`] and `TRANSIENT_ERRORS`,
+///   e.g. DynamoDB's `ProvisionedThroughputExceededException`, `ThrottlingException`,
+///   `RequestLimitExceeded`, EventBridge's `ThrottlingException`: HTTP 400 on the wire). The
+///   code is read as the SDK reads it for the JSON protocols: the `x-amzn-ErrorType` header, else
+///   the body's `__type` (or `code`), without its namespace (`…#`) and suffix (`:…`)
+///   ("Error response", <https://smithy.io/2.0/aws/protocols/aws-json-1_0-protocol.html>).
+///
+/// Not failed: every other answer, client errors included (`ConditionalCheckFailedException`,
+/// `TransactionCanceledException`: the outbox and the inbox working as designed). A partly failed
+/// `PutEvents` is HTTP 200: the relay counts its failed entries itself (`EntriesRetried`,
+/// `RecordsFailed`).
+///
+/// The service is the signing name of the request's SigV4 credential scope
+/// (`Authorization: AWS4-HMAC-SHA256 Credential=<key>/<date>/<region>/<service>/aws4_request`,
+/// "Create a signed AWS API request",
+/// <https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_sigv-create-signed-request.html>):
+/// `dynamodb` → `DynamoDB` (`DynamoDBStreams` when `X-Amz-Target` says so), `events` →
+/// `EventBridge`, `sqs` → `SQS`, `s3` → `S3`, `secretsmanager` → `SecretsManager`; any other
+/// signing name as it is, `unsigned` without one. It holds for every protocol and endpoint (the
+/// local emulator's one endpoint included).
+///
+/// Nothing is written when nothing failed: the EMF recorder leaves a counter without a delta out
+/// of the invocation's document.
+///
+/// To count the calls of an `SdkConfig` built otherwise:
 /// `builder.http_client(FailedCallsClient::around_sdk_default().expect("…"))`.
 #[derive(Debug, Clone)]
 pub struct FailedCallsClient {
