@@ -155,7 +155,7 @@ fn record(service: Cow<'static, str>) {
     metrics::counter!(metric::AWS_CALLS_FAILED, dimension::SERVICE => service).increment(1);
 }
 
-/// The service a signed request calls (see the module doc).
+/// The service a signed request calls (see [`FailedCallsClient`]).
 fn service_of(request: &HttpRequest) -> Cow<'static, str> {
     let headers = request.headers();
     let signing_name = headers
