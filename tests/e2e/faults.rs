@@ -267,38 +267,85 @@ async fn exists_any(local: &Local, table: &str, order_id: &str) -> bool {
     local.scan(table).await.iter().any(|item| item.values().any(|v| v.as_s().is_ok_and(|s| s.contains(order_id))))
 }
 
+/// The order API (`CreateOrderFunction` as its binary, behind `fault` through the local HTTP
+/// API): its runtime and injector, a signed-in client and the URL of `POST /orders`.
+struct OrderApi {
+    runtime: outbox_local::runtime::Runtime,
+    injector: Arc<Injector>,
+    client: reqwest::Client,
+    orders_url: String,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl OrderApi {
+    async fn behind(fault: Fault) -> Self {
+        use outbox_local::aws::EMULATOR_ACCOUNT;
+        use outbox_local::runtime::{Runtime, RuntimeOptions};
+        use outbox_local::stack::{Mode, Stack};
+        use outbox_local::template::Template;
+        let sdk = sdk_config(&Target { endpoint: Some(crate::common::endpoint().to_owned()), region: "us-east-1".into() }).await;
+        let template = Template::load(&crate::common::root().join("template.yaml")).expect("template.yaml loads");
+        let stack = Stack::set_up(&sdk, template, &crate::common::stack_name(), EMULATOR_ACCOUNT, Mode::Provision).await.expect("a stack");
+        let injector = Injector::new(FaultPlan { faults: vec![fault], ..FaultPlan::default() }, crate::common::endpoint());
+        let options = RuntimeOptions { faults: Some(injector.clone()), ..crate::common::fast_options() };
+        let runtime = Runtime::new(sdk, stack, options, crate::common::bin_dir()).expect("the functions");
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let (api, _server) = outbox_local::runtime::http_api::serve(&runtime, SocketAddr::from(([127, 0, 0, 1], 0)), stopped).await.expect("binds");
+        let client = outbox_local::runtime::authorizer::client_as(&runtime.issuer, "alice").build().expect("a client");
+        Self { runtime, injector, client, orders_url: format!("http://{api}/orders"), stop }
+    }
+
+    async fn post_order(&self) -> reqwest::Response {
+        let order = r#"{"customer_id":"c-1","currency":"EUR","lines":[{"sku":"SKU-RED-MUG","quantity":1,"unit_price":"12.50"}]}"#;
+        self.client.post(&self.orders_url).header("content-type", "application/json").body(order).send().await.expect("an answer")
+    }
+
+    fn orders_table(&self) -> String {
+        self.runtime.stack.environment(&self.runtime.function("CreateOrderFunction").expect("the producer").spec).expect("its environment")
+            ["ORDERS_TABLE"]
+            .clone()
+    }
+}
+
+impl Drop for OrderApi {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
 #[tokio::test]
 async fn a_function_killed_after_its_commit_fails_the_request_but_the_commit_stands() {
-    use outbox_local::aws::EMULATOR_ACCOUNT;
-    use outbox_local::runtime::{Runtime, RuntimeOptions};
-    use outbox_local::stack::{Mode, Stack};
-    use outbox_local::template::Template;
-    let sdk = sdk_config(&Target { endpoint: Some(crate::common::endpoint().to_owned()), region: "us-east-1".into() }).await;
-    let template = Template::load(&crate::common::root().join("template.yaml")).expect("template.yaml loads");
-    let stack = Stack::set_up(&sdk, template, &crate::common::stack_name(), EMULATOR_ACCOUNT, Mode::Provision).await.expect("a stack");
     let mut crash = fault(FaultKind::Crash, "dynamodb:TransactWriteItems", None);
     crash.function = Some("CreateOrderFunction".into());
     crash.limit = Some(1);
-    let injector = Injector::new(FaultPlan { faults: vec![crash], ..FaultPlan::default() }, crate::common::endpoint());
-    let options = RuntimeOptions { faults: Some(injector.clone()), ..crate::common::fast_options() };
-    let runtime = Runtime::new(sdk, stack, options, crate::common::bin_dir()).expect("the functions");
-    let orders = runtime.stack.environment(&runtime.function("CreateOrderFunction").expect("the producer").spec).expect("its environment")
-        ["ORDERS_TABLE"]
-        .clone();
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let (api, _server) = outbox_local::runtime::http_api::serve(&runtime, SocketAddr::from(([127, 0, 0, 1], 0)), stopped).await.expect("binds");
-    let client = outbox_local::runtime::authorizer::client_as(&runtime.issuer, "alice").build().expect("a client");
-    let order = r#"{"customer_id":"c-1","currency":"EUR","lines":[{"sku":"SKU-RED-MUG","quantity":1,"unit_price":"12.50"}]}"#;
-    let post = || client.post(format!("http://{api}/orders")).header("content-type", "application/json").body(order).send();
-    let crashed = post().await.expect("an answer");
-    assert_eq!(crashed.status().as_u16(), 500, "the instance died before answering");
-    assert_eq!(injector.injected()[0].count, 1);
-    let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
+    let api = OrderApi::behind(crash).await;
+    let orders = api.orders_table();
+    assert_eq!(api.post_order().await.status().as_u16(), 500, "the instance died before answering");
+    assert_eq!(api.injector.injected()[0].count, 1);
+    let dynamodb = aws_sdk_dynamodb::Client::new(&api.runtime.sdk);
     let count = |items: Option<Vec<std::collections::HashMap<String, AttributeValue>>>| {
         items.unwrap_or_default().iter().filter(|i| i.get("pk").and_then(|v| v.as_s().ok()).is_some_and(|pk| pk.starts_with("ORDER#"))).count()
     };
     assert_eq!(count(dynamodb.scan().table_name(&orders).send().await.expect("Scan").items), 1, "its transaction committed: half done");
-    assert_eq!(post().await.expect("an answer").status().as_u16(), 201, "a fresh instance serves the next request");
+    assert_eq!(api.post_order().await.status().as_u16(), 201, "a fresh instance serves the next request");
     assert_eq!(count(dynamodb.scan().table_name(&orders).send().await.expect("Scan").items), 2);
-    let _ = stop.send(true);
+}
+
+/// A DynamoDB outage the SDK's retries ride out still shows in the function's own EMF metrics:
+/// `AwsCallsFailed` with `service` = `DynamoDB`, one per failed attempt.
+#[tokio::test]
+async fn a_functions_failed_dynamodb_attempts_are_in_its_emf_metrics_by_service() {
+    let mut outage = fault(FaultKind::Error, "dynamodb:TransactWriteItems", Some("ServiceUnavailable"));
+    outage.function = Some("CreateOrderFunction".into());
+    outage.limit = Some(2);
+    let api = OrderApi::behind(outage).await;
+    assert_eq!(api.post_order().await.status().as_u16(), 201, "the third attempt commits");
+    assert_eq!(api.injector.injected()[0].count, 2);
+    let deadline = std::time::Instant::now() + crate::common::WAIT;
+    let failed = |name: &str| api.runtime.stats.snapshot().metric("CreateOrderFunction", name);
+    // The EMF line is read from the function's output after its answer: wait for it.
+    while failed("AwsCallsFailed") < 2.0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!((failed("AwsCallsFailed{service=DynamoDB}"), failed("AwsCallsFailed")), (2.0, 2.0), "{:?}", api.runtime.stats.snapshot().metrics);
 }

@@ -162,6 +162,8 @@ async fn a_broker_outage_longer_than_every_retry_loses_nothing_after_dlq_redrive
     }
     let counts = local.runtime.stats.snapshot();
     assert!(counts.relay_failed_invocations >= 1 && counts.metric(RELAY, "EventsPublished") == 0.0, "the relay tried and failed: {counts:?}");
+    // The relay's own EMF shows the outage: its failed PutEvents attempts, by service.
+    assert!(counts.metric(RELAY, "AwsCallsFailed{service=EventBridge}") >= 1.0, "the relay's AwsCallsFailed: {counts:?}");
 
     // The broker is back; the skipped records are not retried by the mapping.
     down.store(false, Ordering::SeqCst);

@@ -19,7 +19,7 @@
 //! | `relay` | [`relay`] | `outbox/relay` |
 //! | `consumer` | [`LambdaConsumer`] | `outbox/inbox` |
 //! | `claim-check` | [`claim_check`]: the claim check of `CLAIM_CHECK_BUCKET` | `outbox/claim-check`, `aws-sdk-s3` |
-//! | `metrics` | [`emf_metrics`]; [`run`] installs it; the core's counts | `outbox/metrics`, `metrics_cloudwatch_embedded` |
+//! | `metrics` | [`emf_metrics`]; [`run`] installs it; the core's counts; [`load_sdk_config`] counts failed AWS calls per service ([`FailedCallsClient`]) | `outbox/metrics`, `metrics_cloudwatch_embedded` |
 //! | `webhooks` | [`webhooks`]: the dispatcher function | `consumer`, `outbox-webhooks/dispatcher` |
 //!
 //! Every feature is additive: with `metrics`, [`run`] installs the EMF recorder only when the
@@ -30,6 +30,8 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "metrics")]
+mod aws_calls;
 mod config;
 #[cfg(feature = "consumer")]
 mod consumer;
@@ -39,6 +41,8 @@ mod runtime;
 #[cfg(feature = "webhooks")]
 pub mod webhooks;
 
+#[cfg(feature = "metrics")]
+pub use aws_calls::FailedCallsClient;
 pub use config::{
     inbox_retention, ConfigError, Env, SdkTimeouts, DEAD_LETTER_RETENTION_RANGE, DEFAULT_DEAD_LETTER_RETENTION, DEFAULT_REDRIVE_MARGIN,
     DEFAULT_RETENTION, MAX_MILLIS,

@@ -10,11 +10,21 @@ use crate::config::{ConfigError, Env, SdkTimeouts};
 /// `env`, so every client built from it (`aws_sdk_dynamodb::Client::new(&sdk)`, …) gives up on a
 /// stalled call. Load it once per cold start.
 ///
+/// With feature `metrics` its HTTP client is the SDK's default one wrapped in a
+/// [`FailedCallsClient`](crate::FailedCallsClient): every client built from it counts its failed
+/// attempts (no answer, 5xx, 429, throttling) per service in the metric `AwsCallsFailed`.
+///
 /// # Errors
 /// [`ConfigError`] for an invalid time-out variable.
 pub async fn load_sdk_config(env: &Env) -> Result<aws_config::SdkConfig, ConfigError> {
     let timeouts = SdkTimeouts::from_env(env)?;
-    Ok(aws_config::from_env().timeout_config(timeouts.timeout_config()).load().await)
+    let loader = aws_config::from_env().timeout_config(timeouts.timeout_config());
+    #[cfg(feature = "metrics")]
+    let loader = match crate::aws_calls::FailedCallsClient::around_sdk_default() {
+        Some(client) => loader.http_client(client),
+        None => loader,
+    };
+    Ok(loader.load().await)
 }
 
 /// The claim check the function's environment configures (feature `claim-check`):

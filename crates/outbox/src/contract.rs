@@ -41,6 +41,9 @@ pub mod dimension {
     pub const REASON: &str = "reason";
     /// The webhook subscriber.
     pub const SUBSCRIBER: &str = "subscriber";
+    /// The AWS service of a failed call (`AwsCallsFailed`): `DynamoDB`, `EventBridge`, `SQS`,
+    /// `S3`, … (`outbox_lambda::FailedCallsClient`).
+    pub const SERVICE: &str = "service";
 }
 
 /// Metric names.
@@ -82,11 +85,12 @@ pub mod metric {
     pub const WEBHOOKS_DELIVERED: &str = "WebhooksDelivered";
     pub const WEBHOOK_LATENCY_MILLISECONDS: &str = "WebhookLatencyMilliseconds";
     pub const WEBHOOK_RETRIES: &str = "WebhookRetries";
-    // Every function (the EMF recorder).
+    // Every function (the EMF recorder; the SDK configuration's HTTP client).
     pub const COLD_START: &str = "ColdStart";
+    pub const AWS_CALLS_FAILED: &str = "AwsCallsFailed";
 }
 
-use dimension::{CAUSE, FUNCTION, REASON, SUBSCRIBER};
+use dimension::{CAUSE, FUNCTION, REASON, SERVICE, SUBSCRIBER};
 
 const F: &[&str] = &[FUNCTION];
 
@@ -94,8 +98,9 @@ const fn m(name: &'static str, dimensions: &'static [&'static str]) -> Metric {
     Metric { name, dimensions }
 }
 
-/// What every function emits: the EMF recorder's cold start count.
-pub const FUNCTION_METRICS: &[Metric] = &[m(metric::COLD_START, F)];
+/// What every function emits: the EMF recorder's cold start count, and its failed AWS call
+/// attempts per service (`outbox_lambda::load_sdk_config`'s HTTP client; only when some failed).
+pub const FUNCTION_METRICS: &[Metric] = &[m(metric::COLD_START, F), m(metric::AWS_CALLS_FAILED, &[FUNCTION, SERVICE])];
 
 /// What every library `TransactWriteItems` emits (in the namespace of the function that calls it).
 pub const TRANSACTION_METRICS: &[Metric] = &[

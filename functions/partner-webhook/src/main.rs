@@ -13,6 +13,7 @@ async fn main() -> Result<(), Error> {
     // The SDK clients' time-outs (SDK_*_TIMEOUT_MS), once per cold start.
     let sdk = outbox_lambda::load_sdk_config(&env).await?;
     let webhooks = PartnerWebhooks::from_env(&sdk, &env)?;
-    // orders_app::serve::run: lambda_http::run behind the base64 body guard.
-    orders_app::serve::run(router(webhooks)).await
+    // orders_app::serve::run: lambda_http::run behind the base64 body guard, with EMF metrics
+    // (namespace METRICS_NAMESPACE, default OutboxProducer) flushed per request.
+    orders_app::serve::run(&env, router(webhooks)).await
 }

@@ -27,7 +27,15 @@ const STAGE_METRICS: &[(&str, &str)] = &[
     ("WebhooksDelivered", "webhooks delivered"),
     ("WebhookRetries", "webhook retries"),
     ("WebhooksDeadLettered", "webhooks dead-lettered"),
+    // The functions' own failed AWS call attempts (`outbox_lambda::FailedCallsClient`).
+    ("AwsCallsFailed{service=DynamoDB}", "DynamoDB calls failed"),
+    ("AwsCallsFailed{service=EventBridge}", "EventBridge calls failed"),
+    ("AwsCallsFailed{service=SQS}", "SQS calls failed"),
+    ("AwsCallsFailed{service=S3}", "S3 calls failed"),
 ];
+
+/// How the EMF parser names `AwsCallsFailed` of one service (`lambda::emf::parse`).
+const FAILED_CALLS_OF: &str = "AwsCallsFailed{service=";
 
 /// Per function, the figures of `STAGE_METRICS` it reported (totals since start).
 pub fn stage_figures(counts: &Counts) -> BTreeMap<String, BTreeMap<String, u64>> {
@@ -74,10 +82,28 @@ pub fn failing_calls(health: &[ServiceHealth]) -> String {
     }
 }
 
+/// The functions' own failed AWS call attempts per service, summed over the functions (their
+/// EMF `AwsCallsFailed`): ` · functions' failed AWS calls: DynamoDB 12, SQS 3`; empty when none.
+pub fn functions_failed_calls(counts: &Counts) -> String {
+    let mut by_service: BTreeMap<&str, u64> = BTreeMap::new();
+    for (name, value) in counts.metrics.values().flatten() {
+        if let Some(service) = name.strip_prefix(FAILED_CALLS_OF).and_then(|s| s.strip_suffix('}')) {
+            *by_service.entry(service).or_default() += *value as u64;
+        }
+    }
+    let parts: Vec<String> = by_service.iter().filter(|(_, n)| **n > 0).map(|(service, n)| format!("{service} {n}")).collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" · functions' failed AWS calls: {}", parts.join(", "))
+    }
+}
+
 /// The status line of `up`: events published per second since `before` (taken `secs` ago),
 /// consumer outcomes (the consumers' EMF metrics), the latest commit → effect latency window, what the SQS event source
 /// mappings did (once they invoked anything), the functions' failing AWS calls per service
-/// ([`failing_calls`]), and the dead-letter queues' depths.
+/// (the fault proxies' [`failing_calls`], then the functions' own EMF count,
+/// [`functions_failed_calls`]), and the dead-letter queues' depths.
 pub fn status_line(before: &Counts, now: &Counts, secs: f64, dlq_depths: &[(String, u64)], health: &[ServiceHealth]) -> String {
     let total = |c: &Counts, name: &str| c.metrics.values().filter_map(|m| m.get(name)).sum::<f64>();
     let rate = (total(now, "EventsPublished") - total(before, "EventsPublished")) / secs.max(0.001);
@@ -95,7 +121,7 @@ pub fn status_line(before: &Counts, now: &Counts, secs: f64, dlq_depths: &[(Stri
         String::new()
     };
     format!(
-        "[up] {rate:.1} events/s published ({} total) · applied {} · duplicates {} · parked {} · dead-lettered {} · commit→effect p50 {p50}{sqs}{} · DLQs: {}",
+        "[up] {rate:.1} events/s published ({} total) · applied {} · duplicates {} · parked {} · dead-lettered {} · commit→effect p50 {p50}{sqs}{}{} · DLQs: {}",
         total(now, "EventsPublished") as u64,
         // The consumers' own EMF figures, whichever way their events arrive (a rule of their
         // own, or the consumer kit's queue through an SQS mapping); dead-lettered adds what the
@@ -105,6 +131,7 @@ pub fn status_line(before: &Counts, now: &Counts, secs: f64, dlq_depths: &[(Stri
         total(now, "EventsParked") as u64,
         now.consumer_dead_lettered as u64 + total(now, "EventsDeadLettered") as u64,
         failing_calls(health),
+        functions_failed_calls(now),
         if depths.is_empty() { "none".to_owned() } else { depths.join(", ") },
     )
 }
@@ -159,5 +186,19 @@ mod tests {
         let line = status_line(&counts(10.0, 0.0), &counts(10.0, 0.0), 5.0, &[], &health);
         assert!(line.contains("AWS calls: events: 1285 of 1300 calls failed, FAILING for 5m12s; sqs: 3 of 40 calls failed, recovered"), "{line}");
         assert!(!line.contains("dynamodb"), "a healthy service is not listed: {line}");
+        assert!(!line.contains("functions' failed"), "no function reported any: {line}");
+        let mut now = counts(10.0, 0.0);
+        now.metrics.entry("ReserveInventoryFunction".into()).or_default().extend([
+            ("AwsCallsFailed".to_owned(), 7.0),
+            ("AwsCallsFailed{service=DynamoDB}".to_owned(), 5.0),
+            ("AwsCallsFailed{service=SQS}".to_owned(), 2.0),
+        ]);
+        now.metrics.entry("OutboxRelayFunction".into()).or_default().insert("AwsCallsFailed{service=DynamoDB}".to_owned(), 1.0);
+        let line = status_line(&counts(10.0, 0.0), &now, 5.0, &[], &health);
+        assert!(
+            line.contains("recovered · functions' failed AWS calls: DynamoDB 6, SQS 2 · DLQs"),
+            "the functions' own EMF count, by service: {line}"
+        );
+        assert!(format_stage_figures(&stage_figures(&now)).contains("5 DynamoDB calls failed, 2 SQS calls failed"), "and per function");
     }
 }
