@@ -218,7 +218,16 @@ struct Args {
 }
 
 fn args() -> Args {
-    let mut a = Args { runs: 5, bootstrap: None, current_thread: true, only: None, endpoint: None, process: None, process_consumer: None, relay_shape: whole_process::RelayShape { batch: RELAY_BATCH, calls_in_flight: None } };
+    let mut a = Args {
+        runs: 5,
+        bootstrap: None,
+        current_thread: true,
+        only: None,
+        endpoint: None,
+        process: None,
+        process_consumer: None,
+        relay_shape: whole_process::RelayShape { batch: RELAY_BATCH, calls_in_flight: None },
+    };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
