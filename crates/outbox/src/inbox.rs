@@ -64,15 +64,15 @@
 //! Source for the transaction semantics: the `TransactWriteItems` API reference,
 //! <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, Delete, KeysAndAttributes, Put, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use chrono::{DateTime, SecondsFormat, Utc};
 use sha2::{Digest, Sha256};
 
-use crate::aws_error::AwsError;
+use crate::aws_error::{AwsError, AwsErrorKind};
 use crate::envelope::EventMetadata;
 use crate::transaction::{all_old, transact_write, TransactionError};
 use aws_sdk_dynamodb::config::http::HttpResponse;
@@ -85,7 +85,7 @@ mod store;
 
 pub use guarded::{Guarded, GuardedError};
 pub use memory::{AppliedEvent, Injected, MemoryInbox};
-pub use parked::{ParkedEvent, ParkedList, PARKED_AT, PARKED_CONSUMER, PARKED_INDEX, PARKED_INDEX_ATTRIBUTES, PARKED_KIND};
+pub use parked::{ParkedAround, ParkedEvent, ParkedList, PARKED_AT, PARKED_CONSUMER, PARKED_INDEX, PARKED_INDEX_ATTRIBUTES, PARKED_KIND};
 pub use store::InboxStore;
 
 /// How one delivery ended.
@@ -306,6 +306,18 @@ where
     InboxError::Sdk { action, error: AwsError::from_sdk(operation, error) }
 }
 
+/// Most `BatchGetItem` calls one consistent read of parked rows makes while DynamoDB answers
+/// `UnprocessedKeys` ([`Inbox::parked_around`]); then it fails (retryable), never answering
+/// "absent" for a key it could not read.
+pub const UNPROCESSED_KEYS_ATTEMPTS: u32 = 5;
+/// First backoff step before unprocessed keys are requested again (full jitter, doubling).
+const UNPROCESSED_KEYS_BACKOFF: Duration = Duration::from_millis(25);
+/// Longest backoff before unprocessed keys are requested again.
+const UNPROCESSED_KEYS_MAX_BACKOFF: Duration = Duration::from_millis(500);
+
+/// One DynamoDB item, by attribute name.
+type Item = std::collections::HashMap<String, AttributeValue>;
+
 /// The inbox of one consumer.
 #[derive(Debug, Clone)]
 pub struct Inbox {
@@ -516,6 +528,69 @@ impl Inbox {
         match self.parked(&metadata.aggregate_type, &metadata.subject, waits_for).await? {
             Some(parked) if parked.event_id == metadata.id => self.unpark(&parked).await,
             _ => Ok(()),
+        }
+    }
+
+    /// [`InboxStore::parked_around`]: the parked row of the event of `metadata` (held by that
+    /// event) and the one waiting for its sequence, read in ONE `BatchGetItem` of both keys with
+    /// `ConsistentRead` ([`Inbox::read_consistent`]) instead of two `GetItem`s.
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] if DynamoDB fails or leaves a key unprocessed through every retry.
+    pub async fn parked_around(&self, metadata: &EventMetadata) -> Result<ParkedAround, InboxError> {
+        let key = |waits_for: u64| self.parked_key(&metadata.aggregate_type, &metadata.subject, waits_for);
+        let (own_key, next_key) = (key(required_predecessor(metadata, self.types.as_ref())), key(metadata.sequence));
+        let items = self.read_consistent("read parked events", &[own_key.as_str(), next_key.as_str()]).await?;
+        let row = |k: &str| items.get(k).and_then(parked_from_item);
+        // Both keys are one row only when a `previous` names the event's own sequence: its own
+        // copy then, never a successor.
+        let own = row(&own_key).filter(|p| p.event_id == metadata.id);
+        let next = row(&next_key).filter(|p| p.event_id != metadata.id);
+        Ok(ParkedAround::new(own, next))
+    }
+
+    /// The items of partition keys `keys` (duplicates read once; at most 100, the call's limit),
+    /// by key, absent ones missing: one `BatchGetItem` with `ConsistentRead: true`, whose
+    /// `UnprocessedKeys` (a key DynamoDB did not read, e.g. throughput exceeded on its partition)
+    /// are requested again after a backoff with full jitter, up to
+    /// [`UNPROCESSED_KEYS_ATTEMPTS`] calls in all. A key still unprocessed then is an error,
+    /// never "absent". The SDK does not retry unprocessed keys itself: the call succeeded.
+    /// Source: <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html>.
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] (retryable) when DynamoDB fails or keys stay unprocessed.
+    async fn read_consistent(&self, action: &'static str, keys: &[&str]) -> Result<HashMap<String, Item>, InboxError> {
+        let mut pending: Vec<Item> = Vec::with_capacity(keys.len());
+        for key in keys {
+            let key = HashMap::from([("pk".to_owned(), AttributeValue::S((*key).to_owned()))]);
+            if !pending.contains(&key) {
+                pending.push(key);
+            }
+        }
+        let mut found = HashMap::with_capacity(pending.len());
+        let mut attempt = 1;
+        loop {
+            let request = KeysAndAttributes::builder()
+                .set_keys(Some(std::mem::take(&mut pending)))
+                .consistent_read(true)
+                .build()
+                .map_err(|e| InboxError::Sdk { action, error: AwsError::construction("BatchGetItem", e.to_string()) })?;
+            let out = self.client.batch_get_item().request_items(&self.table, request).send().await.map_err(|e| sdk(action, "BatchGetItem", &e))?;
+            for item in out.responses.and_then(|mut r| r.remove(&self.table)).unwrap_or_default() {
+                if let Some(pk) = item.get("pk").and_then(|v| v.as_s().ok()).cloned() {
+                    found.insert(pk, item);
+                }
+            }
+            pending = out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)).map(|k| k.keys).unwrap_or_default();
+            if pending.is_empty() {
+                return Ok(found);
+            }
+            if attempt >= UNPROCESSED_KEYS_ATTEMPTS {
+                let detail = format!("{} of {} keys still unprocessed after {attempt} calls", pending.len(), keys.len());
+                return Err(InboxError::Sdk { action, error: AwsError::new("BatchGetItem", AwsErrorKind::Service, true, detail) });
+            }
+            tokio::time::sleep(crate::aws_error::full_jitter(UNPROCESSED_KEYS_BACKOFF, UNPROCESSED_KEYS_MAX_BACKOFF, attempt)).await;
+            attempt += 1;
         }
     }
 
@@ -906,5 +981,89 @@ mod tests {
             assert_eq!(inbox.applied_hash("e-1").await.unwrap().as_deref(), expected);
             assert_eq!(rule.num_calls(), 1);
         }
+    }
+
+    /// A parked row as [`Inbox::park`] writes it, for event `id` (sequence `sequence`, waiting
+    /// for `waits_for`) of aggregate `Order#o-1`, consumer `c`.
+    fn parked_row(id: &str, sequence: u64, waits_for: u64) -> Item {
+        let s = |v: &str| AttributeValue::S(v.to_owned());
+        let n = |v: u64| AttributeValue::N(v.to_string());
+        HashMap::from([
+            ("pk".to_owned(), s(&format!("c#parked#Order#o-1#{waits_for}"))),
+            ("event_id".to_owned(), s(id)),
+            ("event_type".to_owned(), s("OrderUpdated")),
+            ("aggregate_type".to_owned(), s("Order")),
+            ("subject".to_owned(), s("o-1")),
+            ("sequence".to_owned(), n(sequence)),
+            ("waits_for".to_owned(), n(waits_for)),
+            ("payload".to_owned(), s("{}")),
+        ])
+    }
+
+    /// A `BatchGetItem` that reads `table` (items by `pk`) for every key, except that the first
+    /// `unprocessed_calls` calls leave every key unprocessed (throughput exceeded), answering
+    /// none; it checks each request reads consistently.
+    fn batch_get(table: Vec<Item>, unprocessed_calls: usize) -> aws_smithy_mocks::Rule {
+        use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemOutput;
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        aws_smithy_mocks::mock!(Client::batch_get_item).then_compute_output(move |request| {
+            let asked = &request.request_items().expect("request items")["inbox"];
+            assert_eq!(asked.consistent_read(), Some(true), "every read is strongly consistent");
+            let keys = asked.keys().to_vec();
+            if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < unprocessed_calls {
+                let again = KeysAndAttributes::builder().set_keys(Some(keys)).consistent_read(true).build().expect("keys set");
+                return BatchGetItemOutput::builder().responses("inbox", Vec::new()).unprocessed_keys("inbox", again).build();
+            }
+            let found: Vec<Item> = table.iter().filter(|item| keys.iter().any(|k| k.get("pk") == item.get("pk"))).cloned().collect();
+            BatchGetItemOutput::builder().responses("inbox", found).set_unprocessed_keys(Some(HashMap::new())).build()
+        })
+    }
+
+    fn sequenced(id: &str, sequence: u64) -> EventMetadata {
+        EventMetadata { id: id.into(), sequence, ..metadata() }
+    }
+
+    /// After an ordered event's commit, its own parked copy and the event waiting for it are one
+    /// consistent `BatchGetItem`; a row at the own key held by another event is not "own".
+    #[tokio::test]
+    async fn parked_around_reads_both_rows_in_one_consistent_batch() {
+        use aws_smithy_mocks::{mock_client, RuleMode};
+        let table = vec![parked_row("e-2", 2, 1), parked_row("e-3", 3, 2)];
+        let rule = batch_get(table, 0);
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
+        let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
+        let around = inbox.parked_around(&sequenced("e-2", 2)).await.unwrap();
+        assert_eq!(around.own.map(|p| p.event_id).as_deref(), Some("e-2"), "e-2 was parked before it was applied");
+        assert_eq!(around.next.map(|p| (p.event_id, p.waits_for)), Some(("e-3".to_owned(), 2)));
+        let other = inbox.parked_around(&sequenced("e-2-other-id", 2)).await.unwrap();
+        assert_eq!(other.own, None, "another event id holds the row at the own key");
+        assert_eq!(rule.num_calls(), 2, "one call per applied event");
+    }
+
+    /// A key `BatchGetItem` leaves unprocessed is requested again, never taken as absent: the
+    /// parked successor is found on the second call.
+    #[tokio::test]
+    async fn an_unprocessed_key_is_read_again_not_taken_as_absent() {
+        use aws_smithy_mocks::{mock_client, RuleMode};
+        let rule = batch_get(vec![parked_row("e-3", 3, 2)], 1);
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
+        let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
+        let around = inbox.parked_around(&sequenced("e-2", 2)).await.unwrap();
+        assert_eq!(around.next.map(|p| p.event_id).as_deref(), Some("e-3"));
+        assert_eq!(rule.num_calls(), 2);
+    }
+
+    /// Keys unprocessed through every retry fail the read (retryable): the consumer's drain
+    /// then fails the invocation, and its redelivery drains; nothing is reported absent.
+    #[tokio::test]
+    async fn keys_unprocessed_through_every_retry_fail_the_read() {
+        use aws_smithy_mocks::{mock_client, RuleMode};
+        let rule = batch_get(vec![parked_row("e-3", 3, 2)], usize::MAX);
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
+        let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
+        let error = inbox.parked_around(&sequenced("e-2", 2)).await.expect_err("never read");
+        assert!(error.is_retryable(), "{error}");
+        assert!(error.to_string().contains("unprocessed"), "{error}");
+        assert_eq!(rule.num_calls(), UNPROCESSED_KEYS_ATTEMPTS as usize);
     }
 }

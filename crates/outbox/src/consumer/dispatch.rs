@@ -74,6 +74,16 @@ struct Drained {
     pending: Option<ConsumerError>,
 }
 
+impl Drained {
+    /// Nothing drained: the parked rows around the applied event of `metadata` could not be read
+    /// (the invocation fails; its redelivery, a duplicate, drains).
+    fn unread(metadata: &EventMetadata, error: InboxError) -> Self {
+        let why = format!("reading the parked events failed: {error}");
+        let aggregate = format!("{}#{}", metadata.aggregate_type, metadata.subject);
+        Self { pending: Some(ConsumerError::ParkedPending { aggregate, after: metadata.sequence, why }), ..Self::default() }
+    }
+}
+
 /// `detail.metadata` of an invocation payload, when it decodes.
 fn metadata_of(payload: &RawValue) -> Option<EventMetadata> {
     #[derive(serde::Deserialize)]
@@ -369,6 +379,23 @@ where
         // have been applied meanwhile) is applied now.
         let drained = match (&response.outcome, metadata_of(payload)) {
             (Handled::DeadLettered, _) | (_, None) => Drained::default(),
+            (Handled::Applied(_) | Handled::NothingToDo(_), Some(m)) if self.inner.store.parks() => {
+                // Applied here: the aggregate's last_sequence is this event's (set by its own
+                // transaction), so the drain need not read it first, and the two rows to read
+                // now — a parked copy of this event, settled by this delivery, and the event
+                // waiting for its sequence — are read together, after the commit.
+                let around: BoxFuture<'_, _> = Box::pin(self.inner.store.parked_around(&m));
+                match around.await {
+                    Ok(around) => {
+                        if let Some(own) = around.own {
+                            self.unpark_own(&own, &span).await;
+                        }
+                        let first = Some((m.sequence, around.next));
+                        self.drain(&m.aggregate_type, &m.subject, first, deadline).instrument(span.clone()).await
+                    }
+                    Err(e) => Drained::unread(&m, e),
+                }
+            }
             (outcome, Some(m)) if self.inner.store.parks() => {
                 if !matches!(outcome, Handled::Parked { .. }) {
                     // Settled by this delivery: a parked copy of it (from an earlier delivery) goes.
@@ -377,10 +404,7 @@ where
                         tracing::warn!(parent: &span, error = %e, "could not remove the event's own parked row; `ordering parked` lists it");
                     }
                 }
-                // Applied here: the aggregate's last_sequence is this event's (set by its own
-                // transaction), so the drain need not read it first.
-                let applied = matches!(outcome, Handled::Applied(_) | Handled::NothingToDo(_)).then_some(m.sequence);
-                self.drain(&m.aggregate_type, &m.subject, applied, deadline).instrument(span.clone()).await
+                self.drain(&m.aggregate_type, &m.subject, None, deadline).instrument(span.clone()).await
             }
             _ => Drained::default(),
         };
@@ -409,19 +433,24 @@ where
     /// each as its own delivery ([`Consumer::deliver`]: its handler, its transaction with its
     /// inbox claim), until none waits, the parked budget is spent or the deadline nears.
     ///
-    /// `applied`: the sequence this invocation's own transaction just applied, when it did; the
-    /// drain then starts from it without reading the aggregate's ordering row (one consistent
-    /// `GetItem` less per event). Safe when the row has moved further meanwhile: sequences only
-    /// move forward, a parked event behind `applied` is then applied or found a duplicate by its
-    /// own transaction, and whoever moved the row further drains behind it.
-    async fn drain(&self, aggregate_type: &str, aggregate_id: &str, applied: Option<u64>, deadline: Instant) -> Drained {
+    /// `first`: the sequence this invocation's own transaction just applied, when it did, with
+    /// the event parked behind it as read after that commit ([`InboxStore::parked_around`]); the
+    /// drain then starts from it without reading the aggregate's ordering row or the parked row
+    /// again. Safe when the row has moved further meanwhile: sequences only move forward, a
+    /// parked event behind the applied sequence is then applied or found a duplicate by its own
+    /// transaction, and whoever moved the row further drains behind it.
+    async fn drain(&self, aggregate_type: &str, aggregate_id: &str, first: Option<(u64, Option<ParkedEvent>)>, deadline: Instant) -> Drained {
         let store = &self.inner.store;
         let aggregate = format!("{aggregate_type}#{aggregate_id}");
         let mut drained = Drained::default();
-        let mut known_last = applied;
+        let mut known_last = None;
+        let mut read = first;
         loop {
-            let known = known_last.take();
+            let (known, read_before) = (known_last.take(), read.take());
             let next: BoxFuture<'_, Result<(u64, Option<ParkedEvent>), InboxError>> = Box::pin(async move {
+                if let Some(read) = read_before {
+                    return Ok(read);
+                }
                 let last = match known {
                     Some(last) => last,
                     None => store.last_sequence(aggregate_type, aggregate_id).await?,
@@ -475,6 +504,16 @@ where
                     return drained;
                 }
             }
+        }
+    }
+
+    /// Removes `own`, the parked copy of the invocation's event, which this delivery settled; a
+    /// failure is only logged (`ordering parked` lists the row; its event is applied, so a later
+    /// drain finds it a duplicate).
+    async fn unpark_own(&self, own: &ParkedEvent, span: &tracing::Span) {
+        let unparked: BoxFuture<'_, _> = Box::pin(self.inner.store.unpark(own));
+        if let Err(e) = unparked.await {
+            tracing::warn!(parent: span, error = %e, "could not remove the event's own parked row; `ordering parked` lists it");
         }
     }
 

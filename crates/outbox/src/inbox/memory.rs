@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use aws_sdk_dynamodb::types::TransactWriteItem;
 use chrono::{DateTime, Utc};
 
-use super::{Claim, InboxError, InboxOutcome, InboxStore, Lease, ParkedEvent, ParkedList, RecordedOutcome};
+use super::{Claim, InboxError, InboxOutcome, InboxStore, Lease, ParkedAround, ParkedEvent, ParkedList, RecordedOutcome};
 use crate::envelope::EventMetadata;
 use crate::transaction::TransactionError;
 
@@ -359,6 +359,16 @@ impl InboxStore for MemoryInbox {
             state.parked.remove(&key);
         }
         std::future::ready(Ok(()))
+    }
+
+    fn parked_around(&self, metadata: &EventMetadata) -> impl Future<Output = Result<ParkedAround, InboxError>> + Send {
+        let waits_for = super::required_predecessor(metadata, self.types.as_ref());
+        let key = |waits_for: u64| format!("{}#{}#{waits_for}", metadata.aggregate_type, metadata.subject);
+        let state = self.lock();
+        let own = state.parked.get(&key(waits_for)).filter(|p| p.event_id == metadata.id).cloned();
+        // The same row when a `previous` names the event's own sequence: its own copy, not a successor.
+        let next = state.parked.get(&key(metadata.sequence)).filter(|p| p.event_id != metadata.id).cloned();
+        std::future::ready(Ok(ParkedAround::new(own, next)))
     }
 
     fn last_sequence(&self, aggregate_type: &str, aggregate_id: &str) -> impl Future<Output = Result<u64, InboxError>> + Send {

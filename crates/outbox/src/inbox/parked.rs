@@ -117,6 +117,28 @@ impl ParkedEvent {
     }
 }
 
+/// What an ordered event's own delivery finds parked around it once its transaction has
+/// committed ([`InboxStore::parked_around`](super::InboxStore::parked_around)): both rows read
+/// with strongly consistent reads, after the commit.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ParkedAround {
+    /// The event's own parked row, when an earlier delivery parked it and it still holds the
+    /// row: the event is settled now, by this delivery rather than by the drain (e.g. redelivered
+    /// after an operator's release), so the row is to be removed
+    /// ([`InboxStore::unpark`](super::InboxStore::unpark)).
+    pub own: Option<ParkedEvent>,
+    /// The event parked waiting for this event's sequence, if any: the drain applies it now.
+    pub next: Option<ParkedEvent>,
+}
+
+impl ParkedAround {
+    /// The two answers (for stores and tests).
+    pub fn new(own: Option<ParkedEvent>, next: Option<ParkedEvent>) -> Self {
+        Self { own, next }
+    }
+}
+
 /// Value of the `kind` attribute of parked rows (for a filtered `Scan` of them, on a table
 /// without [`PARKED_INDEX`]).
 pub const PARKED_KIND: &str = "parked";

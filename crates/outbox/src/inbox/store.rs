@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::guarded::{self, Guarded, GuardedError};
-use super::{Claim, Inbox, InboxError, InboxOutcome, Lease, ParkedEvent, ParkedList, RecordedOutcome};
+use super::{Claim, Inbox, InboxError, InboxOutcome, Lease, ParkedAround, ParkedEvent, ParkedList, RecordedOutcome};
 use crate::envelope::EventMetadata;
 
 /// Where a consumer records the events it applied. See the [module docs](crate::inbox) for why it is
@@ -126,6 +126,28 @@ pub trait InboxStore: Send + Sync {
     fn unpark_settled(&self, metadata: &EventMetadata) -> impl Future<Output = Result<(), InboxError>> + Send {
         let _ = metadata;
         std::future::ready(Ok(()))
+    }
+
+    /// Ordering, after the event of `metadata` was applied by its own delivery (its transaction
+    /// moved the aggregate's `last_sequence` to `metadata.sequence`): the two parked rows the
+    /// consumer reads next, with strongly consistent reads — the event's own parked copy, if an
+    /// earlier delivery parked it and it still holds the row (to remove), and the event parked
+    /// waiting for `metadata.sequence` (to apply now). The DynamoDB table reads both in one
+    /// `BatchGetItem` ([`Inbox::parked_around`]); the default removes the own row with
+    /// [`InboxStore::unpark_settled`] (a failure only logged, as the consumer did before) and
+    /// reads the next with [`InboxStore::parked`], answering `own: None`.
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] if the store fails, or cannot read a key within its retries: a key
+    /// it could not read is never answered as absent.
+    fn parked_around(&self, metadata: &EventMetadata) -> impl Future<Output = Result<ParkedAround, InboxError>> + Send {
+        async move {
+            if let Err(e) = self.unpark_settled(metadata).await {
+                tracing::warn!(error = %e, "could not remove the event's own parked row; `ordering parked` lists it");
+            }
+            let next = self.parked(&metadata.aggregate_type, &metadata.subject, metadata.sequence).await?;
+            Ok(ParkedAround::new(None, next))
+        }
     }
 
     /// Ordering: this consumer's parked events, oldest first, at most `limit`, without their
@@ -283,6 +305,10 @@ impl InboxStore for Inbox {
         Inbox::unpark_settled(self, metadata)
     }
 
+    fn parked_around(&self, metadata: &EventMetadata) -> impl Future<Output = Result<ParkedAround, InboxError>> + Send {
+        Inbox::parked_around(self, metadata)
+    }
+
     fn begin(
         &self,
         metadata: &EventMetadata,
@@ -360,6 +386,10 @@ impl<S: InboxStore> InboxStore for Arc<S> {
 
     fn unpark_settled(&self, metadata: &EventMetadata) -> impl Future<Output = Result<(), InboxError>> + Send {
         (**self).unpark_settled(metadata)
+    }
+
+    fn parked_around(&self, metadata: &EventMetadata) -> impl Future<Output = Result<ParkedAround, InboxError>> + Send {
+        (**self).parked_around(metadata)
     }
 
     fn begin(
