@@ -116,26 +116,28 @@ pub struct RecordedOutcome {
     pub outcome: String,
     /// Why, in words (for `nothing_to_do`).
     pub reason: Option<String>,
-    /// The delivery settles a parked event ([`ParkedEvent`]): an ordered store deletes the
-    /// event's parked row in the same transaction as its inbox claim, so a crash right after the
-    /// commit cannot leave the row behind ([`RecordedOutcome::unparking`]).
-    pub unparks: bool,
+    /// The delivery settles a parked event ([`ParkedEvent`]) whose row waits for this sequence
+    /// (the row's key, [`ParkedEvent::waits_for`] as read): an ordered store that honours it
+    /// ([`InboxStore::unparks_in_transaction`]) deletes the row in the same transaction as the
+    /// inbox claim, so a crash right after the commit cannot leave the row behind, and the
+    /// consumer makes no separate `DeleteItem` for it ([`RecordedOutcome::unparking`]).
+    pub unparks: Option<u64>,
 }
 
 impl RecordedOutcome {
     /// The outcome `outcome`, without a reason.
     pub fn new(outcome: impl Into<String>) -> Self {
-        Self { outcome: outcome.into(), reason: None, unparks: false }
+        Self { outcome: outcome.into(), reason: None, unparks: None }
     }
 
     /// `nothing_to_do`, because of `reason`.
     pub fn nothing_to_do(reason: impl Into<String>) -> Self {
-        Self { outcome: NOTHING_TO_DO.into(), reason: Some(reason.into()), unparks: false }
+        Self { outcome: NOTHING_TO_DO.into(), reason: Some(reason.into()), unparks: None }
     }
 
-    /// This outcome, committed together with the deletion of the event's parked row (the
-    /// consumer's drain of parked successors sets it).
-    pub fn unparking(self, unparks: bool) -> Self {
+    /// This outcome, committed together with the deletion of the event's parked row, which waits
+    /// for sequence `unparks` (the consumer's drain of parked successors sets it; `None`: no row).
+    pub fn unparking(self, unparks: Option<u64>) -> Self {
         Self { unparks, ..self }
     }
 }
@@ -724,12 +726,11 @@ impl Inbox {
         items.push(self.claim_recording(metadata, payload_hash, now, outcome));
         if self.ordered {
             items.push(self.advance_sequence(metadata, now));
-            if outcome.is_some_and(|o| o.unparks) {
-                // No condition: the drain read this row (the event's own) after the predecessor
-                // was applied, and nothing parks behind an applied predecessor (parking needs a
-                // sequence gap, and sequences only move forward), so the key holds this event's
-                // row or nothing.
-                let waits_for = required_predecessor(metadata, self.types.as_ref());
+            if let Some(waits_for) = outcome.and_then(|o| o.unparks) {
+                // No condition: the drain read this row (the event's own, at this key) after the
+                // predecessor was applied, and nothing parks behind an applied predecessor
+                // (parking needs a sequence gap, and sequences only move forward), so the key
+                // holds this event's row or nothing.
                 items.push(self.unpark_in_transaction(metadata, waits_for));
             }
         }

@@ -478,7 +478,8 @@ where
                 Ok(payload) => {
                     let span = span_of(&payload);
                     tracing::debug!(parent: &span, waits_for = parked.waits_for, "applying a parked event");
-                    let delivered: BoxFuture<'_, _> = Box::pin(self.deliver(&payload, Delivery::Parked, deadline, &span).instrument(span.clone()));
+                    let delivered: BoxFuture<'_, _> =
+                        Box::pin(self.deliver(&payload, Delivery::Parked { waits_for: parked.waits_for }, deadline, &span).instrument(span.clone()));
                     delivered.await
                 }
                 // The row holds what a RawValue once was, so this is a corrupted row: it can never succeed.
@@ -488,13 +489,18 @@ where
                 // Parked again: its predecessor moved meanwhile; whoever moved it drains.
                 Ok(ConsumerResponse { outcome: Handled::Parked { .. }, .. }) => return drained,
                 Ok(response) => {
-                    let unparked: BoxFuture<'_, _> = Box::pin(store.unpark(&parked));
-                    if let Err(e) = unparked.await {
-                        drained.pending = pending(last, format!("removing the parked row of {} failed: {e}", parked.event_id));
-                        return drained;
+                    let committed = matches!(response.outcome, Handled::Applied(_) | Handled::NothingToDo(_));
+                    // A committed transaction deleted the row already when the store honours
+                    // `RecordedOutcome::unparks`; a duplicate or a dead-lettered event's did not.
+                    if !(committed && store.unparks_in_transaction()) {
+                        let unparked: BoxFuture<'_, _> = Box::pin(store.unpark(&parked));
+                        if let Err(e) = unparked.await {
+                            drained.pending = pending(last, format!("removing the parked row of {} failed: {e}", parked.event_id));
+                            return drained;
+                        }
                     }
                     drained.applied += 1;
-                    if matches!(response.outcome, Handled::Applied(_) | Handled::NothingToDo(_)) {
+                    if committed {
                         known_last = Some(parked.sequence);
                     }
                     drained.settled.push(SettledEvent { event_id: parked.event_id.clone(), ..SettledEvent::of(&response) });
@@ -735,7 +741,7 @@ where
                 Err(e) => return Err(HandlerError::retry(e).into()),
             }
             let (items, batch) = pending.into_parts();
-            let recorded = RecordedOutcome::new(outcome_text(&outcome)).unparking(delivery == Delivery::Parked);
+            let recorded = RecordedOutcome::new(outcome_text(&outcome)).unparking(delivery.unparks());
             // Boxed: the SDK's futures are deeply nested, and without a box the future of a whole
             // Lambda `main` exceeds rustc's default query depth when computing its layout.
             let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.apply_recording(metadata, hash, items, &recorded));
@@ -763,7 +769,7 @@ where
     /// Records the event with nothing to do (`reason`): the inbox claim and the aggregate's
     /// sequence, none of the handler's writes.
     async fn nothing_to_do(&self, metadata: &EventMetadata, hash: &str, reason: String, delivery: Delivery) -> Result<Handled<O>, ConsumerError> {
-        let recorded = RecordedOutcome::nothing_to_do(reason.clone()).unparking(delivery == Delivery::Parked);
+        let recorded = RecordedOutcome::nothing_to_do(reason.clone()).unparking(delivery.unparks());
         let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.apply_recording(metadata, hash, Vec::new(), &recorded));
         match applied.await? {
             InboxOutcome::Applied => Ok(Handled::NothingToDo(reason)),
@@ -784,11 +790,25 @@ where
 enum Delivery {
     /// The invocation's own event.
     Event,
-    /// A parked event applied after its predecessor ([`Consumer::drain`]): its transaction also
-    /// deletes its parked row ([`RecordedOutcome::unparks`]), so a crash between the commit and
-    /// the separate `unpark` cannot strand the row (the retried invocation drains from the new
-    /// `last_sequence` and would never read it again).
-    Parked,
+    /// A parked event applied after its predecessor ([`Consumer::drain`]), its row waiting for
+    /// `waits_for`: its transaction also deletes that row ([`RecordedOutcome::unparks`]), so a
+    /// crash right after the commit cannot strand the row (the retried invocation drains from
+    /// the new `last_sequence` and would never read it again), and no separate `DeleteItem` is
+    /// needed ([`InboxStore::unparks_in_transaction`]).
+    Parked {
+        /// The sequence the parked row waits for (its key).
+        waits_for: u64,
+    },
+}
+
+impl Delivery {
+    /// The parked row this delivery's transaction deletes, by the sequence it waits for.
+    fn unparks(self) -> Option<u64> {
+        match self {
+            Delivery::Event => None,
+            Delivery::Parked { waits_for } => Some(waits_for),
+        }
+    }
 }
 
 /// The outcome's text for the inbox row: a JSON string as is (`"reserved"` → `reserved`),

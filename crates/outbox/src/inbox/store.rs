@@ -80,6 +80,15 @@ pub trait InboxStore: Send + Sync {
         false
     }
 
+    /// Ordering: whether [`InboxStore::apply_recording`] deletes the parked row named by
+    /// [`RecordedOutcome::unparks`] in the event's own transaction (the DynamoDB table and the
+    /// memory store, when ordered). Then the consumer's drain makes no separate
+    /// [`InboxStore::unpark`] after a parked event it applied. Default `false`: a store that
+    /// ignores `unparks` (the trait's default `apply_recording`) gets the separate call.
+    fn unparks_in_transaction(&self) -> bool {
+        false
+    }
+
     /// Ordering: stores `payload` (the invocation payload, verbatim) of the event of `metadata`,
     /// which waits for sequence `waits_for` of its aggregate. Idempotent for the same event.
     /// Returns `false` when it did not park it (the default: the store does not park; or another
@@ -276,6 +285,10 @@ impl InboxStore for Inbox {
         self.is_ordered()
     }
 
+    fn unparks_in_transaction(&self) -> bool {
+        self.is_ordered()
+    }
+
     fn park(&self, metadata: &EventMetadata, waits_for: u64, payload: &str) -> impl Future<Output = Result<bool, InboxError>> + Send {
         Inbox::park(self, metadata, waits_for, payload)
     }
@@ -357,6 +370,10 @@ impl<S: InboxStore> InboxStore for Arc<S> {
 
     fn parks(&self) -> bool {
         (**self).parks()
+    }
+
+    fn unparks_in_transaction(&self) -> bool {
+        (**self).unparks_in_transaction()
     }
 
     fn park(&self, metadata: &EventMetadata, waits_for: u64, payload: &str) -> impl Future<Output = Result<bool, InboxError>> + Send {
