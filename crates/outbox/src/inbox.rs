@@ -535,7 +535,8 @@ impl Inbox {
 
     /// [`InboxStore::parked_around`]: the parked row of the event of `metadata` (held by that
     /// event) and the one waiting for its sequence, read in ONE `BatchGetItem` of both keys with
-    /// `ConsistentRead` ([`Inbox::read_consistent`]) instead of two `GetItem`s.
+    /// `ConsistentRead` instead of two `GetItem`s (unprocessed keys requested again, up to
+    /// [`UNPROCESSED_KEYS_ATTEMPTS`] calls).
     ///
     /// # Errors
     /// [`InboxError::Sdk`] if DynamoDB fails or leaves a key unprocessed through every retry.
