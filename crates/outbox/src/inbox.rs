@@ -534,22 +534,34 @@ impl Inbox {
     }
 
     /// [`InboxStore::parked_around`]: the parked row of the event of `metadata` (held by that
-    /// event) and the one waiting for its sequence, read in ONE `BatchGetItem` of both keys with
-    /// `ConsistentRead` instead of two `GetItem`s (unprocessed keys requested again, up to
-    /// [`UNPROCESSED_KEYS_ATTEMPTS`] calls).
+    /// event) and the one waiting for `last` (the aggregate's `last_sequence`; `None`: read with
+    /// them), read in ONE `BatchGetItem` with `ConsistentRead` instead of two or three `GetItem`s
+    /// (unprocessed keys requested again, up to [`UNPROCESSED_KEYS_ATTEMPTS`] calls). For a
+    /// duplicate (`last` unknown) the batch reads the row waiting for the event's own sequence,
+    /// the usual `last_sequence` of a redelivered event; when the ordering row says otherwise, one
+    /// consistent `GetItem` of the row waiting for it follows.
     ///
     /// # Errors
     /// [`InboxError::Sdk`] if DynamoDB fails or leaves a key unprocessed through every retry.
-    pub async fn parked_around(&self, metadata: &EventMetadata) -> Result<ParkedAround, InboxError> {
+    pub async fn parked_around(&self, metadata: &EventMetadata, last: Option<u64>) -> Result<ParkedAround, InboxError> {
         let key = |waits_for: u64| self.parked_key(&metadata.aggregate_type, &metadata.subject, waits_for);
-        let (own_key, next_key) = (key(required_predecessor(metadata, self.types.as_ref())), key(metadata.sequence));
-        let items = self.read_consistent("read parked events", &[own_key.as_str(), next_key.as_str()]).await?;
+        let guess = last.unwrap_or(metadata.sequence);
+        let (own_key, next_key, ordering_key) = (key(required_predecessor(metadata, self.types.as_ref())), key(guess), self.aggregate_key(metadata));
+        let mut keys = vec![own_key.as_str(), next_key.as_str()];
+        if last.is_none() {
+            keys.push(ordering_key.as_str());
+        }
+        let items = self.read_consistent("read parked events", &keys).await?;
         let row = |k: &str| items.get(k).and_then(parked_from_item);
         // Both keys are one row only when a `previous` names the event's own sequence: its own
         // copy then, never a successor.
         let own = row(&own_key).filter(|p| p.event_id == metadata.id);
-        let next = row(&next_key).filter(|p| p.event_id != metadata.id);
-        Ok(ParkedAround::new(own, next))
+        let last = last.unwrap_or_else(|| {
+            let ordering = items.get(&ordering_key);
+            ordering.and_then(|i| i.get("last_sequence")).and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or(0)
+        });
+        let next = if last == guess { row(&next_key) } else { self.parked(&metadata.aggregate_type, &metadata.subject, last).await? };
+        Ok(ParkedAround::new(own, last, next.filter(|p| p.event_id != metadata.id)))
     }
 
     /// The items of partition keys `keys` (duplicates read once; at most 100, the call's limit),
@@ -1034,10 +1046,10 @@ mod tests {
         let rule = batch_get(table, 0);
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
         let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
-        let around = inbox.parked_around(&sequenced("e-2", 2)).await.unwrap();
+        let around = inbox.parked_around(&sequenced("e-2", 2), Some(2)).await.unwrap();
         assert_eq!(around.own.map(|p| p.event_id).as_deref(), Some("e-2"), "e-2 was parked before it was applied");
         assert_eq!(around.next.map(|p| (p.event_id, p.waits_for)), Some(("e-3".to_owned(), 2)));
-        let other = inbox.parked_around(&sequenced("e-2-other-id", 2)).await.unwrap();
+        let other = inbox.parked_around(&sequenced("e-2-other-id", 2), Some(2)).await.unwrap();
         assert_eq!(other.own, None, "another event id holds the row at the own key");
         assert_eq!(rule.num_calls(), 2, "one call per applied event");
     }
@@ -1050,7 +1062,7 @@ mod tests {
         let rule = batch_get(vec![parked_row("e-3", 3, 2)], 1);
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
         let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
-        let around = inbox.parked_around(&sequenced("e-2", 2)).await.unwrap();
+        let around = inbox.parked_around(&sequenced("e-2", 2), Some(2)).await.unwrap();
         assert_eq!(around.next.map(|p| p.event_id).as_deref(), Some("e-3"));
         assert_eq!(rule.num_calls(), 2);
     }
@@ -1063,9 +1075,42 @@ mod tests {
         let rule = batch_get(vec![parked_row("e-3", 3, 2)], usize::MAX);
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
         let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
-        let error = inbox.parked_around(&sequenced("e-2", 2)).await.expect_err("never read");
+        let error = inbox.parked_around(&sequenced("e-2", 2), Some(2)).await.expect_err("never read");
         assert!(error.is_retryable(), "{error}");
         assert!(error.to_string().contains("unprocessed"), "{error}");
         assert_eq!(rule.num_calls(), UNPROCESSED_KEYS_ATTEMPTS as usize);
+    }
+
+    /// A duplicate does not know the aggregate's last sequence: the batch reads the ordering row
+    /// too, with the row waiting for the event's own sequence; when the ordering row has moved
+    /// further, one consistent `GetItem` reads the row waiting for it.
+    #[tokio::test]
+    async fn a_duplicate_reads_the_ordering_row_in_the_same_batch() {
+        use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
+        use aws_smithy_mocks::{mock, mock_client, RuleMode};
+        let ordering = |last: u64| {
+            let pk = AttributeValue::S("c#aggregate#Order#o-1".into());
+            HashMap::from([("pk".to_owned(), pk), ("last_sequence".to_owned(), AttributeValue::N(last.to_string()))])
+        };
+        let rule = batch_get(vec![ordering(2), parked_row("e-3", 3, 2)], 0);
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
+        let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
+        let around = inbox.parked_around(&sequenced("e-2", 2), None).await.unwrap();
+        assert_eq!((around.last, around.next.map(|p| p.event_id)), (2, Some("e-3".to_owned())));
+        assert_eq!(rule.num_calls(), 1, "one call when the aggregate stands at the duplicate's sequence");
+
+        let rule = batch_get(vec![ordering(3), parked_row("e-3", 3, 2)], 0);
+        let e4 = parked_row("e-4", 4, 3);
+        let get = mock!(Client::get_item)
+            .match_requests(|r| {
+                r.consistent_read() == Some(true)
+                    && r.key().and_then(|k| k.get("pk")).and_then(|v| v.as_s().ok()).map(String::as_str) == Some("c#parked#Order#o-1#3")
+            })
+            .then_output(move || GetItemOutput::builder().set_item(Some(e4.clone())).build());
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule, &get]);
+        let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
+        let around = inbox.parked_around(&sequenced("e-2", 2), None).await.unwrap();
+        assert_eq!((around.last, around.next.map(|p| p.event_id)), (3, Some("e-4".to_owned())));
+        assert_eq!((rule.num_calls(), get.num_calls()), (1, 1));
     }
 }

@@ -379,32 +379,26 @@ where
         // have been applied meanwhile) is applied now.
         let drained = match (&response.outcome, metadata_of(payload)) {
             (Handled::DeadLettered, _) | (_, None) => Drained::default(),
-            (Handled::Applied(_) | Handled::NothingToDo(_), Some(m)) if self.inner.store.parks() => {
-                // Applied here: the aggregate's last_sequence is this event's (set by its own
-                // transaction), so the drain need not read it first, and the two rows to read
-                // now — a parked copy of this event, settled by this delivery, and the event
-                // waiting for its sequence — are read together, after the commit.
-                let around: BoxFuture<'_, _> = Box::pin(self.inner.store.parked_around(&m));
+            (Handled::Parked { .. }, Some(m)) if self.inner.store.parks() => {
+                self.drain(&m.aggregate_type, &m.subject, None, deadline).instrument(span.clone()).await
+            }
+            (outcome, Some(m)) if self.inner.store.parks() => {
+                // Settled by this delivery: a parked copy of it (from an earlier delivery) goes,
+                // and what waits behind the aggregate's last sequence is applied. Applied here,
+                // that sequence is this event's (set by its own transaction); a duplicate reads
+                // it. All read together, after the commit.
+                let applied = matches!(outcome, Handled::Applied(_) | Handled::NothingToDo(_)).then_some(m.sequence);
+                let around: BoxFuture<'_, _> = Box::pin(self.inner.store.parked_around(&m, applied));
                 match around.await {
                     Ok(around) => {
                         if let Some(own) = around.own {
                             self.unpark_own(&own, &span).await;
                         }
-                        let first = Some((m.sequence, around.next));
+                        let first = Some((around.last, around.next));
                         self.drain(&m.aggregate_type, &m.subject, first, deadline).instrument(span.clone()).await
                     }
                     Err(e) => Drained::unread(&m, e),
                 }
-            }
-            (outcome, Some(m)) if self.inner.store.parks() => {
-                if !matches!(outcome, Handled::Parked { .. }) {
-                    // Settled by this delivery: a parked copy of it (from an earlier delivery) goes.
-                    let unparked: BoxFuture<'_, _> = Box::pin(self.inner.store.unpark_settled(&m));
-                    if let Err(e) = unparked.await {
-                        tracing::warn!(parent: &span, error = %e, "could not remove the event's own parked row; `ordering parked` lists it");
-                    }
-                }
-                self.drain(&m.aggregate_type, &m.subject, None, deadline).instrument(span.clone()).await
             }
             _ => Drained::default(),
         };
@@ -433,10 +427,10 @@ where
     /// each as its own delivery ([`Consumer::deliver`]: its handler, its transaction with its
     /// inbox claim), until none waits, the parked budget is spent or the deadline nears.
     ///
-    /// `first`: the sequence this invocation's own transaction just applied, when it did, with
-    /// the event parked behind it as read after that commit ([`InboxStore::parked_around`]); the
-    /// drain then starts from it without reading the aggregate's ordering row or the parked row
-    /// again. Safe when the row has moved further meanwhile: sequences only move forward, a
+    /// `first`: the aggregate's last sequence and the event parked behind it, as read after this
+    /// invocation's event was settled ([`InboxStore::parked_around`]: the sequence its own
+    /// transaction applied, or the one read for a duplicate); the drain then starts from it
+    /// without reading the aggregate's ordering row or the parked row again. Safe when the row has moved further meanwhile: sequences only move forward, a
     /// parked event behind the applied sequence is then applied or found a duplicate by its own
     /// transaction, and whoever moved the row further drains behind it.
     async fn drain(&self, aggregate_type: &str, aggregate_id: &str, first: Option<(u64, Option<ParkedEvent>)>, deadline: Instant) -> Drained {

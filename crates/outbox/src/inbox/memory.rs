@@ -380,14 +380,15 @@ impl InboxStore for MemoryInbox {
         std::future::ready(Ok(()))
     }
 
-    fn parked_around(&self, metadata: &EventMetadata) -> impl Future<Output = Result<ParkedAround, InboxError>> + Send {
+    fn parked_around(&self, metadata: &EventMetadata, last: Option<u64>) -> impl Future<Output = Result<ParkedAround, InboxError>> + Send {
         let waits_for = super::required_predecessor(metadata, self.types.as_ref());
-        let key = |waits_for: u64| format!("{}#{}#{waits_for}", metadata.aggregate_type, metadata.subject);
+        let aggregate = format!("{}#{}", metadata.aggregate_type, metadata.subject);
         let state = self.lock();
-        let own = state.parked.get(&key(waits_for)).filter(|p| p.event_id == metadata.id).cloned();
+        let last = last.unwrap_or_else(|| state.last_sequence.get(&aggregate).copied().unwrap_or(0));
+        let own = state.parked.get(&format!("{aggregate}#{waits_for}")).filter(|p| p.event_id == metadata.id).cloned();
         // The same row when a `previous` names the event's own sequence: its own copy, not a successor.
-        let next = state.parked.get(&key(metadata.sequence)).filter(|p| p.event_id != metadata.id).cloned();
-        std::future::ready(Ok(ParkedAround::new(own, next)))
+        let next = state.parked.get(&format!("{aggregate}#{last}")).filter(|p| p.event_id != metadata.id).cloned();
+        std::future::ready(Ok(ParkedAround::new(own, last, next)))
     }
 
     fn last_sequence(&self, aggregate_type: &str, aggregate_id: &str) -> impl Future<Output = Result<u64, InboxError>> + Send {

@@ -117,9 +117,10 @@ impl ParkedEvent {
     }
 }
 
-/// What an ordered event's own delivery finds parked around it once its transaction has
-/// committed ([`InboxStore::parked_around`](super::InboxStore::parked_around)): both rows read
-/// with strongly consistent reads, after the commit.
+/// What an ordered event's delivery finds parked around it once it is settled (its transaction
+/// committed, or it was found a duplicate;
+/// [`InboxStore::parked_around`](super::InboxStore::parked_around)): the rows read with strongly
+/// consistent reads, after the commit.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct ParkedAround {
@@ -128,14 +129,16 @@ pub struct ParkedAround {
     /// after an operator's release), so the row is to be removed
     /// ([`InboxStore::unpark`](super::InboxStore::unpark)).
     pub own: Option<ParkedEvent>,
-    /// The event parked waiting for this event's sequence, if any: the drain applies it now.
+    /// The aggregate's `last_sequence` (0: none) `next` is read for.
+    pub last: u64,
+    /// The event parked waiting for `last`, if any: the drain applies it now.
     pub next: Option<ParkedEvent>,
 }
 
 impl ParkedAround {
-    /// The two answers (for stores and tests).
-    pub fn new(own: Option<ParkedEvent>, next: Option<ParkedEvent>) -> Self {
-        Self { own, next }
+    /// The answers (for stores and tests).
+    pub fn new(own: Option<ParkedEvent>, last: u64, next: Option<ParkedEvent>) -> Self {
+        Self { own, last, next }
     }
 }
 

@@ -137,25 +137,31 @@ pub trait InboxStore: Send + Sync {
         std::future::ready(Ok(()))
     }
 
-    /// Ordering, after the event of `metadata` was applied by its own delivery (its transaction
-    /// moved the aggregate's `last_sequence` to `metadata.sequence`): the two parked rows the
-    /// consumer reads next, with strongly consistent reads — the event's own parked copy, if an
-    /// earlier delivery parked it and it still holds the row (to remove), and the event parked
-    /// waiting for `metadata.sequence` (to apply now). The DynamoDB table reads both in one
-    /// `BatchGetItem` ([`Inbox::parked_around`]); the default removes the own row with
-    /// [`InboxStore::unpark_settled`] (a failure only logged, as the consumer did before) and
-    /// reads the next with [`InboxStore::parked`], answering `own: None`.
+    /// Ordering, after the event of `metadata` was settled by its own delivery (applied: its
+    /// transaction moved the aggregate's `last_sequence` to `metadata.sequence`, pass
+    /// `Some(metadata.sequence)`; or found a duplicate: pass `None`, the store reads
+    /// `last_sequence` too): what the consumer reads next, with strongly consistent reads — the
+    /// event's own parked copy, if an earlier delivery parked it and it still holds the row (to
+    /// remove), the aggregate's `last_sequence`, and the event parked waiting for it (to apply
+    /// now). The DynamoDB table reads them in one `BatchGetItem` ([`Inbox::parked_around`]); the
+    /// default removes the own row with [`InboxStore::unpark_settled`] (a failure only logged, as
+    /// the consumer did before), then reads with [`InboxStore::last_sequence`] (when `last` is
+    /// `None`) and [`InboxStore::parked`], answering `own: None`.
     ///
     /// # Errors
     /// [`InboxError::Sdk`] if the store fails, or cannot read a key within its retries: a key
     /// it could not read is never answered as absent.
-    fn parked_around(&self, metadata: &EventMetadata) -> impl Future<Output = Result<ParkedAround, InboxError>> + Send {
+    fn parked_around(&self, metadata: &EventMetadata, last: Option<u64>) -> impl Future<Output = Result<ParkedAround, InboxError>> + Send {
         async move {
             if let Err(e) = self.unpark_settled(metadata).await {
                 tracing::warn!(error = %e, "could not remove the event's own parked row; `ordering parked` lists it");
             }
-            let next = self.parked(&metadata.aggregate_type, &metadata.subject, metadata.sequence).await?;
-            Ok(ParkedAround::new(None, next))
+            let last = match last {
+                Some(last) => last,
+                None => self.last_sequence(&metadata.aggregate_type, &metadata.subject).await?,
+            };
+            let next = self.parked(&metadata.aggregate_type, &metadata.subject, last).await?;
+            Ok(ParkedAround::new(None, last, next))
         }
     }
 
@@ -318,8 +324,8 @@ impl InboxStore for Inbox {
         Inbox::unpark_settled(self, metadata)
     }
 
-    fn parked_around(&self, metadata: &EventMetadata) -> impl Future<Output = Result<ParkedAround, InboxError>> + Send {
-        Inbox::parked_around(self, metadata)
+    fn parked_around(&self, metadata: &EventMetadata, last: Option<u64>) -> impl Future<Output = Result<ParkedAround, InboxError>> + Send {
+        Inbox::parked_around(self, metadata, last)
     }
 
     fn begin(
@@ -405,8 +411,8 @@ impl<S: InboxStore> InboxStore for Arc<S> {
         (**self).unpark_settled(metadata)
     }
 
-    fn parked_around(&self, metadata: &EventMetadata) -> impl Future<Output = Result<ParkedAround, InboxError>> + Send {
-        (**self).parked_around(metadata)
+    fn parked_around(&self, metadata: &EventMetadata, last: Option<u64>) -> impl Future<Output = Result<ParkedAround, InboxError>> + Send {
+        (**self).parked_around(metadata, last)
     }
 
     fn begin(
