@@ -53,9 +53,11 @@ pub fn child_figures(comm: &str) -> Option<(u64, Duration)> {
 /// The stand-in AWS endpoint (AWS JSON 1.0/1.1, dispatched on `X-Amz-Target`): `PutEvents`
 /// answered after `latency_ms`, every entry accepted and its (`detail.metadata.subject`,
 /// `detail.metadata.sequence`) recorded in the order accepted; `TransactWriteItems` answered
-/// `{}` (committed); `GetItem` answered `{}` (no item: the ordered consumer's reads of the
-/// aggregate's ordering row and of what is parked behind an applied event). Anything else is a `ValidationException` naming the operation, so a
-/// function calling something unexpected fails the bench instead of being measured wrong.
+/// `{}` (committed); `GetItem` answered `{}` and `BatchGetItem` answered every table it asks
+/// with no item and no `UnprocessedKeys` (nothing stored: the ordered consumer's reads of the
+/// aggregate's ordering row and of the parked rows around an applied event). Anything else is a
+/// `ValidationException` naming the operation, so a function calling something unexpected fails
+/// the bench instead of being measured wrong.
 #[derive(Debug, Clone, Default)]
 struct FakeAws {
     latency_ms: Arc<AtomicU64>,
@@ -63,6 +65,7 @@ struct FakeAws {
     put_events: Arc<AtomicUsize>,
     transactions: Arc<AtomicUsize>,
     reads: Arc<AtomicUsize>,
+    batch_reads: Arc<AtomicUsize>,
 }
 
 impl FakeAws {
@@ -97,6 +100,12 @@ async fn answer(
             aws.reads.fetch_add(1, Ordering::SeqCst);
             ([("content-type", "application/x-amz-json-1.0")], "{}").into_response()
         }
+        "DynamoDB_20120810.BatchGetItem" => {
+            aws.batch_reads.fetch_add(1, Ordering::SeqCst);
+            let tables = request["RequestItems"].as_object().map(|t| t.keys().map(|table| (table.clone(), json!([]))).collect()).unwrap_or_default();
+            let answer = json!({"Responses": Value::Object(tables), "UnprocessedKeys": {}});
+            ([("content-type", "application/x-amz-json-1.0")], answer.to_string()).into_response()
+        }
         "DynamoDB_20120810.TransactWriteItems" => {
             aws.transactions.fetch_add(1, Ordering::SeqCst);
             ([("content-type", "application/x-amz-json-1.0")], "{}").into_response()
@@ -124,7 +133,10 @@ async fn answer(
             let answer = json!({"FailedEntryCount": 0, "Entries": results});
             ([("content-type", "application/x-amz-json-1.1")], answer.to_string()).into_response()
         }
-        other => refuse("application/x-amz-json-1.1", format!("the fake AWS answers PutEvents, TransactWriteItems and GetItem only, not {other:?}")),
+        other => refuse(
+            "application/x-amz-json-1.1",
+            format!("the fake AWS answers PutEvents, TransactWriteItems, GetItem and BatchGetItem only, not {other:?}"),
+        ),
     }
 }
 
@@ -367,15 +379,19 @@ pub async fn consumer(program: &Path, runs: usize) {
     instance.figures().await;
     println!("\nthe consumer's warm-up invocations' log (response {warm}):\n{}", instance.log_text().trim_end());
     header(&instance, program, &endpoint, &format!("{runs} × 100 OrderCreated (2 lines each) per row"));
-    println!("\n| consumer, distinct events | TransactWriteItems, GetItem per event | process CPU ms per TransactWriteItems (all threads) | log bytes per event (stdout: log lines + EMF) |");
+    println!("\n| consumer, distinct events | TransactWriteItems, GetItem, BatchGetItem per event | process CPU ms per TransactWriteItems (all threads) | log bytes per event (stdout: log lines + EMF) |");
     println!("|---|---|---|---|");
     for (label, per_invocation) in [("one event per invocation (EventBridge)", 1usize), ("10 per invocation (SQS batch)", 10)] {
         if per_invocation > 1 && !takes_sqs {
             println!("| {label} | — | the binary does not take SQS batches | — |");
             continue;
         }
-        let ((cpu_before, log_before), calls_before, reads_before) =
-            (instance.figures().await, aws.transactions.load(Ordering::SeqCst), aws.reads.load(Ordering::SeqCst));
+        let ((cpu_before, log_before), calls_before, reads_before, batch_reads_before) = (
+            instance.figures().await,
+            aws.transactions.load(Ordering::SeqCst),
+            aws.reads.load(Ordering::SeqCst),
+            aws.batch_reads.load(Ordering::SeqCst),
+        );
         for run in 0..runs {
             for chunk in (0..100).collect::<Vec<_>>().chunks(per_invocation) {
                 let events: Vec<Value> = chunk.iter().map(|&n| order_created(run + 100 * per_invocation, n, "first")).collect();
@@ -386,11 +402,13 @@ pub async fn consumer(program: &Path, runs: usize) {
         let (cpu, log) = instance.figures().await;
         let calls = aws.transactions.load(Ordering::SeqCst) - calls_before;
         let reads = aws.reads.load(Ordering::SeqCst) - reads_before;
+        let batch_reads = aws.batch_reads.load(Ordering::SeqCst) - batch_reads_before;
         let events = (runs * 100) as f64;
         println!(
-            "| {label} | {:.2}, {:.2} | {:.3} | {:.0} |",
+            "| {label} | {:.2}, {:.2}, {:.2} | {:.3} | {:.0} |",
             calls as f64 / events,
             reads as f64 / events,
+            batch_reads as f64 / events,
             cpu.saturating_sub(cpu_before).as_secs_f64() * 1e3 / calls.max(1) as f64,
             log.saturating_sub(log_before) as f64 / events
         );

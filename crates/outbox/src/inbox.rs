@@ -64,15 +64,15 @@
 //! Source for the transaction semantics: the `TransactWriteItems` API reference,
 //! <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, Delete, KeysAndAttributes, Put, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use chrono::{DateTime, SecondsFormat, Utc};
 use sha2::{Digest, Sha256};
 
-use crate::aws_error::AwsError;
+use crate::aws_error::{AwsError, AwsErrorKind};
 use crate::envelope::EventMetadata;
 use crate::transaction::{all_old, transact_write, TransactionError};
 use aws_sdk_dynamodb::config::http::HttpResponse;
@@ -85,7 +85,7 @@ mod store;
 
 pub use guarded::{Guarded, GuardedError};
 pub use memory::{AppliedEvent, Injected, MemoryInbox};
-pub use parked::{ParkedEvent, ParkedList, PARKED_AT, PARKED_CONSUMER, PARKED_INDEX, PARKED_INDEX_ATTRIBUTES, PARKED_KIND};
+pub use parked::{ParkedAround, ParkedEvent, ParkedList, PARKED_AT, PARKED_CONSUMER, PARKED_INDEX, PARKED_INDEX_ATTRIBUTES, PARKED_KIND};
 pub use store::InboxStore;
 
 /// How one delivery ended.
@@ -116,26 +116,28 @@ pub struct RecordedOutcome {
     pub outcome: String,
     /// Why, in words (for `nothing_to_do`).
     pub reason: Option<String>,
-    /// The delivery settles a parked event ([`ParkedEvent`]): an ordered store deletes the
-    /// event's parked row in the same transaction as its inbox claim, so a crash right after the
-    /// commit cannot leave the row behind ([`RecordedOutcome::unparking`]).
-    pub unparks: bool,
+    /// The delivery settles a parked event ([`ParkedEvent`]) whose row waits for this sequence
+    /// (the row's key, [`ParkedEvent::waits_for`] as read): an ordered store that honours it
+    /// ([`InboxStore::unparks_in_transaction`]) deletes the row in the same transaction as the
+    /// inbox claim, so a crash right after the commit cannot leave the row behind, and the
+    /// consumer makes no separate `DeleteItem` for it ([`RecordedOutcome::unparking`]).
+    pub unparks: Option<u64>,
 }
 
 impl RecordedOutcome {
     /// The outcome `outcome`, without a reason.
     pub fn new(outcome: impl Into<String>) -> Self {
-        Self { outcome: outcome.into(), reason: None, unparks: false }
+        Self { outcome: outcome.into(), reason: None, unparks: None }
     }
 
     /// `nothing_to_do`, because of `reason`.
     pub fn nothing_to_do(reason: impl Into<String>) -> Self {
-        Self { outcome: NOTHING_TO_DO.into(), reason: Some(reason.into()), unparks: false }
+        Self { outcome: NOTHING_TO_DO.into(), reason: Some(reason.into()), unparks: None }
     }
 
-    /// This outcome, committed together with the deletion of the event's parked row (the
-    /// consumer's drain of parked successors sets it).
-    pub fn unparking(self, unparks: bool) -> Self {
+    /// This outcome, committed together with the deletion of the event's parked row, which waits
+    /// for sequence `unparks` (the consumer's drain of parked successors sets it; `None`: no row).
+    pub fn unparking(self, unparks: Option<u64>) -> Self {
         Self { unparks, ..self }
     }
 }
@@ -305,6 +307,18 @@ where
 {
     InboxError::Sdk { action, error: AwsError::from_sdk(operation, error) }
 }
+
+/// Most `BatchGetItem` calls one consistent read of parked rows makes while DynamoDB answers
+/// `UnprocessedKeys` ([`Inbox::parked_around`]); then it fails (retryable), never answering
+/// "absent" for a key it could not read.
+pub const UNPROCESSED_KEYS_ATTEMPTS: u32 = 5;
+/// First backoff step before unprocessed keys are requested again (full jitter, doubling).
+const UNPROCESSED_KEYS_BACKOFF: Duration = Duration::from_millis(25);
+/// Longest backoff before unprocessed keys are requested again.
+const UNPROCESSED_KEYS_MAX_BACKOFF: Duration = Duration::from_millis(500);
+
+/// One DynamoDB item, by attribute name.
+type Item = std::collections::HashMap<String, AttributeValue>;
 
 /// The inbox of one consumer.
 #[derive(Debug, Clone)]
@@ -519,6 +533,82 @@ impl Inbox {
         }
     }
 
+    /// [`InboxStore::parked_around`]: the parked row of the event of `metadata` (held by that
+    /// event) and the one waiting for `last` (the aggregate's `last_sequence`; `None`: read with
+    /// them), read in ONE `BatchGetItem` with `ConsistentRead` instead of two or three `GetItem`s
+    /// (unprocessed keys requested again, up to [`UNPROCESSED_KEYS_ATTEMPTS`] calls). For a
+    /// duplicate (`last` unknown) the batch reads the row waiting for the event's own sequence,
+    /// the usual `last_sequence` of a redelivered event; when the ordering row says otherwise, one
+    /// consistent `GetItem` of the row waiting for it follows.
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] if DynamoDB fails or leaves a key unprocessed through every retry.
+    pub async fn parked_around(&self, metadata: &EventMetadata, last: Option<u64>) -> Result<ParkedAround, InboxError> {
+        let key = |waits_for: u64| self.parked_key(&metadata.aggregate_type, &metadata.subject, waits_for);
+        let guess = last.unwrap_or(metadata.sequence);
+        let (own_key, next_key, ordering_key) = (key(required_predecessor(metadata, self.types.as_ref())), key(guess), self.aggregate_key(metadata));
+        let mut keys = vec![own_key.as_str(), next_key.as_str()];
+        if last.is_none() {
+            keys.push(ordering_key.as_str());
+        }
+        let items = self.read_consistent("read parked events", &keys).await?;
+        let row = |k: &str| items.get(k).and_then(parked_from_item);
+        // Both keys are one row only when a `previous` names the event's own sequence: its own
+        // copy then, never a successor.
+        let own = row(&own_key).filter(|p| p.event_id == metadata.id);
+        let last = last.unwrap_or_else(|| {
+            let ordering = items.get(&ordering_key);
+            ordering.and_then(|i| i.get("last_sequence")).and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or(0)
+        });
+        let next = if last == guess { row(&next_key) } else { self.parked(&metadata.aggregate_type, &metadata.subject, last).await? };
+        Ok(ParkedAround::new(own, last, next.filter(|p| p.event_id != metadata.id)))
+    }
+
+    /// The items of partition keys `keys` (duplicates read once; at most 100, the call's limit),
+    /// by key, absent ones missing: one `BatchGetItem` with `ConsistentRead: true`, whose
+    /// `UnprocessedKeys` (a key DynamoDB did not read, e.g. throughput exceeded on its partition)
+    /// are requested again after a backoff with full jitter, up to
+    /// [`UNPROCESSED_KEYS_ATTEMPTS`] calls in all. A key still unprocessed then is an error,
+    /// never "absent". The SDK does not retry unprocessed keys itself: the call succeeded.
+    /// Source: <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html>.
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] (retryable) when DynamoDB fails or keys stay unprocessed.
+    async fn read_consistent(&self, action: &'static str, keys: &[&str]) -> Result<HashMap<String, Item>, InboxError> {
+        let mut pending: Vec<Item> = Vec::with_capacity(keys.len());
+        for key in keys {
+            let key = HashMap::from([("pk".to_owned(), AttributeValue::S((*key).to_owned()))]);
+            if !pending.contains(&key) {
+                pending.push(key);
+            }
+        }
+        let mut found = HashMap::with_capacity(pending.len());
+        let mut attempt = 1;
+        loop {
+            let request = KeysAndAttributes::builder()
+                .set_keys(Some(std::mem::take(&mut pending)))
+                .consistent_read(true)
+                .build()
+                .map_err(|e| InboxError::Sdk { action, error: AwsError::construction("BatchGetItem", e.to_string()) })?;
+            let out = self.client.batch_get_item().request_items(&self.table, request).send().await.map_err(|e| sdk(action, "BatchGetItem", &e))?;
+            for item in out.responses.and_then(|mut r| r.remove(&self.table)).unwrap_or_default() {
+                if let Some(pk) = item.get("pk").and_then(|v| v.as_s().ok()).cloned() {
+                    found.insert(pk, item);
+                }
+            }
+            pending = out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)).map(|k| k.keys).unwrap_or_default();
+            if pending.is_empty() {
+                return Ok(found);
+            }
+            if attempt >= UNPROCESSED_KEYS_ATTEMPTS {
+                let detail = format!("{} of {} keys still unprocessed after {attempt} calls", pending.len(), keys.len());
+                return Err(InboxError::Sdk { action, error: AwsError::new("BatchGetItem", AwsErrorKind::Service, true, detail) });
+            }
+            tokio::time::sleep(crate::aws_error::full_jitter(UNPROCESSED_KEYS_BACKOFF, UNPROCESSED_KEYS_MAX_BACKOFF, attempt)).await;
+            attempt += 1;
+        }
+    }
+
     /// The aggregate's `last_sequence` (0: no row), a consistent read.
     ///
     /// # Errors
@@ -649,12 +739,11 @@ impl Inbox {
         items.push(self.claim_recording(metadata, payload_hash, now, outcome));
         if self.ordered {
             items.push(self.advance_sequence(metadata, now));
-            if outcome.is_some_and(|o| o.unparks) {
-                // No condition: the drain read this row (the event's own) after the predecessor
-                // was applied, and nothing parks behind an applied predecessor (parking needs a
-                // sequence gap, and sequences only move forward), so the key holds this event's
-                // row or nothing.
-                let waits_for = required_predecessor(metadata, self.types.as_ref());
+            if let Some(waits_for) = outcome.and_then(|o| o.unparks) {
+                // No condition: the drain read this row (the event's own, at this key) after the
+                // predecessor was applied, and nothing parks behind an applied predecessor
+                // (parking needs a sequence gap, and sequences only move forward), so the key
+                // holds this event's row or nothing.
                 items.push(self.unpark_in_transaction(metadata, waits_for));
             }
         }
@@ -906,5 +995,122 @@ mod tests {
             assert_eq!(inbox.applied_hash("e-1").await.unwrap().as_deref(), expected);
             assert_eq!(rule.num_calls(), 1);
         }
+    }
+
+    /// A parked row as [`Inbox::park`] writes it, for event `id` (sequence `sequence`, waiting
+    /// for `waits_for`) of aggregate `Order#o-1`, consumer `c`.
+    fn parked_row(id: &str, sequence: u64, waits_for: u64) -> Item {
+        let s = |v: &str| AttributeValue::S(v.to_owned());
+        let n = |v: u64| AttributeValue::N(v.to_string());
+        HashMap::from([
+            ("pk".to_owned(), s(&format!("c#parked#Order#o-1#{waits_for}"))),
+            ("event_id".to_owned(), s(id)),
+            ("event_type".to_owned(), s("OrderUpdated")),
+            ("aggregate_type".to_owned(), s("Order")),
+            ("subject".to_owned(), s("o-1")),
+            ("sequence".to_owned(), n(sequence)),
+            ("waits_for".to_owned(), n(waits_for)),
+            ("payload".to_owned(), s("{}")),
+        ])
+    }
+
+    /// A `BatchGetItem` that reads `table` (items by `pk`) for every key, except that the first
+    /// `unprocessed_calls` calls leave every key unprocessed (throughput exceeded), answering
+    /// none; it checks each request reads consistently.
+    fn batch_get(table: Vec<Item>, unprocessed_calls: usize) -> aws_smithy_mocks::Rule {
+        use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemOutput;
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        aws_smithy_mocks::mock!(Client::batch_get_item).then_compute_output(move |request| {
+            let asked = &request.request_items().expect("request items")["inbox"];
+            assert_eq!(asked.consistent_read(), Some(true), "every read is strongly consistent");
+            let keys = asked.keys().to_vec();
+            if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < unprocessed_calls {
+                let again = KeysAndAttributes::builder().set_keys(Some(keys)).consistent_read(true).build().expect("keys set");
+                return BatchGetItemOutput::builder().responses("inbox", Vec::new()).unprocessed_keys("inbox", again).build();
+            }
+            let found: Vec<Item> = table.iter().filter(|item| keys.iter().any(|k| k.get("pk") == item.get("pk"))).cloned().collect();
+            BatchGetItemOutput::builder().responses("inbox", found).set_unprocessed_keys(Some(HashMap::new())).build()
+        })
+    }
+
+    fn sequenced(id: &str, sequence: u64) -> EventMetadata {
+        EventMetadata { id: id.into(), sequence, ..metadata() }
+    }
+
+    /// After an ordered event's commit, its own parked copy and the event waiting for it are one
+    /// consistent `BatchGetItem`; a row at the own key held by another event is not "own".
+    #[tokio::test]
+    async fn parked_around_reads_both_rows_in_one_consistent_batch() {
+        use aws_smithy_mocks::{mock_client, RuleMode};
+        let table = vec![parked_row("e-2", 2, 1), parked_row("e-3", 3, 2)];
+        let rule = batch_get(table, 0);
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
+        let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
+        let around = inbox.parked_around(&sequenced("e-2", 2), Some(2)).await.unwrap();
+        assert_eq!(around.own.map(|p| p.event_id).as_deref(), Some("e-2"), "e-2 was parked before it was applied");
+        assert_eq!(around.next.map(|p| (p.event_id, p.waits_for)), Some(("e-3".to_owned(), 2)));
+        let other = inbox.parked_around(&sequenced("e-2-other-id", 2), Some(2)).await.unwrap();
+        assert_eq!(other.own, None, "another event id holds the row at the own key");
+        assert_eq!(rule.num_calls(), 2, "one call per applied event");
+    }
+
+    /// A key `BatchGetItem` leaves unprocessed is requested again, never taken as absent: the
+    /// parked successor is found on the second call.
+    #[tokio::test]
+    async fn an_unprocessed_key_is_read_again_not_taken_as_absent() {
+        use aws_smithy_mocks::{mock_client, RuleMode};
+        let rule = batch_get(vec![parked_row("e-3", 3, 2)], 1);
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
+        let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
+        let around = inbox.parked_around(&sequenced("e-2", 2), Some(2)).await.unwrap();
+        assert_eq!(around.next.map(|p| p.event_id).as_deref(), Some("e-3"));
+        assert_eq!(rule.num_calls(), 2);
+    }
+
+    /// Keys unprocessed through every retry fail the read (retryable): the consumer's drain
+    /// then fails the invocation, and its redelivery drains; nothing is reported absent.
+    #[tokio::test]
+    async fn keys_unprocessed_through_every_retry_fail_the_read() {
+        use aws_smithy_mocks::{mock_client, RuleMode};
+        let rule = batch_get(vec![parked_row("e-3", 3, 2)], usize::MAX);
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
+        let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
+        let error = inbox.parked_around(&sequenced("e-2", 2), Some(2)).await.expect_err("never read");
+        assert!(error.is_retryable(), "{error}");
+        assert!(error.to_string().contains("unprocessed"), "{error}");
+        assert_eq!(rule.num_calls(), UNPROCESSED_KEYS_ATTEMPTS as usize);
+    }
+
+    /// A duplicate does not know the aggregate's last sequence: the batch reads the ordering row
+    /// too, with the row waiting for the event's own sequence; when the ordering row has moved
+    /// further, one consistent `GetItem` reads the row waiting for it.
+    #[tokio::test]
+    async fn a_duplicate_reads_the_ordering_row_in_the_same_batch() {
+        use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
+        use aws_smithy_mocks::{mock, mock_client, RuleMode};
+        let ordering = |last: u64| {
+            let pk = AttributeValue::S("c#aggregate#Order#o-1".into());
+            HashMap::from([("pk".to_owned(), pk), ("last_sequence".to_owned(), AttributeValue::N(last.to_string()))])
+        };
+        let rule = batch_get(vec![ordering(2), parked_row("e-3", 3, 2)], 0);
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
+        let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
+        let around = inbox.parked_around(&sequenced("e-2", 2), None).await.unwrap();
+        assert_eq!((around.last, around.next.map(|p| p.event_id)), (2, Some("e-3".to_owned())));
+        assert_eq!(rule.num_calls(), 1, "one call when the aggregate stands at the duplicate's sequence");
+
+        let rule = batch_get(vec![ordering(3), parked_row("e-3", 3, 2)], 0);
+        let e4 = parked_row("e-4", 4, 3);
+        let get = mock!(Client::get_item)
+            .match_requests(|r| {
+                r.consistent_read() == Some(true)
+                    && r.key().and_then(|k| k.get("pk")).and_then(|v| v.as_s().ok()).map(String::as_str) == Some("c#parked#Order#o-1#3")
+            })
+            .then_output(move || GetItemOutput::builder().set_item(Some(e4.clone())).build());
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule, &get]);
+        let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
+        let around = inbox.parked_around(&sequenced("e-2", 2), None).await.unwrap();
+        assert_eq!((around.last, around.next.map(|p| p.event_id)), (3, Some("e-4".to_owned())));
+        assert_eq!((rule.num_calls(), get.num_calls()), (1, 1));
     }
 }

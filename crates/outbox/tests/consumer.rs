@@ -533,11 +533,12 @@ async fn parked_events_beyond_the_budget_are_applied_by_the_redelivery() {
     assert!(inbox.parked_events().is_empty());
 }
 
-/// The invocation that drains parked events fails right after a parked event's transaction (its
-/// separate `unpark` throttled, or a crash there): the event's parked row went with its
-/// transaction, so nothing is left parked behind the applied event, and the redelivery (a
-/// duplicate of the predecessor) drains the rest. Before, the row stayed parked for good: the
-/// redelivery drains from the new `last_sequence` and never reads it again.
+/// The invocation that drains parked events fails right after a parked event's transaction (the
+/// drain's next read throttled, or a crash there): the event's parked row went with its
+/// transaction (no separate `unpark` follows it), so nothing is left parked behind the applied
+/// event, and the redelivery (a duplicate of the predecessor) drains the rest. Had the row been
+/// deleted by a separate call after the commit, it would stay parked for good: the redelivery
+/// drains from the new `last_sequence` and never reads it again.
 #[tokio::test]
 async fn a_crash_after_a_parked_events_commit_leaves_no_parked_row() {
     let types = ["OrderCreated", "OrderUpdated"];
@@ -546,8 +547,8 @@ async fn a_crash_after_a_parked_events_commit_leaves_no_parked_row() {
     for sequence in [3u64, 2] {
         assert_eq!(consumer.handle(sequenced(types[1], sequence, json!({}))).await.unwrap().outcome, Handled::Parked { waits_for: sequence - 1 });
     }
-    inbox.fail_next_unparks(1);
-    let err = consumer.handle(sequenced(types[0], 1, json!({}))).await.expect_err("the unpark after 2's commit fails");
+    inbox.fail_next_parked_reads(1);
+    let err = consumer.handle(sequenced(types[0], 1, json!({}))).await.expect_err("the read after 2's commit fails");
     assert_eq!(err.error_type(), "ParkedPending");
     assert_eq!(applied(&inbox), ["evt-1", "evt-2"]);
     assert_eq!(inbox.parked_events().len(), 1, "only 3 still waits: 2's row went with its transaction");
@@ -555,6 +556,22 @@ async fn a_crash_after_a_parked_events_commit_leaves_no_parked_row() {
     assert_eq!(applied(&inbox), ["evt-1", "evt-2", "evt-3"]);
     assert!(inbox.parked_events().is_empty());
     assert_eq!(inbox.last_sequence("Order#o-1"), Some(3));
+}
+
+/// A parked event the drain applies loses its parked row in its own transaction: the drain makes
+/// no separate `unpark` (a `DeleteItem` per parked event on the DynamoDB table), so one failing
+/// there changes nothing.
+#[tokio::test]
+async fn a_drained_events_row_goes_with_its_transaction_without_a_separate_unpark() {
+    let types = ["OrderCreated", "OrderUpdated"];
+    let inbox = MemoryInbox::new("one-delete").ordered();
+    let consumer = ordered_consumer(&inbox, &types);
+    assert_eq!(consumer.handle(sequenced(types[1], 2, json!({}))).await.unwrap().outcome, Handled::Parked { waits_for: 1 });
+    inbox.fail_next_unparks(1);
+    let response = consumer.handle(sequenced(types[0], 1, json!({}))).await.expect("no separate unpark to fail");
+    assert_eq!(response.parked_applied.len(), 1);
+    assert_eq!(applied(&inbox), ["evt-1", "evt-2"]);
+    assert!(inbox.parked_events().is_empty());
 }
 
 /// Every line the consumer logs about an event carries the event's fields, as Lambda's JSON log

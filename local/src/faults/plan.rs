@@ -5,7 +5,7 @@
 //! seed = 7                      # the decisions repeat for the same seed and the same calls
 //!
 //! [[fault]]
-//! kind = "error"                # error | put_events_entries | latency | lost_answer | crash
+//! kind = "error"                # error | put_events_entries | unprocessed_keys | latency | lost_answer | crash
 //! op = "dynamodb:TransactWriteItems"   # service:Operation, service:* or *
 //! function = "ReserveInventoryFunction" # only calls from this function (optional)
 //! code = "ThrottlingException"  # for error / put_events_entries
@@ -89,6 +89,10 @@ pub enum FaultKind {
     /// `PutEvents` answers 200 with a share `rate` of its entries failed with `code`
     /// (`InternalFailure` or `ThrottlingException`); the other entries are published.
     PutEventsEntries,
+    /// `BatchGetItem` answers 200 with every requested key in `UnprocessedKeys` and no item, as
+    /// DynamoDB does when the keys' partitions exceed their throughput; the call never reaches
+    /// the emulator (which returns unprocessed keys only past 16 MB of answer).
+    UnprocessedKeys,
     /// Wait `ms` before forwarding (a stall when longer than the caller's timeout).
     Latency,
     /// Forward the call (it takes effect), then answer HTTP 500 instead of its answer.
@@ -296,6 +300,7 @@ impl FaultPlan {
                         return Err(bad("applies to op events:PutEvents only"));
                     }
                 }
+                FaultKind::UnprocessedKeys if f.op != "dynamodb:BatchGetItem" => return Err(bad("applies to op dynamodb:BatchGetItem only")),
                 FaultKind::Latency if f.ms.is_none() => return Err(bad("needs ms")),
                 _ => {}
             }
@@ -357,7 +362,7 @@ mod tests {
         assert!(ci.cancel_after_quiet && !default.cancel_after_quiet);
         for plan in [&default, &ci] {
             let kinds: std::collections::BTreeSet<FaultKind> = plan.faults.iter().map(|f| f.kind).collect();
-            assert_eq!(kinds.len(), 5, "{kinds:?}");
+            assert_eq!(kinds.len(), 6, "{kinds:?}");
             let codes: std::collections::BTreeSet<&str> = plan.faults.iter().filter_map(|f| f.code.as_deref()).collect();
             for code in [
                 "InternalServerError",
@@ -381,6 +386,7 @@ mod tests {
             ("[[fault]]\nkind = \"error\"\nop = \"dynamodb:PutItem\"\n", "needs a code"),
             ("[[fault]]\nkind = \"error\"\nop = \"dynamodb:PutItem\"\ncode = \"Nope\"\n", "needs a code"),
             ("[[fault]]\nkind = \"put_events_entries\"\nop = \"dynamodb:PutItem\"\ncode = \"InternalFailure\"\n", "events:PutEvents only"),
+            ("[[fault]]\nkind = \"unprocessed_keys\"\nop = \"dynamodb:*\"\n", "dynamodb:BatchGetItem only"),
             ("[[fault]]\nkind = \"latency\"\nop = \"*\"\n", "needs ms"),
             ("[[fault]]\nkind = \"lost_answer\"\nop = \"*\"\nrate = 2.0\n", "rate must be"),
             ("[[fault]]\nkind = \"lost_answer\"\nop = \"PutItem\"\n", "service:Operation"),

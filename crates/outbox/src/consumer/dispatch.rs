@@ -74,6 +74,16 @@ struct Drained {
     pending: Option<ConsumerError>,
 }
 
+impl Drained {
+    /// Nothing drained: the parked rows around the applied event of `metadata` could not be read
+    /// (the invocation fails; its redelivery, a duplicate, drains).
+    fn unread(metadata: &EventMetadata, error: InboxError) -> Self {
+        let why = format!("reading the parked events failed: {error}");
+        let aggregate = format!("{}#{}", metadata.aggregate_type, metadata.subject);
+        Self { pending: Some(ConsumerError::ParkedPending { aggregate, after: metadata.sequence, why }), ..Self::default() }
+    }
+}
+
 /// `detail.metadata` of an invocation payload, when it decodes.
 fn metadata_of(payload: &RawValue) -> Option<EventMetadata> {
     #[derive(serde::Deserialize)]
@@ -369,18 +379,26 @@ where
         // have been applied meanwhile) is applied now.
         let drained = match (&response.outcome, metadata_of(payload)) {
             (Handled::DeadLettered, _) | (_, None) => Drained::default(),
+            (Handled::Parked { .. }, Some(m)) if self.inner.store.parks() => {
+                self.drain(&m.aggregate_type, &m.subject, None, deadline).instrument(span.clone()).await
+            }
             (outcome, Some(m)) if self.inner.store.parks() => {
-                if !matches!(outcome, Handled::Parked { .. }) {
-                    // Settled by this delivery: a parked copy of it (from an earlier delivery) goes.
-                    let unparked: BoxFuture<'_, _> = Box::pin(self.inner.store.unpark_settled(&m));
-                    if let Err(e) = unparked.await {
-                        tracing::warn!(parent: &span, error = %e, "could not remove the event's own parked row; `ordering parked` lists it");
-                    }
-                }
-                // Applied here: the aggregate's last_sequence is this event's (set by its own
-                // transaction), so the drain need not read it first.
+                // Settled by this delivery: a parked copy of it (from an earlier delivery) goes,
+                // and what waits behind the aggregate's last sequence is applied. Applied here,
+                // that sequence is this event's (set by its own transaction); a duplicate reads
+                // it. All read together, after the commit.
                 let applied = matches!(outcome, Handled::Applied(_) | Handled::NothingToDo(_)).then_some(m.sequence);
-                self.drain(&m.aggregate_type, &m.subject, applied, deadline).instrument(span.clone()).await
+                let around: BoxFuture<'_, _> = Box::pin(self.inner.store.parked_around(&m, applied));
+                match around.await {
+                    Ok(around) => {
+                        if let Some(own) = around.own {
+                            self.unpark_own(&own, &span).await;
+                        }
+                        let first = Some((around.last, around.next));
+                        self.drain(&m.aggregate_type, &m.subject, first, deadline).instrument(span.clone()).await
+                    }
+                    Err(e) => Drained::unread(&m, e),
+                }
             }
             _ => Drained::default(),
         };
@@ -409,19 +427,24 @@ where
     /// each as its own delivery ([`Consumer::deliver`]: its handler, its transaction with its
     /// inbox claim), until none waits, the parked budget is spent or the deadline nears.
     ///
-    /// `applied`: the sequence this invocation's own transaction just applied, when it did; the
-    /// drain then starts from it without reading the aggregate's ordering row (one consistent
-    /// `GetItem` less per event). Safe when the row has moved further meanwhile: sequences only
-    /// move forward, a parked event behind `applied` is then applied or found a duplicate by its
-    /// own transaction, and whoever moved the row further drains behind it.
-    async fn drain(&self, aggregate_type: &str, aggregate_id: &str, applied: Option<u64>, deadline: Instant) -> Drained {
+    /// `first`: the aggregate's last sequence and the event parked behind it, as read after this
+    /// invocation's event was settled ([`InboxStore::parked_around`]: the sequence its own
+    /// transaction applied, or the one read for a duplicate); the drain then starts from it
+    /// without reading the aggregate's ordering row or the parked row again. Safe when the row has moved further meanwhile: sequences only move forward, a
+    /// parked event behind the applied sequence is then applied or found a duplicate by its own
+    /// transaction, and whoever moved the row further drains behind it.
+    async fn drain(&self, aggregate_type: &str, aggregate_id: &str, first: Option<(u64, Option<ParkedEvent>)>, deadline: Instant) -> Drained {
         let store = &self.inner.store;
         let aggregate = format!("{aggregate_type}#{aggregate_id}");
         let mut drained = Drained::default();
-        let mut known_last = applied;
+        let mut known_last = None;
+        let mut read = first;
         loop {
-            let known = known_last.take();
+            let (known, read_before) = (known_last.take(), read.take());
             let next: BoxFuture<'_, Result<(u64, Option<ParkedEvent>), InboxError>> = Box::pin(async move {
+                if let Some(read) = read_before {
+                    return Ok(read);
+                }
                 let last = match known {
                     Some(last) => last,
                     None => store.last_sequence(aggregate_type, aggregate_id).await?,
@@ -449,7 +472,8 @@ where
                 Ok(payload) => {
                     let span = span_of(&payload);
                     tracing::debug!(parent: &span, waits_for = parked.waits_for, "applying a parked event");
-                    let delivered: BoxFuture<'_, _> = Box::pin(self.deliver(&payload, Delivery::Parked, deadline, &span).instrument(span.clone()));
+                    let delivered: BoxFuture<'_, _> =
+                        Box::pin(self.deliver(&payload, Delivery::Parked { waits_for: parked.waits_for }, deadline, &span).instrument(span.clone()));
                     delivered.await
                 }
                 // The row holds what a RawValue once was, so this is a corrupted row: it can never succeed.
@@ -459,13 +483,18 @@ where
                 // Parked again: its predecessor moved meanwhile; whoever moved it drains.
                 Ok(ConsumerResponse { outcome: Handled::Parked { .. }, .. }) => return drained,
                 Ok(response) => {
-                    let unparked: BoxFuture<'_, _> = Box::pin(store.unpark(&parked));
-                    if let Err(e) = unparked.await {
-                        drained.pending = pending(last, format!("removing the parked row of {} failed: {e}", parked.event_id));
-                        return drained;
+                    let committed = matches!(response.outcome, Handled::Applied(_) | Handled::NothingToDo(_));
+                    // A committed transaction deleted the row already when the store honours
+                    // `RecordedOutcome::unparks`; a duplicate or a dead-lettered event's did not.
+                    if !(committed && store.unparks_in_transaction()) {
+                        let unparked: BoxFuture<'_, _> = Box::pin(store.unpark(&parked));
+                        if let Err(e) = unparked.await {
+                            drained.pending = pending(last, format!("removing the parked row of {} failed: {e}", parked.event_id));
+                            return drained;
+                        }
                     }
                     drained.applied += 1;
-                    if matches!(response.outcome, Handled::Applied(_) | Handled::NothingToDo(_)) {
+                    if committed {
                         known_last = Some(parked.sequence);
                     }
                     drained.settled.push(SettledEvent { event_id: parked.event_id.clone(), ..SettledEvent::of(&response) });
@@ -475,6 +504,16 @@ where
                     return drained;
                 }
             }
+        }
+    }
+
+    /// Removes `own`, the parked copy of the invocation's event, which this delivery settled; a
+    /// failure is only logged (`ordering parked` lists the row; its event is applied, so a later
+    /// drain finds it a duplicate).
+    async fn unpark_own(&self, own: &ParkedEvent, span: &tracing::Span) {
+        let unparked: BoxFuture<'_, _> = Box::pin(self.inner.store.unpark(own));
+        if let Err(e) = unparked.await {
+            tracing::warn!(parent: span, error = %e, "could not remove the event's own parked row; `ordering parked` lists it");
         }
     }
 
@@ -696,7 +735,7 @@ where
                 Err(e) => return Err(HandlerError::retry(e).into()),
             }
             let (items, batch) = pending.into_parts();
-            let recorded = RecordedOutcome::new(outcome_text(&outcome)).unparking(delivery == Delivery::Parked);
+            let recorded = RecordedOutcome::new(outcome_text(&outcome)).unparking(delivery.unparks());
             // Boxed: the SDK's futures are deeply nested, and without a box the future of a whole
             // Lambda `main` exceeds rustc's default query depth when computing its layout.
             let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.apply_recording(metadata, hash, items, &recorded));
@@ -724,7 +763,7 @@ where
     /// Records the event with nothing to do (`reason`): the inbox claim and the aggregate's
     /// sequence, none of the handler's writes.
     async fn nothing_to_do(&self, metadata: &EventMetadata, hash: &str, reason: String, delivery: Delivery) -> Result<Handled<O>, ConsumerError> {
-        let recorded = RecordedOutcome::nothing_to_do(reason.clone()).unparking(delivery == Delivery::Parked);
+        let recorded = RecordedOutcome::nothing_to_do(reason.clone()).unparking(delivery.unparks());
         let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.apply_recording(metadata, hash, Vec::new(), &recorded));
         match applied.await? {
             InboxOutcome::Applied => Ok(Handled::NothingToDo(reason)),
@@ -745,11 +784,25 @@ where
 enum Delivery {
     /// The invocation's own event.
     Event,
-    /// A parked event applied after its predecessor ([`Consumer::drain`]): its transaction also
-    /// deletes its parked row ([`RecordedOutcome::unparks`]), so a crash between the commit and
-    /// the separate `unpark` cannot strand the row (the retried invocation drains from the new
-    /// `last_sequence` and would never read it again).
-    Parked,
+    /// A parked event applied after its predecessor ([`Consumer::drain`]), its row waiting for
+    /// `waits_for`: its transaction also deletes that row ([`RecordedOutcome::unparks`]), so a
+    /// crash right after the commit cannot strand the row (the retried invocation drains from
+    /// the new `last_sequence` and would never read it again), and no separate `DeleteItem` is
+    /// needed ([`InboxStore::unparks_in_transaction`]).
+    Parked {
+        /// The sequence the parked row waits for (its key).
+        waits_for: u64,
+    },
+}
+
+impl Delivery {
+    /// The parked row this delivery's transaction deletes, by the sequence it waits for.
+    fn unparks(self) -> Option<u64> {
+        match self {
+            Delivery::Event => None,
+            Delivery::Parked { waits_for } => Some(waits_for),
+        }
+    }
 }
 
 /// The outcome's text for the inbox row: a JSON string as is (`"reserved"` → `reserved`),

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use aws_sdk_dynamodb::types::TransactWriteItem;
 use chrono::{DateTime, Utc};
 
-use super::{Claim, InboxError, InboxOutcome, InboxStore, Lease, ParkedEvent, ParkedList, RecordedOutcome};
+use super::{Claim, InboxError, InboxOutcome, InboxStore, Lease, ParkedAround, ParkedEvent, ParkedList, RecordedOutcome};
 use crate::envelope::EventMetadata;
 use crate::transaction::TransactionError;
 
@@ -82,6 +82,8 @@ struct State {
     parked: HashMap<String, ParkedEvent>,
     /// Separate `unpark` calls still to fail ([`MemoryInbox::fail_next_unparks`]).
     unparks_to_fail: usize,
+    /// `parked` reads still to fail ([`MemoryInbox::fail_next_parked_reads`]).
+    parked_reads_to_fail: usize,
 }
 
 /// The in-memory [`InboxStore`] (see the [module docs](crate::inbox)). Clones share one state.
@@ -140,6 +142,14 @@ impl MemoryInbox {
     /// invocation crashing right after the transaction that settled the parked event).
     pub fn fail_next_unparks(&self, n: usize) -> &Self {
         self.lock().unparks_to_fail = n;
+        self
+    }
+
+    /// Makes the next `n` reads of one parked row ([`InboxStore::parked`]: the drain's read of
+    /// what waits behind an event it applied) fail (a throttled `GetItem`, or the invocation
+    /// crashing right after the transaction before it).
+    pub fn fail_next_parked_reads(&self, n: usize) -> &Self {
+        self.lock().parked_reads_to_fail = n;
         self
     }
 
@@ -235,8 +245,7 @@ impl MemoryInbox {
             None => {}
         }
         if self.ordered {
-            if outcome.is_some_and(|o| o.unparks) {
-                let waits_for = super::required_predecessor(metadata, self.types.as_ref());
+            if let Some(waits_for) = outcome.and_then(|o| o.unparks) {
                 state.parked.remove(&format!("{aggregate}#{waits_for}"));
             }
             state.last_sequence.insert(aggregate, metadata.sequence);
@@ -324,6 +333,10 @@ impl InboxStore for MemoryInbox {
         self.ordered
     }
 
+    fn unparks_in_transaction(&self) -> bool {
+        self.ordered
+    }
+
     fn park(&self, metadata: &EventMetadata, waits_for: u64, payload: &str) -> impl Future<Output = Result<bool, InboxError>> + Send {
         std::future::ready(Ok(self.park_now(metadata, waits_for, payload)))
     }
@@ -334,7 +347,13 @@ impl InboxStore for MemoryInbox {
         aggregate_id: &str,
         waits_for: u64,
     ) -> impl Future<Output = Result<Option<ParkedEvent>, InboxError>> + Send {
-        std::future::ready(Ok(self.lock().parked.get(&format!("{aggregate_type}#{aggregate_id}#{waits_for}")).cloned()))
+        let mut state = self.lock();
+        if state.parked_reads_to_fail > 0 {
+            state.parked_reads_to_fail -= 1;
+            let injected = crate::aws_error::AwsError::service("GetItem", "ThrottlingException", "injected", 400);
+            return std::future::ready(Err(InboxError::Sdk { action: "read parked", error: injected }));
+        }
+        std::future::ready(Ok(state.parked.get(&format!("{aggregate_type}#{aggregate_id}#{waits_for}")).cloned()))
     }
 
     fn unpark(&self, parked: &ParkedEvent) -> impl Future<Output = Result<(), InboxError>> + Send {
@@ -359,6 +378,17 @@ impl InboxStore for MemoryInbox {
             state.parked.remove(&key);
         }
         std::future::ready(Ok(()))
+    }
+
+    fn parked_around(&self, metadata: &EventMetadata, last: Option<u64>) -> impl Future<Output = Result<ParkedAround, InboxError>> + Send {
+        let waits_for = super::required_predecessor(metadata, self.types.as_ref());
+        let aggregate = format!("{}#{}", metadata.aggregate_type, metadata.subject);
+        let state = self.lock();
+        let last = last.unwrap_or_else(|| state.last_sequence.get(&aggregate).copied().unwrap_or(0));
+        let own = state.parked.get(&format!("{aggregate}#{waits_for}")).filter(|p| p.event_id == metadata.id).cloned();
+        // The same row when a `previous` names the event's own sequence: its own copy, not a successor.
+        let next = state.parked.get(&format!("{aggregate}#{last}")).filter(|p| p.event_id != metadata.id).cloned();
+        std::future::ready(Ok(ParkedAround::new(own, last, next)))
     }
 
     fn last_sequence(&self, aggregate_type: &str, aggregate_id: &str) -> impl Future<Output = Result<u64, InboxError>> + Send {

@@ -117,6 +117,31 @@ impl ParkedEvent {
     }
 }
 
+/// What an ordered event's delivery finds parked around it once it is settled (its transaction
+/// committed, or it was found a duplicate;
+/// [`InboxStore::parked_around`](super::InboxStore::parked_around)): the rows read with strongly
+/// consistent reads, after the commit.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ParkedAround {
+    /// The event's own parked row, when an earlier delivery parked it and it still holds the
+    /// row: the event is settled now, by this delivery rather than by the drain (e.g. redelivered
+    /// after an operator's release), so the row is to be removed
+    /// ([`InboxStore::unpark`](super::InboxStore::unpark)).
+    pub own: Option<ParkedEvent>,
+    /// The aggregate's `last_sequence` (0: none) `next` is read for.
+    pub last: u64,
+    /// The event parked waiting for `last`, if any: the drain applies it now.
+    pub next: Option<ParkedEvent>,
+}
+
+impl ParkedAround {
+    /// The answers (for stores and tests).
+    pub fn new(own: Option<ParkedEvent>, last: u64, next: Option<ParkedEvent>) -> Self {
+        Self { own, last, next }
+    }
+}
+
 /// Value of the `kind` attribute of parked rows (for a filtered `Scan` of them, on a table
 /// without [`PARKED_INDEX`]).
 pub const PARKED_KIND: &str = "parked";

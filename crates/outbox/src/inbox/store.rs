@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::guarded::{self, Guarded, GuardedError};
-use super::{Claim, Inbox, InboxError, InboxOutcome, Lease, ParkedEvent, ParkedList, RecordedOutcome};
+use super::{Claim, Inbox, InboxError, InboxOutcome, Lease, ParkedAround, ParkedEvent, ParkedList, RecordedOutcome};
 use crate::envelope::EventMetadata;
 
 /// Where a consumer records the events it applied. See the [module docs](crate::inbox) for why it is
@@ -80,6 +80,15 @@ pub trait InboxStore: Send + Sync {
         false
     }
 
+    /// Ordering: whether [`InboxStore::apply_recording`] deletes the parked row named by
+    /// [`RecordedOutcome::unparks`] in the event's own transaction (the DynamoDB table and the
+    /// memory store, when ordered). Then the consumer's drain makes no separate
+    /// [`InboxStore::unpark`] after a parked event it applied. Default `false`: a store that
+    /// ignores `unparks` (the trait's default `apply_recording`) gets the separate call.
+    fn unparks_in_transaction(&self) -> bool {
+        false
+    }
+
     /// Ordering: stores `payload` (the invocation payload, verbatim) of the event of `metadata`,
     /// which waits for sequence `waits_for` of its aggregate. Idempotent for the same event.
     /// Returns `false` when it did not park it (the default: the store does not park; or another
@@ -126,6 +135,34 @@ pub trait InboxStore: Send + Sync {
     fn unpark_settled(&self, metadata: &EventMetadata) -> impl Future<Output = Result<(), InboxError>> + Send {
         let _ = metadata;
         std::future::ready(Ok(()))
+    }
+
+    /// Ordering, after the event of `metadata` was settled by its own delivery (applied: its
+    /// transaction moved the aggregate's `last_sequence` to `metadata.sequence`, pass
+    /// `Some(metadata.sequence)`; or found a duplicate: pass `None`, the store reads
+    /// `last_sequence` too): what the consumer reads next, with strongly consistent reads — the
+    /// event's own parked copy, if an earlier delivery parked it and it still holds the row (to
+    /// remove), the aggregate's `last_sequence`, and the event parked waiting for it (to apply
+    /// now). The DynamoDB table reads them in one `BatchGetItem` ([`Inbox::parked_around`]); the
+    /// default removes the own row with [`InboxStore::unpark_settled`] (a failure only logged, as
+    /// the consumer did before), then reads with [`InboxStore::last_sequence`] (when `last` is
+    /// `None`) and [`InboxStore::parked`], answering `own: None`.
+    ///
+    /// # Errors
+    /// [`InboxError::Sdk`] if the store fails, or cannot read a key within its retries: a key
+    /// it could not read is never answered as absent.
+    fn parked_around(&self, metadata: &EventMetadata, last: Option<u64>) -> impl Future<Output = Result<ParkedAround, InboxError>> + Send {
+        async move {
+            if let Err(e) = self.unpark_settled(metadata).await {
+                tracing::warn!(error = %e, "could not remove the event's own parked row; `ordering parked` lists it");
+            }
+            let last = match last {
+                Some(last) => last,
+                None => self.last_sequence(&metadata.aggregate_type, &metadata.subject).await?,
+            };
+            let next = self.parked(&metadata.aggregate_type, &metadata.subject, last).await?;
+            Ok(ParkedAround::new(None, last, next))
+        }
     }
 
     /// Ordering: this consumer's parked events, oldest first, at most `limit`, without their
@@ -254,6 +291,10 @@ impl InboxStore for Inbox {
         self.is_ordered()
     }
 
+    fn unparks_in_transaction(&self) -> bool {
+        self.is_ordered()
+    }
+
     fn park(&self, metadata: &EventMetadata, waits_for: u64, payload: &str) -> impl Future<Output = Result<bool, InboxError>> + Send {
         Inbox::park(self, metadata, waits_for, payload)
     }
@@ -281,6 +322,10 @@ impl InboxStore for Inbox {
 
     fn unpark_settled(&self, metadata: &EventMetadata) -> impl Future<Output = Result<(), InboxError>> + Send {
         Inbox::unpark_settled(self, metadata)
+    }
+
+    fn parked_around(&self, metadata: &EventMetadata, last: Option<u64>) -> impl Future<Output = Result<ParkedAround, InboxError>> + Send {
+        Inbox::parked_around(self, metadata, last)
     }
 
     fn begin(
@@ -333,6 +378,10 @@ impl<S: InboxStore> InboxStore for Arc<S> {
         (**self).parks()
     }
 
+    fn unparks_in_transaction(&self) -> bool {
+        (**self).unparks_in_transaction()
+    }
+
     fn park(&self, metadata: &EventMetadata, waits_for: u64, payload: &str) -> impl Future<Output = Result<bool, InboxError>> + Send {
         (**self).park(metadata, waits_for, payload)
     }
@@ -360,6 +409,10 @@ impl<S: InboxStore> InboxStore for Arc<S> {
 
     fn unpark_settled(&self, metadata: &EventMetadata) -> impl Future<Output = Result<(), InboxError>> + Send {
         (**self).unpark_settled(metadata)
+    }
+
+    fn parked_around(&self, metadata: &EventMetadata, last: Option<u64>) -> impl Future<Output = Result<ParkedAround, InboxError>> + Send {
+        (**self).parked_around(metadata, last)
     }
 
     fn begin(

@@ -139,6 +139,8 @@ enum Decision {
     Fail(ErrorCode),
     /// `PutEvents` entry faults that apply: `(fault index, code, rate)`, rolled per entry.
     FailEntries(Vec<(usize, String, f64)>),
+    /// `BatchGetItem`: every key unprocessed.
+    Unprocessed,
     LoseAnswer,
     Crash,
 }
@@ -284,6 +286,7 @@ impl Injector {
                     return Decision::Fail(fault.code.as_deref().and_then(ErrorCode::parse).unwrap_or(ErrorCode::InternalServerError))
                 }
                 FaultKind::LostAnswer => return Decision::LoseAnswer,
+                FaultKind::UnprocessedKeys => return Decision::Unprocessed,
                 FaultKind::Crash => return Decision::Crash,
                 FaultKind::PutEventsEntries => {}
             }
@@ -475,6 +478,7 @@ async fn decided(instance: &Arc<Instance>, op: &str, nth: u64, parts: axum::http
             Err(e) => upstream_failed(e),
         },
         Decision::Fail(code) => error_answer(&op, code, &body),
+        Decision::Unprocessed => unprocessed_answer(&body),
         Decision::LoseAnswer => {
             if let Err(e) = injector.forward(&parts, body).await {
                 return upstream_failed(e);
@@ -489,6 +493,19 @@ async fn decided(instance: &Arc<Instance>, op: &str, nth: u64, parts: axum::http
         }
         Decision::FailEntries(faults) => put_events_in_part(injector, &parts, body, &faults).await.unwrap_or_else(upstream_failed),
     }
+}
+
+/// `BatchGetItem` answered with no item and every requested key (`RequestItems`, table by
+/// table, with its `ConsistentRead` and projection) in `UnprocessedKeys`: HTTP 200, as DynamoDB
+/// answers when it reads none of the keys (e.g. their partitions exceed their throughput).
+/// Source: <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html>.
+pub fn unprocessed_answer(request: &[u8]) -> Response {
+    let requested = serde_json::from_slice::<Value>(request).ok().and_then(|v| v.get("RequestItems").cloned()).unwrap_or_else(|| json!({}));
+    let responses: serde_json::Map<String, Value> =
+        requested.as_object().map(|tables| tables.keys().map(|t| (t.clone(), json!([]))).collect()).unwrap_or_default();
+    let mut response = json_answer(200, "", &json!({"Responses": responses, "UnprocessedKeys": requested}));
+    response.headers_mut().remove("x-amzn-errortype");
+    response
 }
 
 /// `PutEvents` with some entries failed: each entry is failed by the first of `faults`

@@ -1,4 +1,5 @@
-//! The proxy's answers: AWS's wire shapes for injected errors, `PutEvents` entry failures.
+//! The proxy's answers: AWS's wire shapes for injected errors, `PutEvents` entry failures,
+//! `BatchGetItem` unprocessed keys.
 
 use super::*;
 
@@ -61,4 +62,14 @@ fn windows_limits_and_functions_select_the_calls_a_fault_applies_to() {
     assert!(!injector.applies(&injector.plan.faults[0], "events:PutEvents", "RelayFunction", 0), "another service");
     injector.fired[0].fetch_add(1, Ordering::SeqCst);
     assert!(!injector.applies(&injector.plan.faults[0], "dynamodb:PutItem", "RelayFunction", 0), "the limit is reached");
+}
+
+#[tokio::test]
+async fn unprocessed_keys_return_every_requested_key_and_no_item() {
+    let request = br#"{"RequestItems":{"inbox":{"Keys":[{"pk":{"S":"a"}},{"pk":{"S":"b"}}],"ConsistentRead":true}}}"#;
+    let (status, body, kind) = body_of(unprocessed_answer(request)).await;
+    assert_eq!((status, kind), (200, None));
+    assert_eq!(body["Responses"], json!({"inbox": []}));
+    assert_eq!(body["UnprocessedKeys"]["inbox"]["Keys"], json!([{"pk": {"S": "a"}}, {"pk": {"S": "b"}}]));
+    assert_eq!(body["UnprocessedKeys"]["inbox"]["ConsistentRead"], json!(true));
 }
