@@ -392,6 +392,7 @@ mod tests {
     use std::collections::HashMap;
     use std::sync::Mutex;
 
+    use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemOutput;
     use aws_sdk_dynamodb::operation::get_item::{GetItemError, GetItemOutput};
     use aws_sdk_dynamodb::operation::transact_write_items::{TransactWriteItemsError, TransactWriteItemsOutput};
     use aws_sdk_dynamodb::types::error::TransactionCanceledException;
@@ -430,11 +431,13 @@ mod tests {
 
     fn consumer(table: &Arc<Mutex<Table>>) -> InventoryConsumer {
         let state = table.clone();
-        // The ordered inbox reads its own rows (the aggregate's last sequence, parked successors):
-        // they are absent here; only the inventory table's reads are the handler's.
+        // The ordered inbox reads its own rows (the aggregate's last sequence, parked successors,
+        // a parked copy of the event; one GetItem, or one BatchGetItem after a commit): they are
+        // absent here; only the inventory table's reads are the handler's.
         let inbox_read = mock!(aws_sdk_dynamodb::Client::get_item)
             .match_requests(|r| r.table_name() == Some("inbox"))
             .then_output(|| GetItemOutput::builder().build());
+        let inbox_batch_read = mock!(aws_sdk_dynamodb::Client::batch_get_item).then_output(|| BatchGetItemOutput::builder().build());
         let get = mock!(aws_sdk_dynamodb::Client::get_item).then_compute_response(move |_| {
             let mut table = state.lock().unwrap();
             table.reads += 1;
@@ -476,7 +479,7 @@ mod tests {
             table.committed.push(items);
             MockResponse::Output(TransactWriteItemsOutput::builder().build())
         });
-        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&inbox_read, &get, &transact], |c| {
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&inbox_read, &inbox_batch_read, &get, &transact], |c| {
             c.retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
         });
         let inbox = Inbox::new(client.clone(), "inbox", "reserve-inventory", DEFAULT_RETENTION).ordered();
