@@ -320,6 +320,11 @@ const UNPROCESSED_KEYS_MAX_BACKOFF: Duration = Duration::from_millis(500);
 /// One DynamoDB item, by attribute name.
 type Item = std::collections::HashMap<String, AttributeValue>;
 
+/// The `last_sequence` of an ordering row (0: no row, or no number in it).
+fn last_sequence_of(item: Option<&Item>) -> u64 {
+    item.and_then(|i| i.get("last_sequence")).and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
 /// The inbox of one consumer.
 #[derive(Debug, Clone)]
 pub struct Inbox {
@@ -356,7 +361,13 @@ impl Inbox {
 
     /// Partition key of the ordering row of an aggregate.
     pub fn aggregate_key(&self, metadata: &EventMetadata) -> String {
-        format!("{}#aggregate#{}#{}", self.consumer, metadata.aggregate_type, metadata.subject)
+        self.ordering_key(&format!("{}#{}", metadata.aggregate_type, metadata.subject))
+    }
+
+    /// Partition key of the ordering row of `aggregate` (`<type>#<id>`):
+    /// `<consumer>#aggregate#<type>#<id>`.
+    fn ordering_key(&self, aggregate: &str) -> String {
+        format!("{}#aggregate#{aggregate}", self.consumer)
     }
 
     /// The update that moves the aggregate's `last_sequence` from its required predecessor (or
@@ -556,10 +567,7 @@ impl Inbox {
         // Both keys are one row only when a `previous` names the event's own sequence: its own
         // copy then, never a successor.
         let own = row(&own_key).filter(|p| p.event_id == metadata.id);
-        let last = last.unwrap_or_else(|| {
-            let ordering = items.get(&ordering_key);
-            ordering.and_then(|i| i.get("last_sequence")).and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or(0)
-        });
+        let last = last.unwrap_or_else(|| last_sequence_of(items.get(&ordering_key)));
         let next = if last == guess { row(&next_key) } else { self.parked(&metadata.aggregate_type, &metadata.subject, last).await? };
         Ok(ParkedAround::new(own, last, next.filter(|p| p.event_id != metadata.id)))
     }
@@ -618,12 +626,12 @@ impl Inbox {
             .client
             .get_item()
             .table_name(&self.table)
-            .key("pk", AttributeValue::S(format!("{}#aggregate#{aggregate_type}#{aggregate_id}", self.consumer)))
+            .key("pk", AttributeValue::S(self.ordering_key(&format!("{aggregate_type}#{aggregate_id}"))))
             .consistent_read(true)
             .send()
             .await
             .map_err(|e| sdk("read the ordering row", "GetItem", &e))?;
-        Ok(out.item().and_then(|i| i.get("last_sequence")).and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or(0))
+        Ok(last_sequence_of(out.item()))
     }
 
     /// The payload hash `event_id` was applied with, when this consumer's inbox holds a live
@@ -761,8 +769,7 @@ impl Inbox {
                 }
             }
             Err(TransactionError::ConditionFailed { index: 1, item }) if self.ordered => {
-                let last =
-                    item.as_ref().and_then(|i| i.get("last_sequence")).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+                let last = last_sequence_of(item.as_ref());
                 if metadata.sequence <= last {
                     Ok(InboxOutcome::Duplicate)
                 } else {
@@ -796,7 +803,7 @@ impl Inbox {
             .client
             .update_item()
             .table_name(&self.table)
-            .key("pk", AttributeValue::S(format!("{}#aggregate#{aggregate}", self.consumer)))
+            .key("pk", AttributeValue::S(self.ordering_key(aggregate)))
             .update_expression("SET last_sequence = :through, released_through = :through, released_at = :now REMOVE expires_at")
             .condition_expression("attribute_not_exists(pk) OR last_sequence < :through")
             .expression_attribute_values(":through", n(through))
@@ -805,9 +812,7 @@ impl Inbox {
             .return_values_on_condition_check_failure(aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        let last = |item: Option<&std::collections::HashMap<String, AttributeValue>>| {
-            item.and_then(|i| i.get("last_sequence")).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0)
-        };
+        let last = last_sequence_of;
         match result {
             Ok(out) => Ok(last(out.attributes())),
             Err(e) => match e.as_service_error() {
