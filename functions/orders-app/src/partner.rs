@@ -1,6 +1,6 @@
 //! Partner webhooks in (`PartnerWebhookFunction`, `POST /webhooks/{partner}`): a payment
 //! provider tells us an order was paid, signed by the Standard Webhooks scheme
-//! ([`outbox_webhooks::signature`]).
+//! ([`outbox_webhooks::Verifier`]).
 //!
 //! | check, in order | answer when it fails | written |
 //! |---|---|---|

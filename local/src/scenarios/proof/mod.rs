@@ -1,6 +1,6 @@
 //! `proof`: the pipeline under a fault plan, judged from the tables and queues. What the requests
 //! are and what "took effect exactly once" means is the service's, behind
-//! [`SampleBooks`](crate::scenarios::books::SampleBooks): the order sample's (below) or
+//! [`SampleBooks`]: the order sample's (below) or
 //! `examples/my-service`'s (customers welcomed once).
 //!
 //! 1. the books' seed (stock for the sample SKUs); an archive rule on the bus (every event, to a
@@ -10,7 +10,7 @@
 //!    the producer), then the undoing request (a cancellation) of every `--cancel-every`-th
 //!    request answered for (once the requests went quiet when the plan says
 //!    `cancel_after_quiet = true`); with `--hot-aggregate N`, N events of one aggregate put on
-//!    the bus shuffled ([`hot`]);
+//!    the bus shuffled (the module `hot`);
 //! 3. waits until quiet: no function made an AWS call for `--quiet` seconds;
 //! 4. reads the dead-letter queues (each message's reason) and asks `dlq redrive --dry-run`
 //!    what it would do; when the plan says `redrive = true` (and not `--no-redrive`), redrives
@@ -35,7 +35,7 @@
 //! * **dead letters hold only what can never succeed** (without a redrive): no dead letter whose
 //!   cause may pass later (a transient failure must heal without a person);
 //! * **the hot aggregate** (with `--hot-aggregate`): all its events applied in sequence order,
-//!   from the inbox table ([`hot`]);
+//!   from the inbox table (the module `hot`);
 //! * **quiet**: the pipeline went quiet within `--timeout`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -81,7 +81,7 @@ pub struct ProofOptions {
     /// The emulator's process id, to report its peak memory (`None`: an emulator of its own).
     pub emulator_pid: Option<u32>,
     /// The hot-aggregate scenario: this many events of one aggregate, put on the bus shuffled
-    /// after the requests ([`hot`]); `None`: not run.
+    /// after the requests (the module `hot`); `None`: not run.
     pub hot_aggregate: Option<usize>,
 }
 
