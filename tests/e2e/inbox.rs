@@ -216,3 +216,76 @@ async fn a_permanently_missing_sequence_is_released_by_the_ordering_release_comm
     assert_eq!(inbox.apply(&metadata("n2", "o-10", 2), "h", vec![]).await.unwrap(), InboxOutcome::Applied);
     local.shutdown().await;
 }
+
+/// The ordering row counts its aggregate's parked rows (`outbox::inbox::PARKED_COUNT`), checked
+/// from the table on the emulator: a commit that finds the count at 0 proves nothing is parked
+/// (the consumer then reads nothing); a park before a commit makes that commit answer "read";
+/// the drain's transaction and `unpark` take their row off the count; parking the same event
+/// twice counts it once; a row parked by a version before the count (no `counted`) is deleted
+/// without it; an ordering row that parking created (a count, no sequence yet) lets the
+/// aggregate's first event apply. The count equals the parked rows after every step.
+#[tokio::test]
+async fn the_ordering_rows_parked_count_is_exact_and_proves_only_what_is_true() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use outbox::inbox::RecordedOutcome;
+    let local = Local::start().await;
+    let table = local.table("ConsumerKit/InboxTable");
+    let inbox = inbox(&local, "counted").ordered();
+    let apply = |id: &'static str, aggregate: &'static str, sequence: u64, unparks: Option<u64>| {
+        let inbox = inbox.clone();
+        async move {
+            let recorded = RecordedOutcome::new("applied").unparking(unparks);
+            inbox.apply_checking_parked(&metadata(id, aggregate, sequence), "h", vec![], Some(&recorded)).await.unwrap()
+        }
+    };
+    // (the ordering row's count, the parked rows) of an aggregate, from the table.
+    let counts = |aggregate: &'static str| {
+        let (local, table) = (&local, &table);
+        async move {
+            let ordering = local.query_pk(table, &format!("counted#aggregate#Order#{aggregate}")).await;
+            let count = ordering.first().and_then(|r| r.get("parked_count")).and_then(|v| v.as_n().ok()).map(|n| n.parse::<i64>().unwrap());
+            let prefix = format!("counted#parked#Order#{aggregate}#");
+            let rows = local.scan(table).await.iter().filter(|r| crate::common::s(r, "pk").starts_with(&prefix)).count();
+            (count, rows as i64)
+        }
+    };
+    assert_eq!(apply("c1", "o-9", 1, None).await, (InboxOutcome::Applied, true), "nothing parked: proved by the commit");
+    assert_eq!(counts("o-9").await, (Some(0), 0));
+    // Sequence 3 before 2: parked with its count, once however often it is parked.
+    let m3 = metadata("c3", "o-9", 3);
+    assert!(inbox.park(&m3, 2, "{}").await.unwrap());
+    assert!(inbox.park(&m3, 2, "{}").await.unwrap(), "the same event parked again");
+    assert!(!inbox.park(&metadata("c3-other", "o-9", 3), 2, "{}").await.unwrap(), "another event id waits for 2 already");
+    assert_eq!(counts("o-9").await, (Some(1), 1));
+    // Sequence 2: applied, and its commit must not say "nothing parked": 3 waits for it.
+    assert_eq!(apply("c2", "o-9", 2, None).await, (InboxOutcome::Applied, false));
+    // The drain applies 3: its row deleted and taken off the count in the same transaction.
+    assert_eq!(apply("c3", "o-9", 3, Some(2)).await, (InboxOutcome::Applied, false));
+    assert_eq!(counts("o-9").await, (Some(0), 0));
+    assert_eq!(apply("c4", "o-9", 4, None).await, (InboxOutcome::Applied, true));
+    // A row parked before the count existed (no `counted`), waiting for 4: deleted by the drain
+    // without the count, which never goes below the rows.
+    let s = |v: &str| AttributeValue::S(v.to_owned());
+    local.dynamodb.put_item().table_name(&table).item("pk", s("counted#parked#Order#o-9#4")).item("event_id", s("c5")).send().await.unwrap();
+    assert_eq!(apply("c5", "o-9", 5, Some(4)).await, (InboxOutcome::Applied, false));
+    assert_eq!(counts("o-9").await, (Some(0), 0));
+    // `unpark` (a duplicate settled by the drain, the operator's release) takes its row off too.
+    assert!(inbox.park(&metadata("c7", "o-9", 7), 6, "{}").await.unwrap());
+    let parked = inbox.parked("Order", "o-9", 6).await.unwrap().expect("parked");
+    inbox.unpark(&parked).await.unwrap();
+    inbox.unpark(&parked).await.unwrap();
+    assert_eq!(counts("o-9").await, (Some(0), 0), "unparked once, counted off once");
+    // An aggregate whose first event arrives second: parking creates its ordering row with a
+    // count and no sequence, and the first event still applies.
+    assert!(inbox.park(&metadata("d2", "o-10", 2), 1, "{}").await.unwrap());
+    assert_eq!(counts("o-10").await, (Some(1), 1));
+    assert_eq!(apply("d1", "o-10", 1, None).await, (InboxOutcome::Applied, false));
+    assert_eq!(apply("d2", "o-10", 2, Some(1)).await, (InboxOutcome::Applied, false));
+    assert_eq!(counts("o-10").await, (Some(0), 0));
+    assert_eq!(apply("d3", "o-10", 3, None).await, (InboxOutcome::Applied, true));
+    // The operator's release on a row that has a count and no sequence yet.
+    assert!(inbox.park(&metadata("f5", "o-11", 5), 4, "{}").await.unwrap());
+    assert_eq!(inbox.release_through("Order#o-11", 4).await.unwrap(), 0);
+    assert_eq!(inbox.last_sequence("Order", "o-11").await.unwrap(), 4);
+    local.shutdown().await;
+}

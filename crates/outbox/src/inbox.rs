@@ -53,6 +53,18 @@
 //! was parked behind it). A store that does not park ([`InboxStore::parks`]) fails the
 //! invocation instead, logging the release command and counting `SequenceGaps`.
 //!
+//! **Nothing parked, proved by the commit.** The ordering row also counts the aggregate's
+//! parked rows ([`PARKED_COUNT`]: parking adds one in the transaction that puts the row, every
+//! deletion of a counted row takes one off in its own), and an ordered event's transaction is
+//! conditioned on that count being 0 (or the row absent). When it commits, nothing waits for the
+//! event and no earlier copy of it is parked, so the consumer reads nothing after it: an ordered
+//! event is ONE `TransactWriteItems`, like an unordered one ([`Inbox::apply_checking_parked`]).
+//! When the count alone is not 0, the transaction is made again without it and the consumer
+//! reads the parked rows, as before. Rows parked by a version before the count are not
+//! counted: one the count passes by waits for the consumer kit's parked check, which applies a
+//! parked event whose predecessor is already applied ([`crate::consumer::ParkedCheck`], every
+//! 5 minutes).
+//!
 //! Ordering rows **never expire**: they carry no `expires_at` (an old row that had one loses it
 //! on the next event), because an aggregate can emit its next event months later and a deleted
 //! row would turn it into a permanent gap. One small row per (consumer, aggregate).
@@ -325,6 +337,54 @@ fn last_sequence_of(item: Option<&Item>) -> u64 {
     item.and_then(|i| i.get("last_sequence")).and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
+/// The ordering row's count of the aggregate's parked rows (absent on a row written before the
+/// count existed: then nothing is proved, and the consumer reads). [`Inbox::park`] adds one in
+/// the transaction that puts the parked row; every deletion of a counted row takes one off in
+/// its own transaction, so the count is exact and "0" proves that nothing is parked.
+pub const PARKED_COUNT: &str = "parked_count";
+
+/// The attribute (`BOOL` true) of a parked row counted in [`PARKED_COUNT`]; a row parked by a
+/// version before the count lacks it and is deleted without touching the count.
+const COUNTED: &str = "counted";
+
+/// Most transactions [`Inbox::park`] makes while DynamoDB cancels it as retryable (a
+/// `TransactionConflict` with the predecessor's own transaction on the ordering row, throttling).
+const PARK_ATTEMPTS: u32 = 3;
+
+/// How an ordered event's transaction treats the aggregate's ordering row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Advance {
+    /// Also on the condition that nothing is parked on the aggregate (no row, or
+    /// [`PARKED_COUNT`] 0): a commit then proves it, and no read follows.
+    NoneParked,
+    /// The sequence condition alone; a row without a count gets one (0: a count only moves with
+    /// counted rows, and the reads after this commit find rows parked before it).
+    Plain,
+    /// The drain's event, settling its counted parked row `waits_for`: the row is deleted on the
+    /// condition that it is counted, and the count goes down by one.
+    UnparkCounted(u64),
+    /// The drain's event whose parked row is not counted (parked before the count existed) or
+    /// gone: deleted unconditionally, the count untouched.
+    UnparkUncounted(u64),
+}
+
+/// What one transaction of [`Inbox::apply_checking_parked`] settled.
+enum Attempt {
+    /// The event's outcome.
+    Done(InboxOutcome),
+    /// Refused for a reason that is not the event's: made again as this.
+    Again(Advance),
+}
+
+/// Whether the ordering row `item` (as stored, `None`: no row) lets an event of `sequence` whose
+/// required predecessor is `required` apply: the sequence part of [`Inbox`]'s condition.
+fn in_sequence(item: Option<&Item>, required: u64, sequence: u64) -> bool {
+    match item.and_then(|i| i.get("last_sequence")).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<u64>().ok()) {
+        None => required == 0,
+        Some(last) => last >= required && last < sequence,
+    }
+}
+
 /// The inbox of one consumer.
 #[derive(Debug, Clone)]
 pub struct Inbox {
@@ -371,19 +431,40 @@ impl Inbox {
     }
 
     /// The update that moves the aggregate's `last_sequence` from its required predecessor (or
-    /// anything up to `sequence − 1`) to `sequence`. No `expires_at`: the row never expires.
-    fn advance_sequence(&self, metadata: &EventMetadata, now: DateTime<Utc>) -> TransactWriteItem {
+    /// anything up to `sequence − 1`) to `sequence`, the ordering row's part of the event's
+    /// transaction as `advance` says. No `expires_at`: the row never expires. A row parking
+    /// created (count only, [`Inbox::park`]) has no `last_sequence` yet: it counts as 0.
+    fn advance_sequence(&self, metadata: &EventMetadata, now: DateTime<Utc>, advance: Advance) -> TransactWriteItem {
+        const IN_SEQUENCE: &str =
+            "((attribute_not_exists(last_sequence) AND :required = :zero) OR (last_sequence >= :required AND last_sequence < :seq))";
         let required = required_predecessor(metadata, self.types.as_ref());
-        let update = Update::builder()
+        let (update, condition) = match advance {
+            Advance::NoneParked => (
+                "SET last_sequence = :seq, updated_at = :now, parked_count = if_not_exists(parked_count, :zero) REMOVE expires_at",
+                format!("{IN_SEQUENCE} AND (attribute_not_exists(pk) OR parked_count = :zero)"),
+            ),
+            Advance::Plain | Advance::UnparkUncounted(_) => (
+                "SET last_sequence = :seq, updated_at = :now, parked_count = if_not_exists(parked_count, :zero) REMOVE expires_at",
+                IN_SEQUENCE.to_owned(),
+            ),
+            Advance::UnparkCounted(_) => {
+                ("SET last_sequence = :seq, updated_at = :now ADD parked_count :minus_one REMOVE expires_at", IN_SEQUENCE.to_owned())
+            }
+        };
+        let mut builder = Update::builder()
             .table_name(&self.table)
             .key("pk", AttributeValue::S(self.aggregate_key(metadata)))
-            .update_expression("SET last_sequence = :seq, updated_at = :now REMOVE expires_at")
-            .condition_expression("(attribute_not_exists(pk) AND :required = :zero) OR (last_sequence >= :required AND last_sequence < :seq)")
+            .update_expression(update)
+            .condition_expression(condition)
             .expression_attribute_values(":seq", AttributeValue::N(metadata.sequence.to_string()))
             .expression_attribute_values(":required", AttributeValue::N(required.to_string()))
             .expression_attribute_values(":zero", AttributeValue::N("0".into()))
             .expression_attribute_values(":now", AttributeValue::S(now.to_rfc3339_opts(SecondsFormat::Millis, true)))
-            .return_values_on_condition_check_failure(all_old())
+            .return_values_on_condition_check_failure(all_old());
+        if let Advance::UnparkCounted(_) = advance {
+            builder = builder.expression_attribute_values(":minus_one", AttributeValue::N("-1".into()));
+        }
+        let update = builder
             .build()
             // table_name, key and update_expression are set above, the only required fields.
             .expect("Update has its required fields");
@@ -391,11 +472,16 @@ impl Inbox {
     }
 
     /// The deletion of the parked row of `metadata`'s event (parked waiting for `waits_for`), as
-    /// part of its transaction ([`RecordedOutcome::unparks`]).
-    fn unpark_in_transaction(&self, metadata: &EventMetadata, waits_for: u64) -> TransactWriteItem {
-        let delete = Delete::builder()
+    /// part of its transaction ([`RecordedOutcome::unparks`]); `counted`: on the condition that the row is counted ([`PARKED_COUNT`]); otherwise
+    /// unconditional.
+    fn unpark_in_transaction(&self, metadata: &EventMetadata, waits_for: u64, counted: bool) -> TransactWriteItem {
+        let mut delete = Delete::builder()
             .table_name(&self.table)
-            .key("pk", AttributeValue::S(self.parked_key(&metadata.aggregate_type, &metadata.subject, waits_for)))
+            .key("pk", AttributeValue::S(self.parked_key(&metadata.aggregate_type, &metadata.subject, waits_for)));
+        if counted {
+            delete = delete.condition_expression("attribute_exists(#counted)").expression_attribute_names("#counted", COUNTED);
+        }
+        let delete = delete
             .build()
             // table_name and key are set above, the only required fields.
             .expect("Delete has its required fields");
@@ -413,18 +499,21 @@ impl Inbox {
         format!("{}#parked#{aggregate_type}#{aggregate_id}#{waits_for}", self.consumer)
     }
 
-    /// Parks the event of `metadata`, waiting for `waits_for` ([`ParkedEvent`]): a conditional put of
-    /// the parked row (absent, or held by the same event). Returns `false` when another event id
-    /// waits for the same sequence.
+    /// Parks the event of `metadata`, waiting for `waits_for` ([`ParkedEvent`]): ONE transaction
+    /// of the parked row's put (on the condition that the key holds no row) and one more on the
+    /// aggregate's [`PARKED_COUNT`] (the ordering row, created when absent). Idempotent: a row
+    /// the same event holds already is left as it is, counted once. Returns `false` when another
+    /// event id waits for the same sequence. A transaction cancelled as retryable (a
+    /// `TransactionConflict` with the predecessor's transaction on the ordering row, throttling)
+    /// is made again after a jittered backoff, [`PARK_ATTEMPTS`] in all.
     ///
     /// # Errors
-    /// [`InboxError::Sdk`] if DynamoDB fails (e.g. a payload over the 400 KB item limit).
+    /// [`InboxError::Transaction`] if DynamoDB fails (e.g. a payload over the 400 KB item limit),
+    /// or still cancels it as retryable after the last attempt.
     pub async fn park(&self, metadata: &EventMetadata, waits_for: u64, payload: &str) -> Result<bool, InboxError> {
         let s = |v: &str| AttributeValue::S(v.to_owned());
         let n = |v: u64| AttributeValue::N(v.to_string());
-        let result = self
-            .client
-            .put_item()
+        let put = Put::builder()
             .table_name(&self.table)
             .item("pk", s(&self.parked_key(&metadata.aggregate_type, &metadata.subject, waits_for)))
             .item("kind", s(parked::PARKED_KIND))
@@ -439,17 +528,47 @@ impl Inbox {
             .item("waits_for", n(waits_for))
             .item("payload", s(payload))
             .item(PARKED_AT, s(&Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)))
-            .condition_expression("attribute_not_exists(pk) OR event_id = :id")
-            .expression_attribute_values(":id", s(&metadata.id))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) => match e.as_service_error() {
-                Some(aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(_)) => Ok(false),
-                _ => Err(sdk("park", "PutItem", &e)),
-            },
+            .item(COUNTED, AttributeValue::Bool(true))
+            .condition_expression("attribute_not_exists(pk)")
+            .return_values_on_condition_check_failure(all_old())
+            .build()
+            // table_name and item are set above, the only required fields.
+            .expect("Put has its required fields");
+        let count = self.count_parked(&metadata.aggregate_type, &metadata.subject, 1);
+        let mut attempt = 1;
+        loop {
+            let items = vec![TransactWriteItem::builder().put(put.clone()).build(), count.clone()];
+            match transact_write(&self.client, items).await {
+                Ok(()) => return Ok(true),
+                Err(TransactionError::ConditionFailed { index: 0, item }) => {
+                    let holder = item.as_ref().and_then(|i| i.get("event_id")).and_then(|v| v.as_s().ok());
+                    return Ok(holder == Some(&metadata.id));
+                }
+                Err(e) if e.is_retryable() && attempt < PARK_ATTEMPTS => {
+                    tokio::time::sleep(crate::aws_error::full_jitter(UNPROCESSED_KEYS_BACKOFF, UNPROCESSED_KEYS_MAX_BACKOFF, attempt)).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
+    }
+
+    /// The update adding `by` to the [`PARKED_COUNT`] of the aggregate's ordering row (created
+    /// when absent; a decrement only on a row that has a count).
+    fn count_parked(&self, aggregate_type: &str, aggregate_id: &str, by: i64) -> TransactWriteItem {
+        let mut update = Update::builder()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(self.ordering_key(&format!("{aggregate_type}#{aggregate_id}"))))
+            .update_expression("ADD parked_count :by")
+            .expression_attribute_values(":by", AttributeValue::N(by.to_string()));
+        if by < 0 {
+            update = update.condition_expression("attribute_exists(parked_count)");
+        }
+        let update = update
+            .build()
+            // table_name, key and update_expression are set above, the only required fields.
+            .expect("Update has its required fields");
+        TransactWriteItem::builder().update(update).build()
     }
 
     /// The event parked on the aggregate waiting for `waits_for`, if any (consistent read).
@@ -508,18 +627,41 @@ impl Inbox {
         }
     }
 
-    /// Deletes the parked row of `parked`, if that event still holds it.
+    /// Deletes the parked row of `parked`, if that event still holds it: with the aggregate's
+    /// [`PARKED_COUNT`] down by one in the same transaction when the row is counted; a row parked
+    /// before the count existed is deleted alone (`DeleteItem`), the count untouched.
     ///
     /// # Errors
-    /// [`InboxError::Sdk`] if DynamoDB fails.
+    /// [`InboxError::Transaction`] or [`InboxError::Sdk`] if DynamoDB fails.
     pub async fn unpark(&self, parked: &ParkedEvent) -> Result<(), InboxError> {
+        let key = AttributeValue::S(self.parked_key(&parked.aggregate_type, &parked.aggregate_id, parked.waits_for));
+        let id = AttributeValue::S(parked.event_id.clone());
+        let delete = Delete::builder()
+            .table_name(&self.table)
+            .key("pk", key.clone())
+            .condition_expression("event_id = :id AND attribute_exists(#counted)")
+            .expression_attribute_names("#counted", COUNTED)
+            .expression_attribute_values(":id", id.clone())
+            .build()
+            // table_name and key are set above, the only required fields.
+            .expect("Delete has its required fields");
+        let items = vec![TransactWriteItem::builder().delete(delete).build(), self.count_parked(&parked.aggregate_type, &parked.aggregate_id, -1)];
+        match transact_write(&self.client, items).await {
+            Ok(()) => return Ok(()),
+            // Not this event's counted row (another event's, one parked before the count, or
+            // none), or an ordering row without a count: the row alone, if this event holds it.
+            Err(TransactionError::ConditionFailed { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
         let result = self
             .client
             .delete_item()
             .table_name(&self.table)
-            .key("pk", AttributeValue::S(self.parked_key(&parked.aggregate_type, &parked.aggregate_id, parked.waits_for)))
+            .key("pk", key)
+            // Not `attribute_not_exists(counted)`: a counted row whose count update failed goes
+            // too, its count left one high (which only costs the aggregate the reads).
             .condition_expression("event_id = :id")
-            .expression_attribute_values(":id", AttributeValue::S(parked.event_id.clone()))
+            .expression_attribute_values(":id", id)
             .send()
             .await;
         match result {
@@ -742,48 +884,118 @@ impl Inbox {
         writes: Vec<TransactWriteItem>,
         outcome: Option<&RecordedOutcome>,
     ) -> Result<InboxOutcome, InboxError> {
+        self.apply_checking_parked(metadata, payload_hash, writes, outcome).await.map(|(outcome, _)| outcome)
+    }
+
+    /// [`Inbox::apply_recording`], answering also whether the commit proved that nothing is
+    /// parked on the event's aggregate ([`InboxStore::apply_checking_parked`]): `true` only for an
+    /// ordered inbox whose transaction applied the event on the condition that the ordering row
+    /// is absent or its [`PARKED_COUNT`] is 0. When that condition alone is false (something is
+    /// parked), the transaction is made again without it and the answer is `false`: the
+    /// consumer then reads the parked rows. The drain's event (`outcome.unparks`) deletes its
+    /// counted parked row and takes it off the count; an uncounted row (parked before the count
+    /// existed) is deleted alone, in a second transaction.
+    ///
+    /// Why no row can be missed: the parked row and its count are written in one transaction
+    /// ([`Inbox::park`]), and this transaction reads the count on the same item it moves the
+    /// sequence on; DynamoDB serialises transactions on one item. A park before this commit
+    /// makes the condition false; a park after it is followed by the parker's own consistent read
+    /// of the ordering row, which sees this sequence, and the parker applies its event itself.
+    /// Source: the isolation levels of `TransactWriteItems`,
+    /// <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html#transaction-isolation>.
+    ///
+    /// # Errors
+    /// As [`Inbox::apply`].
+    pub async fn apply_checking_parked(
+        &self,
+        metadata: &EventMetadata,
+        payload_hash: &str,
+        mut writes: Vec<TransactWriteItem>,
+        outcome: Option<&RecordedOutcome>,
+    ) -> Result<(InboxOutcome, bool), InboxError> {
+        let mut advance = match outcome.and_then(|o| o.unparks) {
+            Some(waits_for) => Advance::UnparkCounted(waits_for),
+            None => Advance::NoneParked,
+        };
+        loop {
+            // Only these two may be refused for a reason that is not the event's, and made again.
+            let again = (self.ordered && matches!(advance, Advance::NoneParked | Advance::UnparkCounted(_))).then(|| writes.clone());
+            match self.apply_once(metadata, payload_hash, writes, outcome, advance).await? {
+                Attempt::Done(result) => {
+                    let proved = self.ordered && advance == Advance::NoneParked && result == InboxOutcome::Applied;
+                    return Ok((result, proved));
+                }
+                Attempt::Again(next) => {
+                    advance = next;
+                    // `again` is Some for the two refusals apply_once makes again.
+                    writes = again.unwrap_or_default();
+                }
+            }
+        }
+    }
+
+    /// One transaction of the event's inbox claim, its ordering row as `advance` says (an
+    /// ordered inbox) and `writes`.
+    async fn apply_once(
+        &self,
+        metadata: &EventMetadata,
+        payload_hash: &str,
+        writes: Vec<TransactWriteItem>,
+        outcome: Option<&RecordedOutcome>,
+        advance: Advance,
+    ) -> Result<Attempt, InboxError> {
         let now = Utc::now();
-        let mut items = Vec::with_capacity(writes.len() + 2);
+        let mut items = Vec::with_capacity(writes.len() + 3);
         items.push(self.claim_recording(metadata, payload_hash, now, outcome));
         if self.ordered {
-            items.push(self.advance_sequence(metadata, now));
-            if let Some(waits_for) = outcome.and_then(|o| o.unparks) {
-                // No condition: the drain read this row (the event's own, at this key) after the
-                // predecessor was applied, and nothing parks behind an applied predecessor
-                // (parking needs a sequence gap, and sequences only move forward), so the key
-                // holds this event's row or nothing.
-                items.push(self.unpark_in_transaction(metadata, waits_for));
+            items.push(self.advance_sequence(metadata, now, advance));
+            match advance {
+                // The drain read this row (the event's own, at this key) after the predecessor
+                // was applied, and nothing parks behind an applied predecessor (parking needs a
+                // sequence gap, and sequences only move forward), so the key holds this event's
+                // row or nothing.
+                Advance::UnparkCounted(waits_for) => items.push(self.unpark_in_transaction(metadata, waits_for, true)),
+                Advance::UnparkUncounted(waits_for) => items.push(self.unpark_in_transaction(metadata, waits_for, false)),
+                Advance::NoneParked | Advance::Plain => {}
             }
         }
         let business_offset = items.len();
         items.extend(writes);
+        let done = |outcome| Ok(Attempt::Done(outcome));
         match transact_write(&self.client, items).await {
-            Ok(()) => Ok(InboxOutcome::Applied),
+            Ok(()) => done(InboxOutcome::Applied),
             Err(TransactionError::ConditionFailed { index: 0, item }) => {
                 let stored = item.as_ref().and_then(|i| i.get("payload_hash")).and_then(|v| v.as_s().ok()).cloned();
                 match stored {
                     Some(stored) if stored != payload_hash => {
                         Err(InboxError::PayloadMismatch { event_id: metadata.id.clone(), stored, delivered: payload_hash.to_owned() })
                     }
-                    _ => Ok(InboxOutcome::Duplicate),
+                    _ => done(InboxOutcome::Duplicate),
                 }
             }
             Err(TransactionError::ConditionFailed { index: 1, item }) if self.ordered => {
+                let required = required_predecessor(metadata, self.types.as_ref());
+                if advance == Advance::NoneParked && in_sequence(item.as_ref(), required, metadata.sequence) {
+                    // In sequence: the count said something is parked on the aggregate.
+                    return Ok(Attempt::Again(Advance::Plain));
+                }
                 let last = last_sequence_of(item.as_ref());
                 if metadata.sequence <= last {
-                    Ok(InboxOutcome::Duplicate)
+                    done(InboxOutcome::Duplicate)
                 } else {
                     Err(InboxError::SequenceGap {
                         aggregate: format!("{}#{}", metadata.aggregate_type, metadata.subject),
-                        expected: required_predecessor(metadata, self.types.as_ref()),
+                        expected: required,
                         got: metadata.sequence,
                         last_applied: last,
                     })
                 }
             }
-            Err(TransactionError::ConditionFailed { index, item }) => {
-                Ok(InboxOutcome::BusinessConditionFailed { index: index - business_offset, item })
-            }
+            Err(TransactionError::ConditionFailed { index, item }) => match advance {
+                // The parked row is not counted (parked before the count existed) or gone.
+                Advance::UnparkCounted(waits_for) if self.ordered && index == 2 => Ok(Attempt::Again(Advance::UnparkUncounted(waits_for))),
+                _ => done(InboxOutcome::BusinessConditionFailed { index: index - business_offset, item }),
+            },
             Err(e) => Err(e.into()),
         }
     }
@@ -805,7 +1017,8 @@ impl Inbox {
             .table_name(&self.table)
             .key("pk", AttributeValue::S(self.ordering_key(aggregate)))
             .update_expression("SET last_sequence = :through, released_through = :through, released_at = :now REMOVE expires_at")
-            .condition_expression("attribute_not_exists(pk) OR last_sequence < :through")
+            // A row parking created has a count and no sequence yet.
+            .condition_expression("attribute_not_exists(last_sequence) OR last_sequence < :through")
             .expression_attribute_values(":through", n(through))
             .expression_attribute_values(":now", AttributeValue::S(Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)))
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
@@ -1117,5 +1330,154 @@ mod tests {
         let around = inbox.parked_around(&sequenced("e-2", 2), None).await.unwrap();
         assert_eq!((around.last, around.next.map(|p| p.event_id)), (3, Some("e-4".to_owned())));
         assert_eq!((rule.num_calls(), get.num_calls()), (1, 1));
+    }
+
+    /// A `TransactWriteItems` cancellation: item `failed` (0-based) `ConditionalCheckFailed` with
+    /// `item` as stored (`ReturnValuesOnConditionCheckFailure=ALL_OLD`), `None` for the others.
+    fn cancelled_at(failed: usize, items: usize, item: Option<Item>) -> aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError {
+        use aws_sdk_dynamodb::types::error::TransactionCanceledException;
+        use aws_sdk_dynamodb::types::CancellationReason;
+        let reasons = (0..items)
+            .map(|i| match i == failed {
+                true => CancellationReason::builder().code("ConditionalCheckFailed").set_item(item.clone()).build(),
+                false => CancellationReason::builder().code("None").build(),
+            })
+            .collect();
+        aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(
+            TransactionCanceledException::builder().set_cancellation_reasons(Some(reasons)).message("Transaction cancelled").build(),
+        )
+    }
+
+    fn ordering_row(last: Option<u64>, parked: Option<i64>) -> Item {
+        let mut item = HashMap::from([("pk".to_owned(), AttributeValue::S("c#aggregate#Order#o-1".into()))]);
+        if let Some(last) = last {
+            item.insert("last_sequence".to_owned(), AttributeValue::N(last.to_string()));
+        }
+        if let Some(parked) = parked {
+            item.insert(PARKED_COUNT.to_owned(), AttributeValue::N(parked.to_string()));
+        }
+        item
+    }
+
+    /// The ordering update of a transaction request (its second item).
+    fn ordering_update(request: &aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsInput) -> (String, String) {
+        let update = request.transact_items()[1].update().expect("the ordering row's update");
+        (update.update_expression().to_owned(), update.condition_expression().unwrap_or_default().to_owned())
+    }
+
+    /// Nothing parked: ONE transaction, on the condition that the count is 0 (or the row absent),
+    /// proves it; the consumer then reads nothing.
+    #[tokio::test]
+    async fn an_ordered_event_with_nothing_parked_is_one_transaction_that_proves_it() {
+        use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsOutput;
+        use aws_smithy_mocks::{mock, mock_client, RuleMode};
+        let rule = mock!(Client::transact_write_items)
+            .match_requests(|r| ordering_update(r).1.contains("parked_count = :zero"))
+            .then_output(|| TransactWriteItemsOutput::builder().build());
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
+        let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
+        let applied = inbox.apply_checking_parked(&sequenced("e-2", 2), "h", Vec::new(), None).await.unwrap();
+        assert_eq!(applied, (InboxOutcome::Applied, true));
+        assert_eq!(rule.num_calls(), 1);
+    }
+
+    /// The race the count closes: sequence 3 parked (its row and the count in one transaction)
+    /// just before sequence 2's transaction. That transaction's condition is then false on the
+    /// count alone (the sequence is in order): it is made again without it, and the answer is
+    /// "read" (`false`), never "nothing parked" — the consumer's read then finds 3 and drains it.
+    #[tokio::test]
+    async fn a_park_before_the_commit_makes_the_commit_say_read() {
+        use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsOutput;
+        use aws_smithy_mocks::{mock, mock_client, RuleMode};
+        let refused = mock!(Client::transact_write_items)
+            .match_requests(|r| ordering_update(r).1.contains("parked_count = :zero"))
+            .then_error(|| cancelled_at(1, 2, Some(ordering_row(Some(1), Some(1)))));
+        let plain = mock!(Client::transact_write_items)
+            .match_requests(|r| !ordering_update(r).1.contains("parked_count") && ordering_update(r).0.contains("if_not_exists(parked_count"))
+            .then_output(|| TransactWriteItemsOutput::builder().build());
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&refused, &plain]);
+        let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
+        let applied = inbox.apply_checking_parked(&sequenced("e-2", 2), "h", Vec::new(), None).await.unwrap();
+        assert_eq!(applied, (InboxOutcome::Applied, false));
+        assert_eq!((refused.num_calls(), plain.num_calls()), (1, 1));
+    }
+
+    /// The count's condition never hides a gap or a duplicate: a refusal whose stored sequence is
+    /// out of order is reported as before, in one transaction.
+    #[tokio::test]
+    async fn a_gap_or_a_duplicate_under_the_count_condition_is_reported_as_before() {
+        use aws_smithy_mocks::{mock, mock_client, RuleMode};
+        for (last, sequence) in [(Some(1), 3), (Some(5), 3), (None, 2)] {
+            let rule = mock!(Client::transact_write_items).then_error(move || cancelled_at(1, 2, Some(ordering_row(last, Some(0)))));
+            let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
+            let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
+            let applied = inbox.apply_checking_parked(&sequenced("e", sequence), "h", Vec::new(), None).await;
+            match last {
+                Some(5) => assert_eq!(applied.unwrap(), (InboxOutcome::Duplicate, false)),
+                _ => assert!(matches!(applied, Err(InboxError::SequenceGap { .. })), "{applied:?}"),
+            }
+            assert_eq!(rule.num_calls(), 1);
+        }
+    }
+
+    /// The drain's event deletes its counted parked row and takes it off the count; a row parked
+    /// before the count existed (no `counted`: the delete's condition is false) is deleted in a
+    /// second transaction without touching the count, so the count never falls below the rows.
+    #[tokio::test]
+    async fn the_drain_takes_a_counted_row_off_the_count_and_an_uncounted_one_alone() {
+        use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsOutput;
+        use aws_smithy_mocks::{mock, mock_client, RuleMode};
+        let counted = |r: &aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsInput| {
+            r.transact_items()[2].delete().and_then(|d| d.condition_expression()).is_some_and(|c| c.contains("attribute_exists(#counted)"))
+        };
+        let refused = mock!(Client::transact_write_items)
+            .match_requests(move |r| counted(r) && ordering_update(r).0.contains("ADD parked_count :minus_one"))
+            .then_error(|| cancelled_at(2, 3, None));
+        let uncounted = mock!(Client::transact_write_items)
+            .match_requests(move |r| !counted(r) && !ordering_update(r).0.contains("ADD"))
+            .then_output(|| TransactWriteItemsOutput::builder().build());
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&refused, &uncounted]);
+        let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
+        let drained = RecordedOutcome::new("applied").unparking(Some(2));
+        let applied = inbox.apply_checking_parked(&sequenced("e-3", 3), "h", Vec::new(), Some(&drained)).await.unwrap();
+        assert_eq!(applied, (InboxOutcome::Applied, false));
+        assert_eq!((refused.num_calls(), uncounted.num_calls()), (1, 1));
+    }
+
+    /// Parking is one transaction of the row and the count; a `TransactionConflict` (the
+    /// predecessor's transaction on the ordering row) is made again; the same event parked again
+    /// is not counted twice; another event id at the key is "not parked".
+    #[tokio::test]
+    async fn parking_counts_once_and_survives_a_conflict_with_the_predecessor() {
+        use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsOutput;
+        use aws_sdk_dynamodb::types::error::TransactionCanceledException;
+        use aws_sdk_dynamodb::types::CancellationReason;
+        use aws_smithy_mocks::{mock, mock_client, RuleMode};
+        let conflict = || {
+            let reasons = vec![CancellationReason::builder().code("None").build(), CancellationReason::builder().code("TransactionConflict").build()];
+            aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(
+                TransactionCanceledException::builder().set_cancellation_reasons(Some(reasons)).message("Transaction cancelled").build(),
+            )
+        };
+        let is_park = |r: &aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsInput| {
+            r.transact_items().len() == 2
+                && r.transact_items()[0].put().is_some_and(|p| p.item().get("counted") == Some(&AttributeValue::Bool(true)))
+                && r.transact_items()[1].update().is_some_and(|u| u.update_expression() == "ADD parked_count :by")
+        };
+        let first = mock!(Client::transact_write_items).match_requests(is_park).then_error(conflict);
+        let second = mock!(Client::transact_write_items).match_requests(is_park).then_output(|| TransactWriteItemsOutput::builder().build());
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::Sequential, [&first, &second]);
+        let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
+        assert!(inbox.park(&sequenced("e-3", 3), 2, "{}").await.unwrap());
+        assert_eq!((first.num_calls(), second.num_calls()), (1, 1));
+
+        for (holder, parked) in [("e-3", true), ("e-3-other", false)] {
+            let row = parked_row(holder, 3, 2);
+            let rule = mock!(Client::transact_write_items).then_error(move || cancelled_at(0, 2, Some(row.clone())));
+            let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
+            let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
+            assert_eq!(inbox.park(&sequenced("e-3", 3), 2, "{}").await.unwrap(), parked, "row held by {holder}");
+            assert_eq!(rule.num_calls(), 1, "no second count");
+        }
     }
 }

@@ -119,6 +119,10 @@ pub struct ConsumerResponse<O> {
     /// sequence ([`ParkedEvent`](crate::inbox::ParkedEvent)); omitted when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub parked_applied: Vec<SettledEvent>,
+    /// Ordering: the event's own commit proved that nothing is parked on its aggregate
+    /// ([`InboxStore::apply_checking_parked`]), so no read of parked rows follows.
+    #[serde(skip)]
+    pub(crate) none_parked: bool,
 }
 
 /// An event settled in passing (a parked event applied after its predecessor, a message of
@@ -379,6 +383,8 @@ where
         // have been applied meanwhile) is applied now.
         let drained = match (&response.outcome, metadata_of(payload)) {
             (Handled::DeadLettered, _) | (_, None) => Drained::default(),
+            // Its commit proved nothing parked: no event waits for it, no parked copy of it.
+            _ if response.none_parked => Drained::default(),
             (Handled::Parked { .. }, Some(m)) if self.inner.store.parks() => {
                 self.drain(&m.aggregate_type, &m.subject, None, deadline).instrument(span.clone()).await
             }
@@ -524,7 +530,7 @@ where
         match sent.await {
             Ok(()) => {
                 metrics::dead_lettered("MalformedEvent");
-                Ok(ConsumerResponse { outcome: Handled::DeadLettered, event_id: String::new(), parked_applied: Vec::new() })
+                Ok(ConsumerResponse { outcome: Handled::DeadLettered, event_id: String::new(), parked_applied: Vec::new(), none_parked: false })
             }
             Err(e) => Err(HandlerError::retry(format!("{reason}; the dead-letter queue refused it: {e}")).into()),
         }
@@ -545,7 +551,7 @@ where
         let error = loop {
             span.record("attempt", attempt);
             let error = match self.process(payload, delivery).await {
-                Ok((metadata, outcome)) => {
+                Ok((metadata, outcome, none_parked)) => {
                     let kind = match &outcome {
                         Handled::Applied(_) => {
                             metrics::applied(&metadata.time);
@@ -568,7 +574,7 @@ where
                     // The event's fields are the span's (handle_payload_until); one INFO line per
                     // invocation summarises ("invocation handled").
                     tracing::debug!(sequence = metadata.sequence, outcome = kind, "event handled");
-                    return Ok(ConsumerResponse { outcome, event_id: metadata.id, parked_applied: Vec::new() });
+                    return Ok(ConsumerResponse { outcome, event_id: metadata.id, parked_applied: Vec::new(), none_parked });
                 }
                 Err(e) => e,
             };
@@ -603,7 +609,7 @@ where
         match sent.await {
             Ok(()) => {
                 metrics::dead_lettered(error.error_type());
-                Ok(ConsumerResponse { outcome: Handled::DeadLettered, event_id, parked_applied: Vec::new() })
+                Ok(ConsumerResponse { outcome: Handled::DeadLettered, event_id, parked_applied: Vec::new(), none_parked: false })
             }
             Err(send_error) => {
                 tracing::error!(error = %send_error, "could not dead-letter the event; failing the invocation instead");
@@ -625,7 +631,12 @@ where
             Ok(true) => {
                 metrics::parked();
                 tracing::debug!(sequence = metadata.sequence, waits_for, "event parked: it waits for its predecessor");
-                Some(ConsumerResponse { outcome: Handled::Parked { waits_for }, event_id: metadata.id, parked_applied: Vec::new() })
+                Some(ConsumerResponse {
+                    outcome: Handled::Parked { waits_for },
+                    event_id: metadata.id,
+                    parked_applied: Vec::new(),
+                    none_parked: false,
+                })
             }
             Ok(false) => {
                 tracing::warn!(
@@ -642,12 +653,14 @@ where
         }
     }
 
-    async fn process(&self, payload: &RawValue, delivery: Delivery) -> Result<(EventMetadata, Handled<O>), ConsumerError> {
+    /// One attempt at the event of `payload`: its handler and transaction. Also answers whether
+    /// the commit proved nothing parked on the aggregate ([`InboxStore::apply_checking_parked`]).
+    async fn process(&self, payload: &RawValue, delivery: Delivery) -> Result<(EventMetadata, Handled<O>, bool), ConsumerError> {
         let envelope = decode_envelope(payload)?;
         #[cfg(feature = "claim-check")]
         let envelope = match self.claimed(envelope).await? {
             Claimed::Event(envelope) => envelope,
-            Claimed::Duplicate(metadata) => return Ok((metadata, Handled::Duplicate)),
+            Claimed::Duplicate(metadata) => return Ok((metadata, Handled::Duplicate, false)),
         };
         let Some(route) = self.inner.routes.get(&envelope.detail_type) else {
             let known: Vec<&str> = self.inner.routes.keys().map(String::as_str).collect();
@@ -656,8 +669,8 @@ where
         let tx = Tx::new(self.inner.writer.clone());
         let called = route.call(&envelope, tx.clone()).await?;
         let outcome = called.result?;
-        let handled = self.commit(&called.metadata, &called.hash, tx, outcome, delivery).await?;
-        Ok((called.metadata, handled))
+        let (handled, none_parked) = self.commit(&called.metadata, &called.hash, tx, outcome, delivery).await?;
+        Ok((called.metadata, handled, none_parked))
     }
 
     /// `envelope` with `detail.data` in place of `detail.data_ref`: the payload fetched from S3
@@ -714,7 +727,8 @@ where
     /// Commits `tx` with the inbox claim (recording the outcome on it); on a false business
     /// condition, runs the fallback and commits what it wrote instead (as many rounds as
     /// fallbacks are chained). A fallback that finds nothing to do still records the event: its
-    /// inbox claim alone, so an ordered aggregate's sequence advances past it.
+    /// inbox claim alone, so an ordered aggregate's sequence advances past it. Also answers
+    /// whether the commit proved nothing parked on the aggregate.
     async fn commit(
         &self,
         metadata: &EventMetadata,
@@ -722,7 +736,7 @@ where
         mut tx: Tx<O>,
         mut outcome: O,
         delivery: Delivery,
-    ) -> Result<Handled<O>, ConsumerError> {
+    ) -> Result<(Handled<O>, bool), ConsumerError> {
         loop {
             let (mut pending, fallback) = tx.take();
             // Claim-checked payloads of the emitted events go to S3 before the transaction that
@@ -738,11 +752,11 @@ where
             let recorded = RecordedOutcome::new(outcome_text(&outcome)).unparking(delivery.unparks());
             // Boxed: the SDK's futures are deeply nested, and without a box the future of a whole
             // Lambda `main` exceeds rustc's default query depth when computing its layout.
-            let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.apply_recording(metadata, hash, items, &recorded));
+            let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.apply_checking_parked(metadata, hash, items, &recorded));
             match applied.await? {
-                InboxOutcome::Applied => return Ok(Handled::Applied(outcome)),
-                InboxOutcome::Duplicate => return Ok(Handled::Duplicate),
-                InboxOutcome::BusinessConditionFailed { index, item } => {
+                (InboxOutcome::Applied, none_parked) => return Ok((Handled::Applied(outcome), none_parked)),
+                (InboxOutcome::Duplicate, _) => return Ok((Handled::Duplicate, false)),
+                (InboxOutcome::BusinessConditionFailed { index, item }, _) => {
                     let failed = batch.failed_at(index, item);
                     tracing::debug!(event_id = %metadata.id, failed = %failed, "a business condition failed");
                     let Some(fallback) = fallback else { return Err(ConsumerError::ConditionFailed { event_id: metadata.id.clone(), failed }) };
@@ -762,15 +776,21 @@ where
 
     /// Records the event with nothing to do (`reason`): the inbox claim and the aggregate's
     /// sequence, none of the handler's writes.
-    async fn nothing_to_do(&self, metadata: &EventMetadata, hash: &str, reason: String, delivery: Delivery) -> Result<Handled<O>, ConsumerError> {
+    async fn nothing_to_do(
+        &self,
+        metadata: &EventMetadata,
+        hash: &str,
+        reason: String,
+        delivery: Delivery,
+    ) -> Result<(Handled<O>, bool), ConsumerError> {
         let recorded = RecordedOutcome::nothing_to_do(reason.clone()).unparking(delivery.unparks());
-        let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.apply_recording(metadata, hash, Vec::new(), &recorded));
+        let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.apply_checking_parked(metadata, hash, Vec::new(), &recorded));
         match applied.await? {
-            InboxOutcome::Applied => Ok(Handled::NothingToDo(reason)),
+            (InboxOutcome::Applied, none_parked) => Ok((Handled::NothingToDo(reason), none_parked)),
             // Another delivery of the same event recorded it meanwhile.
-            InboxOutcome::Duplicate => Ok(Handled::Duplicate),
+            (InboxOutcome::Duplicate, _) => Ok((Handled::Duplicate, false)),
             // No business writes, so no business condition: only a store that misreports gets here.
-            InboxOutcome::BusinessConditionFailed { index, .. } => Err(HandlerError::retry(format!(
+            (InboxOutcome::BusinessConditionFailed { index, .. }, _) => Err(HandlerError::retry(format!(
                 "event {}: the inbox store reported write {index} failed in a transaction without writes",
                 metadata.id
             ))

@@ -321,6 +321,25 @@ impl InboxStore for MemoryInbox {
         std::future::ready(self.apply_now(metadata, payload_hash, writes, Some(outcome)))
     }
 
+    /// Proved when the event was applied and, right after, nothing is parked on its aggregate
+    /// (as the DynamoDB table proves it at its commit: a row parked after that is the parker's
+    /// to apply).
+    fn apply_checking_parked(
+        &self,
+        metadata: &EventMetadata,
+        payload_hash: &str,
+        writes: Vec<TransactWriteItem>,
+        outcome: &RecordedOutcome,
+    ) -> impl Future<Output = Result<(InboxOutcome, bool), InboxError>> + Send {
+        let applied = self.apply_now(metadata, payload_hash, writes, Some(outcome)).map(|result| {
+            let none_parked = self.ordered
+                && result == InboxOutcome::Applied
+                && !self.lock().parked.values().any(|p| p.aggregate_type == metadata.aggregate_type && p.aggregate_id == metadata.subject);
+            (result, none_parked)
+        });
+        std::future::ready(applied)
+    }
+
     fn applied_hash(&self, event_id: &str) -> impl Future<Output = Result<Option<String>, InboxError>> + Send {
         let hash = match self.lock().rows.get(event_id) {
             Some(Row::Applied { payload_hash } | Row::Completed { payload_hash, .. }) => Some(payload_hash.clone()),

@@ -11,18 +11,23 @@
 //!
 //! | row | key (`pk`) | attributes |
 //! |---|---|---|
-//! | ordering | `<consumer>#aggregate#<aggregate_type>#<aggregate_id>` | `last_sequence` |
-//! | parked | `<consumer>#parked#<aggregate_type>#<aggregate_id>#<waits_for>` | `kind` = `parked`, `parked_consumer` = `<consumer>`, `event_id`, `event_type`, `sequence`, `waits_for`, `payload`, `parked_at` |
+//! | ordering | `<consumer>#aggregate#<aggregate_type>#<aggregate_id>` | `last_sequence`, `parked_count` (the aggregate's counted parked rows) |
+//! | parked | `<consumer>#parked#<aggregate_type>#<aggregate_id>#<waits_for>` | `kind` = `parked`, `parked_consumer` = `<consumer>`, `event_id`, `event_type`, `sequence`, `waits_for`, `payload`, `parked_at`, `counted` = true |
 //!
 //! The parked row is keyed by the sequence it waits for (the event's required predecessor,
 //! [`super::required_predecessor`]), so "what waits for sequence n" is one consistent `GetItem`,
 //! with no index. Parked rows never expire (no `expires_at`): they are deleted once their event is
 //! settled (applied, found a duplicate, or dead-lettered as never-succeeding).
 //!
-//! **No event is stranded**, without a timer: the predecessor's delivery commits, then reads
-//! the parked row; the early event writes the parked row, then reads the ordering row. Both
-//! reads are strongly consistent, so whichever comes second sees the other's write and applies
-//! the parked event (if both do, the inbox claim lets one win and the other is a duplicate).
+//! **No event is stranded**, without a timer: the early event writes the parked row and adds
+//! one to the ordering row's `parked_count` in ONE transaction, then reads the ordering row;
+//! the predecessor's transaction moves `last_sequence` on the condition that `parked_count` is
+//! 0, and when that is false (something is parked) it commits without it and then reads the
+//! parked rows. DynamoDB serialises the two transactions on the ordering row, and the reads
+//! are strongly consistent, so whichever comes second sees the other's write and applies the
+//! parked event (if both do, the inbox claim lets one win and the other is a duplicate). With
+//! nothing parked, the predecessor's commit proves it and no read follows
+//! ([`Inbox::apply_checking_parked`](super::Inbox::apply_checking_parked)).
 //! When the invocation's budget ends before every parked successor is applied (or one of them
 //! fails transiently), the invocation fails with
 //! [`ConsumerError::ParkedPending`](crate::consumer::ConsumerError::ParkedPending): its event is

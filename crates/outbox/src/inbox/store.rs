@@ -60,6 +60,26 @@ pub trait InboxStore: Send + Sync {
         self.apply(metadata, payload_hash, writes)
     }
 
+    /// Ordering: [`InboxStore::apply_recording`], answering also whether the commit itself proved
+    /// that nothing is parked on the event's aggregate — no event waiting for it, no earlier
+    /// parked copy of it — so the consumer skips [`InboxStore::parked_around`] and its reads:
+    /// `true` only when the event was applied. The DynamoDB table proves it from the ordering
+    /// row's count of parked rows, read by the same transaction ([`Inbox::apply_checking_parked`]):
+    /// an ordered event that finds nothing parked costs its transaction alone. The default
+    /// answers `false` (the consumer reads).
+    ///
+    /// # Errors
+    /// As [`InboxStore::apply`].
+    fn apply_checking_parked(
+        &self,
+        metadata: &EventMetadata,
+        payload_hash: &str,
+        writes: Vec<TransactWriteItem>,
+        outcome: &RecordedOutcome,
+    ) -> impl Future<Output = Result<(InboxOutcome, bool), InboxError>> + Send {
+        async move { Ok((self.apply_recording(metadata, payload_hash, writes, outcome).await?, false)) }
+    }
+
     /// The payload hash `event_id` was applied with, when the store holds a live record of it
     /// (applied, or completed in guarded mode; not expired, not in progress): `None` otherwise.
     /// The consumer asks it before fetching a claim-checked payload from S3, so a duplicate
@@ -282,6 +302,15 @@ impl InboxStore for Inbox {
     ) -> impl Future<Output = Result<InboxOutcome, InboxError>> + Send {
         Inbox::apply_recording(self, metadata, payload_hash, writes, Some(outcome))
     }
+    fn apply_checking_parked(
+        &self,
+        metadata: &EventMetadata,
+        payload_hash: &str,
+        writes: Vec<TransactWriteItem>,
+        outcome: &RecordedOutcome,
+    ) -> impl Future<Output = Result<(InboxOutcome, bool), InboxError>> + Send {
+        Inbox::apply_checking_parked(self, metadata, payload_hash, writes, Some(outcome))
+    }
 
     fn applied_hash(&self, event_id: &str) -> impl Future<Output = Result<Option<String>, InboxError>> + Send {
         Inbox::applied_hash(self, event_id)
@@ -368,6 +397,16 @@ impl<S: InboxStore> InboxStore for Arc<S> {
         outcome: &RecordedOutcome,
     ) -> impl Future<Output = Result<InboxOutcome, InboxError>> + Send {
         (**self).apply_recording(metadata, payload_hash, writes, outcome)
+    }
+
+    fn apply_checking_parked(
+        &self,
+        metadata: &EventMetadata,
+        payload_hash: &str,
+        writes: Vec<TransactWriteItem>,
+        outcome: &RecordedOutcome,
+    ) -> impl Future<Output = Result<(InboxOutcome, bool), InboxError>> + Send {
+        (**self).apply_checking_parked(metadata, payload_hash, writes, outcome)
     }
 
     fn applied_hash(&self, event_id: &str) -> impl Future<Output = Result<Option<String>, InboxError>> + Send {
