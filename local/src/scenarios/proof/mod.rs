@@ -32,6 +32,8 @@
 //! * **nothing missing**: every event the consumer subscribes to that the stream carried has a
 //!   row in the consumer's inbox (claimed with its effect, or `COMPLETED`; a parked event is not
 //!   applied); without a redrive, only events dead-lettered with a permanent cause are excused;
+//! * **parked rows counted exactly**: every ordering row's `parked_count` equals the parked rows
+//!   of its aggregate (what lets an ordered event's commit prove that nothing is parked);
 //! * **dead letters hold only what can never succeed** (without a redrive): no dead letter whose
 //!   cause may pass later (a transient failure must heal without a person);
 //! * **the hot aggregate** (with `--hot-aggregate`): all its events applied in sequence order,
@@ -354,7 +356,7 @@ pub async fn run<B: SampleBooks>(
     let carried = stream_events(&runtime, &names.outbox_stream).await?;
     let checked = books.check(&dynamodb, &answered.iter().map(|(_, id)| id.clone()).collect::<Vec<_>>()).await?;
     let mut invariants = checked.invariants;
-    let inbox = scan(&dynamodb, &names.inbox, &["event_id", "status", "kind"]).await?;
+    let inbox = scan(&dynamodb, &names.inbox, &["pk", "event_id", "status", "kind", outbox::inbox::PARKED_COUNT]).await?;
     if let Some(hot) = &hot {
         invariants.push(hot::verdict(&dynamodb, &names.inbox, hot, &dead).await?);
     }
@@ -388,6 +390,31 @@ pub async fn run<B: SampleBooks>(
         .map(|i| text(i, "event_id"))
         .collect();
     let parked: Vec<String> = inbox.iter().filter(|i| text(i, "kind") == outbox::inbox::PARKED_KIND).map(|i| text(i, "event_id")).collect();
+    // The ordering rows' counts of parked rows (what lets an ordered event's commit prove that
+    // nothing is parked and skip its reads) equal the parked rows of their aggregate, whatever
+    // was lost, retried or crashed on the way: a count below the rows would let a commit skip
+    // a parked event.
+    let miscounted: Vec<String> = inbox
+        .iter()
+        .filter_map(|row| {
+            let pk = text(row, "pk");
+            let (consumer, aggregate) = pk.split_once("#aggregate#")?;
+            let count = row.get(outbox::inbox::PARKED_COUNT).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<i64>().ok()).unwrap_or(0);
+            let prefix = format!("{consumer}#parked#{aggregate}#");
+            let rows = inbox.iter().filter(|r| text(r, "pk").starts_with(&prefix)).count() as i64;
+            (count != rows).then(|| format!("{pk}: count {count}, {rows} parked"))
+        })
+        .collect();
+    invariants.push(Invariant {
+        name: "every ordering row counts exactly the parked rows of its aggregate",
+        held: miscounted.is_empty(),
+        detail: format!(
+            "{} ordering rows, {} miscounted [{}]",
+            inbox.iter().filter(|r| text(r, "pk").contains("#aggregate#")).count(),
+            miscounted.len(),
+            first(&miscounted)
+        ),
+    });
     // Without a redrive, events that can never succeed (dead-lettered with a permanent cause)
     // are the only ones allowed to be missing.
     let never: HashSet<String> =
