@@ -3,6 +3,11 @@
 //! `batchItemFailures`. Zero code: configured only by environment variables (see
 //! `outbox_lambda::relay`).
 
+// mimalloc, not glibc's malloc: allocation is the largest single cost of a call here
+// (docs/cost.md, "Allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 // One thread: a Lambda instance handles one invocation at a time, and on one thread the SDK's
 // connection tasks and the handler never hand work to each other across threads (docs/cost.md,
 // "The functions' cost, measured").

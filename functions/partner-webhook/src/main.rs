@@ -6,6 +6,11 @@ use lambda_http::{tracing, Error};
 use orders_app::partner::{router, PartnerWebhooks};
 use outbox_lambda::Env;
 
+// mimalloc, not glibc's malloc: allocation is the largest single cost of a call here
+// (docs/cost.md, "Allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();

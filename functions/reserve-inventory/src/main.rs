@@ -8,6 +8,11 @@ use orders_app::inventory::InventoryConsumer;
 use outbox::consumer::{RawEvent, DEFAULT_METRICS_NAMESPACE};
 use outbox_lambda::Env;
 
+// mimalloc, not glibc's malloc: allocation is the largest single cost of a call here
+// (docs/cost.md, "Allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 // One thread: see functions/outbox-relay/src/main.rs.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {

@@ -2,6 +2,11 @@
 //! `ReportBatchItemFailures`); fans each event out to its subscribers and delivers it signed,
 //! once per subscriber, with backoff and dead-lettering (see `outbox_webhooks::dispatcher`, run by `outbox_lambda::webhooks`).
 
+// mimalloc, not glibc's malloc: allocation is the largest single cost of a call here
+// (docs/cost.md, "Allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     outbox_lambda::webhooks::run_from_env().await
