@@ -62,8 +62,11 @@
 //! When the count alone is not 0, the transaction is made again without it and the consumer
 //! reads the parked rows, as before. Rows parked by a version before the count are not
 //! counted: one the count passes by waits for the consumer kit's parked check, which applies a
-//! parked event whose predecessor is already applied ([`crate::consumer::ParkedCheck`], every
-//! 5 minutes).
+//! parked event whose predecessor is already applied and removes its row
+//! ([`crate::consumer::ParkedCheck`], every 5 minutes). Versions side by side (a deploy, a
+//! rollback) stay safe: the older one never touches the count, so it can only leave it too high
+//! (the aggregate's events then read, as before), and a park gives a new ordering row
+//! `last_sequence` 0, which the older version's condition needs for the aggregate's first event.
 //!
 //! Ordering rows **never expire**: they carry no `expires_at` (an old row that had one loses it
 //! on the next event), because an aggregate can emit its next event months later and a deleted
@@ -349,7 +352,7 @@ const COUNTED: &str = "counted";
 
 /// Most transactions [`Inbox::park`] makes while DynamoDB cancels it as retryable (a
 /// `TransactionConflict` with the predecessor's own transaction on the ordering row, throttling).
-const PARK_ATTEMPTS: u32 = 3;
+pub const PARK_ATTEMPTS: u32 = 3;
 
 /// How an ordered event's transaction treats the aggregate's ordering row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -364,7 +367,8 @@ enum Advance {
     /// condition that it is counted, and the count goes down by one.
     UnparkCounted(u64),
     /// The drain's event whose parked row is not counted (parked before the count existed) or
-    /// gone: deleted unconditionally, the count untouched.
+    /// gone: deleted on the condition that it is absent or this event's uncounted row, the count
+    /// untouched.
     UnparkUncounted(u64),
 }
 
@@ -447,9 +451,10 @@ impl Inbox {
                 "SET last_sequence = :seq, updated_at = :now, parked_count = if_not_exists(parked_count, :zero) REMOVE expires_at",
                 IN_SEQUENCE.to_owned(),
             ),
-            Advance::UnparkCounted(_) => {
-                ("SET last_sequence = :seq, updated_at = :now ADD parked_count :minus_one REMOVE expires_at", IN_SEQUENCE.to_owned())
-            }
+            Advance::UnparkCounted(_) => (
+                "SET last_sequence = :seq, updated_at = :now ADD parked_count :minus_one REMOVE expires_at",
+                format!("{IN_SEQUENCE} AND attribute_exists(parked_count)"),
+            ),
         };
         let mut builder = Update::builder()
             .table_name(&self.table)
@@ -472,16 +477,21 @@ impl Inbox {
     }
 
     /// The deletion of the parked row of `metadata`'s event (parked waiting for `waits_for`), as
-    /// part of its transaction ([`RecordedOutcome::unparks`]); `counted`: on the condition that the row is counted ([`PARKED_COUNT`]); otherwise
-    /// unconditional.
+    /// part of its transaction ([`RecordedOutcome::unparks`]). `counted`: on the condition that
+    /// the row is this event's and counted (the count goes down with it); otherwise on the
+    /// condition that the key holds no row or this event's uncounted one, so a counted row is
+    /// never deleted without its count.
     fn unpark_in_transaction(&self, metadata: &EventMetadata, waits_for: u64, counted: bool) -> TransactWriteItem {
-        let mut delete = Delete::builder()
+        let condition = match counted {
+            true => "event_id = :id AND attribute_exists(#counted)",
+            false => "attribute_not_exists(pk) OR (event_id = :id AND attribute_not_exists(#counted))",
+        };
+        let delete = Delete::builder()
             .table_name(&self.table)
-            .key("pk", AttributeValue::S(self.parked_key(&metadata.aggregate_type, &metadata.subject, waits_for)));
-        if counted {
-            delete = delete.condition_expression("attribute_exists(#counted)").expression_attribute_names("#counted", COUNTED);
-        }
-        let delete = delete
+            .key("pk", AttributeValue::S(self.parked_key(&metadata.aggregate_type, &metadata.subject, waits_for)))
+            .condition_expression(condition)
+            .expression_attribute_names("#counted", COUNTED)
+            .expression_attribute_values(":id", AttributeValue::S(metadata.id.clone()))
             .build()
             // table_name and key are set above, the only required fields.
             .expect("Delete has its required fields");
@@ -553,17 +563,23 @@ impl Inbox {
         }
     }
 
-    /// The update adding `by` to the [`PARKED_COUNT`] of the aggregate's ordering row (created
-    /// when absent; a decrement only on a row that has a count).
+    /// The update adding `by` to the [`PARKED_COUNT`] of the aggregate's ordering row. An
+    /// increment creates the row when absent, with `last_sequence` 0 (so a version before the
+    /// count, which reads a row without `last_sequence` as a gap, still applies the aggregate's
+    /// first event), and removes an old row's `expires_at` (a count must never expire). A
+    /// decrement only on a row that has a count.
     fn count_parked(&self, aggregate_type: &str, aggregate_id: &str, by: i64) -> TransactWriteItem {
         let mut update = Update::builder()
             .table_name(&self.table)
             .key("pk", AttributeValue::S(self.ordering_key(&format!("{aggregate_type}#{aggregate_id}"))))
-            .update_expression("ADD parked_count :by")
             .expression_attribute_values(":by", AttributeValue::N(by.to_string()));
-        if by < 0 {
-            update = update.condition_expression("attribute_exists(parked_count)");
-        }
+        update = if by < 0 {
+            update.update_expression("ADD parked_count :by").condition_expression("attribute_exists(parked_count)")
+        } else {
+            update
+                .update_expression("SET last_sequence = if_not_exists(last_sequence, :zero) ADD parked_count :by REMOVE expires_at")
+                .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+        };
         let update = update
             .build()
             // table_name, key and update_expression are set above, the only required fields.
@@ -658,9 +674,11 @@ impl Inbox {
             .delete_item()
             .table_name(&self.table)
             .key("pk", key)
-            // Not `attribute_not_exists(counted)`: a counted row whose count update failed goes
-            // too, its count left one high (which only costs the aggregate the reads).
-            .condition_expression("event_id = :id")
+            // Never a counted row without its count: one counted since the transaction above
+            // (the same event parked again by a stale delivery) stays, for the drain or the
+            // parked check to settle as a duplicate and unpark with its count.
+            .condition_expression("event_id = :id AND attribute_not_exists(#counted)")
+            .expression_attribute_names("#counted", COUNTED)
             .expression_attribute_values(":id", id)
             .send()
             .await;
@@ -918,8 +936,10 @@ impl Inbox {
             None => Advance::NoneParked,
         };
         loop {
-            // Only these two may be refused for a reason that is not the event's, and made again.
-            let again = (self.ordered && matches!(advance, Advance::NoneParked | Advance::UnparkCounted(_))).then(|| writes.clone());
+            // Only these three may be refused for a reason that is not the event's, and made again
+            // (NoneParked -> Plain; UnparkCounted -> UnparkUncounted -> Plain: three at most).
+            let again = (self.ordered && matches!(advance, Advance::NoneParked | Advance::UnparkCounted(_) | Advance::UnparkUncounted(_)))
+                .then(|| writes.clone());
             match self.apply_once(metadata, payload_hash, writes, outcome, advance).await? {
                 Attempt::Done(result) => {
                     let proved = self.ordered && advance == Advance::NoneParked && result == InboxOutcome::Applied;
@@ -927,7 +947,7 @@ impl Inbox {
                 }
                 Attempt::Again(next) => {
                     advance = next;
-                    // `again` is Some for the two refusals apply_once makes again.
+                    // `again` is Some for the three refusals apply_once makes again.
                     writes = again.unwrap_or_default();
                 }
             }
@@ -975,9 +995,14 @@ impl Inbox {
             }
             Err(TransactionError::ConditionFailed { index: 1, item }) if self.ordered => {
                 let required = required_predecessor(metadata, self.types.as_ref());
-                if advance == Advance::NoneParked && in_sequence(item.as_ref(), required, metadata.sequence) {
-                    // In sequence: the count said something is parked on the aggregate.
-                    return Ok(Attempt::Again(Advance::Plain));
+                if in_sequence(item.as_ref(), required, metadata.sequence) {
+                    match advance {
+                        // In sequence: the count said something is parked on the aggregate.
+                        Advance::NoneParked => return Ok(Attempt::Again(Advance::Plain)),
+                        // In sequence: the row has no count to take the parked row off.
+                        Advance::UnparkCounted(waits_for) => return Ok(Attempt::Again(Advance::UnparkUncounted(waits_for))),
+                        Advance::Plain | Advance::UnparkUncounted(_) => {}
+                    }
                 }
                 let last = last_sequence_of(item.as_ref());
                 if metadata.sequence <= last {
@@ -992,8 +1017,12 @@ impl Inbox {
                 }
             }
             Err(TransactionError::ConditionFailed { index, item }) => match advance {
-                // The parked row is not counted (parked before the count existed) or gone.
+                // The parked row is not this event's counted row (parked before the count
+                // existed, or gone).
                 Advance::UnparkCounted(waits_for) if self.ordered && index == 2 => Ok(Attempt::Again(Advance::UnparkUncounted(waits_for))),
+                // Nor this event's uncounted row: another event's, or counted since. Left for
+                // the drain or the parked check, which settle it with its count.
+                Advance::UnparkUncounted(_) if self.ordered && index == 2 => Ok(Attempt::Again(Advance::Plain)),
                 _ => done(InboxOutcome::BusinessConditionFailed { index: index - business_offset, item }),
             },
             Err(e) => Err(e.into()),
@@ -1444,6 +1473,33 @@ mod tests {
         assert_eq!((refused.num_calls(), uncounted.num_calls()), (1, 1));
     }
 
+    /// The drained key holds a row that is neither this event's counted row nor its uncounted
+    /// one (another event's, or one counted since): the event commits without touching it or the
+    /// count (three transactions), and the row stays for the drain or the parked check.
+    #[tokio::test]
+    async fn a_row_at_the_drained_key_that_is_not_this_events_is_left_with_its_count() {
+        use aws_sdk_dynamodb::operation::transact_write_items::{TransactWriteItemsInput, TransactWriteItemsOutput};
+        use aws_smithy_mocks::{mock, mock_client, RuleMode};
+        let delete_condition = |r: &TransactWriteItemsInput| {
+            r.transact_items().get(2).and_then(|i| i.delete()).and_then(|d| d.condition_expression()).unwrap_or_default().to_owned()
+        };
+        let counted = mock!(Client::transact_write_items)
+            .match_requests(move |r| delete_condition(r) == "event_id = :id AND attribute_exists(#counted)")
+            .then_error(|| cancelled_at(2, 3, None));
+        let uncounted = mock!(Client::transact_write_items)
+            .match_requests(move |r| delete_condition(r).starts_with("attribute_not_exists(pk) OR"))
+            .then_error(|| cancelled_at(2, 3, None));
+        let plain = mock!(Client::transact_write_items)
+            .match_requests(|r| r.transact_items().len() == 2 && !ordering_update(r).0.contains("ADD"))
+            .then_output(|| TransactWriteItemsOutput::builder().build());
+        let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&counted, &uncounted, &plain]);
+        let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
+        let drained = RecordedOutcome::new("applied").unparking(Some(2));
+        let applied = inbox.apply_checking_parked(&sequenced("e-3", 3), "h", Vec::new(), Some(&drained)).await.unwrap();
+        assert_eq!(applied, (InboxOutcome::Applied, false));
+        assert_eq!((counted.num_calls(), uncounted.num_calls(), plain.num_calls()), (1, 1, 1));
+    }
+
     /// Parking is one transaction of the row and the count; a `TransactionConflict` (the
     /// predecessor's transaction on the ordering row) is made again; the same event parked again
     /// is not counted twice; another event id at the key is "not parked".
@@ -1462,7 +1518,7 @@ mod tests {
         let is_park = |r: &aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsInput| {
             r.transact_items().len() == 2
                 && r.transact_items()[0].put().is_some_and(|p| p.item().get("counted") == Some(&AttributeValue::Bool(true)))
-                && r.transact_items()[1].update().is_some_and(|u| u.update_expression() == "ADD parked_count :by")
+                && r.transact_items()[1].update().is_some_and(|u| u.update_expression().contains("ADD parked_count :by"))
         };
         let first = mock!(Client::transact_write_items).match_requests(is_park).then_error(conflict);
         let second = mock!(Client::transact_write_items).match_requests(is_park).then_output(|| TransactWriteItemsOutput::builder().build());

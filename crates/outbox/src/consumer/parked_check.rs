@@ -219,6 +219,13 @@ where
         match handled {
             Ok(response) if matches!(response.outcome, Handled::Parked { .. }) => Recovery::Waiting,
             Ok(_) => {
+                // Applied as a delivery of its own, its row may be left: a row parked before the
+                // count existed is not counted, so the delivery's commit can prove "nothing
+                // parked" past it. Removed here (nothing when it is gone).
+                let unparked = Box::pin(store.unpark(&row)).await;
+                if let Err(e) = unparked {
+                    tracing::warn!(event_id = %row.event_id, error = %e, "parked check: removing the applied event's parked row failed; the next check finds it a duplicate");
+                }
                 metrics::parked_recovered();
                 Recovery::Applied
             }
