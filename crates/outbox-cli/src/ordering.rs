@@ -259,7 +259,7 @@ pub async fn republish_parked(
 /// What a release did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Released {
-    /// The aggregate's `last_sequence` before (0: no row yet).
+    /// The aggregate's `last_sequence` before (0: no row yet, or a row only parking wrote).
     pub before: u64,
     /// The one after: `max(before, through)`.
     pub after: u64,
@@ -270,8 +270,9 @@ pub struct Released {
 ///
 /// The aggregate's ordering row must exist (the consumer applied an event of it), unless
 /// `create`: a mistyped `--consumer` or `--aggregate` would otherwise "succeed" by creating a
-/// row nobody reads while the waiting event stays stuck. `create` is for a gap at the
-/// aggregate's very first event.
+/// row nobody reads while the waiting event stays stuck. Parking creates the row (a gap at the
+/// aggregate's first event included); `create` is for a row that does not exist: the waiting
+/// event parked by a version before the parked count, or not arrived yet.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] when `aggregate` is not `<type>#<id>` or `through` is 0,
@@ -305,7 +306,7 @@ pub async fn release(
         if found.item.is_none() {
             return Err(Error::NotFound(format!(
                 "no ordering row {key:?} in {table}: check --consumer (the function's CONSUMER_NAME) and --aggregate (<aggregate_type>#<aggregate_id>, \
-                 case matters, as the gap's log line prints them); if the aggregate's first event itself never came, pass --create"
+                 case matters, as the gap's log line prints them); if no event of the aggregate was parked since the parked count and you mean it, pass --create"
             )));
         }
     }

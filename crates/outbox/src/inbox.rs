@@ -911,8 +911,9 @@ impl Inbox {
     /// is absent or its [`PARKED_COUNT`] is 0. When that condition alone is false (something is
     /// parked), the transaction is made again without it and the answer is `false`: the
     /// consumer then reads the parked rows. The drain's event (`outcome.unparks`) deletes its
-    /// counted parked row and takes it off the count; an uncounted row (parked before the count
-    /// existed) is deleted alone, in a second transaction.
+    /// counted parked row and takes it off the count; for an uncounted row (parked before the
+    /// count existed) the event's transaction is made again, deleting the row without the count;
+    /// a row that is neither (another event's) is left.
     ///
     /// Why no row can be missed: the parked row and its count are written in one transaction
     /// ([`Inbox::park`]), and this transaction reads the count on the same item it moves the

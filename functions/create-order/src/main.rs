@@ -6,8 +6,8 @@ use lambda_http::{tracing, Error};
 use orders_app::{http::router, orders::OrdersApi};
 use outbox_lambda::Env;
 
-// mimalloc, not glibc's malloc: allocation is the largest single cost of a call here
-// (docs/cost.md, "Allocator").
+// mimalloc, not glibc's malloc: allocation was the largest single cost of an AWS call in the
+// relay's profile (docs/cost.md, "Allocator").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

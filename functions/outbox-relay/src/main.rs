@@ -3,8 +3,8 @@
 //! `batchItemFailures`. Zero code: configured only by environment variables (see
 //! `outbox_lambda::relay`).
 
-// mimalloc, not glibc's malloc: allocation is the largest single cost of a call here
-// (docs/cost.md, "Allocator").
+// mimalloc, not glibc's malloc: allocation was the largest single cost of an AWS call in the
+// relay's profile (docs/cost.md, "Allocator").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -8,8 +8,8 @@ use orders_app::inventory::InventoryConsumer;
 use outbox::consumer::{RawEvent, DEFAULT_METRICS_NAMESPACE};
 use outbox_lambda::Env;
 
-// mimalloc, not glibc's malloc: allocation is the largest single cost of a call here
-// (docs/cost.md, "Allocator").
+// mimalloc, not glibc's malloc: allocation was the largest single cost of an AWS call in the
+// relay's profile (docs/cost.md, "Allocator").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

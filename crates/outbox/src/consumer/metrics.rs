@@ -16,7 +16,7 @@
 //! | `SequenceGaps` | count | an ordered event arrived before its predecessor and a store that does not park failed it (counted by the inbox, [`crate::inbox`]) |
 //! | `OldestParkedAgeSeconds` | seconds (gauge) | the parked check ([`super::ParkedCheck`]): how long the oldest event parked now has waited (0: none); the kit's `ParkedGapAlarm` |
 //! | `EventsParkedNow` | count (gauge) | the parked check: events parked now (at most its limit) |
-//! | `ParkedRecovered` | count | the parked check applied a parked event whose predecessor was already applied (should stay 0) |
+//! | `ParkedRecovered` | count | the parked check applied a parked event whose predecessor was already applied (should stay 0, except after a deploy from a version before the parked count) |
 //! | `CommitToEffectMilliseconds` | milliseconds | from the event's `time` (the producer's commit) to the consumer's commit, for applied events |
 //!
 //! The alarmed metrics (`EventsDeadLettered`, `CommitToEffectMilliseconds`, `OldestParkedAgeSeconds`) carry only the

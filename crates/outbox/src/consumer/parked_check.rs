@@ -17,8 +17,10 @@
 //! 3. one WARN line per event parked longer than the gap limit (event id, aggregate, sequence,
 //!    the sequence it waits for, age, and the release command);
 //! 4. a safety net: a parked event whose predecessor is already applied (the aggregate's
-//!    `last_sequence` ≥ `waits_for`; the parking protocol says this cannot happen) is applied
-//!    now, as a delivery of its own, and counted in `ParkedRecovered`.
+//!    `last_sequence` ≥ `waits_for`) is applied now, as a delivery of its own, its row removed,
+//!    and counted in `ParkedRecovered`. The parking protocol leaves none, except a row parked by
+//!    a version before the ordering row's count ([`crate::inbox::PARKED_COUNT`]), which an
+//!    event's commit can pass by after a deploy.
 //!
 //! The message is always acknowledged, even when the check fails (a throttled `Query`, a table
 //! without the index: logged at ERROR): the next one comes with the next period, and a check
