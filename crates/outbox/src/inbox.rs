@@ -272,7 +272,7 @@ pub fn required_predecessor(metadata: &EventMetadata, types: Option<&BTreeSet<St
 }
 
 /// Reports a sequence gap: a log line naming the release command and the metric `SequenceGaps`
-/// (namespace `OutboxConsumer`, dimension `function`; [`crate::consumer::metrics`]).
+/// (namespace `OutboxConsumer`, dimension `function`; the consumer's `metrics` module).
 pub(crate) fn report_gap(consumer: &str, error: &InboxError) {
     let InboxError::SequenceGap { aggregate, expected, got, last_applied } = error else { return };
     tracing::warn!(

@@ -48,7 +48,7 @@
 //! item in request order (`TransactWriteItems` API reference,
 //! <https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html>);
 //! [`OutboxTransaction::execute`] maps the failed position back to *your* write or to the
-//! outbox put ([`ConditionFailed`]).
+//! outbox put ([`ConditionFailed`](crate::ConditionFailed)).
 
 use std::collections::HashMap;
 use std::sync::Arc;
