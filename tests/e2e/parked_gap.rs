@@ -17,6 +17,18 @@ use serde_json::{json, Value};
 
 use crate::common;
 
+/// An ordered consumer named `name` on `table`, whose handler answers the event's sequence.
+fn ordered_consumer(dynamodb: &aws_sdk_dynamodb::Client, table: &str, name: &str) -> (Inbox, Consumer<Inbox, MemoryDeadLetters, u64>) {
+    let inbox = Inbox::new(dynamodb.clone(), table, name, Duration::from_secs(3600)).ordered();
+    let handler = |event: outbox::consumer::DeliveredEvent<Value>, _tx| async move { Ok::<_, HandlerError>(event.metadata.sequence) };
+    let consumer = Consumer::builder(inbox.clone(), MemoryDeadLetters::new())
+        .on::<Value, _, _>("OrderCreated", handler)
+        .on::<Value, _, _>("OrderPaid", handler)
+        .on::<Value, _, _>("OrderCancelled", handler)
+        .build();
+    (inbox, consumer)
+}
+
 fn raw(value: &Value) -> Box<serde_json::value::RawValue> {
     serde_json::value::to_raw_value(value).expect("JSON")
 }
@@ -52,13 +64,7 @@ async fn a_real_gap_is_found_by_the_parked_check_and_listed_from_the_index_witho
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let table = stack.tables.iter().find(|t| t.logical_id == "ConsumerKit/InboxTable").expect("the kit's inbox table").name.clone();
     let consumer_name = "ordered-gap";
-    let inbox = Inbox::new(dynamodb.clone(), &table, consumer_name, Duration::from_secs(3600)).ordered();
-    let handler = |event: outbox::consumer::DeliveredEvent<Value>, _tx| async move { Ok::<_, HandlerError>(event.metadata.sequence) };
-    let consumer: Consumer<Inbox, MemoryDeadLetters, u64> = Consumer::builder(inbox.clone(), MemoryDeadLetters::new())
-        .on::<Value, _, _>("OrderCreated", handler)
-        .on::<Value, _, _>("OrderPaid", handler)
-        .on::<Value, _, _>("OrderCancelled", handler)
-        .build();
+    let (inbox, consumer) = ordered_consumer(&dynamodb, &table, consumer_name);
     let deadline = || Instant::now() + Duration::from_secs(20);
 
     // o-1: 1 applies, 3 arrives, 2 never comes. o-2: 2 arrives before 1 (transient), then 1.
@@ -108,13 +114,7 @@ async fn a_row_parked_before_the_count_is_applied_and_removed_by_the_parked_chec
     let local = common::Local::start().await;
     let table = local.table("ConsumerKit/InboxTable");
     let consumer_name = "legacy-parked";
-    let inbox = Inbox::new(local.dynamodb.clone(), &table, consumer_name, Duration::from_secs(3600)).ordered();
-    let handler = |event: outbox::consumer::DeliveredEvent<Value>, _tx| async move { Ok::<_, HandlerError>(event.metadata.sequence) };
-    let consumer: Consumer<Inbox, MemoryDeadLetters, u64> = Consumer::builder(inbox.clone(), MemoryDeadLetters::new())
-        .on::<Value, _, _>("OrderCreated", handler)
-        .on::<Value, _, _>("OrderPaid", handler)
-        .on::<Value, _, _>("OrderCancelled", handler)
-        .build();
+    let (_, consumer) = ordered_consumer(&local.dynamodb, &table, consumer_name);
     let deadline = || Instant::now() + Duration::from_secs(20);
     consumer.handle_payload_until(&raw(&order_event("o-L", "OrderCreated", 1)), deadline()).await.expect("applied");
 

@@ -337,7 +337,12 @@ type Item = std::collections::HashMap<String, AttributeValue>;
 
 /// The `last_sequence` of an ordering row (0: no row, or no number in it).
 fn last_sequence_of(item: Option<&Item>) -> u64 {
-    item.and_then(|i| i.get("last_sequence")).and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or(0)
+    stored_sequence(item).unwrap_or(0)
+}
+
+/// The `last_sequence` an ordering row stores (`None`: no row, or a row without one).
+fn stored_sequence(item: Option<&Item>) -> Option<u64> {
+    item.and_then(|i| i.get("last_sequence")).and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok())
 }
 
 /// The ordering row's count of the aggregate's parked rows (absent on a row written before the
@@ -383,7 +388,7 @@ enum Attempt {
 /// Whether the ordering row `item` (as stored, `None`: no row) lets an event of `sequence` whose
 /// required predecessor is `required` apply: the sequence part of [`Inbox`]'s condition.
 fn in_sequence(item: Option<&Item>, required: u64, sequence: u64) -> bool {
-    match item.and_then(|i| i.get("last_sequence")).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<u64>().ok()) {
+    match stored_sequence(item) {
         None => required == 0,
         Some(last) => last >= required && last < sequence,
     }

@@ -394,14 +394,22 @@ pub async fn run<B: SampleBooks>(
     // nothing is parked and skip its reads) equal the parked rows of their aggregate, whatever
     // was lost, retried or crashed on the way: a count below the rows would let a commit skip
     // a parked event.
+    // Parked rows by aggregate, `<consumer>#parked#<type>#<id>` (their key less `#<waits_for>`):
+    // one pass, so the verdict stays linear in the table at 10,000 orders.
+    let mut parked_by_aggregate: HashMap<String, i64> = HashMap::new();
+    for row in &inbox {
+        let pk = text(row, "pk");
+        if let Some((aggregate, _waits_for)) = pk.contains("#parked#").then(|| pk.rsplit_once('#')).flatten() {
+            *parked_by_aggregate.entry(aggregate.to_owned()).or_default() += 1;
+        }
+    }
     let miscounted: Vec<String> = inbox
         .iter()
         .filter_map(|row| {
             let pk = text(row, "pk");
             let (consumer, aggregate) = pk.split_once("#aggregate#")?;
             let count = row.get(outbox::inbox::PARKED_COUNT).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<i64>().ok()).unwrap_or(0);
-            let prefix = format!("{consumer}#parked#{aggregate}#");
-            let rows = inbox.iter().filter(|r| text(r, "pk").starts_with(&prefix)).count() as i64;
+            let rows = parked_by_aggregate.get(&format!("{consumer}#parked#{aggregate}")).copied().unwrap_or(0);
             (count != rows).then(|| format!("{pk}: count {count}, {rows} parked"))
         })
         .collect();
