@@ -464,12 +464,8 @@ async fn a_token_signed_with_a_rotated_issuer_key_is_accepted_without_a_restart(
     assert_eq!(after_rotation.status, 201, "the rotated key is picked up without a restart: {after_rotation:?}");
     let old = create(&api.with_token(Some(old_token)), &order(None, 1), None).await;
     assert_eq!(old.status, 201, "a token of the previous key verifies until it expires: {old:?}");
-    let jwks: Value = reqwest::get(format!("http://{}{}", api.addr, outbox_local::runtime::authorizer::JWKS_PATH))
-        .await
-        .expect("GET the JWKS")
-        .json()
-        .await
-        .expect("the JWKS is JSON");
+    let jwks = send(&api.with_token(None), "GET", outbox_local::runtime::authorizer::JWKS_PATH, &[], None).await;
+    let jwks = jwks.json();
     assert_eq!(jwks["keys"].as_array().map(Vec::len), Some(2), "both keys served: {jwks}");
     assert_eq!(counts(&local).await.0, orders_before + 3, "three orders written");
     local.shutdown().await;
