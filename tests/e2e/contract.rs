@@ -2,7 +2,9 @@
 //! on one of the project's namespaces names a metric the code emits, with the dimensions the code
 //! emits it with; every environment variable a library `run_from_env` requires is set on the
 //! function that runs it. A rename on either side fails here, instead of silently disarming an
-//! alarm or failing a function at its first cold start.
+//! alarm or failing a function at its first cold start. Every SQS queue (the delivery queues an
+//! event travels through, the dead-letter queues) takes a message as large as the bus delivers
+//! inline, so no event the consumer accepts is refused on the way.
 //!
 //! `CONTRACT_TEMPLATE=<path>` checks another template (e.g. a scratch copy).
 
@@ -112,4 +114,49 @@ fn a_renamed_metric_or_a_missing_variable_is_caught() {
     let unset = crate::common::sample_template_with(&[("blocks/relay/template.yaml", "RELAY_DLQ_URL:", "RELAY_DLQ_URL_OLD:")]);
     let wrong = environment_violations(&unset);
     assert!(wrong.iter().any(|w| w.contains("outbox-relay requires RELAY_DLQ_URL")), "{wrong:?}");
+}
+
+/// Every SQS queue whose `MaximumMessageSize` is missing (SQS's default was 256 KiB) or under the
+/// bus's inline limit ([`outbox::envelope::DEFAULT_MAX_PUT_EVENTS_BYTES`], 1 MiB: what a consumer
+/// accepts inline), one line each.
+fn message_size_violations(template: &Template) -> Vec<String> {
+    let inline = outbox::envelope::DEFAULT_MAX_PUT_EVENTS_BYTES;
+    let mut wrong = Vec::new();
+    for (id, props) in template.resources_of("AWS::SQS::Queue") {
+        let size = match props.get("MaximumMessageSize") {
+            None => {
+                wrong.push(format!("{id}: no MaximumMessageSize (the default may be 256 KiB); at least {inline} bytes"));
+                continue;
+            }
+            Some(Value::Number(n)) => n.as_u64(),
+            Some(Value::String(s)) => s.parse().ok(),
+            Some(_) => None,
+        };
+        match size {
+            Some(bytes) if bytes >= inline as u64 => {}
+            Some(bytes) => wrong.push(format!("{id}: MaximumMessageSize {bytes} bytes is under the bus's inline limit of {inline}")),
+            None => wrong.push(format!("{id}: MaximumMessageSize is not a number of bytes")),
+        }
+    }
+    wrong
+}
+
+#[test]
+fn every_queue_takes_a_message_as_large_as_the_bus_delivers_inline() {
+    let template = template();
+    assert!(!template.resources_of("AWS::SQS::Queue").is_empty(), "no queue: nothing checked");
+    let wrong = message_size_violations(&template);
+    assert!(wrong.is_empty(), "queues that would refuse an event the consumer accepts inline:\n{}", wrong.join("\n"));
+}
+
+/// The check itself: a queue that states no size, or 256 KiB, is caught.
+#[test]
+fn a_queue_without_a_large_enough_maximum_message_size_is_caught() {
+    let kit = "blocks/consumer-kit/template.yaml";
+    let smaller = crate::common::sample_template_with(&[(kit, "MaximumMessageSize: 1048576", "MaximumMessageSize: 262144")]);
+    let wrong = message_size_violations(&smaller);
+    assert!(wrong.iter().any(|w| w.contains("DeliveryQueue: MaximumMessageSize 262144 bytes is under")), "{wrong:?}");
+    let unstated = crate::common::sample_template_with(&[("blocks/webhooks/template.yaml", "MaximumMessageSize: 1048576", "DelaySeconds: 0")]);
+    let wrong = message_size_violations(&unstated);
+    assert!(wrong.iter().any(|w| w.contains("WebhookDeliveryQueue: no MaximumMessageSize")), "{wrong:?}");
 }

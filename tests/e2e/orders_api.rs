@@ -6,7 +6,10 @@
 //! `OrderCancelled`; `GET` shows the result. The events written are checked against `schemas/`.
 //! Every request carries a token of the local issuer (the template's JWT authorizer, played by the
 //! local HTTP API): without one, or with an expired, foreign or unsigned one, the answer is 401
-//! and nothing is written; another subject's order is a 404.
+//! and nothing is written; another subject's order is a 404. API Gateway's HTTP API quotas hold:
+//! a request whose request line and headers exceed 10,240 bytes (a 12 KB token) is a 431 and a
+//! body over 10 MB a 413, with nothing written; a token signed after the issuer's key file was
+//! rotated is accepted without a restart.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -367,6 +370,7 @@ async fn without_a_valid_token_every_route_is_a_401_and_another_subjects_order_a
     let tokens = [
         ("no token", None),
         ("expired", Some(issuer.sign(&with("exp", (now - 1).into())))),
+        ("expiring this second", Some(issuer.sign(&with("exp", now.into())))),
         ("another issuer", Some(issuer.sign(&with("iss", "https://issuer.example".into())))),
         ("another audience", Some(issuer.sign(&with("aud", "other-api".into())))),
         ("alg none", Some(unsigned)),
@@ -399,4 +403,71 @@ async fn without_a_valid_token_every_route_is_a_401_and_another_subjects_order_a
     let view = get(&api, &order_id).await;
     assert_eq!((view.status, view.json()["status"].as_str()), (200, Some("CREATED")), "{view:?}");
     local.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_api_gateways_size_quotas_is_refused_and_one_within_them_is_served() {
+    use outbox_local::runtime::authorizer::{LOCAL_AUDIENCE, LOCAL_ISSUER};
+    use outbox_local::runtime::http_api::{MAX_BODY_BYTES, MAX_REQUEST_LINE_AND_HEADER_BYTES};
+    let mut local = Local::start().await;
+    let api = Api::serve(&mut local).await;
+    let before = counts(&local).await;
+    let now = chrono::Utc::now().timestamp();
+    // A token of `padding` claim bytes, signed by the issuer: valid in every other way.
+    let padded = |padding: usize| {
+        let claims =
+            json!({"iss": LOCAL_ISSUER, "aud": LOCAL_AUDIENCE, "sub": ALICE, "iat": now - 60, "exp": now + 600, "groups": "g".repeat(padding)});
+        local.runtime.issuer.sign(&claims)
+    };
+
+    let big = padded(9_000);
+    assert!(big.len() > 12 * 1024, "a 12 KB token: {} bytes", big.len());
+    let refused = create(&api.with_token(Some(big)), &order(None, 1), Some("k-431")).await;
+    assert_eq!((refused.status, refused.body.as_str()), (431, r#"{"message":"Request Header Fields Too Large"}"#), "{refused:?}");
+    assert_eq!(counts(&local).await, before, "the refused request wrote something");
+
+    // Under the limit (the token ~8 KB, the request's other headers a few hundred bytes): served.
+    let within = padded(5_800);
+    assert!(within.len() < MAX_REQUEST_LINE_AND_HEADER_BYTES - 1_000, "{} bytes", within.len());
+    let served = create(&api.with_token(Some(within)), &order(None, 1), None).await;
+    assert_eq!(served.status, 201, "{served:?}");
+
+    // The body: 10 MB is API Gateway's payload quota; one byte more is refused before the function.
+    let after = counts(&local).await;
+    let huge = vec![b' '; MAX_BODY_BYTES + 1];
+    let too_large = send(&api, "POST", "/orders", &[JSON], Some(huge)).await;
+    assert_eq!((too_large.status, too_large.body.as_str()), (413, r#"{"message":"Request Entity Too Large"}"#), "{too_large:?}");
+    assert_eq!(counts(&local).await, after, "the refused body wrote something");
+    local.shutdown().await;
+}
+
+/// `outbox-local token` signs with the key file of `.local/<stack>/`; when that file is replaced
+/// while `up` runs, `up` picks the new key up at the first token naming it (no 401 until a restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_signed_with_a_rotated_issuer_key_is_accepted_without_a_restart() {
+    use outbox_local::runtime::authorizer::{LocalIssuer, KEY_FILE};
+    let state = std::env::temp_dir().join(format!("outbox-local-state-{}", crate::common::short_id()));
+    let options = outbox_local::runtime::RuntimeOptions { state_dir: Some(state.clone()), ..crate::common::fast_options() };
+    let template = outbox_local::template::Template::load(&crate::common::root().join("template.yaml")).expect("template.yaml loads");
+    let mut local = Local::start_with(template, crate::common::endpoint(), options, None).await;
+    let api = Api::serve(&mut local).await;
+    let (orders_before, _) = counts(&local).await;
+    // What `outbox-local token --sub alice` prints: a token of the key file's key.
+    let token_command = || LocalIssuer::load_or_create(&state).expect("the key file").token(ALICE, &[], 600);
+    let first = create(&api.with_token(Some(token_command())), &order(None, 1), None).await;
+    assert_eq!(first.status, 201, "{first:?}");
+    let old_token = token_command();
+
+    std::fs::remove_file(state.join(KEY_FILE)).expect("the key file exists");
+    let rotated = token_command();
+    let after_rotation = create(&api.with_token(Some(rotated)), &order(None, 1), None).await;
+    assert_eq!(after_rotation.status, 201, "the rotated key is picked up without a restart: {after_rotation:?}");
+    let old = create(&api.with_token(Some(old_token)), &order(None, 1), None).await;
+    assert_eq!(old.status, 201, "a token of the previous key verifies until it expires: {old:?}");
+    let jwks = send(&api.with_token(None), "GET", outbox_local::runtime::authorizer::JWKS_PATH, &[], None).await;
+    let jwks = jwks.json();
+    assert_eq!(jwks["keys"].as_array().map(Vec::len), Some(2), "both keys served: {jwks}");
+    assert_eq!(counts(&local).await.0, orders_before + 3, "three orders written");
+    local.shutdown().await;
+    let _ = std::fs::remove_dir_all(&state);
 }

@@ -1,4 +1,7 @@
-//! `outbox-local token`: a token of the local issuer.
+//! `outbox-local token`: a token of the local issuer, signed with the key in
+//! `.local/<stack>/issuer-key.der` (created when absent). A running `up` accepts it even when the
+//! file was created after `up` started: `up` reads the key file again at the first token whose
+//! `kid` it does not know (`outbox_local::runtime::issuer_keys`).
 
 use std::process::ExitCode;
 
@@ -29,7 +32,8 @@ pub async fn run(inv: &Invocation, _template: Template, args: &TokenArgs) -> out
     let root = inv.root.as_path();
     let stack_name = inv.stack_name.as_str();
     let TokenArgs { sub, scope, ttl } = args;
-    // The key `up` and `demo` use for this stack (created now when they never ran).
+    // The key `up` and `demo` use for this stack (created now when they never ran, or after the
+    // file was deleted: a running `up` picks the new key up).
     let issuer = outbox_local::runtime::authorizer::LocalIssuer::load_or_create(&state_dir(root, stack_name))?;
     println!("{}", issuer.token(sub, scope, *ttl));
     Ok(ExitCode::SUCCESS)

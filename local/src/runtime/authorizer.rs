@@ -6,30 +6,32 @@
 //! (<https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-jwt-authorizer.html>):
 //! the token is the `Authorization` header (a `Bearer ` prefix is allowed); its header must name
 //! an RSA algorithm and a `kid` of the issuer's JWKS, its signature must verify with that key,
-//! `iss` must be the issuer, `aud` (or, absent, `client_id`) the audience, `exp` in the future and
-//! `nbf`/`iat` not in the future. Anything else, a token signed with `alg: none` included, is
-//! `401 {"message":"Unauthorized"}` and the function is not invoked. An accepted token's claims
-//! reach the function as API Gateway passes them in payload 2.0:
-//! `requestContext.authorizer.jwt.claims` (every value a string; a list as `[a b]`) and
-//! `requestContext.authorizer.jwt.scopes` (from the `scope` or `scp` claim).
+//! `iss` must be the issuer, `aud` (or, absent, `client_id`) the audience; `exp` must be after
+//! the current time, `nbf` and `iat` (when present) before it, with no clock skew allowed. At the
+//! whole seconds the claims count in, a token is refused from the second of its `exp`
+//! (`exp <= now`) and accepted from the second of its `nbf`/`iat` (`nbf <= now`, `iat <= now`).
+//! Anything else, a token signed with `alg: none` included, is `401 {"message":"Unauthorized"}`
+//! and the function is not invoked. An accepted token's claims reach the function as API Gateway
+//! passes them in payload 2.0: `requestContext.authorizer.jwt.claims` (every value a string; a
+//! list as `[a b]`) and `requestContext.authorizer.jwt.scopes` (from the `scope` or `scp` claim).
 //!
 //! The deployed authorizer trusts the template's `JwtIssuer`; locally there is no such issuer, so
 //! the runtime is its own: [`LocalIssuer`] holds an RSA key (generated once, kept in the state
 //! directory `.local/<stack>/issuer-key.der` so tokens survive a restart of `up`), serves its
 //! public key as a JWKS at `GET /.well-known/jwks.json` on the HTTP API port, and signs tokens for
-//! `outbox-local token --sub <subject>`, the demo and the tests. Its issuer is [`LOCAL_ISSUER`] and
-//! its audience [`LOCAL_AUDIENCE`], whatever the template's parameters say.
-//! Signatures and claims are checked by the `jsonwebtoken` crate (aws-lc-rs backend).
+//! `outbox-local token --sub <subject>`, the demo and the tests. When the key file changes while
+//! `up` runs (`token` creates a new one after it was deleted), `up` picks the new key up at the
+//! first token that names it, without a restart ([`crate::runtime::issuer_keys`]). Its issuer is
+//! [`LOCAL_ISSUER`] and its audience [`LOCAL_AUDIENCE`], whatever the template's parameters say.
+//! Signatures are checked by the `jsonwebtoken` crate (aws-lc-rs backend), the times here.
 
 use std::path::Path;
 
-use aws_lc_rs::encoding::AsDer;
-use aws_lc_rs::rsa::{KeyPair, KeySize, PublicKeyComponents};
-use aws_lc_rs::signature::KeyPair as _;
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
-use base64::Engine as _;
-use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use jsonwebtoken::{Algorithm, Validation};
 use serde_json::{json, Map, Value};
+
+pub use crate::runtime::issuer_keys::KEY_FILE;
+use crate::runtime::issuer_keys::{IssuerKey, KeyRing};
 
 /// `iss` of the local issuer's tokens.
 pub const LOCAL_ISSUER: &str = "outbox-local";
@@ -37,23 +39,14 @@ pub const LOCAL_ISSUER: &str = "outbox-local";
 pub const LOCAL_AUDIENCE: &str = "outbox-local";
 /// Where the local issuer's JWKS is served on the HTTP API port.
 pub const JWKS_PATH: &str = "/.well-known/jwks.json";
-/// File name of the issuer's private key (PKCS#8 DER) in the runtime's state directory.
-pub const KEY_FILE: &str = "issuer-key.der";
 /// Default lifetime of a token, seconds.
 pub const DEFAULT_TOKEN_SECONDS: i64 = 3600;
 
-/// The local issuer: one RSA key, its JWKS, and the validation API Gateway would do.
+/// The local issuer: its keys ([`crate::runtime::issuer_keys`]: a rotated key file is picked up
+/// while the runtime runs), its JWKS, and the validation API Gateway would do.
+#[derive(Debug)]
 pub struct LocalIssuer {
-    kid: String,
-    encoding: EncodingKey,
-    decoding: DecodingKey,
-    jwks: Value,
-}
-
-impl std::fmt::Debug for LocalIssuer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalIssuer").field("kid", &self.kid).finish_non_exhaustive()
-    }
+    keys: KeyRing,
 }
 
 /// Why a request was refused (the 401's `www-authenticate` description).
@@ -62,52 +55,43 @@ impl std::fmt::Debug for LocalIssuer {
 pub struct Refused(pub String);
 
 impl LocalIssuer {
-    /// A new issuer with a fresh RSA-2048 key.
+    /// A new issuer with a fresh RSA-2048 key, kept in memory only.
     ///
     /// # Errors
     /// The key generation's error, in words.
     pub fn generate() -> crate::Result<Self> {
-        let pair = KeyPair::generate(KeySize::Rsa2048).map_err(crate::Error::other("generating the local issuer's RSA key"))?;
-        let der = pair.as_der().map_err(crate::Error::other("encoding the local issuer's key"))?;
-        Self::from_pkcs8(der.as_ref())
+        Self::from_pkcs8(&IssuerKey::generate_pkcs8()?)
     }
 
-    /// The issuer of an RSA private key in PKCS#8 DER.
+    /// The issuer of an RSA private key in PKCS#8 DER, kept in memory only.
     ///
     /// # Errors
     /// The key is not an RSA PKCS#8 key.
     pub fn from_pkcs8(der: &[u8]) -> crate::Result<Self> {
-        let pair = KeyPair::from_pkcs8(der).map_err(crate::Error::other("the local issuer's key is not an RSA PKCS#8 key"))?;
-        let public = PublicKeyComponents::<Vec<u8>>::from(pair.public_key());
-        let (n, e) = (URL_SAFE_NO_PAD.encode(&public.n), URL_SAFE_NO_PAD.encode(&public.e));
-        let kid = format!("local-{}", n.chars().take(16).collect::<String>());
-        let body = STANDARD.encode(der).as_bytes().chunks(64).map(|c| String::from_utf8_lossy(c).into_owned()).collect::<Vec<_>>().join("\n");
-        let pem = format!("-----BEGIN PRIVATE KEY-----\n{body}\n-----END PRIVATE KEY-----\n");
-        let encoding = EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(crate::Error::other("the local issuer's key"))?;
-        let decoding = DecodingKey::from_rsa_components(&n, &e).map_err(crate::Error::other("the local issuer's public key"))?;
-        let jwks = json!({"keys": [{"kty": "RSA", "use": "sig", "alg": "RS256", "kid": kid, "n": n, "e": e}]});
-        Ok(Self { kid, encoding, decoding, jwks })
+        Ok(Self { keys: KeyRing::of_pkcs8(der)? })
     }
 
-    /// The issuer whose key is in `dir/`[`KEY_FILE`], created (owner-only file) when absent.
+    /// The issuer whose key is in `dir/`[`KEY_FILE`], created (owner-only file) when absent;
+    /// when the file changes later, its new key is picked up (module docs).
     ///
     /// # Errors
     /// The file cannot be read, written or parsed.
     pub fn load_or_create(dir: &Path) -> crate::Result<Self> {
-        let path = dir.join(KEY_FILE);
-        if let Ok(der) = std::fs::read(&path) {
-            return Self::from_pkcs8(&der).map_err(crate::Error::other(path.display().to_string()));
-        }
-        let pair = KeyPair::generate(KeySize::Rsa2048).map_err(crate::Error::other("generating the local issuer's RSA key"))?;
-        let der = pair.as_der().map_err(crate::Error::other("encoding the local issuer's key"))?;
-        std::fs::create_dir_all(dir).map_err(crate::Error::io(dir))?;
-        write_private(&path, der.as_ref()).map_err(crate::Error::io(&path))?;
-        Self::from_pkcs8(der.as_ref())
+        Ok(Self { keys: KeyRing::load_or_create(dir)? })
     }
 
-    /// The JWKS (`{"keys": [...]}`) API Gateway would fetch from the issuer.
-    pub fn jwks(&self) -> &Value {
-        &self.jwks
+    /// The JWKS (`{"keys": [...]}`) API Gateway would fetch from the issuer: every key this
+    /// issuer served since it started, the key file read again first.
+    ///
+    /// # Errors
+    /// The key file changed and cannot be read or parsed.
+    pub fn jwks(&self) -> crate::Result<Value> {
+        self.keys.jwks()
+    }
+
+    /// The `kid` tokens are signed with now.
+    pub fn kid(&self) -> String {
+        self.keys.current().kid().to_owned()
     }
 
     /// A token for `sub` valid for `seconds`, with `scopes` in its `scope` claim (when any).
@@ -120,16 +104,14 @@ impl LocalIssuer {
         self.sign(&claims)
     }
 
-    /// `claims` signed RS256 with this issuer's key and `kid` (tests use it for tokens with odd claims).
+    /// `claims` signed RS256 with this issuer's current key and `kid` (tests use it for tokens
+    /// with odd claims).
     pub fn sign(&self, claims: &Value) -> String {
-        let mut header = Header::new(Algorithm::RS256);
-        header.kid = Some(self.kid.clone());
-        // RS256 with an RSA key, claims that are JSON: encoding cannot fail.
-        jsonwebtoken::encode(&header, claims, &self.encoding).unwrap_or_default()
+        self.keys.current().sign(claims)
     }
 
     /// Checks `authorization` (the request's `Authorization` header) as API Gateway's JWT
-    /// authorizer does (module docs) at `now` (epoch seconds); returns the
+    /// authorizer does (module docs) at `now` (epoch seconds, the request's second); returns the
     /// `requestContext.authorizer` object of the payload 2.0 event.
     ///
     /// # Errors
@@ -142,17 +124,24 @@ impl LocalIssuer {
         if !matches!(header.alg, Algorithm::RS256 | Algorithm::RS384 | Algorithm::RS512) {
             return Err(Refused(format!("algorithm {:?}: only RSA signatures are accepted", header.alg)));
         }
-        if header.kid.as_deref() != Some(self.kid.as_str()) {
-            return Err(refused("the token's kid is not a key of the issuer's JWKS"));
-        }
+        let kid = header.kid.as_deref().ok_or_else(|| refused("the token's header has no kid"))?;
+        let key = self
+            .keys
+            .find(kid)
+            .map_err(|e| Refused(format!("the issuer's key file: {e}")))?
+            .ok_or_else(|| refused("the token's kid is not a key of the issuer's JWKS"))?;
         let mut validation = Validation::new(header.alg);
+        // No clock skew allowed, as API Gateway; exp/nbf/iat are checked below against `now`
+        // (jsonwebtoken's own check reads the system clock and accepts exp == now).
         validation.leeway = 0;
-        validation.validate_nbf = true;
+        validation.validate_exp = false;
+        validation.validate_nbf = false;
         validation.validate_aud = false; // `aud` or `client_id`, checked below as API Gateway does
         validation.set_issuer(&[LOCAL_ISSUER]);
         validation.set_required_spec_claims(&["exp", "iss"]);
-        let data = jsonwebtoken::decode::<Map<String, Value>>(token, &self.decoding, &validation).map_err(|e| Refused(format!("the token: {e}")))?;
+        let data = jsonwebtoken::decode::<Map<String, Value>>(token, key.decoding(), &validation).map_err(|e| Refused(format!("the token: {e}")))?;
         let claims = data.claims;
+        check_times(&claims, now)?;
         let audience_ok = match claims.get("aud") {
             Some(Value::String(aud)) => aud == LOCAL_AUDIENCE,
             Some(Value::Array(auds)) => auds.iter().any(|a| a == LOCAL_AUDIENCE),
@@ -162,9 +151,6 @@ impl LocalIssuer {
         if !audience_ok {
             return Err(refused("the token's audience (aud, or client_id) is not the API's"));
         }
-        if claims.get("iat").and_then(Value::as_i64).is_some_and(|iat| iat > now) {
-            return Err(refused("the token was issued in the future (iat)"));
-        }
         let rendered: Map<String, Value> = claims.iter().map(|(k, v)| (k.clone(), Value::String(render_claim(v)))).collect();
         let scopes: Option<Vec<Value>> = claims.get("scope").or_else(|| claims.get("scp")).map(|s| match s {
             Value::String(text) => text.split_whitespace().map(|w| Value::String(w.to_owned())).collect(),
@@ -173,6 +159,29 @@ impl LocalIssuer {
         });
         Ok(json!({"jwt": {"claims": rendered, "scopes": scopes}}))
     }
+}
+
+/// The token's times as API Gateway checks them, at `now` (epoch seconds; a NumericDate may have
+/// a fraction): `exp` must be after the current time, so `exp <= now` is refused (a token is
+/// expired in the second of its `exp`); `nbf` and `iat`, when present, must not be after it
+/// (`nbf <= now`, `iat <= now`). Each must be a number.
+fn check_times(claims: &Map<String, Value>, now: i64) -> Result<(), Refused> {
+    let number = |name: &str| match claims.get(name) {
+        None => Ok(None),
+        Some(v) => v.as_f64().map(Some).ok_or_else(|| Refused(format!("the token's {name} is not a number of seconds"))),
+    };
+    let now_f = now as f64;
+    let exp = number("exp")?.ok_or_else(|| Refused("the token has no exp".to_owned()))?;
+    if exp <= now_f {
+        return Err(Refused(format!("the token expired (exp {exp} is not after {now})")));
+    }
+    if let Some(nbf) = number("nbf")?.filter(|nbf| *nbf > now_f) {
+        return Err(Refused(format!("the token is not valid yet (nbf {nbf} is after {now})")));
+    }
+    if let Some(iat) = number("iat")?.filter(|iat| *iat > now_f) {
+        return Err(Refused(format!("the token was issued in the future (iat {iat} is after {now})")));
+    }
+    Ok(())
 }
 
 /// An HTTP client builder that sends a token of `sub` from `issuer` (valid 12 hours) on every
@@ -196,16 +205,12 @@ fn render_claim(value: &Value) -> String {
     }
 }
 
-/// Writes `bytes` to a new file readable by its owner only.
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
-    file.write_all(bytes)
-}
-
 #[cfg(test)]
 mod tests {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+    use jsonwebtoken::{EncodingKey, Header};
+
     use super::*;
 
     fn issuer() -> LocalIssuer {
@@ -229,7 +234,7 @@ mod tests {
         assert!(claims["exp"].is_string(), "numbers are passed as strings: {claims}");
         assert_eq!(authorizer["jwt"]["scopes"], json!(["orders/admin", "openid"]));
         assert!(issuer.authorize(Some(&token), now()).is_ok(), "without the Bearer prefix too");
-        let keys = &issuer.jwks()["keys"][0];
+        let keys = &issuer.jwks().unwrap()["keys"][0];
         assert_eq!((keys["kty"].as_str(), keys["alg"].as_str()), (Some("RSA"), Some("RS256")));
     }
 
@@ -248,6 +253,8 @@ mod tests {
         assert!(issuer.authorize(Some(&issuer.sign(&claims(&|c| c["exp"] = (now - 1).into()))), now).is_err(), "expired");
         assert!(issuer.authorize(Some(&issuer.sign(&claims(&|c| c["nbf"] = (now + 60).into()))), now).is_err(), "not yet valid");
         assert!(issuer.authorize(Some(&issuer.sign(&claims(&|c| c["iat"] = (now + 60).into()))), now).is_err(), "issued in the future");
+        assert!(issuer.authorize(Some(&issuer.sign(&claims(&|c| c["exp"] = "soon".into()))), now).is_err(), "exp not a number");
+        assert!(issuer.authorize(Some(&issuer.sign(&claims(&|c| c["nbf"] = "now".into()))), now).is_err(), "nbf not a number");
         assert!(issuer.authorize(Some(&issuer.sign(&claims(&|c| c["iss"] = "https://elsewhere".into()))), now).is_err(), "wrong issuer");
         assert!(issuer.authorize(Some(&issuer.sign(&claims(&|c| c["aud"] = "another-api".into()))), now).is_err(), "wrong audience");
         assert!(issuer.authorize(Some(&issuer.sign(&claims(&|c| c.as_object_mut().unwrap().retain(|k, _| k != "exp")))), now).is_err(), "no exp");
@@ -257,19 +264,54 @@ mod tests {
         });
         assert!(issuer.authorize(Some(&issuer.sign(&client_id)), now).is_ok(), "client_id stands for aud (Cognito access tokens)");
         // Another issuer's key, with this issuer's name and kid: the signature does not verify.
-        let forged = LocalIssuer { kid: issuer.kid.clone(), ..LocalIssuer::generate().unwrap() }.sign(&claims(&|_| {}));
+        let forged = IssuerKey::from_pkcs8(&IssuerKey::generate_pkcs8().unwrap()).unwrap().with_kid(&issuer.kid()).sign(&claims(&|_| {}));
         assert!(issuer.authorize(Some(&forged), now).is_err(), "signed by another key");
         // alg none: the claims are fine, the signature empty.
         let part = |v: &Value| URL_SAFE_NO_PAD.encode(v.to_string());
-        let none = format!("{}.{}.", part(&json!({"alg": "none", "typ": "JWT", "kid": issuer.kid})), part(&claims(&|_| {})));
+        let none = format!("{}.{}.", part(&json!({"alg": "none", "typ": "JWT", "kid": issuer.kid()})), part(&claims(&|_| {})));
         assert!(issuer.authorize(Some(&none), now).is_err(), "alg none");
         let hs256 = jsonwebtoken::encode(
-            &Header { kid: Some(issuer.kid.clone()), ..Header::new(Algorithm::HS256) },
+            &Header { kid: Some(issuer.kid()), ..Header::new(Algorithm::HS256) },
             &claims(&|_| {}),
             &EncodingKey::from_secret(b"guessable"),
         )
         .unwrap();
         assert!(issuer.authorize(Some(&hs256), now).is_err(), "HMAC");
+    }
+
+    /// API Gateway validates `exp` strictly: a token is expired in the second of its `exp`
+    /// (`exp <= now`); `nbf` and `iat` are valid from their own second on. No leeway either way.
+    #[test]
+    fn a_token_is_refused_from_the_second_of_its_exp_and_accepted_from_the_second_of_its_nbf_and_iat() {
+        let issuer = issuer();
+        let now = 2_000_000_000;
+        let at = |exp: i64, nbf: i64, iat: i64| {
+            issuer.sign(&json!({"iss": LOCAL_ISSUER, "aud": LOCAL_AUDIENCE, "sub": "alice", "exp": exp, "nbf": nbf, "iat": iat}))
+        };
+        let refusal = issuer.authorize(Some(&at(now, now - 10, now - 10)), now).expect_err("exp == now is refused");
+        assert!(refusal.0.contains("expired"), "{refusal}");
+        assert!(issuer.authorize(Some(&at(now + 1, now - 10, now - 10)), now).is_ok(), "exp == now + 1 is accepted");
+        assert!(issuer.authorize(Some(&at(now + 60, now, now)), now).is_ok(), "nbf == iat == now is accepted");
+        assert!(issuer.authorize(Some(&at(now + 60, now + 1, now)), now).is_err(), "nbf == now + 1: no leeway");
+        assert!(issuer.authorize(Some(&at(now + 60, now, now + 1)), now).is_err(), "iat == now + 1: no leeway");
+        // The time is the request's, not the system clock's: the same token at two instants.
+        let token = at(now + 60, now - 10, now - 10);
+        assert!(issuer.authorize(Some(&token), now + 59).is_ok());
+        assert!(issuer.authorize(Some(&token), now + 60).is_err());
+    }
+
+    #[test]
+    fn a_token_signed_with_a_rotated_key_file_is_accepted_without_a_restart() {
+        let dir = std::env::temp_dir().join(format!("outbox-local-issuer-{}", uuid::Uuid::new_v4()));
+        let running = LocalIssuer::load_or_create(&dir).unwrap();
+        let before = running.token("alice", &[], 60);
+        // `outbox-local token` after the key file was deleted: a new key, in a new file.
+        std::fs::remove_file(dir.join(KEY_FILE)).unwrap();
+        let after = LocalIssuer::load_or_create(&dir).unwrap().token("alice", &[], 60);
+        assert!(running.authorize(Some(&after), now()).is_ok(), "the rotated key is picked up");
+        assert!(running.authorize(Some(&before), now()).is_ok(), "the previous key still verifies its tokens");
+        assert_eq!(running.jwks().unwrap()["keys"].as_array().map(Vec::len), Some(2));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -11,6 +11,11 @@
 //! is not invoked; with one, its claims are in `requestContext.authorizer.jwt`. The local
 //! issuer's JWKS is served at [`JWKS_PATH`].
 //!
+//! API Gateway's size quotas for HTTP APIs are enforced (quota page "Quotas for configuring and
+//! running an HTTP API in API Gateway"): a request whose request line and header values add up
+//! to more than [`MAX_REQUEST_LINE_AND_HEADER_BYTES`] (10,240 bytes) is refused before routing,
+//! authorization or invocation, and a body over [`MAX_BODY_BYTES`] (10 MB) before invocation.
+//!
 //! A client that sends less body than its `Content-Length` gets `408 {"message":"Request
 //! Timeout"}` after [`Limits::body_timeout`] (never held open); a client that half-closes its
 //! connection after the request still gets the answer (HTTP/1 half-close is served), and an
@@ -34,8 +39,25 @@ use crate::runtime::authorizer::{LocalIssuer, JWKS_PATH};
 use crate::runtime::Runtime;
 use crate::template::FunctionEvent;
 
-/// Largest request body accepted, bytes (API Gateway's payload limit is 10 MB).
+/// Largest request body accepted, bytes: API Gateway's HTTP API "Payload size" quota, 10 MB
+/// (quota page "Quotas for configuring and running an HTTP API in API Gateway"), read as MiB.
+/// A larger body is `413 {"message":"Request Entity Too Large"}` and the function is not
+/// invoked. The quota page gives the limit, not the answer: the status is HTTP's for a body too
+/// large, the body API Gateway's `{"message": …}` shape.
 pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
+
+/// Most bytes of the request line (`METHOD target HTTP/1.1`) plus every header value: API
+/// Gateway's HTTP API quota "Total combined size of request line and header values", 10,240
+/// bytes, not adjustable (quota page "Quotas for configuring and running an HTTP API in API
+/// Gateway"). Header names are not counted (the quota names values). A request over it is
+/// [`HEADERS_TOO_LARGE`] and the function is not invoked. API Gateway does not document which
+/// status it answers; 431 is HTTP's status for header fields too large (RFC 6585, section 5),
+/// and the one reported by users who crossed this quota.
+pub const MAX_REQUEST_LINE_AND_HEADER_BYTES: usize = 10_240;
+
+/// The answer to a request over [`MAX_REQUEST_LINE_AND_HEADER_BYTES`]:
+/// `431 {"message":"Request Header Fields Too Large"}`.
+pub const HEADERS_TOO_LARGE: StatusCode = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
 
 /// Timeouts of the local HTTP API.
 #[derive(Debug, Clone, Copy)]
@@ -210,15 +232,42 @@ fn plain(status: StatusCode, message: &str) -> Response {
     response
 }
 
+/// Bytes of `parts`' request line (`METHOD target HTTP/x.y`, single spaces) plus its header
+/// values, as API Gateway counts them for [`MAX_REQUEST_LINE_AND_HEADER_BYTES`].
+pub fn request_line_and_header_bytes(parts: &axum::http::request::Parts) -> usize {
+    let target = parts.uri.path_and_query().map_or(parts.uri.path().len(), |p| p.as_str().len());
+    let version = match parts.version {
+        axum::http::Version::HTTP_09 => "HTTP/0.9",
+        axum::http::Version::HTTP_10 => "HTTP/1.0",
+        _ => "HTTP/1.1",
+    };
+    let line = parts.method.as_str().len() + 1 + target + 1 + version.len();
+    line + parts.headers.values().map(HeaderValue::len).sum::<usize>()
+}
+
 async fn handle(State(api): State<Arc<Api>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let path = parts.uri.path().to_owned();
     let method = parts.method.as_str().to_owned();
+    // Before routing and the authorizer, as API Gateway's quota applies to every request.
+    let size = request_line_and_header_bytes(&parts);
+    if size > MAX_REQUEST_LINE_AND_HEADER_BYTES {
+        tracing::info!(route = %format!("{method} {path}"), bytes = size, limit = MAX_REQUEST_LINE_AND_HEADER_BYTES, "HTTP API: request line and headers too large");
+        return plain(HEADERS_TOO_LARGE, "Request Header Fields Too Large");
+    }
     let Some((route, params)) = api.routes.iter().find_map(|r| r.matches(&method, &path).map(|p| (r, p))) else {
         if method == "GET" && path == JWKS_PATH {
-            let mut response = Response::new(Body::from(api.issuer.jwks().to_string()));
-            response.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
-            return response;
+            return match api.issuer.jwks() {
+                Ok(jwks) => {
+                    let mut response = Response::new(Body::from(jwks.to_string()));
+                    response.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+                    response
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "HTTP API: the local issuer's JWKS");
+                    plain(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error")
+                }
+            };
         }
         return plain(StatusCode::NOT_FOUND, "Not Found");
     };
@@ -365,6 +414,56 @@ fn into_http(response: &Value) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An API without routes: a request that passes the size check is a 404.
+    fn api() -> Arc<Api> {
+        let issuer = Arc::new(LocalIssuer::generate().unwrap());
+        Arc::new(Api { routes: Vec::new(), account: "123456789012".into(), limits: Limits::default(), issuer })
+    }
+
+    /// `GET /x` (request line `GET /x HTTP/1.1`, 15 bytes) with an `authorization` value of `n` bytes.
+    fn get_with_header_of(n: usize) -> Request {
+        axum::http::Request::builder().uri("/x").header("authorization", "a".repeat(n)).body(Body::empty()).unwrap()
+    }
+
+    async fn body_of(response: Response) -> String {
+        String::from_utf8(axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap().to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_request_line_and_headers_over_10240_bytes_are_refused_before_routing_and_at_the_limit_pass() {
+        let line = "GET /x HTTP/1.1".len();
+        let (parts, _) = get_with_header_of(100).into_parts();
+        assert_eq!(request_line_and_header_bytes(&parts), line + 100);
+
+        let at_limit = handle(State(api()), get_with_header_of(MAX_REQUEST_LINE_AND_HEADER_BYTES - line)).await;
+        assert_eq!(at_limit.status(), StatusCode::NOT_FOUND, "exactly 10,240 bytes pass the check (and find no route)");
+
+        let over = handle(State(api()), get_with_header_of(MAX_REQUEST_LINE_AND_HEADER_BYTES - line + 1)).await;
+        assert_eq!(over.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+        assert_eq!(body_of(over).await, r#"{"message":"Request Header Fields Too Large"}"#);
+
+        // Values are counted across headers, and the query string is part of the request line.
+        let split = axum::http::Request::builder()
+            .uri(format!("/x?{}", "q".repeat(5_000)))
+            .header("cookie", "c".repeat(3_000))
+            .header("authorization", "a".repeat(3_000))
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(handle(State(api()), split).await.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    }
+
+    #[tokio::test]
+    async fn the_jwks_is_served_and_its_route_is_under_the_size_limit_too() {
+        let api = api();
+        let get = |uri: &str| axum::http::Request::builder().uri(uri).body(Body::empty()).unwrap();
+        let jwks = handle(State(api.clone()), get(JWKS_PATH)).await;
+        assert_eq!(jwks.status(), StatusCode::OK);
+        let keys: Value = serde_json::from_str(&body_of(jwks).await).unwrap();
+        assert_eq!(keys["keys"][0]["kid"], api.issuer.kid().as_str());
+        let long = handle(State(api), get(&format!("{JWKS_PATH}?{}", "q".repeat(MAX_REQUEST_LINE_AND_HEADER_BYTES)))).await;
+        assert_eq!(long.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    }
 
     #[test]
     fn the_curl_hint_posts_to_the_templates_first_post_route_or_is_omitted() {

@@ -2,10 +2,11 @@
 //! the AWS glue that invokes them — the stream event source mapping ([`crate::mappings::stream`]), the SQS
 //! event source mapping ([`crate::mappings::sqs`]) and EventBridge rule delivery with Lambda's asynchronous-invocation retries
 //! ([`crate::mappings::rule_delivery`]); the HTTP API in front of them ([`http_api`], with its JWT
-//! [`authorizer`]).
+//! [`authorizer`], whose keys are in [`issuer_keys`]).
 
 pub mod authorizer;
 pub mod http_api;
+pub mod issuer_keys;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -103,10 +103,12 @@ impl Template {
             .collect()
     }
 
-    /// Every `AWS::SQS::Queue`.
+    /// Every `AWS::SQS::Queue`, with the attributes it is created with locally:
+    /// `MessageRetentionPeriod`, `VisibilityTimeout`, `ReceiveMessageWaitTimeSeconds`,
+    /// `DelaySeconds`, `MaximumMessageSize` (the emulator refuses a longer body, as SQS does).
     ///
     /// # Errors
-    /// [`TemplateError`] if a `QueueName` cannot be resolved.
+    /// [`TemplateError`] if a `QueueName` or one of those attributes cannot be resolved.
     pub fn queues(&self, r: &Resolver) -> Result<Vec<QueueSpec>, TemplateError> {
         self.resources_of("AWS::SQS::Queue")
             .into_iter()
@@ -116,7 +118,7 @@ impl Template {
                     None => super::physical_name(&r.stack_name, &id),
                 };
                 let mut attributes = BTreeMap::new();
-                for key in ["MessageRetentionPeriod", "VisibilityTimeout", "ReceiveMessageWaitTimeSeconds", "DelaySeconds"] {
+                for key in ["MessageRetentionPeriod", "VisibilityTimeout", "ReceiveMessageWaitTimeSeconds", "DelaySeconds", "MaximumMessageSize"] {
                     if let Some(v) = p.get(key) {
                         attributes.insert(key.to_owned(), r.resolve_string(v, &format!("{id}.Properties.{key}"))?);
                     }

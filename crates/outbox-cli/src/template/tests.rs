@@ -110,6 +110,7 @@ Resources:
     Type: AWS::SQS::Queue
     Properties:
       RedrivePolicy: {deadLetterTargetArn: !GetAtt Dead.Arn, maxReceiveCount: 3}
+      MaximumMessageSize: 1048576
   Dead:
     Type: AWS::SQS::Queue
   ToWork:
@@ -142,6 +143,8 @@ Resources:
     let queues = t.queues(&resolver()).unwrap();
     let work = queues.iter().find(|q| q.logical_id == "Work").unwrap();
     assert_eq!(work.redrive_policy.as_ref().and_then(|p| p.get("maxReceiveCount")).and_then(Value::as_u64), Some(3));
+    assert_eq!(work.attributes.get("MaximumMessageSize").map(String::as_str), Some("1048576"), "created with the template's size");
+    assert!(!queues.iter().any(|q| q.logical_id == "Dead" && q.attributes.contains_key("MaximumMessageSize")), "unstated: SQS's default");
     let transformed = text.replace("Targets: [{Id: w, Arn: !GetAtt Work.Arn}]", "Targets: [{Id: w, Arn: !GetAtt Work.Arn, InputPath: $.detail}]");
     let err = Template::parse(Path::new("t.yaml"), &transformed).unwrap().standalone_rules().unwrap_err().to_string();
     assert!(err.starts_with("ToWork.Properties.Targets[0].InputPath: is not played locally"), "{err}");
