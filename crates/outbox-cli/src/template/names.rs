@@ -63,6 +63,10 @@ pub const BUCKET: NameRule = NameRule {
 pub const BUS: NameRule = rule("AWS::Events::EventBus", "Name", 1, 256, "EventBridge API reference, CreateEventBus: Name, 1-256 characters");
 /// An EventBridge rule.
 pub const EVENT_RULE: NameRule = rule("AWS::Events::Rule", "Name", 1, 64, "EventBridge API reference, PutRule: Name, 1-64 characters");
+/// An EventBridge archive (48: a `<stack>-…` name would not fit a long stack name; leave it to
+/// CloudFormation).
+pub const ARCHIVE: NameRule =
+    rule("AWS::Events::Archive", "ArchiveName", 1, 48, "EventBridge API reference, CreateArchive: ArchiveName, 1-48 characters");
 /// A Lambda function.
 pub const FUNCTION: NameRule =
     rule("AWS::Lambda::Function", "FunctionName", 1, 64, "Lambda API reference, CreateFunction: FunctionName, a name up to 64 characters");
@@ -83,7 +87,8 @@ pub const LOG_GROUP: NameRule =
 pub const TOPIC: NameRule = rule("AWS::SNS::Topic", "TopicName", 1, 256, "SNS API reference, CreateTopic: Name, up to 256 characters");
 
 /// Every resource type whose name this project sets or the local runtime generates.
-pub const RULES: &[NameRule] = &[TABLE, QUEUE, BUCKET, BUS, EVENT_RULE, FUNCTION, SERVERLESS_FUNCTION, ROLE, ALARM, DASHBOARD, LOG_GROUP, TOPIC];
+pub const RULES: &[NameRule] =
+    &[TABLE, QUEUE, BUCKET, BUS, EVENT_RULE, ARCHIVE, FUNCTION, SERVERLESS_FUNCTION, ROLE, ALARM, DASHBOARD, LOG_GROUP, TOPIC];
 
 /// A name the template sets, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
