@@ -6,12 +6,19 @@
 //! event travels through, the dead-letter queues) takes a message as large as the bus delivers
 //! inline, so no event the consumer accepts is refused on the way.
 //!
+//! And the contract between the templates and AWS's name limits: every physical name the sample
+//! (and examples/my-service) sets, its blocks' included, fits its service's limit for a stack name
+//! of the longest length CloudFormation allows (128), a nested stack named as CloudFormation names
+//! it (`<parent>-<App>-<12 characters>`). A name that would fail the deploy for some allowed stack
+//! name fails here.
+//!
 //! `CONTRACT_TEMPLATE=<path>` checks another template (e.g. a scratch copy).
 
 use std::path::{Path, PathBuf};
 
 use outbox::contract::{self, env, namespace};
-use outbox_local::template::Template;
+use outbox_local::template::names::{self, MAX_STACK_NAME};
+use outbox_local::template::{Resolver, Template};
 use serde_yaml_ng::{Mapping, Value};
 
 /// Which library entry point each function binary runs, and what it requires.
@@ -159,4 +166,61 @@ fn a_queue_without_a_large_enough_maximum_message_size_is_caught() {
     let unstated = crate::common::sample_template_with(&[("blocks/webhooks/template.yaml", "MaximumMessageSize: 1048576", "DelaySeconds: 0")]);
     let wrong = message_size_violations(&unstated);
     assert!(wrong.iter().any(|w| w.contains("WebhookDeliveryQueue: no MaximumMessageSize")), "{wrong:?}");
+}
+
+/// Each physical name `template` sets, resolved for a stack name of `stack_len` characters (an
+/// account id's 12 digits, a 14-character Region), with its length and its service's limit:
+/// `(line, over the limit)`, one line per name, e.g.
+/// `ConsumerKit/ConsumerErrorsAlarm AlarmName 185/255`.
+fn longest_names(template: &Template, stack_len: usize) -> Vec<(String, bool)> {
+    let mut resolver = Resolver::new(&"S".repeat(stack_len), "ap-southeast-7", "123456789012");
+    for (parameter, default) in template.parameter_defaults() {
+        resolver.set_ref(&parameter, default);
+    }
+    let found = template.physical_names(&resolver).unwrap_or_else(|e| panic!("{}: a name that cannot be computed: {e}", template.path.display()));
+    found
+        .into_iter()
+        .map(|n| {
+            let length = n.name.chars().count();
+            (format!("{} {} {length}/{}", n.logical_id, n.rule.property, n.rule.max), length > n.rule.max)
+        })
+        .collect()
+}
+
+/// The names of `template` over their limit for a stack name of `stack_len` characters.
+fn name_violations(template: &Template, stack_len: usize) -> Vec<String> {
+    longest_names(template, stack_len).into_iter().filter(|(_, over)| *over).map(|(line, _)| line).collect()
+}
+
+#[test]
+fn every_physical_name_fits_its_services_limit_for_the_longest_stack_name() {
+    for path in ["template.yaml", "examples/my-service/template.yaml"] {
+        let template = Template::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let names = longest_names(&template, MAX_STACK_NAME);
+        assert!(names.iter().any(|(line, _)| line.contains("/ConsumerDeadLetterQueueAlarm AlarmName")), "{path}: nothing checked: {names:?}");
+        // The longest name of each resource, for the record (cargo test -- --nocapture).
+        eprintln!("{path}, stack name of {MAX_STACK_NAME} characters:\n  {}", names.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>().join("\n  "));
+        let wrong = name_violations(&template, MAX_STACK_NAME);
+        assert!(wrong.is_empty(), "{path}: names over their service's limit for a {MAX_STACK_NAME}-character stack name:\n{}", wrong.join("\n"));
+    }
+}
+
+/// The check itself: the queue name the consumer kit had before (`<stack>-consumer-delivery`, in
+/// a nested stack) passes for a short stack name and fails for the longest; a stack name past the
+/// longest is refused by CloudFormation's own rule.
+#[test]
+fn a_name_over_its_limit_for_a_long_stack_name_is_caught() {
+    let named = crate::common::sample_template_with(&[(
+        "blocks/consumer-kit/template.yaml",
+        "      VisibilityTimeout: !Ref VisibilityTimeoutSeconds\n",
+        "      QueueName: !Sub ${AWS::StackName}-consumer-delivery\n      VisibilityTimeout: !Ref VisibilityTimeoutSeconds\n",
+    )]);
+    assert!(name_violations(&named, 20).is_empty(), "{:?}", name_violations(&named, 20));
+    // <stack>-ConsumerKit-<12>-consumer-delivery: 43 characters more than the stack name, 81 from
+    // a stack name of 38 on.
+    assert_eq!(name_violations(&named, 37), Vec::<String>::new());
+    assert_eq!(name_violations(&named, 38), ["ConsumerKit/DeliveryQueue QueueName 81/80"]);
+    assert_eq!(name_violations(&named, MAX_STACK_NAME), [format!("ConsumerKit/DeliveryQueue QueueName {}/80", MAX_STACK_NAME + 43)]);
+    assert!(names::check_stack_name(&"S".repeat(MAX_STACK_NAME)).is_ok());
+    assert!(names::check_stack_name(&"S".repeat(MAX_STACK_NAME + 1)).is_err());
 }

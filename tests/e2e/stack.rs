@@ -6,7 +6,7 @@
 use crate::common::Local;
 use outbox_local::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
 use outbox_local::stack::{Mode, Stack};
-use outbox_local::template::{self as outbox_template, Template};
+use outbox_local::template::{self as outbox_template, names, Template};
 
 #[tokio::test]
 async fn provisioning_an_existing_stack_is_a_no_op() {
@@ -43,6 +43,7 @@ async fn provisioning_an_existing_stack_is_a_no_op() {
         }
     }
     provisions_a_stack_of_nested_applications(&sdk, &local).await;
+    the_longest_stack_name_provisions_and_a_longer_one_is_refused(&sdk).await;
     local.shutdown().await;
 }
 
@@ -53,17 +54,42 @@ async fn provisions_a_stack_of_nested_applications(sdk: &aws_config::SdkConfig, 
     let stack = Stack::set_up(sdk, template, "shop", EMULATOR_ACCOUNT, Mode::Provision).await.expect("the nested stack provisions");
     let bus = stack.buses.iter().find(|b| b.logical_id == "Relay/Bus").expect("the relay block's bus");
     local.events.describe_event_bus().name(&bus.name).send().await.expect("the bus exists");
-    assert_eq!(bus.name, "shop-Relay-bus");
+    let relay_stack = names::nested_stack_name("shop", "Relay");
+    assert_eq!(bus.name, format!("{relay_stack}-bus"), "<stack>-<App>-<SUFFIX>, the nested stack's name as on AWS");
     let dlq = stack.queue("Kit/DeadLetterQueue").expect("the kit's dead-letter queue");
     local.sqs.get_queue_attributes().queue_url(&dlq.url).send().await.expect("the queue exists");
-    assert_eq!(stack.pipelines(), ["stream of OutboxTable → Relay/RelayFunction", "rule shop-ConsumerCreated on bus shop-Relay-bus → Consumer"]);
+    let rule = outbox_template::physical_name("shop", "ConsumerCreated", &names::EVENT_RULE);
+    assert_eq!(
+        stack.pipelines(),
+        ["stream of OutboxTable → Relay/RelayFunction".to_owned(), format!("rule {rule} on bus {relay_stack}-bus → Consumer")]
+    );
     let relay = stack.function("Relay/RelayFunction").expect("the relay");
     let env = stack.environment(relay).expect("the relay's environment resolves");
-    assert_eq!(env["EVENT_BUS_NAME"], "shop-Relay-bus");
+    assert_eq!(env["EVENT_BUS_NAME"], format!("{relay_stack}-bus"));
     assert_eq!(env["DLQ_URL"], stack.queue("Relay/DeadLetterQueue").expect("the relay's queue").url);
     let outbox_template::FunctionEvent::DynamoDb(stream) = &relay.events[0] else { panic!("a stream mapping") };
     let destination = stack.destination(stream.on_failure.as_ref().expect("an on-failure destination"), "on failure").expect("a bucket of the stack");
-    assert_eq!(destination, outbox_local::stack::Destination::S3 { bucket: "shop-relay-failedbatches".into() });
+    let bucket = outbox_template::physical_name("shop", "Relay/FailedBatches", &names::BUCKET);
+    assert!(bucket.starts_with("shop-relay-") && bucket == bucket.to_ascii_lowercase(), "{bucket}");
+    assert_eq!(destination, outbox_local::stack::Destination::S3 { bucket });
     let consumer = stack.environment(stack.function("Consumer").expect("the consumer")).expect("its environment");
     local.dynamodb.describe_table().table_name(&consumer["INBOX_TABLE"]).send().await.expect("the kit's inbox table exists");
+}
+
+/// The sample provisions as a stack of the longest name CloudFormation accepts (128 characters:
+/// its tables, bus and the blocks' queues and buckets are all within their limits, as on AWS),
+/// and a 129-character name is refused before anything is created.
+async fn the_longest_stack_name_provisions_and_a_longer_one_is_refused(sdk: &aws_config::SdkConfig) {
+    let template = || Template::load(&crate::common::root().join("template.yaml")).unwrap();
+    let longest = format!("long{}", "x".repeat(names::MAX_STACK_NAME - 4));
+    let stack = Stack::set_up(sdk, template(), &longest, EMULATOR_ACCOUNT, Mode::Provision)
+        .await
+        .unwrap_or_else(|e| panic!("a 128-character stack name provisions: {e}"));
+    let dlq = stack.queue("ConsumerKit/ConsumerDeadLetterQueue").expect("the kit's dead-letter queue");
+    assert!(dlq.name.len() <= 80 && dlq.name.starts_with("longxxx"), "{}", dlq.name);
+    let bucket = stack.buckets.iter().find(|b| b.logical_id == "OutboxPayloadBucket").expect("the payload bucket");
+    assert!(bucket.name.len() <= 63, "{}", bucket.name);
+    let refused =
+        Stack::set_up(sdk, template(), &format!("{longest}x"), EMULATOR_ACCOUNT, Mode::Provision).await.map(|_| ()).unwrap_err().to_string();
+    assert!(refused.contains("is 129 characters; CloudFormation accepts at most 128"), "{refused}");
 }

@@ -179,7 +179,7 @@ impl Resources {
         for f in &stack.functions {
             let mut info = FunctionInfo {
                 logical_id: f.logical_id.clone(),
-                name: crate::template::physical_name(&stack.resolver.stack_name, &f.logical_id),
+                name: crate::template::physical_name(&stack.resolver.stack_name, &f.logical_id, &crate::template::names::FUNCTION),
                 environment: stack.environment(f)?,
                 ..Default::default()
             };

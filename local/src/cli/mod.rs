@@ -26,8 +26,9 @@ pub struct Cli {
     /// SAM template to read (default: template.yaml in this directory or the nearest parent).
     #[arg(long, global = true)]
     pub template: Option<PathBuf>,
-    /// Stack name: resource names are `<stack>-<suffix>` (default: stack_name of samconfig.toml
-    /// beside the template, else the template directory's name).
+    /// Stack name, one CloudFormation accepts (a letter, then letters, digits and hyphens, at most
+    /// 128): resource names derive from it as on AWS (docs/local-runtime.md, "Names"; default:
+    /// stack_name of samconfig.toml beside the template, else the template directory's name).
     #[arg(long, global = true)]
     pub stack_name: Option<String>,
     /// AWS endpoint of a running emulator, e.g. http://127.0.0.1:5000 (also AWS_ENDPOINT_URL).

@@ -102,7 +102,7 @@ async fn print_status(runtime: Arc<Runtime>, health: Option<Arc<Injector>>, mut 
         let now = runtime.stats.snapshot();
         let mut depths = Vec::new();
         for q in &queues {
-            depths.push((q.name.clone(), outbox_local::dlq::depth(&sqs, q).await.unwrap_or(0)));
+            depths.push((q.logical_id.clone(), outbox_local::dlq::depth(&sqs, q).await.unwrap_or(0)));
         }
         let calls = health.as_ref().map(|h| h.health()).unwrap_or_default();
         let line = outbox_local::stats::status::status_line(&before, &now, STATUS_EVERY_SECS as f64, &depths, &calls);

@@ -71,7 +71,7 @@ impl Runtime {
                 template_env.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
             let r = &stack.resolver;
-            let function_name = crate::template::physical_name(&r.stack_name, &spec.logical_id);
+            let function_name = crate::template::physical_name(&r.stack_name, &spec.logical_id, &crate::template::names::FUNCTION);
             let arn = format!("arn:aws:lambda:{}:{}:function:{function_name}", r.region, r.account);
             let placement = Placement { region: r.region.clone(), endpoint: sdk.endpoint_url().map(str::to_owned), function_name };
             let env = lambda_environment(spec, &template_env, &placement);

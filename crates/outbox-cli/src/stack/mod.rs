@@ -16,6 +16,7 @@ mod provision;
 
 pub use deliveries::Delivery;
 
+use crate::template::names;
 use crate::template::{BucketSpec, BusSpec, FunctionEvent, FunctionSpec, QueueSpec, Resolver, RuleSpec, TableSpec, Template, TemplateError};
 use provision::{aws_err, create_table, put_rule, queue, queue_arn, redrive_policy};
 
@@ -153,6 +154,7 @@ impl Stack {
     /// # Errors
     /// [`StackError`] naming the template property or the AWS call that failed.
     pub async fn set_up(sdk: &SdkConfig, template: Template, stack_name: &str, account: &str, mode: Mode) -> Result<Self, StackError> {
+        names::check_stack_name(stack_name)?;
         let region = sdk.region().map(|r| r.to_string()).unwrap_or_else(|| "us-east-1".into());
         let mut resolver = Resolver::new(stack_name, &region, account);
         for (parameter, default) in template.parameter_defaults() {
@@ -223,8 +225,11 @@ impl Stack {
         }
 
         let (functions, skipped_functions) = template.runnable_functions()?;
+        // A function's own FunctionName is checked against Lambda's limit; locally every function
+        // is named as CloudFormation names an unnamed one (`<stack>-<LogicalId>-<SUFFIX>`).
+        template.check_function_names(&resolver)?;
         for id in template.function_ids() {
-            let name = crate::template::physical_name(stack_name, &id);
+            let name = crate::template::physical_name(stack_name, &id, &names::FUNCTION);
             resolver.set_attr(&id, "Arn", format!("arn:aws:lambda:{region}:{account}:function:{name}"));
             resolver.set_ref(&id, name);
         }
@@ -239,14 +244,15 @@ impl Stack {
                         Some(v) => resolver.resolve_string(v, &at)?,
                         None => "default".into(),
                     };
-                    let rule_name: String =
-                        crate::template::physical_name(stack_name, &format!("{}{}", f.logical_id, spec.name)).chars().take(64).collect();
+                    // SAM's rule for the event: logical id <Function><Event>, named by CloudFormation.
+                    let rule_name = crate::template::physical_name(stack_name, &format!("{}{}", f.logical_id, spec.name), &names::EVENT_RULE);
                     let queue_spec = QueueSpec {
                         logical_id: format!("local:{rule_name}"),
-                        name: crate::template::physical_name(&format!("{stack_name}-local"), &format!("{}{}", f.logical_id, spec.name))
-                            .chars()
-                            .take(80)
-                            .collect(),
+                        name: crate::template::physical_name(
+                            &format!("{stack_name}-local"),
+                            &format!("{}{}", f.logical_id, spec.name),
+                            &names::QUEUE,
+                        ),
                         attributes: [("VisibilityTimeout".to_owned(), (f.timeout_secs.max(1) * 6).to_string())].into(),
                         redrive_policy: None,
                     };
@@ -274,8 +280,12 @@ impl Stack {
             for spec in template.standalone_rules()? {
                 let name_at = format!("{}.Properties.Name", spec.logical_id);
                 let rule_name: String = match &spec.name {
-                    Some(v) => resolver.resolve_string(v, &name_at)?,
-                    None => crate::template::physical_name(stack_name, &spec.logical_id).chars().take(64).collect(),
+                    Some(v) => {
+                        let name = resolver.resolve_string(v, &name_at)?;
+                        names::check(&names::EVENT_RULE, &name, &name_at)?;
+                        name
+                    }
+                    None => crate::template::physical_name(stack_name, &spec.logical_id, &names::EVENT_RULE),
                 };
                 let bus_name = match &spec.bus {
                     Some(v) => resolver.resolve_string(v, &format!("{}.Properties.EventBusName", spec.logical_id))?,
@@ -324,7 +334,7 @@ impl Stack {
                     tracing::warn!(rule = %spec.logical_id, expression = %expression, "only rate(…) schedules are played locally; this rule never fires here");
                     continue;
                 };
-                let rule_name: String = crate::template::physical_name(stack_name, &spec.logical_id).chars().take(64).collect();
+                let rule_name = crate::template::physical_name(stack_name, &spec.logical_id, &names::EVENT_RULE);
                 resolver.set_attr(&spec.logical_id, "Arn", format!("arn:aws:events:{region}:{account}:rule/{rule_name}"));
                 for (i, (id, arn, input)) in spec.targets.iter().enumerate() {
                     let at = format!("{}.Properties.Targets[{i}]", spec.logical_id);

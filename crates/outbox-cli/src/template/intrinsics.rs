@@ -90,6 +90,7 @@ impl Resolver {
             "AWS::StackName" => self.stack_name.clone(),
             "AWS::Region" => self.region.clone(),
             "AWS::AccountId" => self.account.clone(),
+            "AWS::StackId" => super::names::stack_id(&self.region, &self.account, &self.stack_name),
             "AWS::Partition" => "aws".into(),
             "AWS::URLSuffix" => "amazonaws.com".into(),
             _ => return None,
@@ -129,7 +130,36 @@ impl Resolver {
             let (text, vars) = sub_parts(arg).ok_or_else(|| unsupported(at, "Sub takes a string or [string, {variable: value}]"))?;
             return self.substitute(text, vars, at);
         }
-        Err(unsupported(at, "expected a string, Ref, GetAtt or Sub"))
+        if let Some(arg) = intrinsic(v, "Join") {
+            let (Some(delimiter), Some(list)) = (arg.get(0).and_then(scalar), arg.get(1)) else {
+                return Err(unsupported(at, "Join takes [delimiter, [values]]"));
+            };
+            return Ok(self.resolve_list(list, at)?.join(&delimiter));
+        }
+        if let Some(arg) = intrinsic(v, "Select") {
+            let (Some(index), Some(list)) = (arg.get(0).and_then(scalar), arg.get(1)) else {
+                return Err(unsupported(at, "Select takes [index, [values]]"));
+            };
+            let items = self.resolve_list(list, at)?;
+            let index: usize = index.parse().map_err(|_| unsupported(at, format!("Select index {index:?} is not a number")))?;
+            return items.get(index).cloned().ok_or_else(|| unsupported(at, format!("Select index {index} of a list of {}", items.len())));
+        }
+        Err(unsupported(at, "expected a string, Ref, GetAtt, Sub, Join or Select"))
+    }
+
+    /// Resolves a list: a sequence (each item a string) or `Fn::Split [delimiter, string]`.
+    fn resolve_list(&self, v: &Value, at: &str) -> Result<Vec<String>, TemplateError> {
+        // Split first: `as_sequence` sees through a tag, so `!Split [d, s]` is also a sequence.
+        if let Some(arg) = intrinsic(v, "Split") {
+            let (Some(delimiter), Some(text)) = (arg.get(0).and_then(scalar), arg.get(1)) else {
+                return Err(unsupported(at, "Split takes [delimiter, string]"));
+            };
+            return Ok(self.resolve_string(text, at)?.split(delimiter.as_str()).map(str::to_owned).collect());
+        }
+        if let Value::Sequence(items) = v {
+            return items.iter().map(|item| self.resolve_string(item, at)).collect();
+        }
+        Err(unsupported(at, "expected a list or Split"))
     }
 
     fn substitute(&self, text: &str, vars: Option<&serde_yaml_ng::Mapping>, at: &str) -> Result<String, TemplateError> {

@@ -8,8 +8,10 @@
 //!
 //! Supported intrinsics (short and long form): `Ref`, `Fn::GetAtt` (`A.B` and `[A, B]`),
 //! `Fn::Sub` (`${Name}`, `${Name.Attr}`, `${!Literal}`; the string form, and the list form with
-//! a variable map). Pseudo parameters: `AWS::StackName`, `AWS::Region`, `AWS::AccountId`,
-//! `AWS::Partition`, `AWS::URLSuffix`. `Conditions` (`Fn::Equals`, `Fn::Not`, `Fn::And`,
+//! a variable map), `Fn::Join`, `Fn::Select` and `Fn::Split`. Pseudo parameters:
+//! `AWS::StackName`, `AWS::StackId` (its UUID derived from the name: [`names::stack_id`]),
+//! `AWS::Region`, `AWS::AccountId`, `AWS::Partition`, `AWS::URLSuffix`. Physical names are
+//! checked against AWS's limits as they are resolved ([`names`]). `Conditions` (`Fn::Equals`, `Fn::Not`, `Fn::And`,
 //! `Fn::Or`, `Condition`), a resource's `Condition` and `Fn::If` (with `AWS::NoValue`) are
 //! evaluated when the template is read, with each parameter's `Default`.
 //!
@@ -25,6 +27,7 @@ use serde_yaml_ng::{Mapping, Value};
 
 mod functions;
 mod intrinsics;
+pub mod names;
 mod nested;
 #[cfg(test)]
 mod nested_tests;
@@ -89,12 +92,14 @@ pub struct Template {
     nested: Vec<NestedApp>,
 }
 
-/// The physical name the local stack gives resource `logical_id` of stack `stack_name` when the
-/// template names none: `<stack>-<logical id>`, a nested resource's `/` made `-`
-/// (`shop-Relay-RelayDeadLetterQueue`). CloudFormation derives such names from the stack name, the
-/// logical id and a random suffix; locally they are stable so that tools and tests can name them.
-pub fn physical_name(stack_name: &str, logical_id: &str) -> String {
-    format!("{stack_name}-{}", logical_id.replace('/', "-"))
+/// The physical name the local stack gives resource `logical_id` (named under `rule`) of
+/// stack `stack_name` when the template names none: CloudFormation's shape,
+/// `<stack>-<logical id>-<SUFFIX>` cut to the service's limit ([`names::generated_name`]; a
+/// nested resource `<App>/<Id>` is named after its nested stack,
+/// `shop-Relay-<SUFFIX>-RelayDeadLetterQueue-<SUFFIX>`). The suffixes are derived from the names
+/// (CloudFormation's are random), so names are stable across runs.
+pub fn physical_name(stack_name: &str, logical_id: &str, rule: &names::NameRule) -> String {
+    names::generated_name(stack_name, logical_id, rule)
 }
 
 impl Template {

@@ -11,8 +11,9 @@
 //! * `!Ref <Parameter>` becomes what the parent passes (inlined in a `!Sub` when it is a plain
 //!   value, else carried as a `!Sub` variable);
 //! * `!Ref X`, `!GetAtt X.Attr`, `${X}`, `${X.Attr}` of its own resources become `<App>/X`;
-//! * `AWS::StackName` becomes `<parent stack>-<App>`, the nested stack's name (CloudFormation
-//!   adds a random suffix: `<parent stack>-<App>-<12 characters>`; the local name is stable);
+//! * `AWS::StackName` becomes `<parent stack>-<App>-<SUFFIX>`, the nested stack's name as
+//!   CloudFormation forms it (12 random characters on AWS; here derived from `<App>`, so the
+//!   name is stable and as long as on AWS: [`super::names::nested_stack_name`]);
 //! * the parent's `!GetAtt <App>.Outputs.<Name>` (and `${<App>.Outputs.<Name>}`) becomes the
 //!   output's value.
 //!
@@ -468,7 +469,7 @@ impl Scope<'_> {
     }
 
     fn stack_name(&self) -> String {
-        format!("${{AWS::StackName}}-{}", self.app)
+        super::names::nested_stack_name("${AWS::StackName}", self.app)
     }
 
     fn reference(&self, name: &str) -> Value {

@@ -34,6 +34,16 @@ fn resolver(t: &Template) -> Resolver {
     r
 }
 
+/// The name the local stack generates for `id` of stack `shop` (CloudFormation's shape).
+fn gen(id: &str, rule: &names::NameRule) -> String {
+    names::generated_name("shop", id, rule)
+}
+
+/// The name of nested stack `app` of stack `shop`: `shop-<App>-<SUFFIX>`.
+fn nested(app: &str) -> String {
+    names::nested_stack_name("shop", app)
+}
+
 fn env(t: &Template, r: &Resolver, id: &str) -> BTreeMap<String, String> {
     let f = t.functions().unwrap().into_iter().find(|f| f.logical_id == id).unwrap_or_else(|| panic!("function {id}"));
     f.environment.iter().map(|(k, v)| (k.clone(), r.resolve_string(v, k).unwrap_or_else(|e| panic!("{e}")))).collect()
@@ -46,14 +56,21 @@ fn a_nested_applications_resources_are_the_parents_named_app_slash_logical_id() 
     assert_eq!(apps, [("Relay", true), ("Kit", true)], "the kit reads the relay's outputs: the relay is read first");
     let r = resolver(&t);
     let tables: Vec<(String, String)> = t.tables(&r).unwrap().into_iter().map(|t| (t.logical_id, t.name)).collect();
-    assert_eq!(tables, [("OutboxTable".into(), "shop-outbox".into()), ("Kit/InboxTable".into(), "shop-Kit-InboxTable".into())]);
+    assert_eq!(tables, [("OutboxTable".into(), "shop-outbox".into()), ("Kit/InboxTable".into(), gen("Kit/InboxTable", &names::TABLE))]);
+    assert!(tables[1].1.starts_with(&format!("{}-InboxTable-", nested("Kit"))), "<nested stack>-<LogicalId>-<SUFFIX>: {tables:?}");
     let buses: Vec<(String, String)> = t.buses(&r).unwrap().into_iter().map(|b| (b.logical_id, b.name)).collect();
-    assert_eq!(buses, [("Relay/Bus".to_owned(), "shop-Relay-bus".to_owned())], "AWS::StackName in a nested template is <parent>-<App>");
+    assert_eq!(
+        buses,
+        [("Relay/Bus".to_owned(), format!("{}-bus", nested("Relay")))],
+        "AWS::StackName in a nested template is <parent>-<App>-<SUFFIX>"
+    );
     let queues = t.queues(&r).unwrap();
-    let names: Vec<(&str, &str)> = queues.iter().map(|q| (q.logical_id.as_str(), q.name.as_str())).collect();
-    assert_eq!(names, [("Relay/DeadLetterQueue", "shop-Relay-DeadLetterQueue"), ("Kit/DeadLetterQueue", "shop-Kit-dlq")]);
+    let queue_names: Vec<(&str, &str)> = queues.iter().map(|q| (q.logical_id.as_str(), q.name.as_str())).collect();
+    let (relay_dlq, kit_dlq) = (gen("Relay/DeadLetterQueue", &names::QUEUE), format!("{}-dlq", nested("Kit")));
+    assert_eq!(queue_names, [("Relay/DeadLetterQueue", relay_dlq.as_str()), ("Kit/DeadLetterQueue", kit_dlq.as_str())]);
     assert_eq!(queues[0].attributes["MessageRetentionPeriod"], "1209600", "the parent's parameter, passed on, beats the child's default");
-    assert_eq!(t.buckets(&r).unwrap()[0].name, "shop-relay-failedbatches");
+    assert_eq!(t.buckets(&r).unwrap()[0].name, gen("Relay/FailedBatches", &names::BUCKET));
+    assert!(t.buckets(&r).unwrap()[0].name.starts_with("shop-relay-"), "lower case");
     assert_eq!(t.resource_type("Relay/RelayFunction"), Some("AWS::Serverless::Function"));
 }
 
@@ -68,20 +85,21 @@ fn a_nested_functions_parameters_globals_and_references_are_its_own() {
     let FunctionEvent::DynamoDb(stream) = &relay.events[0] else { panic!("{:?}", relay.events) };
     assert_eq!((stream.table_logical_id.as_str(), stream.batch_size, stream.bisect_on_error), ("OutboxTable", 25, true));
     let destination = r.resolve_string(stream.on_failure.as_ref().unwrap(), "d").unwrap();
-    assert_eq!(destination, "arn:aws:s3:::shop-relay-failedbatches");
+    assert_eq!(destination, format!("arn:aws:s3:::{}", gen("Relay/FailedBatches", &names::BUCKET)));
     let relay_env = env(&t, &r, "Relay/RelayFunction");
     assert_eq!(relay_env["SHARED"], "relay");
-    assert_eq!(relay_env["EVENT_BUS_NAME"], "shop-Relay-bus", "no bus given: the block's condition creates one");
+    let (bus, dlq) = (format!("{}-bus", nested("Relay")), gen("Relay/DeadLetterQueue", &names::QUEUE));
+    assert_eq!(relay_env["EVENT_BUS_NAME"], bus, "no bus given: the block's condition creates one");
     assert_eq!(relay_env["OUTBOX_TABLE"], "shop-outbox");
-    assert_eq!(relay_env["DLQ_URL"], "url:shop-Relay-DeadLetterQueue");
-    assert_eq!(relay_env["WHERE"], "shop-Relay/arn:shop-Relay-DeadLetterQueue/shop-outbox/25");
+    assert_eq!(relay_env["DLQ_URL"], format!("url:{dlq}"));
+    assert_eq!(relay_env["WHERE"], format!("{}/arn:{dlq}/shop-outbox/25", nested("Relay")));
     let consumer_env = env(&t, &r, "Consumer");
     assert!(!consumer_env.contains_key("SHARED"));
-    assert_eq!(consumer_env["INBOX_TABLE"], "shop-Kit-InboxTable");
-    assert_eq!(consumer_env["DLQ"], "dlq=url:shop-Kit-dlq");
+    assert_eq!(consumer_env["INBOX_TABLE"], gen("Kit/InboxTable", &names::TABLE));
+    assert_eq!(consumer_env["DLQ"], format!("dlq=url:{}-dlq", nested("Kit")));
     let FunctionEvent::EventBridgeRule(rule) = &consumer.events[0] else { panic!() };
-    assert_eq!(r.resolve_string(rule.bus.as_ref().unwrap(), "b").unwrap(), "shop-Relay-bus");
-    assert_eq!(r.resolve_string(rule.dead_letter_arn.as_ref().unwrap(), "d").unwrap(), "arn:shop-Kit-dlq");
+    assert_eq!(r.resolve_string(rule.bus.as_ref().unwrap(), "b").unwrap(), bus);
+    assert_eq!(r.resolve_string(rule.dead_letter_arn.as_ref().unwrap(), "d").unwrap(), format!("arn:{}-dlq", nested("Kit")));
 }
 
 #[test]
@@ -91,7 +109,7 @@ fn a_parameter_given_turns_the_nested_condition_off() {
     let r = resolver(&t);
     assert!(t.buses(&r).unwrap().is_empty(), "the block's bus has Condition: CreateBus");
     assert_eq!(env(&t, &r, "Relay/RelayFunction")["EVENT_BUS_NAME"], "existing-bus");
-    assert_eq!(env(&t, &r, "Consumer")["INBOX_TABLE"], "shop-Kit-InboxTable");
+    assert_eq!(env(&t, &r, "Consumer")["INBOX_TABLE"], gen("Kit/InboxTable", &names::TABLE));
 }
 
 #[test]
@@ -188,7 +206,8 @@ fn the_sample_is_built_from_the_blocks() {
     }
     let tables: Vec<String> = sample.tables(&r).unwrap().into_iter().map(|t| t.logical_id).collect();
     assert_eq!(tables, ["OrdersTable", "OutboxTable", "InventoryTable", "ConsumerKit/InboxTable", "Webhooks/WebhookSubscribersTable"]);
-    let inbox = "shop-ConsumerKit-InboxTable";
+    let inbox = gen("ConsumerKit/InboxTable", &names::TABLE);
+    let kit_dlq = gen("ConsumerKit/ConsumerDeadLetterQueue", &names::QUEUE);
     let bus = "shop-orders";
     for consumer in ["ReserveInventoryFunction", "PartnerWebhookFunction", "Webhooks/WebhookDispatcherFunction"] {
         assert_eq!(env(&sample, &r, consumer)["INBOX_TABLE"], inbox, "{consumer} records its events in the kit's inbox");
@@ -196,7 +215,7 @@ fn the_sample_is_built_from_the_blocks() {
     assert_eq!(env(&sample, &r, "Relay/RelayFunction")["EVENT_BUS_NAME"], bus, "the relay publishes to the sample's bus");
     assert_eq!(env(&sample, &r, "Webhooks/WebhookDispatcherFunction")["EVENT_BUS_NAME"], bus);
     let reserve = env(&sample, &r, "ReserveInventoryFunction");
-    assert_eq!(reserve["DEAD_LETTER_QUEUE_URL"], "url:shop-ConsumerKit-consumer-dlq", "the kit's dead-letter queue");
+    assert_eq!(reserve["DEAD_LETTER_QUEUE_URL"], format!("url:{kit_dlq}"), "the kit's dead-letter queue");
     assert_eq!(reserve["DEAD_LETTER_RETENTION_SECONDS"], "1209600", "the retention rule, the kit's output");
     // reserve-inventory reads the kit's delivery queue (its retry window, its redrive to the
     // kit's dead-letter queue), fed by the kit's rule with the sample's two order event types.
@@ -209,7 +228,7 @@ fn the_sample_is_built_from_the_blocks() {
     let queues = sample.queues(&r).unwrap();
     let delivery = queues.iter().find(|q| q.logical_id == "ConsumerKit/DeliveryQueue").expect("the kit's delivery queue");
     let redrive = delivery.redrive_policy.as_ref().expect("a redrive policy");
-    assert_eq!(r.resolve_string(&redrive["deadLetterTargetArn"], "redrive").unwrap(), "arn:shop-ConsumerKit-consumer-dlq");
+    assert_eq!(r.resolve_string(&redrive["deadLetterTargetArn"], "redrive").unwrap(), format!("arn:{kit_dlq}"));
     let rules = sample.standalone_rules().unwrap();
     let rule = rules.iter().find(|rule| rule.logical_id == "ConsumerKit/DeliveryRule").expect("the kit's rule");
     assert_eq!(rule.pattern, serde_json::json!({"source": ["example.orders"], "detail-type": ["OrderCreated", "OrderCancelled"]}));

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde_yaml_ng::Value;
 
 use super::intrinsics::Resolver;
+use super::names;
 use super::specs::{BucketSpec, BusSpec, IndexSpec, QueueSpec, ScheduleRuleSpec, StandaloneRuleSpec, TableSpec};
 use super::{unsupported, Template, TemplateError};
 
@@ -19,10 +20,7 @@ impl Template {
             .into_iter()
             .map(|(id, p)| {
                 let at = |prop: &str| format!("{id}.Properties.{prop}");
-                let name = match p.get("TableName") {
-                    Some(v) => r.resolve_string(v, &at("TableName"))?,
-                    None => super::physical_name(&r.stack_name, &id),
-                };
+                let name = named(r, &id, &p, &names::TABLE)?;
                 let pairs_of = |list: Option<&Value>, prop: &str, a: &str, b: &str| -> Result<Vec<(String, String)>, TemplateError> {
                     let seq = list.and_then(Value::as_sequence).ok_or_else(|| unsupported(at(prop), "must be a list"))?;
                     seq.iter()
@@ -80,8 +78,10 @@ impl Template {
         self.resources_of("AWS::Events::EventBus")
             .into_iter()
             .map(|(id, p)| {
-                let value = p.get("Name").ok_or_else(|| unsupported(format!("{id}.Properties.Name"), "is required"))?;
-                Ok(BusSpec { name: r.resolve_string(value, &format!("{id}.Properties.Name"))?, logical_id: id })
+                if p.get("Name").is_none() {
+                    return Err(unsupported(format!("{id}.Properties.Name"), "is required"));
+                }
+                Ok(BusSpec { name: named(r, &id, &p, &names::BUS)?, logical_id: id })
             })
             .collect()
     }
@@ -93,13 +93,7 @@ impl Template {
     pub fn buckets(&self, r: &Resolver) -> Result<Vec<BucketSpec>, TemplateError> {
         self.resources_of("AWS::S3::Bucket")
             .into_iter()
-            .map(|(id, p)| {
-                let name = match p.get("BucketName") {
-                    Some(v) => r.resolve_string(v, &format!("{id}.Properties.BucketName"))?,
-                    None => super::physical_name(&r.stack_name, &id).to_ascii_lowercase(),
-                };
-                Ok(BucketSpec { logical_id: id, name })
-            })
+            .map(|(id, p)| Ok(BucketSpec { name: named(r, &id, &p, &names::BUCKET)?, logical_id: id }))
             .collect()
     }
 
@@ -113,10 +107,7 @@ impl Template {
         self.resources_of("AWS::SQS::Queue")
             .into_iter()
             .map(|(id, p)| {
-                let name = match p.get("QueueName") {
-                    Some(v) => r.resolve_string(v, &format!("{id}.Properties.QueueName"))?,
-                    None => super::physical_name(&r.stack_name, &id),
-                };
+                let name = named(r, &id, &p, &names::QUEUE)?;
                 let mut attributes = BTreeMap::new();
                 for key in ["MessageRetentionPeriod", "VisibilityTimeout", "ReceiveMessageWaitTimeSeconds", "DelaySeconds", "MaximumMessageSize"] {
                     if let Some(v) = p.get(key) {
@@ -126,6 +117,42 @@ impl Template {
                 Ok(QueueSpec { logical_id: id, name, attributes, redrive_policy: p.get("RedrivePolicy").cloned() })
             })
             .collect()
+    }
+
+    /// Every name the template sets: the name property (`TableName`, `QueueName`, `AlarmName`, …)
+    /// of each resource of a type of [`names::RULES`] that has one, resolved by `r` (resources
+    /// without one are named by CloudFormation, within the limit). The names are not checked.
+    ///
+    /// # Errors
+    /// [`TemplateError`] naming a name that cannot be resolved.
+    pub fn physical_names(&self, r: &Resolver) -> Result<Vec<names::PhysicalName>, TemplateError> {
+        let mut found = Vec::new();
+        for rule in names::RULES {
+            for (id, p) in self.resources_of(rule.resource_type) {
+                if let Some(v) = p.get(rule.property) {
+                    let name = r.resolve_string(v, &format!("{id}.Properties.{}", rule.property))?;
+                    found.push(names::PhysicalName { logical_id: id, rule, name });
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Checks each function's `FunctionName`, where it has one, against Lambda's limit (the local
+    /// runtime names every function as CloudFormation names an unnamed one, but refuses a
+    /// template AWS would refuse).
+    ///
+    /// # Errors
+    /// [`TemplateError`] naming a `FunctionName` that cannot be resolved or that Lambda refuses.
+    pub fn check_function_names(&self, r: &Resolver) -> Result<(), TemplateError> {
+        for rule in [&names::SERVERLESS_FUNCTION, &names::FUNCTION] {
+            for (id, p) in self.resources_of(rule.resource_type) {
+                if p.get(rule.property).is_some() {
+                    named(r, &id, &p, rule)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Every standalone `AWS::Events::Rule` (functions' `EventBridgeRule` events are read with the
@@ -179,6 +206,24 @@ impl Template {
                 Ok(ScheduleRuleSpec { logical_id: id, schedule, targets })
             })
             .collect()
+    }
+}
+
+/// The physical name of resource `id` (properties `p`) named under `rule`: its name property
+/// resolved and checked against the service's limit ([`names::check`]), else the name
+/// CloudFormation would generate ([`super::physical_name`]).
+///
+/// # Errors
+/// [`TemplateError`] when the name cannot be resolved or AWS would refuse it.
+pub(super) fn named(r: &Resolver, id: &str, p: &serde_yaml_ng::Mapping, rule: &names::NameRule) -> Result<String, TemplateError> {
+    match p.get(rule.property) {
+        Some(v) => {
+            let at = format!("{id}.Properties.{}", rule.property);
+            let name = r.resolve_string(v, &at)?;
+            names::check(rule, &name, &at)?;
+            Ok(name)
+        }
+        None => Ok(super::physical_name(&r.stack_name, id, rule)),
     }
 }
 

@@ -51,7 +51,8 @@ pub struct BusSpec {
 pub struct BucketSpec {
     /// Logical id.
     pub logical_id: String,
-    /// `BucketName` (default `<stack>-<logical id>`, lowercased: bucket names are lowercase).
+    /// `BucketName` (default CloudFormation's generated shape, `<stack>-<logical id>-<SUFFIX>` in
+    /// lower case within S3's 63 characters: [`super::names::generated_name`]).
     pub name: String,
 }
 
@@ -158,7 +159,8 @@ pub struct SqsMappingSpec {
 /// the local stack can wire: SQS queues of the template.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StandaloneRuleSpec {
-    /// Logical id (the rule's name on the bus is `<stack>-<logical id>`, unless `Name` is set).
+    /// Logical id (the rule's name on the bus is `<stack>-<logical id>-<SUFFIX>` within
+    /// EventBridge's 64 characters, unless `Name` is set).
     pub logical_id: String,
     /// `Name`, unresolved.
     pub name: Option<Value>,

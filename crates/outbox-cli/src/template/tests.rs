@@ -217,8 +217,9 @@ fn functions_without_a_binary_are_skipped_and_named() {
 fn unknown_references_are_errors_that_name_the_place() {
     let err = resolver().resolve_string(&serde_yaml_ng::from_str("!Ref Nope").unwrap(), "X.Env.Y").unwrap_err();
     assert_eq!(err.to_string(), "X.Env.Y: Ref Nope: not a resource the local runtime provisions");
-    let err = resolver().resolve_string(&serde_yaml_ng::from_str("!Join [a, [b]]").unwrap(), "X").unwrap_err();
-    assert!(err.to_string().contains("expected a string, Ref, GetAtt or Sub"));
+    let err = resolver().resolve_string(&serde_yaml_ng::from_str("!FindInMap [a, b, c]").unwrap(), "X").unwrap_err();
+    assert!(err.to_string().contains("expected a string, Ref, GetAtt, Sub, Join or Select"), "{err}");
+    assert_eq!(resolver().resolve_string(&serde_yaml_ng::from_str("!Join [a, [b, c]]").unwrap(), "X").unwrap(), "bac");
 }
 
 /// The retention rule holds in the project's own template: one parameter sets both
@@ -259,4 +260,67 @@ fn the_template_states_the_retention_rule_once_and_keeps_it() {
         let inbox = outbox_lambda::inbox_retention(&outbox_lambda::Env::from_map(env)).unwrap_or_else(|e| panic!("{}: {e}", function.logical_id));
         assert!(inbox.as_secs() > retention.parse::<u64>().unwrap(), "{}: the inbox outlives the dead-letter queues", function.logical_id);
     }
+}
+
+/// A template naming `kind`'s resource `X` with `property: <name of length>`.
+fn named_template(kind: &str, property: &str, length: usize) -> Template {
+    let key = "\n      AttributeDefinitions: [{AttributeName: pk, AttributeType: S}]\n      KeySchema: [{AttributeName: pk, KeyType: HASH}]";
+    let table = if kind == "AWS::DynamoDB::Table" { key } else { "" };
+    let text = format!("Resources:\n  X:\n    Type: {kind}\n    Properties:\n      {property}: {}{table}\n", "n".repeat(length));
+    Template::parse(Path::new("t.yaml"), &text).unwrap()
+}
+
+#[test]
+fn a_name_the_template_sets_is_refused_over_its_services_limit_and_accepted_up_to_it() {
+    let r = resolver();
+    assert_eq!(named_template("AWS::SQS::Queue", "QueueName", 80).queues(&r).unwrap()[0].name.len(), 80);
+    let err = named_template("AWS::SQS::Queue", "QueueName", 81).queues(&r).unwrap_err().to_string();
+    assert!(err.starts_with("X.Properties.QueueName: ") && err.contains("81 characters; AWS accepts 1-80"), "{err}");
+    assert_eq!(named_template("AWS::S3::Bucket", "BucketName", 63).buckets(&r).unwrap()[0].name.len(), 63);
+    assert!(named_template("AWS::S3::Bucket", "BucketName", 64).buckets(&r).is_err());
+    assert!(named_template("AWS::DynamoDB::Table", "TableName", 255).tables(&r).is_ok());
+    assert!(named_template("AWS::DynamoDB::Table", "TableName", 256).tables(&r).is_err());
+    assert!(named_template("AWS::Events::EventBus", "Name", 256).buses(&r).is_ok());
+    assert!(named_template("AWS::Events::EventBus", "Name", 257).buses(&r).is_err());
+    assert!(named_template("AWS::Serverless::Function", "FunctionName", 64).check_function_names(&r).is_ok());
+    let err = named_template("AWS::Serverless::Function", "FunctionName", 65).check_function_names(&r).unwrap_err().to_string();
+    assert!(err.contains("X.Properties.FunctionName") && err.contains("65 characters; AWS accepts 1-64"), "{err}");
+}
+
+#[test]
+fn an_unnamed_resource_gets_cloudformations_generated_name_within_the_limit() {
+    let text = "Resources:\n  Q:\n    Type: AWS::SQS::Queue\n  B:\n    Type: AWS::S3::Bucket\n";
+    let t = Template::parse(Path::new("t.yaml"), text).unwrap();
+    let long = "Stack".repeat(25) + "abc"; // 128 characters, CloudFormation's longest
+    let r = Resolver::new(&long, "us-east-1", "123456789012");
+    let queue = &t.queues(&r).unwrap()[0].name;
+    let bucket = &t.buckets(&r).unwrap()[0].name;
+    assert_eq!((queue.len(), bucket.len()), (80, 63), "{queue} {bucket}");
+    assert!(queue.starts_with("StackStack") && bucket.starts_with("stackstack"), "{queue} {bucket}");
+    let r = Resolver::new("shop", "us-east-1", "123456789012");
+    let queue = &t.queues(&r).unwrap()[0].name;
+    assert!(queue.starts_with("shop-Q-") && queue.len() == "shop-Q-".len() + names::SUFFIX_LEN, "{queue}");
+}
+
+#[test]
+fn a_name_from_the_stack_id_resolves_locally() {
+    let text = r#"
+Resources:
+  F:
+    Type: AWS::Serverless::Function
+    Properties:
+      FunctionName: !Join ["-", [reserve-inventory, !Select [2, !Split ["/", !Ref AWS::StackId]]]]
+"#;
+    let t = Template::parse(Path::new("t.yaml"), text).unwrap();
+    for stack in ["s", &"s".repeat(names::MAX_STACK_NAME)] {
+        let r = Resolver::new(stack, "us-east-1", "123456789012");
+        let found = t.physical_names(&r).unwrap();
+        let name = &found[0].name;
+        assert_eq!(name.len(), "reserve-inventory-".len() + 36, "{name}: the UUID, whatever the stack name");
+        t.check_function_names(&r).unwrap();
+    }
+    let r = Resolver::new("s", "us-east-1", "123456789012");
+    let bad: Value = serde_yaml_ng::from_str("!Select [5, [a, b]]").unwrap();
+    let err = r.resolve_string(&bad, "X").unwrap_err().to_string();
+    assert!(err.contains("Select index 5 of a list of 2"), "{err}");
 }
