@@ -38,7 +38,7 @@ pub use intrinsics::Resolver;
 pub use nested::NestedApp;
 pub use specs::rate_period;
 pub use specs::{
-    BucketSpec, BusSpec, EventInvokeSpec, FunctionEvent, FunctionSpec, IndexSpec, QueueSpec, RuleSpec, ScheduleRuleSpec, SqsMappingSpec,
+    ArchiveSpec, BucketSpec, BusSpec, EventInvokeSpec, FunctionEvent, FunctionSpec, IndexSpec, QueueSpec, RuleSpec, ScheduleRuleSpec, SqsMappingSpec,
     StandaloneRuleSpec, StreamMappingSpec, TableSpec,
 };
 
@@ -95,6 +95,25 @@ pub struct Template {
 /// logical id and a random suffix; locally they are stable so that tools and tests can name them.
 pub fn physical_name(stack_name: &str, logical_id: &str) -> String {
     format!("{stack_name}-{}", logical_id.replace('/', "-"))
+}
+
+/// The longest name an EventBridge archive may have: 48 characters (CreateArchive's
+/// `ArchiveName`, "Maximum length of 48"; the CloudFormation resource `AWS::Events::Archive`).
+pub const ARCHIVE_NAME_MAX: usize = 48;
+
+/// The name the local stack gives archive `logical_id` when the template names none:
+/// [`physical_name`] when it fits [`ARCHIVE_NAME_MAX`], else its first 39 characters, `-` and 8
+/// hex digits of its SHA-256 (so two long names that share a prefix stay apart). CloudFormation
+/// generates a name within the limit itself.
+pub fn archive_name(stack_name: &str, logical_id: &str) -> String {
+    use sha2::Digest;
+    let full = physical_name(stack_name, logical_id);
+    if full.chars().count() <= ARCHIVE_NAME_MAX {
+        return full;
+    }
+    let prefix: String = full.chars().take(ARCHIVE_NAME_MAX - 9).collect();
+    let digest = hex::encode(sha2::Sha256::digest(full.as_bytes()));
+    format!("{}-{}", prefix.trim_end_matches('-'), &digest[..8])
 }
 
 impl Template {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_yaml_ng::Value;
 
 use super::intrinsics::Resolver;
-use super::specs::{BucketSpec, BusSpec, IndexSpec, QueueSpec, ScheduleRuleSpec, StandaloneRuleSpec, TableSpec};
+use super::specs::{ArchiveSpec, BucketSpec, BusSpec, IndexSpec, QueueSpec, ScheduleRuleSpec, StandaloneRuleSpec, TableSpec};
 use super::{unsupported, Template, TemplateError};
 
 impl Template {
@@ -82,6 +82,48 @@ impl Template {
             .map(|(id, p)| {
                 let value = p.get("Name").ok_or_else(|| unsupported(format!("{id}.Properties.Name"), "is required"))?;
                 Ok(BusSpec { name: r.resolve_string(value, &format!("{id}.Properties.Name"))?, logical_id: id })
+            })
+            .collect()
+    }
+
+    /// Every `AWS::Events::Archive`, its `SourceArn` resolved (the bus's ARN must be known).
+    ///
+    /// # Errors
+    /// [`TemplateError`] naming the property that cannot be read: a missing `SourceArn`, a
+    /// `RetentionDays` that is not a whole number, an `EventPattern` that is not JSON, an
+    /// `ArchiveName` over [`super::ARCHIVE_NAME_MAX`] characters (AWS refuses it).
+    pub fn archives(&self, r: &Resolver) -> Result<Vec<ArchiveSpec>, TemplateError> {
+        self.resources_of("AWS::Events::Archive")
+            .into_iter()
+            .map(|(id, p)| {
+                let at = |prop: &str| format!("{id}.Properties.{prop}");
+                let name = match p.get("ArchiveName") {
+                    Some(v) => r.resolve_string(v, &at("ArchiveName"))?,
+                    None => super::archive_name(&r.stack_name, &id),
+                };
+                if name.chars().count() > super::ARCHIVE_NAME_MAX {
+                    return Err(unsupported(
+                        at("ArchiveName"),
+                        format!("{name:?} is longer than {} characters (AWS refuses it)", super::ARCHIVE_NAME_MAX),
+                    ));
+                }
+                let source = p.get("SourceArn").ok_or_else(|| unsupported(at("SourceArn"), "is required"))?;
+                let source_arn = r.resolve_string(source, &at("SourceArn"))?;
+                let pattern = match p.get("EventPattern") {
+                    None => None,
+                    Some(Value::String(text)) => Some(serde_json::from_str(text)),
+                    Some(other) => Some(serde_json::to_value(other)),
+                }
+                .transpose()
+                .map_err(|e| unsupported(at("EventPattern"), format!("is not JSON: {e}")))?;
+                let retention_days = match p.get("RetentionDays") {
+                    None => 0,
+                    Some(v) => {
+                        let text = r.resolve_string(v, &at("RetentionDays"))?;
+                        text.parse().map_err(|_| unsupported(at("RetentionDays"), format!("{text:?} is not a whole number of days")))?
+                    }
+                };
+                Ok(ArchiveSpec { logical_id: id, name, source_arn, pattern, retention_days })
             })
             .collect()
     }
