@@ -5,12 +5,17 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::{confirm, Context};
 use crate::replay::{prepare, Consumers, Plan, Replayer, Request};
 use crate::webhooks::parse_time;
 use crate::{Error, Result};
+
+/// A time as the command prints it: RFC 3339, UTC, milliseconds.
+fn show(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
 
 /// `replay`'s arguments.
 #[derive(Debug, Clone, clap::Args)]
@@ -74,14 +79,7 @@ pub async fn run(context: &Context, args: &ReplayArgs) -> Result<ExitCode> {
     for warning in &warnings {
         eprintln!("warning: {warning}");
     }
-    println!(
-        "archive {} (bus {}): events of {} .. {} to {} rule(s):",
-        state.name,
-        state.bus_name(),
-        since.to_rfc3339(),
-        until.to_rfc3339(),
-        rules.len()
-    );
+    println!("archive {} (bus {}): events of {} .. {} to {} rule(s):", state.name, state.bus_name(), show(since), show(until), rules.len());
     for chosen in &rules {
         println!("  rule {} → consumer {}", chosen.rule.name, chosen.consumer);
         if !chosen.also_types.is_empty() {
@@ -91,7 +89,7 @@ pub async fn run(context: &Context, args: &ReplayArgs) -> Result<ExitCode> {
             );
         }
     }
-    confirm(context, &format!("re-deliver the archived events of {} .. {} to {} rule(s)", since.to_rfc3339(), until.to_rfc3339(), rules.len()))?;
+    confirm(context, &format!("re-deliver the archived events of {} .. {} to {} rule(s)", show(since), show(until), rules.len()))?;
     replayer.start(&name, &state, since, until, &rules).await?;
     println!("replay {name} started");
     if args.no_wait {
@@ -105,14 +103,14 @@ pub async fn run(context: &Context, args: &ReplayArgs) -> Result<ExitCode> {
         if progress.ended() {
             eprintln!();
             if progress.state == "COMPLETED" {
-                println!("replay {name}: COMPLETED ({} .. {} re-delivered)", since.to_rfc3339(), until.to_rfc3339());
+                println!("replay {name}: COMPLETED ({} .. {} re-delivered)", show(since), show(until));
                 return Ok(ExitCode::SUCCESS);
             }
             return Err(Error::Replay(format!(
                 "replay {name} ended {}{}: start another one for what is left (--since {})",
                 progress.state,
                 progress.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default(),
-                progress.last_replayed.unwrap_or(since).to_rfc3339()
+                show(progress.last_replayed.unwrap_or(since))
             )));
         }
         tokio::time::sleep(Duration::from_secs(args.poll_seconds)).await;

@@ -257,3 +257,30 @@ fn the_template_states_the_retention_rule_once_and_keeps_it() {
         assert!(inbox.as_secs() > retention.parse::<u64>().unwrap(), "{}: the inbox outlives the dead-letter queues", function.logical_id);
     }
 }
+
+#[test]
+fn an_unnamed_archive_gets_a_name_within_the_48_characters_aws_allows() {
+    assert_eq!(super::archive_name("shop", "Relay/EventArchive"), "shop-Relay-EventArchive");
+    let longest = "s".repeat(128); // CloudFormation's longest stack name
+    let a = super::archive_name(&longest, "Relay/EventArchive");
+    let b = super::archive_name(&format!("{}t", &longest[..127]), "Relay/EventArchive");
+    assert_eq!(a.chars().count(), super::ARCHIVE_NAME_MAX, "{a}");
+    assert!(b.chars().count() <= super::ARCHIVE_NAME_MAX && a != b, "names that share their first 39 characters stay apart: {a} {b}");
+}
+
+#[test]
+fn an_archive_is_read_with_its_bus_pattern_and_retention_and_a_name_over_48_is_refused() {
+    let text = "Resources:\n  A:\n    Type: AWS::Events::Archive\n    Properties:\n      SourceArn: arn:aws:events:us-east-1:1:event-bus/b\n      EventPattern: {detail: {metadata: {id: [{exists: true}]}}}\n      RetentionDays: 7\n";
+    let template = Template::parse(Path::new("t.yaml"), text).expect("a template");
+    let archives = template.archives(&Resolver::new("s", "us-east-1", "1")).expect("its archive");
+    assert_eq!(archives.len(), 1);
+    assert_eq!(
+        (archives[0].name.as_str(), archives[0].source_arn.as_str(), archives[0].retention_days),
+        ("s-A", "arn:aws:events:us-east-1:1:event-bus/b", 7)
+    );
+    assert_eq!(archives[0].pattern, Some(serde_json::json!({"detail": {"metadata": {"id": [{"exists": true}]}}})));
+    let named = text.replace("    Properties:\n", &format!("    Properties:\n      ArchiveName: {}\n", "a".repeat(49)));
+    let template = Template::parse(Path::new("t.yaml"), &named).expect("a template");
+    let err = template.archives(&Resolver::new("s", "us-east-1", "1")).expect_err("too long").to_string();
+    assert!(err.starts_with("A.Properties.ArchiveName: ") && err.ends_with("is longer than 48 characters (AWS refuses it)"), "{err}");
+}
