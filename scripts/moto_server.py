@@ -1,7 +1,7 @@
 """The moto server (pinned in requirements/emulator.txt) with AWS's transaction semantics and
 bounded memory.
 
-Seven changes to moto, each installed by a function (or class) below and each written so that it could be
+Eight changes to moto, each installed by a function (or class) below and each written so that it could be
 offered upstream as it stands:
 
 1. `install_transaction_undo_log`: a cancelled TransactWriteItems is undone key by key.
@@ -67,6 +67,22 @@ offered upstream as it stands:
    EOF arrive (py-spy: the thread waits in `SocketIO.readinto` under that `execute`). The
    handler reads exactly the request's body (its Content-Length, or its chunks) and answers
    with a Content-Length, so the next request starts where this one ended.
+
+8. `install_archive_replay`: StartReplay replays what AWS replays. moto archives the events a
+   bus receives (its `Events-Archive-<name>` rule, as AWS's managed rule, skips replayed
+   events), but its `Replay.replay_events` (moto/events/models.py) sends EVERY archived event to
+   EVERY rule of the bus: it ignores the replay's time window (`EventStartTime`,
+   `EventEndTime`: "Only events that occurred between the EventStartTime and EventEndTime are
+   replayed", by "the time in the event"), its rules (`Destination.FilterArns`: "the rules to
+   replay events to"), and the archive's retention, and `DescribeReplay` has no
+   `EventLastReplayedTime`. Here a replay sends the archived events whose `time` lies in
+   [EventStartTime, EventEndTime] (and, with a retention, not older than it), oldest first, to
+   the rules of `FilterArns` (all rules of the bus without it), each with a new `id` and
+   `replay-name`, and records the time of the last one replayed. As in moto, it runs inside
+   `StartReplay` (complete when the call returns). Sources:
+   https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_StartReplay.html,
+   https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_ReplayDestination.html,
+   https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-replay-archived-event.html.
 
 Usage: python scripts/moto_server.py -H 127.0.0.1 -p PORT
 """
@@ -320,6 +336,49 @@ def install_jsonpath_cache():
     jsonpath_ng.ext.parse = functools.lru_cache(maxsize=1024)(jsonpath_ng.ext.parse)
 
 
+def install_archive_replay():
+    """StartReplay honours its window, its rules and the archive's retention (see the docstring)."""
+    import time
+    import uuid
+
+    import moto.events.models as models
+
+    def replay_events(self, archive):
+        backend = models.events_backends[self.account_id][self.region]
+        bus = backend.describe_event_bus(self.destination["Arn"].split("/")[-1])
+        filter_arns = set(self.destination.get("FilterArns") or [])
+        rules = [rule for rule in bus.rules.values() if not filter_arns or rule.arn in filter_arns]
+        start, end = float(self.event_start_time), float(self.event_end_time)
+        retention_days = int(archive.retention or 0)
+        if retention_days > 0:
+            start = max(start, time.time() - retention_days * 86400)
+        last = None
+        for event in sorted(archive.events, key=lambda e: float(e["time"])):
+            at = float(event["time"])
+            if not start <= at <= end:
+                continue
+            replayed = dict(event, id=str(uuid.uuid4()), **{"replay-name": self.name})
+            replayed.pop("ingestion-time", None)  # moto's own field, not part of an event
+            for rule in rules:
+                rule.send_to_targets(replayed, transform_input=False)
+            last = at
+        self.event_last_replayed_time = last
+        self.state = models.ReplayState.COMPLETED
+        self.end_time = models.unix_time()
+
+    original_describe_short = models.Replay.describe_short
+
+    def describe_short(self):
+        described = original_describe_short(self)
+        last = getattr(self, "event_last_replayed_time", None)
+        if last is not None:
+            described["EventLastReplayedTime"] = last
+        return described
+
+    models.Replay.replay_events = replay_events
+    models.Replay.describe_short = describe_short
+
+
 class QuietRequestHandler(MotoRequestHandler):
     """moto's request handler without werkzeug's line per request: the local runtime discards
     the server's output, and formatting and writing a log line for every request took ~10 % of
@@ -446,6 +505,7 @@ def main():
     install_ttl_deletion_marking()
     install_uncounted_sqs_send_and_receive()
     install_jsonpath_cache()
+    install_archive_replay()
     app = DomainDispatcherApplication(create_backend_app)
     run_simple(
         args.host,

@@ -24,6 +24,7 @@ mod partner_webhooks;
 mod producer;
 mod relay_emulator;
 mod relay_outage;
+mod replay;
 mod sqs_mapping;
 mod stack;
 mod webhook_delivery;

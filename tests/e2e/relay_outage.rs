@@ -311,7 +311,7 @@ async fn a_restarted_runtime_resumes_after_its_checkpoint() {
 
 /// Commits one order event (`OrderCreated` sequence 1, or `OrderCancelled` sequence 2 naming
 /// its creation in `previous`) in its own transaction, as the order API does.
-async fn order_event(local: &Local, order_id: &str, cancelled: bool) {
+pub(crate) async fn order_event(local: &Local, order_id: &str, cancelled: bool) {
     let writer = OutboxWriter::new(local.table("OutboxTable"), Duration::from_secs(3600));
     let mut tx = writer.transaction();
     let (event_type, sequence, payload, previous) = if cancelled {

@@ -8,7 +8,9 @@
 //! * per function (`AWS::Lambda::Function`, physical id = name): `GetFunctionConfiguration` (its
 //!   environment) and `ListEventSourceMappings` (its streams and their on-failure destinations);
 //! * per rule (`AWS::Events::Rule`, physical id = `<bus>|<rule>` on a custom bus, else the rule
-//!   name): `DescribeRule` (its pattern) and `ListTargetsByRule` (the functions it invokes).
+//!   name): `DescribeRule` (its pattern and ARN) and `ListTargetsByRule` (the functions it
+//!   invokes);
+//! * an archive (`AWS::Events::Archive`, physical id = its name): named, its ARN built.
 //!
 //! Physical ids as CloudFormation documents them (the resource type reference's "Return values",
 //! `Ref`): a table's and a bus's and a bucket's name, a queue's URL, a function's name.
@@ -23,7 +25,7 @@ use std::collections::BTreeMap;
 
 use aws_sdk_cloudformation::types::StackResourceSummary;
 
-use crate::resources::{queue_name_of_url, FunctionInfo, Named, Resources};
+use crate::resources::{queue_name_of_url, FunctionInfo, Named, Resources, RuleInfo};
 use crate::stack::QueueInfo;
 
 /// Why a stack could not be discovered.
@@ -117,6 +119,7 @@ pub async fn discover(clients: &Clients, name: &str) -> Result<Resources, Discov
             "AWS::DynamoDB::Table" => resources.tables.push(named(format!("arn:aws:dynamodb:{region}:{account}:table/{physical}"))),
             "AWS::Events::EventBus" => resources.buses.push(named(format!("arn:aws:events:{region}:{account}:event-bus/{physical}"))),
             "AWS::S3::Bucket" => resources.buckets.push(named(format!("arn:aws:s3:::{physical}"))),
+            "AWS::Events::Archive" => resources.archives.push(named(format!("arn:aws:events:{region}:{account}:archive/{physical}"))),
             "AWS::SQS::Queue" => {
                 let queue_name = queue_name_of_url(physical).to_owned();
                 resources.queues.push(QueueInfo {
@@ -136,7 +139,7 @@ pub async fn discover(clients: &Clients, name: &str) -> Result<Resources, Discov
         }
     }
     for rule in rules {
-        attach_rule(clients, rule, &queue_readers, &mut resources.functions).await?;
+        attach_rule(clients, rule, (&region, &account), &queue_readers, &mut resources.functions).await?;
     }
     Ok(resources)
 }
@@ -174,6 +177,7 @@ async fn function(clients: &Clients, logical_id: &str, name: &str) -> Result<(Fu
 async fn attach_rule(
     clients: &Clients,
     rule: &StackResourceSummary,
+    (region, account): (&str, &str),
     queue_readers: &[(String, String)],
     functions: &mut [FunctionInfo],
 ) -> Result<(), DiscoveryError> {
@@ -191,6 +195,13 @@ async fn attach_rule(
         .await
         .map_err(aws(format!("DescribeRule {name}")))?;
     let Some(pattern) = described.event_pattern().and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok()) else { return Ok(()) };
+    let bus_name = bus.unwrap_or("default");
+    let info = RuleInfo {
+        logical_id: rule.logical_resource_id().unwrap_or_default().to_owned(),
+        name: name.to_owned(),
+        bus: bus_name.to_owned(),
+        arn: described.arn().map_or_else(|| RuleInfo::arn_of(region, account, bus_name, name), str::to_owned),
+    };
     let targets = clients
         .events
         .list_targets_by_rule()
@@ -206,6 +217,7 @@ async fn attach_rule(
         let direct = target.arn().split(":function:").nth(1).map(|f| f.split(':').next().unwrap_or(f));
         for f in functions.iter_mut().filter(|f| direct == Some(f.name.as_str()) || readers.contains(&f.name.as_str())) {
             f.rule_patterns.push(pattern.clone());
+            f.rules.push((info.clone(), pattern.clone()));
         }
     }
     Ok(())
@@ -253,6 +265,7 @@ mod tests {
                 .stack_resource_summaries(summary("OrdersEventBus", "shop-orders", "AWS::Events::EventBus"))
                 .stack_resource_summaries(summary("RelayFunction", "shop-relay", "AWS::Lambda::Function"))
                 .stack_resource_summaries(summary("ReserveRule", "shop-orders|shop-reserve", "AWS::Events::Rule"))
+                .stack_resource_summaries(summary("EventArchive", "EventArchive-abc123", "AWS::Events::Archive"))
                 .stack_resource_summaries(summary(
                     "Webhooks",
                     "arn:aws:cloudformation:eu-west-1:111122223333:stack/shop-Webhooks-1/guid2",
@@ -341,6 +354,14 @@ mod tests {
         assert_eq!(reserve.rule_patterns, [serde_json::json!({"detail-type": ["OrderCreated"]})]);
         let relay = found.functions.iter().find(|f| f.logical_id == "RelayFunction").expect("the relay");
         assert_eq!(relay.rule_patterns, [serde_json::json!({"detail-type": ["OrderCreated"]})]);
+        // What a replay to the consumer names: the rule's ARN (on the custom bus), and the archive.
+        let rule_arns: Vec<&str> = reserve.rules.iter().map(|(r, _)| r.arn.as_str()).collect();
+        assert_eq!(rule_arns, ["arn:aws:events:eu-west-1:111122223333:rule/shop-orders/shop-reserve"]);
+        assert_eq!(
+            found.archive(None).map(|a| a.arn.as_str()),
+            Ok("arn:aws:events:eu-west-1:111122223333:archive/EventArchive-abc123"),
+            "the stack's only archive"
+        );
     }
 
     #[tokio::test]

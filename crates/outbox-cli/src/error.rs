@@ -95,6 +95,10 @@ pub enum Error {
         /// Records replayed.
         records: usize,
     },
+    /// An archive replay cannot be started, or ended without completing: which one, why, and
+    /// what to do.
+    #[error("{0}")]
+    Replay(String),
     /// A dead letter's event cannot be re-published.
     #[error(transparent)]
     NotRedrivable(#[from] crate::dlq::NotRedrivable),

@@ -1,14 +1,14 @@
 //! The outbox operator's tools: what an on-call engineer runs against a deployed stack — dead
 //! letters listed by cause, shown, redriven with the permanent-cause guard, archived and purged;
 //! the relay's failed stream batches replayed; one event traced; an ordering gap released;
-//! webhook deliveries resent and recovered.
+//! webhook deliveries resent and recovered; a time window replayed from the bus's archive.
 //!
 //! One module per job: [`resources`] is what the verbs act on, found from CloudFormation
 //! ([`cloudformation`]) or from a template ([`template`] reads it, [`stack`] names, provisions or
 //! looks up its resources); [`dlq`] reads and redrives dead-letter queues ([`message`] is one
 //! dead letter), [`failed_batch`] replays the stream batches a mapping gave up on, [`trace`]
 //! follows one event, [`ordering`] releases a consumer's sequence gap, [`webhooks`] resends
-//! deliveries; [`cli`] makes them commands, shared by the `outbox` binary and `outbox-local`.
+//! deliveries, [`replay`] re-delivers a window of the bus's archive to consumers' rules; [`cli`] makes them commands, shared by the `outbox` binary and `outbox-local`.
 //! [`lookup`] finds items by key or index and bounds the scans where none leads to the data;
 //! [`aws`] builds the SDK configuration; [`filter`] evaluates EventBridge patterns; [`error`] is
 //! the one error type of the verbs, [`Error`].
@@ -25,6 +25,7 @@ pub mod filter;
 pub mod lookup;
 pub mod message;
 pub mod ordering;
+pub mod replay;
 pub mod resources;
 pub mod stack;
 pub mod template;

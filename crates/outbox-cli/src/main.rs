@@ -5,6 +5,7 @@
 //! outbox --stack NAME trace <event-id> [--aggregate Order#o-1 --sequence 3 | --scan] [--json]
 //! outbox --stack NAME ordering parked | release --consumer C --aggregate A --through N
 //! outbox --stack NAME webhooks attempts | resend | recover | enable
+//! outbox --stack NAME replay --since T [--until T] (--consumer C | --all) [--type T] [--source S] [--no-wait]
 //! ```
 //!
 //! AWS with the ordinary configuration (profile, region, credentials: `--profile`, `--region`
@@ -26,7 +27,7 @@ use outbox_cli::cli::{self, Context, Operator, Source};
 #[command(
     name = "outbox",
     version,
-    about = "Operate a deployed outbox stack: dead letters, failed stream batches, trace, ordering gaps, webhook deliveries"
+    about = "Operate a deployed outbox stack: dead letters, failed stream batches, trace, ordering gaps, webhook deliveries, replays"
 )]
 struct Args {
     /// The deployed CloudFormation stack (name or ARN): its resources and outputs, nested stacks followed.

@@ -22,6 +22,30 @@ pub struct Named {
     pub arn: String,
 }
 
+/// An EventBridge rule that delivers to a function (directly, or to a queue the function reads).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuleInfo {
+    /// Logical id in the template (`<Function><Event>` for a function's own rule).
+    pub logical_id: String,
+    /// Rule name.
+    pub name: String,
+    /// The bus it is on.
+    pub bus: String,
+    /// ARN: `arn:aws:events:<region>:<account>:rule/<bus>/<name>` (`rule/<name>` on the default bus).
+    pub arn: String,
+}
+
+impl RuleInfo {
+    /// The ARN of rule `name` on `bus`, as EventBridge forms it.
+    pub fn arn_of(region: &str, account: &str, bus: &str, name: &str) -> String {
+        if bus == "default" {
+            format!("arn:aws:events:{region}:{account}:rule/{name}")
+        } else {
+            format!("arn:aws:events:{region}:{account}:rule/{bus}/{name}")
+        }
+    }
+}
+
 /// A function of the stack, with what the verbs read from it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct FunctionInfo {
@@ -38,6 +62,9 @@ pub struct FunctionInfo {
     /// Event patterns of the EventBridge rules that deliver to it: rules targeting it, and (from
     /// a template) rules targeting a queue its SQS event source mapping reads.
     pub rule_patterns: Vec<serde_json::Value>,
+    /// The EventBridge rules with an event pattern that deliver to it, as [`Self::rule_patterns`]
+    /// (the rules a replay to this function names in `Destination.FilterArns`), each with its pattern.
+    pub rules: Vec<(RuleInfo, serde_json::Value)>,
 }
 
 /// The stack's resources.
@@ -51,6 +78,8 @@ pub struct Resources {
     pub queues: Vec<QueueInfo>,
     /// Event buses.
     pub buses: Vec<Named>,
+    /// The buses' archives (`AWS::Events::Archive`: what `replay` replays from).
+    pub archives: Vec<Named>,
     /// Buckets.
     pub buckets: Vec<Named>,
     /// Functions.
@@ -146,6 +175,27 @@ impl Resources {
         find(&self.buckets, given, "bucket", &self.source, |b| vec![&b.logical_id, &b.name, &b.arn])
     }
 
+    /// The archive `given` names (logical id, name or ARN); with `None`, the stack's only archive.
+    ///
+    /// # Errors
+    /// [`ResolveError`]: no archive, none matching, or (with `None`) more than one (listed).
+    pub fn archive(&self, given: Option<&str>) -> Result<&Named, ResolveError> {
+        fn keys(a: &Named) -> Vec<&str> {
+            vec![a.logical_id.as_str(), a.name.as_str(), a.arn.as_str()]
+        }
+        match (given, self.archives.as_slice()) {
+            (Some(given), archives) => find(archives, given, "event archive", &self.source, keys),
+            (None, [only]) => Ok(only),
+            (None, []) => Err(ResolveError::None { kind: "event archive", stack: self.source.clone() }),
+            (None, archives) => Err(ResolveError::NoMatch {
+                kind: "event archive",
+                given: "(none given: pass --archive)".into(),
+                stack: self.source.clone(),
+                candidates: archives.iter().map(|a| keys(a).join("  ")).collect(),
+            }),
+        }
+    }
+
     /// The names of the tables whose stream feeds a function: the outbox tables.
     pub fn outbox_tables(&self) -> Vec<String> {
         let mut tables: Vec<String> = self.functions.iter().flat_map(|f| f.stream_tables.iter().cloned()).collect();
@@ -197,6 +247,19 @@ impl Resources {
             }
             // The rules feeding the queues its SQS mappings read (the consumer kit's delivery).
             info.rule_patterns.extend(deliveries.iter().filter(|d| d.function == f.logical_id && d.queue.is_some()).map(|d| d.pattern.clone()));
+            info.rules = deliveries
+                .iter()
+                .filter(|d| d.function == f.logical_id)
+                .map(|d| {
+                    let rule = RuleInfo {
+                        logical_id: d.rule.clone(),
+                        name: d.rule_name.clone(),
+                        bus: d.bus_name.clone(),
+                        arn: RuleInfo::arn_of(region, account, &d.bus_name, &d.rule_name),
+                    };
+                    (rule, d.pattern.clone())
+                })
+                .collect();
             functions.push(info);
         }
         Ok(Self {
@@ -213,6 +276,11 @@ impl Resources {
                 .map(|b| named(&b.logical_id, &b.name, format!("arn:aws:events:{region}:{account}:event-bus/{}", b.name)))
                 .collect(),
             buckets: stack.buckets.iter().map(|b| named(&b.logical_id, &b.name, format!("arn:aws:s3:::{}", b.name))).collect(),
+            archives: stack
+                .archives
+                .iter()
+                .map(|a| named(&a.logical_id, &a.name, format!("arn:aws:events:{region}:{account}:archive/{}", a.name)))
+                .collect(),
             functions,
             outputs: BTreeMap::new(),
         })

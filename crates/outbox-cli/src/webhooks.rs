@@ -331,10 +331,19 @@ impl Operator {
 /// # Errors
 /// [`Error::InvalidArgument`] naming the value.
 pub fn parse_since(text: &str) -> Result<DateTime<Utc>> {
+    parse_time("--since", text)
+}
+
+/// Reads the time given to `option`: RFC 3339 (`2026-12-01T06:00:00Z`) or an age before now
+/// (`90m`, `2d`).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming `option` and the value.
+pub fn parse_time(option: &'static str, text: &str) -> Result<DateTime<Utc>> {
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         return Ok(t.with_timezone(&Utc));
     }
-    let bad = || Error::invalid("--since", text, "neither an RFC 3339 time nor an age such as 90m or 2d");
+    let bad = || Error::invalid(option, text, "neither an RFC 3339 time nor an age such as 90m or 2d");
     let age = crate::dlq::parse_age(text).map_err(|_| bad())?;
     chrono::Duration::from_std(age).ok().and_then(|age| Utc::now().checked_sub_signed(age)).ok_or_else(bad)
 }

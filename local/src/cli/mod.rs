@@ -58,7 +58,7 @@ pub struct Cli {
     #[arg(long, global = true, env = "OUTBOX_LOCAL_COMPRESS_RETRIES", value_parser = clap::builder::FalseyValueParser::new())]
     pub compress_retries: bool,
     /// The operator's destructive verbs (`dlq redrive|purge|archive`, `ordering release`,
-    /// `webhooks resend|recover|enable`) do not ask.
+    /// `webhooks resend|recover|enable`, `replay`) do not ask.
     #[arg(long, short = 'y', global = true)]
     pub yes: bool,
     #[command(subcommand)]
@@ -96,6 +96,9 @@ pub enum Command {
         #[command(subcommand)]
         command: outbox_cli::cli::ordering::OrderingCommand,
     },
+    /// Re-deliver a time window of the bus's archive to a consumer's rules (the `outbox`
+    /// binary's `replay`, on this template's stack; the emulator plays the archive and replay).
+    Replay(outbox_cli::cli::replay::ReplayArgs),
     /// Run orders and cancellations through the HTTP API under a fault plan, redrive the
     /// dead-letter queues once if the plan says so (never with --no-redrive), and check the
     /// invariants from the tables and queues; exits 1 when one is broken.
@@ -139,5 +142,6 @@ pub async fn run(cli: Cli) -> outbox_local::Result<ExitCode> {
         Command::Trace(args) => operator::operate(&inv, template, Operator::Trace(args.clone())).await,
         Command::Webhooks { command } => operator::operate(&inv, template, Operator::Webhooks { command: command.clone() }).await,
         Command::Ordering { command } => operator::operate(&inv, template, Operator::Ordering { command: command.clone() }).await,
+        Command::Replay(args) => operator::operate(&inv, template, Operator::Replay(args.clone())).await,
     }
 }

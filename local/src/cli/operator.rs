@@ -1,4 +1,4 @@
-//! The operator's verbs on this template's stack: `dlq`, `trace`, `webhooks`, `ordering` are the
+//! The operator's verbs on this template's stack: `dlq`, `trace`, `webhooks`, `ordering`, `replay` are the
 //! `outbox` binary's (crate `outbox-cli`: one implementation); `dlq practice` is the local
 //! runtime's own.
 

@@ -22,6 +22,9 @@ pub async fn run(inv: &Invocation, template: Template) -> outbox_local::Result<E
     for b in &s.buses {
         println!("  bus   {:<16} {}", b.logical_id, b.name);
     }
+    for a in &s.archives {
+        println!("  archive {:<14} {} (of {}, {} days; 0: indefinitely)", a.logical_id, a.name, a.source_arn, a.retention_days);
+    }
     for q in &s.queues {
         println!("  queue {:<16} {}", q.logical_id, q.url);
     }

@@ -4,6 +4,7 @@
 
 pub mod dlq;
 pub mod ordering;
+pub mod replay;
 pub mod webhooks;
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -138,6 +139,9 @@ pub enum Operator {
         #[command(subcommand)]
         command: ordering::OrderingCommand,
     },
+    /// Re-deliver the events of a time window from the bus's archive to one consumer's rules
+    /// (or every consumer's), and follow the replay to its end; the inboxes absorb what was applied.
+    Replay(replay::ReplayArgs),
 }
 
 /// Runs `command` on the stack of `context`.
@@ -149,6 +153,7 @@ pub async fn run(context: &Context, command: &Operator) -> Result<ExitCode> {
         Operator::Dlq { command } => dlq::run(context, command).await,
         Operator::Webhooks { command } => webhooks::run(context, command).await,
         Operator::Ordering { command } => ordering::run(context, command).await,
+        Operator::Replay(args) => replay::run(context, args).await,
         Operator::Trace(TraceArgs { event_id, aggregate, sequence, scan, json }) => {
             let lookup = match (aggregate, sequence, scan) {
                 (Some(aggregate), Some(sequence), _) => Lookup::Key { aggregate: aggregate.clone(), sequence: *sequence },

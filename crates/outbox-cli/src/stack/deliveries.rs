@@ -19,6 +19,9 @@ pub struct Delivery {
     /// The rule's logical id: `<Function><Event>` for a function's own rule (SAM's name for the
     /// rule it generates), the `AWS::Events::Rule`'s for a standalone rule.
     pub rule: String,
+    /// The rule's name on the bus: its `Name`, else [`super::rule_name`] of its logical id (the
+    /// name the local stack gives it).
+    pub rule_name: String,
     /// The bus the rule is on.
     pub bus_name: String,
     /// The rule's event pattern (`source`, `detail-type`, ...), as JSON.
@@ -61,6 +64,7 @@ impl Stack {
                     FunctionEvent::EventBridgeRule(rule) => out.push(Delivery {
                         function: f.logical_id.clone(),
                         rule: format!("{}{}", f.logical_id, rule.name),
+                        rule_name: super::rule_name(&self.resolver.stack_name, &format!("{}{}", f.logical_id, rule.name)),
                         bus_name: bus_of(rule.bus.as_ref(), format!("{}.Properties.Events.{}.Properties.EventBusName", f.logical_id, rule.name))?,
                         pattern: rule.pattern.clone(),
                         queue: None,
@@ -78,9 +82,14 @@ impl Stack {
                                 targets_queue |= self.resolver.resolve_string(arn, &at)? == queue.arn;
                             }
                             if targets_queue {
+                                let rule_name = match &rule.name {
+                                    Some(v) => self.resolver.resolve_string(v, &format!("{}.Properties.Name", rule.logical_id))?,
+                                    None => super::rule_name(&self.resolver.stack_name, &rule.logical_id),
+                                };
                                 out.push(Delivery {
                                     function: f.logical_id.clone(),
                                     rule: rule.logical_id.clone(),
+                                    rule_name,
                                     bus_name: bus_of(rule.bus.as_ref(), format!("{}.Properties.EventBusName", rule.logical_id))?,
                                     pattern,
                                     queue: Some(queue.logical_id.clone()),
@@ -135,6 +144,7 @@ mod tests {
             tables: Vec::new(),
             stream_arns: HashMap::new(),
             buses: Vec::new(),
+            archives: Vec::new(),
             queues,
             buckets: Vec::new(),
             functions,

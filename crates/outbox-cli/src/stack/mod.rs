@@ -17,8 +17,10 @@ mod provision;
 pub use deliveries::Delivery;
 
 use crate::template::names;
-use crate::template::{BucketSpec, BusSpec, FunctionEvent, FunctionSpec, QueueSpec, Resolver, RuleSpec, TableSpec, Template, TemplateError};
-use provision::{aws_err, create_table, put_rule, queue, queue_arn, redrive_policy};
+use crate::template::{
+    ArchiveSpec, BucketSpec, BusSpec, FunctionEvent, FunctionSpec, QueueSpec, Resolver, RuleSpec, TableSpec, Template, TemplateError,
+};
+use provision::{archive_arn, aws_err, create_archive, create_table, put_rule, queue, queue_arn, redrive_policy};
 
 /// Why the stack could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +123,8 @@ pub struct Stack {
     pub stream_arns: HashMap<String, String>,
     /// Buses.
     pub buses: Vec<BusSpec>,
+    /// The buses' archives (`AWS::Events::Archive`): what `replay` replays from.
+    pub archives: Vec<ArchiveSpec>,
     /// Queues of the template.
     pub queues: Vec<QueueInfo>,
     /// Buckets of the template (on-failure destinations of stream mappings, the claim check's
@@ -187,6 +191,15 @@ impl Stack {
             }
         }
 
+        let archives = template.archives(&resolver)?;
+        for archive in &archives {
+            resolver.set_ref(&archive.logical_id, &archive.name);
+            resolver.set_attr(&archive.logical_id, "Arn", archive_arn(&region, account, &archive.name));
+            if mode == Mode::Provision {
+                create_archive(&events, archive).await?;
+            }
+        }
+
         // Every queue's ARN first (a redrive policy names its dead-letter queue's), then the
         // queues without a redrive policy, then those with one (SQS requires the dead-letter
         // queue to exist).
@@ -245,7 +258,7 @@ impl Stack {
                         None => "default".into(),
                     };
                     // SAM's rule for the event: logical id <Function><Event>, named by CloudFormation.
-                    let rule_name = crate::template::physical_name(stack_name, &format!("{}{}", f.logical_id, spec.name), &names::EVENT_RULE);
+                    let rule_name = rule_name(stack_name, &format!("{}{}", f.logical_id, spec.name));
                     let queue_spec = QueueSpec {
                         logical_id: format!("local:{rule_name}"),
                         name: crate::template::physical_name(
@@ -285,7 +298,7 @@ impl Stack {
                         names::check(&names::EVENT_RULE, &name, &name_at)?;
                         name
                     }
-                    None => crate::template::physical_name(stack_name, &spec.logical_id, &names::EVENT_RULE),
+                    None => rule_name(stack_name, &spec.logical_id),
                 };
                 let bus_name = match &spec.bus {
                     Some(v) => resolver.resolve_string(v, &format!("{}.Properties.EventBusName", spec.logical_id))?,
@@ -354,7 +367,21 @@ impl Stack {
                 }
             }
         }
-        Ok(Self { template, resolver, tables, stream_arns, buses, queues, buckets, functions, skipped_functions, rules, queue_rules, schedules })
+        Ok(Self {
+            template,
+            resolver,
+            tables,
+            stream_arns,
+            buses,
+            archives,
+            queues,
+            buckets,
+            functions,
+            skipped_functions,
+            rules,
+            queue_rules,
+            schedules,
+        })
     }
 
     /// The function's `Environment.Variables`, resolved against this stack.
@@ -452,6 +479,15 @@ impl Stack {
     }
 }
 
+/// The name the local stack gives a rule the template names none for: [`physical_name`] of its
+/// logical id (`<Function><Event>` for a function's own rule), within the 64 characters a rule
+/// name may have ([`names::EVENT_RULE`]).
+///
+/// [`physical_name`]: crate::template::physical_name
+pub fn rule_name(stack_name: &str, logical_id: &str) -> String {
+    crate::template::physical_name(stack_name, logical_id, &names::EVENT_RULE)
+}
+
 /// The stack name when none is given: `stack_name` of `[default.global.parameters]` (or
 /// `[default.deploy.parameters]`) in samconfig.toml in `dir` (the template's directory), else
 /// the directory's name sanitised to a CloudFormation stack name (`[A-Za-z0-9-]`, starting with a
@@ -515,6 +551,7 @@ mod tests {
             tables: Vec::new(),
             stream_arns: HashMap::new(),
             buses: Vec::new(),
+            archives: Vec::new(),
             queues: Vec::new(),
             buckets: Vec::new(),
             functions,

@@ -15,6 +15,35 @@ pub(super) async fn put_rule(events: &aws_sdk_eventbridge::Client, name: &str, b
     Ok(())
 }
 
+/// The ARN of archive `name`: `arn:aws:events:<region>:<account>:archive/<name>`.
+pub(super) fn archive_arn(region: &str, account: &str, name: &str) -> String {
+    format!("arn:aws:events:{region}:{account}:archive/{name}")
+}
+
+/// Creates `archive` unless it exists (`DescribeArchive` answering `ResourceNotFoundException`).
+///
+/// # Errors
+/// [`StackError::Aws`] naming `DescribeArchive` (any other failure) or `CreateArchive`.
+pub(super) async fn create_archive(events: &aws_sdk_eventbridge::Client, archive: &crate::template::ArchiveSpec) -> Result<(), StackError> {
+    match events.describe_archive().archive_name(&archive.name).send().await {
+        Ok(_) => return Ok(()),
+        Err(e) if !e.as_service_error().is_some_and(|e| e.is_resource_not_found_exception()) => {
+            return Err(aws_err(format!("DescribeArchive {}", archive.name))(e));
+        }
+        Err(_) => {}
+    }
+    events
+        .create_archive()
+        .archive_name(&archive.name)
+        .event_source_arn(&archive.source_arn)
+        .set_event_pattern(archive.pattern.as_ref().map(ToString::to_string))
+        .retention_days(i32::try_from(archive.retention_days).unwrap_or(i32::MAX))
+        .send()
+        .await
+        .map_err(aws_err(format!("CreateArchive {}", archive.name)))?;
+    Ok(())
+}
+
 pub(super) fn aws_err<E: std::error::Error + 'static>(action: impl Into<String>) -> impl FnOnce(E) -> StackError {
     let action = action.into();
     move |e| StackError::Aws { action, reason: aws_sdk_sqs::error::DisplayErrorContext(e).to_string() }

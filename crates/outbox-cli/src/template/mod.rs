@@ -41,7 +41,7 @@ pub use intrinsics::Resolver;
 pub use nested::NestedApp;
 pub use specs::rate_period;
 pub use specs::{
-    BucketSpec, BusSpec, EventInvokeSpec, FunctionEvent, FunctionSpec, IndexSpec, QueueSpec, RuleSpec, ScheduleRuleSpec, SqsMappingSpec,
+    ArchiveSpec, BucketSpec, BusSpec, EventInvokeSpec, FunctionEvent, FunctionSpec, IndexSpec, QueueSpec, RuleSpec, ScheduleRuleSpec, SqsMappingSpec,
     StandaloneRuleSpec, StreamMappingSpec, TableSpec,
 };
 

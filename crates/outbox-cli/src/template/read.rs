@@ -7,7 +7,7 @@ use serde_yaml_ng::Value;
 
 use super::intrinsics::Resolver;
 use super::names;
-use super::specs::{BucketSpec, BusSpec, IndexSpec, QueueSpec, ScheduleRuleSpec, StandaloneRuleSpec, TableSpec};
+use super::specs::{ArchiveSpec, BucketSpec, BusSpec, IndexSpec, QueueSpec, ScheduleRuleSpec, StandaloneRuleSpec, TableSpec};
 use super::{unsupported, Template, TemplateError};
 
 impl Template {
@@ -82,6 +82,46 @@ impl Template {
                     return Err(unsupported(format!("{id}.Properties.Name"), "is required"));
                 }
                 Ok(BusSpec { name: named(r, &id, &p, &names::BUS)?, logical_id: id })
+            })
+            .collect()
+    }
+
+    /// Every `AWS::Events::Archive`, its `SourceArn` resolved (the bus's ARN must be known).
+    ///
+    /// # Errors
+    /// [`TemplateError`] naming the property that cannot be read: a missing `SourceArn`, a
+    /// `RetentionDays` that is not a whole number, an `EventPattern` that is not JSON, an
+    /// `ArchiveName` AWS refuses ([`names::ARCHIVE`]).
+    pub fn archives(&self, r: &Resolver) -> Result<Vec<ArchiveSpec>, TemplateError> {
+        self.resources_of("AWS::Events::Archive")
+            .into_iter()
+            .map(|(id, p)| {
+                let at = |prop: &str| format!("{id}.Properties.{prop}");
+                let name = match p.get("ArchiveName") {
+                    Some(v) => {
+                        let name = r.resolve_string(v, &at("ArchiveName"))?;
+                        names::check(&names::ARCHIVE, &name, &at("ArchiveName"))?;
+                        name
+                    }
+                    None => super::physical_name(&r.stack_name, &id, &names::ARCHIVE),
+                };
+                let source = p.get("SourceArn").ok_or_else(|| unsupported(at("SourceArn"), "is required"))?;
+                let source_arn = r.resolve_string(source, &at("SourceArn"))?;
+                let pattern = match p.get("EventPattern") {
+                    None => None,
+                    Some(Value::String(text)) => Some(serde_json::from_str(text)),
+                    Some(other) => Some(serde_json::to_value(other)),
+                }
+                .transpose()
+                .map_err(|e| unsupported(at("EventPattern"), format!("is not JSON: {e}")))?;
+                let retention_days = match p.get("RetentionDays") {
+                    None => 0,
+                    Some(v) => {
+                        let text = r.resolve_string(v, &at("RetentionDays"))?;
+                        text.parse().map_err(|_| unsupported(at("RetentionDays"), format!("{text:?} is not a whole number of days")))?
+                    }
+                };
+                Ok(ArchiveSpec { logical_id: id, name, source_arn, pattern, retention_days })
             })
             .collect()
     }

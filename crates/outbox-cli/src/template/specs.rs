@@ -56,6 +56,22 @@ pub struct BucketSpec {
     pub name: String,
 }
 
+/// An EventBridge archive (`AWS::Events::Archive`): what a bus keeps for replays.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArchiveSpec {
+    /// Logical id.
+    pub logical_id: String,
+    /// `ArchiveName`, else CloudFormation's generated shape ([`super::physical_name`] with
+    /// [`super::names::ARCHIVE`]: at most 48 characters, as AWS allows).
+    pub name: String,
+    /// `SourceArn` (the bus), resolved.
+    pub source_arn: String,
+    /// `EventPattern`, as JSON (`None`: every event of the bus).
+    pub pattern: Option<serde_json::Value>,
+    /// `RetentionDays` (0: indefinitely, EventBridge's default).
+    pub retention_days: u32,
+}
+
 /// An SQS queue.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueSpec {

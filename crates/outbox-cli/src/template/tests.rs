@@ -324,3 +324,28 @@ Resources:
     let err = r.resolve_string(&bad, "X").unwrap_err().to_string();
     assert!(err.contains("Select index 5 of a list of 2"), "{err}");
 }
+
+#[test]
+fn an_unnamed_archive_gets_a_name_within_the_48_characters_aws_allows() {
+    let name = |stack: &str| super::physical_name(stack, "Relay/EventArchive", &names::ARCHIVE);
+    assert!(name("shop").starts_with("shop-Relay-"), "{}", name("shop"));
+    let longest = "s".repeat(names::MAX_STACK_NAME); // CloudFormation's longest stack name
+    let (a, b) = (name(&longest), name(&format!("{}t", &longest[..127])));
+    assert_eq!(a.chars().count(), names::ARCHIVE.max, "{a}");
+    assert!(b.chars().count() <= names::ARCHIVE.max && a != b, "names that share a prefix stay apart (their suffixes): {a} {b}");
+}
+
+#[test]
+fn an_archive_is_read_with_its_bus_pattern_and_retention_and_a_name_over_48_is_refused() {
+    let text = "Resources:\n  A:\n    Type: AWS::Events::Archive\n    Properties:\n      SourceArn: arn:aws:events:us-east-1:1:event-bus/b\n      EventPattern: {detail: {metadata: {id: [{exists: true}]}}}\n      RetentionDays: 7\n";
+    let template = Template::parse(Path::new("t.yaml"), text).expect("a template");
+    let archives = template.archives(&Resolver::new("s", "us-east-1", "1")).expect("its archive");
+    assert_eq!(archives.len(), 1);
+    assert!(archives[0].name.starts_with("s-A-"), "CloudFormation's shape: {}", archives[0].name);
+    assert_eq!((archives[0].source_arn.as_str(), archives[0].retention_days), ("arn:aws:events:us-east-1:1:event-bus/b", 7));
+    assert_eq!(archives[0].pattern, Some(serde_json::json!({"detail": {"metadata": {"id": [{"exists": true}]}}})));
+    let named = text.replace("    Properties:\n", &format!("    Properties:\n      ArchiveName: {}\n", "a".repeat(49)));
+    let template = Template::parse(Path::new("t.yaml"), &named).expect("a template");
+    let err = template.archives(&Resolver::new("s", "us-east-1", "1")).expect_err("too long").to_string();
+    assert!(err.starts_with("A.Properties.ArchiveName: ") && err.contains("49 characters; AWS accepts 1-48"), "{err}");
+}
