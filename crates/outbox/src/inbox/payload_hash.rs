@@ -1,53 +1,56 @@
-//! What the inbox compares to tell a duplicate from an event id reused for another payload: the
-//! SHA-256 of the payload's JSON in its RFC 8785 canonical form (JSON Canonicalization Scheme,
-//! <https://www.rfc-editor.org/rfc/rfc8785>), so that a copy of the event whose `detail.data` was
-//! re-serialised by some hop (a replay, a redrive, an input transformer, another SDK, the local
-//! runtime's bus) is still a duplicate.
-//!
-//! # What is compared
-//!
-//! The payload (`detail.data` of a consumer's event, the body of a webhook) is parsed as JSON and
-//! written out canonically: no whitespace, object members sorted by their names' UTF-16 code
-//! units, strings with the minimal escapes (`"\u00e9"` and `"é"` are one string), numbers as
-//! IEEE 754 doubles in ECMAScript's shortest form (RFC 8785 section 3.2.2.3). So:
-//!
-//! | the same payload | a different payload |
-//! |---|---|
-//! | other whitespace, other member order (nested objects too) | another value anywhere, another array order |
-//! | `1`, `1.0`, `1e0`, `10e-1` (one number) | `1` and `"1"` (number and string) |
-//! | `"\u00e9"` and `"é"`, `"\/"` and `"/"` | a member added or removed |
-//!
-//! **Integers beyond ±2^53** (9007199254740992) have no exact double: RFC 8785 would make, e.g.,
-//! `9007199254740993` and `9007199254740992` one number, and an event id reused for a payload
-//! that differs only there would be absorbed as a duplicate, silently. A payload holding such an
-//! integer is therefore compared **byte for byte** (as before this scheme): its redelivery with
-//! the same bytes is a duplicate, a re-serialised one a conflict (dead-lettered as
-//! `PayloadMismatch`, never lost). Send such numbers as JSON strings (RFC 8785 section 6 and
-//! I-JSON, RFC 7493 section 2.2, advise the same). Decimals with more significant digits than a
-//! double holds (17) compare by their nearest double, as RFC 8785 says. An object with a
-//! duplicated member name keeps its last value (I-JSON forbids duplicates). A payload that is not
-//! JSON at all is compared byte for byte.
-//!
-//! # What is stored, and rows of earlier versions
-//!
-//! The inbox row's `payload_hash` attribute is `jcs1:` followed by the hex SHA-256 (64
-//! characters) of the canonical form; a payload compared byte for byte (above) stores the bare
-//! hex SHA-256 of its bytes, which is also what every row written before this scheme holds. A
-//! stored hash with the `jcs1:` prefix is compared with the delivery's canonical hash, one
-//! without a prefix with the SHA-256 of the delivery's bytes exactly as before
-//! ([`PayloadHash::matches`]): rows written by an earlier version keep detecting the duplicates
-//! and conflicts they did, and no row needs migrating (they expire with the inbox's retention).
-//! The row also holds `payload_sha256`, the SHA-256 of the bytes as delivered: the consumer's
-//! claim check compares it with the S3 reference's SHA-256 to absorb a duplicate without a
-//! download ([`InboxStore::applied_sha256`](super::InboxStore::applied_sha256)).
+//! The inbox's payload hash ([`PayloadHash`]): what tells a duplicate from an event id reused for
+//! another payload.
 
 use sha2::{Digest, Sha256};
 
 /// Prefix of a stored payload hash over the RFC 8785 canonical form (version 1 of the scheme).
 pub const CANONICAL_PREFIX: &str = "jcs1:";
 
-/// The hashes of one delivered payload: the form to store and the forms a stored hash is
-/// compared with. Computed once per delivery ([`PayloadHash::of`]).
+/// What the inbox compares to tell a duplicate from an event id reused for another payload: the
+/// SHA-256 of the payload's JSON in its RFC 8785 canonical form (JSON Canonicalization Scheme,
+/// <https://www.rfc-editor.org/rfc/rfc8785>), so that a copy of the event whose `detail.data` was
+/// re-serialised by some hop (a replay, a redrive, an input transformer, another SDK, the local
+/// runtime's bus) is still a duplicate.
+///
+/// # What is compared
+///
+/// The payload (`detail.data` of a consumer's event, the body of a webhook) is parsed as JSON and
+/// written out canonically: no whitespace, object members sorted by their names' UTF-16 code
+/// units, strings with the minimal escapes (`"\u00e9"` and `"é"` are one string), numbers as
+/// IEEE 754 doubles in ECMAScript's shortest form (RFC 8785 section 3.2.2.3). So:
+///
+/// | the same payload | a different payload |
+/// |---|---|
+/// | other whitespace, other member order (nested objects too) | another value anywhere, another array order |
+/// | `1`, `1.0`, `1e0`, `10e-1` (one number) | `1` and `"1"` (number and string) |
+/// | `"\u00e9"` and `"é"`, `"\/"` and `"/"` | a member added or removed |
+///
+/// **Integers beyond ±2^53** (9007199254740992) have no exact double: RFC 8785 would make, e.g.,
+/// `9007199254740993` and `9007199254740992` one number, and an event id reused for a payload
+/// that differs only there would be absorbed as a duplicate, silently. A payload holding such an
+/// integer is therefore compared **byte for byte** (as before this scheme): its redelivery with
+/// the same bytes is a duplicate, a re-serialised one a conflict (dead-lettered as
+/// `PayloadMismatch`, never lost). Send such numbers as JSON strings (RFC 8785 section 6 and
+/// I-JSON, RFC 7493 section 2.2, advise the same). Decimals with more significant digits than a
+/// double holds (17) compare by their nearest double, as RFC 8785 says. An object with a
+/// duplicated member name keeps its last value (I-JSON forbids duplicates). A payload that is not
+/// JSON at all is compared byte for byte.
+///
+/// # What is stored, and rows of earlier versions
+///
+/// The inbox row's `payload_hash` attribute is `jcs1:` followed by the hex SHA-256 (64
+/// characters) of the canonical form; a payload compared byte for byte (above) stores the bare
+/// hex SHA-256 of its bytes, which is also what every row written before this scheme holds. A
+/// stored hash with the `jcs1:` prefix is compared with the delivery's canonical hash, one
+/// without a prefix with the SHA-256 of the delivery's bytes exactly as before
+/// ([`PayloadHash::matches`]): rows written by an earlier version keep detecting the duplicates
+/// and conflicts they did, and no row needs migrating (they expire with the inbox's retention).
+/// The row also holds `payload_sha256`, the SHA-256 of the bytes as delivered: the consumer's
+/// claim check compares it with the S3 reference's SHA-256 to absorb a duplicate without a
+/// download ([`InboxStore::applied_sha256`](super::InboxStore::applied_sha256)).
+///
+/// A value holds the hashes of one delivered payload: the form to store and the forms a stored
+/// hash is compared with, computed once per delivery ([`PayloadHash::of`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PayloadHash {
     /// `jcs1:<hex SHA-256 of the canonical form>`, or `None` when the payload is compared byte
@@ -59,7 +62,7 @@ pub struct PayloadHash {
 
 impl PayloadHash {
     /// The hashes of `data`, the payload as delivered (JSON text; any other text is hashed byte
-    /// for byte). Never fails: see the [module docs](self) for what is compared.
+    /// for byte). Never fails: see [`PayloadHash`] for what is compared.
     pub fn of(data: &str) -> Self {
         let sha256 = hex::encode(Sha256::digest(data.as_bytes()));
         let canonical = canonical_form(data).map(|form| format!("{CANONICAL_PREFIX}{}", hex::encode(Sha256::digest(form.as_bytes()))));
