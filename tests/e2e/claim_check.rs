@@ -179,11 +179,13 @@ impl Setup {
         Some(answer.body.collect().await.expect("object body").into_bytes().to_vec())
     }
 
-    async fn inbox_hash(&self, event_id: &str) -> Option<String> {
+    /// The `payload_sha256` of the event's inbox row: the SHA-256 of the payload bytes applied
+    /// (its `payload_hash` is over their RFC 8785 canonical form).
+    async fn inbox_sha256(&self, event_id: &str) -> Option<String> {
         let items = self.dynamodb.scan().table_name(&self.inbox_table).consistent_read(true).send().await.expect("Scan").items.unwrap_or_default();
         let row: Option<HashMap<String, AttributeValue>> =
             items.into_iter().find(|i| i.get("event_id").and_then(|v| v.as_s().ok()) == Some(&event_id.to_owned()));
-        row.and_then(|r| r.get("payload_hash").and_then(|v| v.as_s().ok()).cloned())
+        row.and_then(|r| r.get("payload_sha256").and_then(|v| v.as_s().ok()).cloned())
     }
 }
 
@@ -227,7 +229,7 @@ async fn large_payload_end_to_end(payload_bytes: usize) {
     let consumer = setup.consumer(&dead_letters);
     let answer = consumer.handle_payload(&delivered).await.unwrap_or_else(|e| panic!("handled: {e}"));
     assert_eq!(answer.outcome, Handled::Applied(Seen { order_id: order_id.clone(), blob_bytes: payload_bytes - empty_len(&order_id) }));
-    assert_eq!(setup.inbox_hash(&item.event_id).await.as_deref(), Some(reference.sha256.as_str()));
+    assert_eq!(setup.inbox_sha256(&item.event_id).await.as_deref(), Some(reference.sha256.as_str()));
     // A redelivery is a duplicate (same hash), not a payload mismatch.
     assert_eq!(consumer.handle_payload(&delivered).await.expect("duplicate").outcome, Handled::Duplicate);
     assert!(dead_letters.messages().is_empty());
@@ -270,7 +272,7 @@ async fn exactly_at_the_inline_limit_stays_inline_one_byte_over_goes_to_s3() {
         let answer = consumer.handle_payload(&setup.delivered(item)).await.unwrap_or_else(|e| panic!("{id}: {e}"));
         assert!(matches!(answer.outcome, Handled::Applied(Seen { ref order_id, .. }) if order_id == id), "{id}: {:?}", answer.outcome);
     }
-    assert_eq!(setup.inbox_hash(&at.event_id).await, Some(sha256_hex(payload.as_bytes())));
+    assert_eq!(setup.inbox_sha256(&at.event_id).await, Some(sha256_hex(payload.as_bytes())));
 }
 
 #[tokio::test]
@@ -291,7 +293,7 @@ async fn a_tampered_object_is_dead_lettered_with_the_reason() {
     assert_eq!(messages[0].error_type, "PayloadCorrupt");
     assert!(messages[0].reason.contains(&format!("s3://{}/{} is corrupt: SHA-256", reference.bucket, reference.key)), "{}", messages[0].reason);
     assert_eq!(messages[0].event_id.as_deref(), Some(item.event_id.as_str()));
-    assert_eq!(setup.inbox_hash(&item.event_id).await, None, "nothing applied");
+    assert_eq!(setup.inbox_sha256(&item.event_id).await, None, "nothing applied");
 }
 
 #[tokio::test]
@@ -308,7 +310,7 @@ async fn a_missing_object_is_dead_lettered_with_the_reason() {
     assert_eq!(messages.len(), 1);
     assert_eq!(messages[0].error_type, "PayloadMissing");
     assert!(messages[0].reason.contains("does not exist"), "{}", messages[0].reason);
-    assert_eq!(setup.inbox_hash(&item.event_id).await, None, "nothing applied");
+    assert_eq!(setup.inbox_sha256(&item.event_id).await, None, "nothing applied");
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::common::Local;
 use chrono::Utc;
 use outbox::envelope::EventMetadata;
-use outbox::inbox::{Claim, Inbox, InboxError, InboxOutcome};
+use outbox::inbox::{Claim, Inbox, InboxError, InboxOutcome, PayloadHash};
 
 fn metadata(id: &str, aggregate: &str, sequence: u64) -> EventMetadata {
     let mut metadata = EventMetadata::new(id, "OrderCreated", "example.orders", ("Order", aggregate), sequence);
@@ -26,14 +26,14 @@ async fn guarded_mode_claims_completes_and_returns_the_stored_result_to_duplicat
     let inbox = inbox(&local, "mailer");
     let meta = metadata("e-1", "o-1", 1);
     let until = Utc::now() + chrono::Duration::seconds(30);
-    let Claim::Acquired(lease) = inbox.begin(&meta, "h", until).await.unwrap() else { panic!("first claim must be acquired") };
+    let Claim::Acquired(lease) = inbox.begin(&meta, &PayloadHash::of("h"), until).await.unwrap() else { panic!("first claim must be acquired") };
     // A duplicate while the lease is live: retryable, not a silent success.
-    let err = inbox.begin(&meta, "h", until).await.unwrap_err();
+    let err = inbox.begin(&meta, &PayloadHash::of("h"), until).await.unwrap_err();
     assert!(matches!(err, InboxError::InProgress { .. }) && err.is_retryable(), "{err}");
     inbox.complete(&lease, Some(r#"{"message_id":"m-1"}"#)).await.unwrap();
-    assert_eq!(inbox.begin(&meta, "h", until).await.unwrap(), Claim::Completed { result: Some(r#"{"message_id":"m-1"}"#.into()) });
+    assert_eq!(inbox.begin(&meta, &PayloadHash::of("h"), until).await.unwrap(), Claim::Completed { result: Some(r#"{"message_id":"m-1"}"#.into()) });
     // Another consumer of the same event is not blocked.
-    assert!(matches!(self::inbox(&local, "audit").begin(&meta, "h", until).await.unwrap(), Claim::Acquired(_)));
+    assert!(matches!(self::inbox(&local, "audit").begin(&meta, &PayloadHash::of("h"), until).await.unwrap(), Claim::Acquired(_)));
     local.shutdown().await;
 }
 
@@ -44,15 +44,17 @@ async fn a_crash_between_claim_and_effect_only_delays_the_retry() {
     let meta = metadata("e-2", "o-2", 1);
     let mut effects = 0;
     // First invocation claims with a short lease, then "crashes" (never completes or releases).
-    let Claim::Acquired(_) = inbox.begin(&meta, "h", Utc::now() + chrono::Duration::milliseconds(300)).await.unwrap() else { panic!() };
+    let Claim::Acquired(_) = inbox.begin(&meta, &PayloadHash::of("h"), Utc::now() + chrono::Duration::milliseconds(300)).await.unwrap() else {
+        panic!()
+    };
     tokio::time::sleep(Duration::from_millis(400)).await;
     // The retry takes the expired lease over and performs the effect once.
-    let Claim::Acquired(lease) = inbox.begin(&meta, "h", Utc::now() + chrono::Duration::seconds(30)).await.unwrap() else {
+    let Claim::Acquired(lease) = inbox.begin(&meta, &PayloadHash::of("h"), Utc::now() + chrono::Duration::seconds(30)).await.unwrap() else {
         panic!("expired lease must be taken over")
     };
     effects += 1;
     inbox.complete(&lease, None).await.unwrap();
-    assert!(matches!(inbox.begin(&meta, "h", Utc::now()).await.unwrap(), Claim::Completed { .. }));
+    assert!(matches!(inbox.begin(&meta, &PayloadHash::of("h"), Utc::now()).await.unwrap(), Claim::Completed { .. }));
     assert_eq!(effects, 1);
     local.shutdown().await;
 }
@@ -62,10 +64,13 @@ async fn two_racing_takers_of_an_expired_lease_one_wins_and_the_loser_cannot_com
     let local = Local::start().await;
     let inbox = inbox(&local, "mailer");
     let meta = metadata("e-3", "o-3", 1);
-    let Claim::Acquired(stale) = inbox.begin(&meta, "h", Utc::now() + chrono::Duration::milliseconds(200)).await.unwrap() else { panic!() };
+    let Claim::Acquired(stale) = inbox.begin(&meta, &PayloadHash::of("h"), Utc::now() + chrono::Duration::milliseconds(200)).await.unwrap() else {
+        panic!()
+    };
     tokio::time::sleep(Duration::from_millis(300)).await;
     let until = Utc::now() + chrono::Duration::seconds(30);
-    let (a, b) = tokio::join!(inbox.begin(&meta, "h", until), inbox.begin(&meta, "h", until));
+    let hash = PayloadHash::of("h");
+    let (a, b) = tokio::join!(inbox.begin(&meta, &hash, until), inbox.begin(&meta, &hash, until));
     let acquired = [&a, &b].iter().filter(|r| matches!(r, Ok(Claim::Acquired(_)))).count();
     let in_progress = [&a, &b].iter().filter(|r| matches!(r, Err(InboxError::InProgress { .. }))).count();
     assert_eq!((acquired, in_progress), (1, 1), "{a:?} {b:?}");
@@ -80,17 +85,80 @@ async fn release_lets_a_retry_run_at_once_and_payload_conflicts_are_errors() {
     let inbox = inbox(&local, "mailer");
     let meta = metadata("e-4", "o-4", 1);
     let until = Utc::now() + chrono::Duration::seconds(30);
-    let Claim::Acquired(lease) = inbox.begin(&meta, "h1", until).await.unwrap() else { panic!() };
+    let Claim::Acquired(lease) = inbox.begin(&meta, &PayloadHash::of("h1"), until).await.unwrap() else { panic!() };
     inbox.release(&lease).await.unwrap();
-    let Claim::Acquired(lease) = inbox.begin(&meta, "h1", until).await.unwrap() else { panic!("released claims can be taken at once") };
+    let Claim::Acquired(lease) = inbox.begin(&meta, &PayloadHash::of("h1"), until).await.unwrap() else {
+        panic!("released claims can be taken at once")
+    };
     inbox.complete(&lease, None).await.unwrap();
-    let err = inbox.begin(&meta, "h2", until).await.unwrap_err();
+    let err = inbox.begin(&meta, &PayloadHash::of("h2"), until).await.unwrap_err();
     assert!(matches!(err, InboxError::PayloadMismatch { .. }) && !err.is_retryable(), "{err}");
     // Transactional mode detects the same conflict.
     let tx = self::inbox(&local, "tx");
-    assert_eq!(tx.apply(&meta, "h1", vec![]).await.unwrap(), InboxOutcome::Applied);
-    assert!(matches!(tx.apply(&meta, "h2", vec![]).await, Err(InboxError::PayloadMismatch { .. })));
-    assert_eq!(tx.apply(&meta, "h1", vec![]).await.unwrap(), InboxOutcome::Duplicate);
+    assert_eq!(tx.apply(&meta, &PayloadHash::of("h1"), vec![]).await.unwrap(), InboxOutcome::Applied);
+    assert!(matches!(tx.apply(&meta, &PayloadHash::of("h2"), vec![]).await, Err(InboxError::PayloadMismatch { .. })));
+    assert_eq!(tx.apply(&meta, &PayloadHash::of("h1"), vec![]).await.unwrap(), InboxOutcome::Duplicate);
+    local.shutdown().await;
+}
+
+/// The payload is compared by meaning (RFC 8785 canonical form) on the table itself, in both
+/// modes; a row a version before that wrote (the bare SHA-256 of the bytes) keeps answering as it
+/// did: the same bytes are a duplicate, anything else a conflict.
+#[tokio::test]
+async fn a_re_serialised_payload_is_a_duplicate_and_rows_of_the_byte_hash_keep_working() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    const DATA: &str = r#"{"order_id":"o-1","lines":[{"sku":"s-1","quantity":2}],"total":10.0}"#;
+    const RESERIALISED: &str = "{\n  \"total\": 10,\n  \"lines\": [ { \"quantity\": 2, \"sku\": \"s-1\" } ],\n  \"order_id\": \"o-1\"\n}";
+    const OTHER: &str = r#"{"order_id":"o-1","lines":[{"sku":"s-1","quantity":3}],"total":10.0}"#;
+    let local = Local::start().await;
+    let until = Utc::now() + chrono::Duration::seconds(30);
+    let row = |inbox: &Inbox, id: &str| {
+        let (dynamodb, table, key) = (local.dynamodb.clone(), local.table("ConsumerKit/InboxTable"), inbox.key(id));
+        async move {
+            let item =
+                dynamodb.get_item().table_name(table).key("pk", AttributeValue::S(key)).consistent_read(true).send().await.expect("GetItem").item;
+            let text = |name: &str| item.as_ref().and_then(|i| i.get(name)).and_then(|v| v.as_s().ok()).cloned();
+            (text("payload_hash"), text("payload_sha256"))
+        }
+    };
+
+    let tx = self::inbox(&local, "canonical");
+    let meta = metadata("j-1", "o-11", 1);
+    assert_eq!(tx.apply(&meta, &PayloadHash::of(DATA), vec![]).await.unwrap(), InboxOutcome::Applied);
+    let stored = row(&tx, "j-1").await;
+    assert_eq!(stored, (Some(PayloadHash::of(DATA).stored().to_owned()), Some(PayloadHash::of(DATA).sha256().to_owned())));
+    assert!(stored.0.as_deref().is_some_and(|h| h.starts_with("jcs1:")), "{stored:?}");
+    assert_eq!(tx.apply(&meta, &PayloadHash::of(RESERIALISED), vec![]).await.unwrap(), InboxOutcome::Duplicate);
+    let err = tx.apply(&meta, &PayloadHash::of(OTHER), vec![]).await.unwrap_err();
+    assert!(
+        matches!(&err, InboxError::PayloadMismatch { stored, delivered, .. } if stored.starts_with("jcs1:") && delivered.starts_with("jcs1:")),
+        "{err}"
+    );
+    assert_eq!(tx.applied_sha256("j-1").await.unwrap().as_deref(), Some(PayloadHash::of(DATA).sha256()));
+
+    let guarded = self::inbox(&local, "canonical-guarded");
+    let Claim::Acquired(lease) = guarded.begin(&meta, &PayloadHash::of(DATA), until).await.unwrap() else { panic!("first claim") };
+    guarded.complete(&lease, Some("1")).await.unwrap();
+    assert_eq!(guarded.begin(&meta, &PayloadHash::of(RESERIALISED), until).await.unwrap(), Claim::Completed { result: Some("1".into()) });
+    assert!(matches!(guarded.begin(&meta, &PayloadHash::of(OTHER), until).await, Err(InboxError::PayloadMismatch { .. })));
+
+    // A row as the version before wrote it: `payload_hash` the bare SHA-256 of the bytes.
+    let legacy = self::inbox(&local, "legacy");
+    let old = metadata("j-2", "o-12", 1);
+    let claim = legacy.claim(&old, &PayloadHash::of(DATA), Utc::now());
+    let mut item = claim.put().expect("a put").item().clone();
+    item.insert("payload_hash".into(), AttributeValue::S(PayloadHash::of(DATA).sha256().to_owned()));
+    item.remove("payload_sha256");
+    local.dynamodb.put_item().table_name(local.table("ConsumerKit/InboxTable")).set_item(Some(item)).send().await.expect("PutItem");
+    assert_eq!(legacy.apply(&old, &PayloadHash::of(DATA), vec![]).await.unwrap(), InboxOutcome::Duplicate, "the same bytes");
+    let err = legacy.apply(&old, &PayloadHash::of(OTHER), vec![]).await.unwrap_err();
+    assert!(
+        matches!(&err, InboxError::PayloadMismatch { stored, delivered, .. } if !stored.contains(':') && delivered == PayloadHash::of(OTHER).sha256()),
+        "{err}"
+    );
+    // Against the bytes' hash only the bytes count: a re-serialised copy is a conflict, as it was.
+    assert!(matches!(legacy.apply(&old, &PayloadHash::of(RESERIALISED), vec![]).await, Err(InboxError::PayloadMismatch { .. })));
+    assert_eq!(legacy.applied_sha256("j-2").await.unwrap().as_deref(), Some(PayloadHash::of(DATA).sha256()), "the claim check's shortcut");
     local.shutdown().await;
 }
 
@@ -100,7 +168,7 @@ async fn ordering_applies_in_sequence_absorbs_old_events_and_rejects_gaps() {
     let inbox = inbox(&local, "ledger").ordered();
     let apply = |id: &'static str, seq| {
         let inbox = inbox.clone();
-        async move { inbox.apply(&metadata(id, "o-5", seq), "h", vec![]).await }
+        async move { inbox.apply(&metadata(id, "o-5", seq), &PayloadHash::of("h"), vec![]).await }
     };
     assert_eq!(apply("s1", 1).await.unwrap(), InboxOutcome::Applied);
     // Sequence 3 before 2: a gap, retryable.
@@ -112,7 +180,7 @@ async fn ordering_applies_in_sequence_absorbs_old_events_and_rejects_gaps() {
     // An old event with a new id (e.g. re-emitted) at or below the last sequence: a duplicate.
     assert_eq!(apply("s2-again", 2).await.unwrap(), InboxOutcome::Duplicate);
     // The first event of an aggregate must be sequence 1.
-    let err = inbox.apply(&metadata("t2", "o-6", 2), "h", vec![]).await.unwrap_err();
+    let err = inbox.apply(&metadata("t2", "o-6", 2), &PayloadHash::of("h"), vec![]).await.unwrap_err();
     assert!(matches!(err, InboxError::SequenceGap { expected: 1, got: 2, .. }), "{err}");
     local.shutdown().await;
 }
@@ -123,9 +191,9 @@ async fn ordering_applies_in_sequence_absorbs_old_events_and_rejects_gaps() {
 async fn every_claim_row_carries_a_ttl_and_ordering_rows_none() {
     let local = Local::start().await;
     let tx = inbox(&local, "tx").ordered();
-    tx.apply(&metadata("ttl-1", "o-7", 1), "h", vec![]).await.unwrap();
+    tx.apply(&metadata("ttl-1", "o-7", 1), &PayloadHash::of("h"), vec![]).await.unwrap();
     let guarded = inbox(&local, "guarded");
-    let Claim::Acquired(_) = guarded.begin(&metadata("ttl-2", "o-7", 1), "h", Utc::now()).await.unwrap() else { panic!() };
+    let Claim::Acquired(_) = guarded.begin(&metadata("ttl-2", "o-7", 1), &PayloadHash::of("h"), Utc::now()).await.unwrap() else { panic!() };
     let rows = local.scan(&local.table("ConsumerKit/InboxTable")).await;
     assert_eq!(rows.len(), 3, "claim + ordering row + guarded claim");
     let now = Utc::now().timestamp();
@@ -151,7 +219,7 @@ async fn ordering_rows_outlive_the_inbox_retention() {
     let local = Local::start().await;
     let table = local.table("ConsumerKit/InboxTable");
     let inbox = Inbox::new(local.dynamodb.clone(), &table, "slow-aggregate", Duration::from_secs(1)).ordered();
-    assert_eq!(inbox.apply(&metadata("r1", "o-7", 1), "h", vec![]).await.unwrap(), InboxOutcome::Applied);
+    assert_eq!(inbox.apply(&metadata("r1", "o-7", 1), &PayloadHash::of("h"), vec![]).await.unwrap(), InboxOutcome::Applied);
     let row = local.query_pk(&table, "slow-aggregate#aggregate#Order#o-7").await;
     assert_eq!(row.len(), 1);
     assert_eq!(row[0].get("last_sequence"), Some(&AttributeValue::N("1".into())));
@@ -168,7 +236,7 @@ async fn ordering_rows_outlive_the_inbox_retention() {
         .send()
         .await
         .unwrap();
-    assert_eq!(inbox.apply(&metadata("q5", "o-8", 5), "h", vec![]).await.unwrap(), InboxOutcome::Applied);
+    assert_eq!(inbox.apply(&metadata("q5", "o-8", 5), &PayloadHash::of("h"), vec![]).await.unwrap(), InboxOutcome::Applied);
     assert!(!local.query_pk(&table, "slow-aggregate#aggregate#Order#o-8").await[0].contains_key("expires_at"));
 
     // Everything DynamoDB's TTL may delete, deleted.
@@ -177,8 +245,8 @@ async fn ordering_rows_outlive_the_inbox_retention() {
             local.dynamodb.delete_item().table_name(&table).key("pk", item["pk"].clone()).send().await.unwrap();
         }
     }
-    assert_eq!(inbox.apply(&metadata("r2", "o-7", 2), "h", vec![]).await.unwrap(), InboxOutcome::Applied, "months later: no gap");
-    assert_eq!(inbox.apply(&metadata("q6", "o-8", 6), "h", vec![]).await.unwrap(), InboxOutcome::Applied);
+    assert_eq!(inbox.apply(&metadata("r2", "o-7", 2), &PayloadHash::of("h"), vec![]).await.unwrap(), InboxOutcome::Applied, "months later: no gap");
+    assert_eq!(inbox.apply(&metadata("q6", "o-8", 6), &PayloadHash::of("h"), vec![]).await.unwrap(), InboxOutcome::Applied);
     local.shutdown().await;
 }
 
@@ -190,8 +258,8 @@ async fn a_permanently_missing_sequence_is_released_by_the_ordering_release_comm
     let local = Local::start().await;
     let table = local.table("ConsumerKit/InboxTable");
     let inbox = inbox(&local, "reserve-inventory").ordered();
-    assert_eq!(inbox.apply(&metadata("m1", "o-9", 1), "h", vec![]).await.unwrap(), InboxOutcome::Applied);
-    let err = inbox.apply(&metadata("m3", "o-9", 3), "h", vec![]).await.unwrap_err();
+    assert_eq!(inbox.apply(&metadata("m1", "o-9", 1), &PayloadHash::of("h"), vec![]).await.unwrap(), InboxOutcome::Applied);
+    let err = inbox.apply(&metadata("m3", "o-9", 3), &PayloadHash::of("h"), vec![]).await.unwrap_err();
     assert!(matches!(err, InboxError::SequenceGap { expected: 2, got: 3, last_applied: 1, .. }), "{err}");
 
     let bad = outbox_local::ordering::release(&local.dynamodb, &table, "reserve-inventory", "o-9", 2, false).await.unwrap_err().to_string();
@@ -204,16 +272,16 @@ async fn a_permanently_missing_sequence_is_released_by_the_ordering_release_comm
     assert!(outbox_local::ordering::release(&local.dynamodb, &table, "reserve-inventory", "Order#o-9", 0, false).await.is_err());
     let released = outbox_local::ordering::release(&local.dynamodb, &table, "reserve-inventory", "Order#o-9", 2, false).await.unwrap();
     assert_eq!(released, outbox_local::ordering::Released { before: 1, after: 2 });
-    assert_eq!(inbox.apply(&metadata("m3", "o-9", 3), "h", vec![]).await.unwrap(), InboxOutcome::Applied);
+    assert_eq!(inbox.apply(&metadata("m3", "o-9", 3), &PayloadHash::of("h"), vec![]).await.unwrap(), InboxOutcome::Applied);
     // Released twice, or below the current sequence: nothing moves back.
     let again = outbox_local::ordering::release(&local.dynamodb, &table, "reserve-inventory", "Order#o-9", 2, false).await.unwrap();
     assert_eq!(again, outbox_local::ordering::Released { before: 3, after: 3 });
     // The late sequence 2, if it ever comes, is absorbed.
-    assert_eq!(inbox.apply(&metadata("m2", "o-9", 2), "h", vec![]).await.unwrap(), InboxOutcome::Duplicate);
+    assert_eq!(inbox.apply(&metadata("m2", "o-9", 2), &PayloadHash::of("h"), vec![]).await.unwrap(), InboxOutcome::Duplicate);
     // A gap at an aggregate's very first event: no row yet, released with --create.
     let first = outbox_local::ordering::release(&local.dynamodb, &table, "reserve-inventory", "Order#o-10", 1, true).await.unwrap();
     assert_eq!(first, outbox_local::ordering::Released { before: 0, after: 1 });
-    assert_eq!(inbox.apply(&metadata("n2", "o-10", 2), "h", vec![]).await.unwrap(), InboxOutcome::Applied);
+    assert_eq!(inbox.apply(&metadata("n2", "o-10", 2), &PayloadHash::of("h"), vec![]).await.unwrap(), InboxOutcome::Applied);
     local.shutdown().await;
 }
 
@@ -235,7 +303,7 @@ async fn the_ordering_rows_parked_count_is_exact_and_proves_only_what_is_true() 
         let inbox = inbox.clone();
         async move {
             let recorded = RecordedOutcome::new("applied").unparking(unparks);
-            inbox.apply_checking_parked(&metadata(id, aggregate, sequence), "h", vec![], Some(&recorded)).await.unwrap()
+            inbox.apply_checking_parked(&metadata(id, aggregate, sequence), &PayloadHash::of("h"), vec![], Some(&recorded)).await.unwrap()
         }
     };
     // (the ordering row's count, the parked rows) of an aggregate, from the table.

@@ -72,6 +72,12 @@ async fn a_customer_is_welcomed_once_a_duplicate_is_absorbed_and_poison_is_dead_
     }
     let claim = local.query_pk(&inbox, &format!("welcome-mail#{event_id}")).await;
     assert_eq!(claim.len(), 1, "the consumer's inbox claim of the event: {claim:?}");
+    // `trace` finds that claim under the name the function runs with (the template's
+    // CONSUMER_NAME, which main reads with outbox_lambda::consumer_name).
+    let resources = local.runtime.stack.resources().expect("the stack's resources");
+    let traced = outbox_local::trace::trace(&local.runtime.sdk, &resources, &event_id, &outbox_local::trace::Lookup::Scan).await.expect("trace");
+    let row = traced.consumers.iter().find(|c| c.function == "WelcomeMailFunction").unwrap_or_else(|| panic!("{}", traced.render()));
+    assert_eq!((row.consumer.as_str(), row.state.starts_with("applied")), ("welcome-mail", true), "{}", traced.render());
 
     // The same event published again: a second delivery (another envelope id), no second mail.
     let relayed = local.sqs.receive_message().queue_url(&spy).wait_time_seconds(5).send().await.expect("ReceiveMessage spy");

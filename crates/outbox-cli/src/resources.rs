@@ -212,9 +212,16 @@ impl Resources {
         buckets
     }
 
-    /// Every consumer's inbox: (`INBOX_TABLE`, `CONSUMER_NAME`) of the functions that have both.
+    /// Every consumer's inbox: (`INBOX_TABLE`, `CONSUMER_NAME`) of the functions that have both
+    /// (the name read as the function reads it, [`outbox_lambda::consumer_name`]).
     pub fn inboxes(&self) -> Vec<(String, String)> {
-        self.functions.iter().filter_map(|f| Some((f.environment.get("INBOX_TABLE")?.clone(), f.environment.get("CONSUMER_NAME")?.clone()))).collect()
+        self.functions
+            .iter()
+            .filter_map(|f| {
+                let name = outbox_lambda::consumer_name(&outbox_lambda::Env::from_map(f.environment.clone())).ok()?;
+                Some((f.environment.get(outbox::contract::env::INBOX_TABLE)?.clone(), name))
+            })
+            .collect()
     }
 
     /// The resources of `stack` (a template's, looked up or provisioned).

@@ -84,13 +84,16 @@ pub struct OutboxRow {
 pub struct ConsumerRow {
     /// The consumer function's logical id.
     pub function: String,
-    /// Its `CONSUMER_NAME` (`<WEBHOOK_CONSUMER_NAME> → subscriber <id>` for a webhook delivery).
+    /// Its `CONSUMER_NAME` (`<WEBHOOK_CONSUMER_NAME> → subscriber <id>` for a webhook delivery;
+    /// `?` when the function sets none).
     pub consumer: String,
     /// Inbox table name.
     pub table: String,
     /// `applied (<outcome>)` (`delivered` for a webhook subscriber), `parked: …` (waiting for its
-    /// predecessor), `in progress …`, `absent`, or `not subscribed` (none of its rules match the outbox item's source and type; a subscriber
-    /// without the type in its `event_types`).
+    /// predecessor), `absorbed: …` (an ordered consumer's aggregate is past the event's sequence:
+    /// a late copy taken as a duplicate, no row), `in progress …`, `absent`, `not subscribed`
+    /// (none of its rules match the outbox item's source and type; a subscriber without the type
+    /// in its `event_types`), or `not looked up: …` (the function sets no `CONSUMER_NAME`).
     pub state: String,
     /// When it was applied (`processed_at`, as stored).
     pub at: Option<String>,
@@ -99,6 +102,16 @@ pub struct ConsumerRow {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<outbox_webhooks::dispatcher::AttemptRecord>,
 }
+
+impl ConsumerRow {
+    /// Whether the consumer has the event (applied, parked, absorbed, in progress, delivered).
+    pub fn received(&self) -> bool {
+        ![ABSENT, NOT_SUBSCRIBED, NO_CONSUMER_NAME].contains(&self.state.as_str())
+    }
+}
+
+/// [`ConsumerRow::state`] of a consumer none of whose rules match the event.
+const NOT_SUBSCRIBED: &str = "not subscribed";
 
 /// Everything known about one event.
 #[derive(Debug, Clone, Serialize)]
@@ -121,7 +134,7 @@ pub struct Trace {
 impl Trace {
     /// Whether the event was found anywhere.
     pub fn found(&self) -> bool {
-        self.outbox.is_some() || !self.dead_letters.is_empty() || self.consumers.iter().any(|c| c.state != "absent" && c.state != "not subscribed")
+        self.outbox.is_some() || !self.dead_letters.is_empty() || self.consumers.iter().any(ConsumerRow::received)
     }
 
     /// The answer in lines a person reads.
@@ -218,14 +231,25 @@ pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id:
         if f.rule_patterns.is_empty() || env.contains_key("WEBHOOK_SUBSCRIBERS_TABLE") {
             continue;
         }
-        let consumer = env.get("CONSUMER_NAME").cloned().unwrap_or_else(|| f.logical_id.clone());
+        // The name the function runs with, read as the function reads it.
+        let Ok(consumer) = outbox_lambda::consumer_name(&outbox_lambda::Env::from_map(env.clone())) else {
+            consumers.push(ConsumerRow {
+                function: f.logical_id.clone(),
+                consumer: "?".into(),
+                table: table.clone(),
+                state: NO_CONSUMER_NAME.into(),
+                at: None,
+                attempts: Vec::new(),
+            });
+            continue;
+        };
         if let Some(o) = &outbox {
             if !subscribed(f, o) {
                 consumers.push(ConsumerRow {
                     function: f.logical_id.clone(),
                     consumer,
                     table: table.clone(),
-                    state: "not subscribed".into(),
+                    state: NOT_SUBSCRIBED.into(),
                     at: None,
                     attempts: Vec::new(),
                 });
@@ -233,9 +257,11 @@ pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id:
             }
         }
         let (mut state, mut at) = inbox_state(&dynamodb, table, &format!("{consumer}#{event_id}"), "applied").await?;
-        if state == "absent" {
+        if state == ABSENT {
             if let Some(parked) = parked_state(&dynamodb, table, &consumer, event_id, &parked_lookup).await? {
                 (state, at) = parked;
+            } else if let Some(absorbed) = absorbed_state(&dynamodb, table, &consumer, &parked_lookup).await? {
+                state = absorbed;
             }
         }
         consumers.push(ConsumerRow { function: f.logical_id.clone(), consumer, table: table.clone(), state, at, attempts: Vec::new() });
@@ -257,7 +283,7 @@ pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id:
             let (state, at) = if wanted {
                 inbox_state(&dynamodb, table, &format!("{consumer}#{id}#{event_id}"), "delivered").await?
             } else {
-                ("not subscribed".to_owned(), None)
+                (NOT_SUBSCRIBED.to_owned(), None)
             };
             let attempts = outbox_webhooks::dispatcher::read_attempts(&dynamodb, table, &consumer, id, event_id)
                 .await
@@ -279,11 +305,11 @@ pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id:
         dead_letters.extend(dlq::peek(&sqs, q).await?.into_iter().filter(|m| m.event_id.as_deref() == Some(event_id) || m.body.contains(event_id)));
     }
 
-    let relay = if consumers.iter().any(|c| c.state != "absent" && c.state != "not subscribed") {
+    let relay = if consumers.iter().any(ConsumerRow::received) {
         "published (a consumer received it)".to_owned()
     } else if dead_letters.iter().any(|m| m.shape == "relay-failure") {
         "dead-lettered by the relay (see the dead letter below)".to_owned()
-    } else if outbox.is_some() && !consumers.iter().any(|c| c.state == "absent") {
+    } else if outbox.is_some() && !consumers.iter().any(|c| c.state == ABSENT || c.state == NO_CONSUMER_NAME) {
         "not known: no consumer of this stack subscribes to it (see the relay's logs)".to_owned()
     } else if outbox.is_some() {
         "not known: no consumer has it yet (stream lag, or the relay is failing: see its logs)".to_owned()
@@ -302,6 +328,14 @@ pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id:
 
 /// [`Trace::outbox_lookup`] when the table has no event-id index.
 const NO_INDEX: &str = "no index";
+
+/// [`ConsumerRow::state`] when the consumer has no row of the event.
+const ABSENT: &str = "absent";
+
+/// [`ConsumerRow::state`] of a consumer function without `CONSUMER_NAME`: its rows' keys are
+/// unknown, so nothing was looked up (never "absent": the event may well be applied).
+const NO_CONSUMER_NAME: &str = "not looked up: the function sets no CONSUMER_NAME, the prefix of its inbox rows' keys; \
+     set it to the name the function's code gives its inbox (outbox_lambda::consumer_name reads it)";
 
 /// ` — "<excerpt>"` on one line, at most 120 characters, or nothing.
 fn excerpt(text: &str) -> String {
@@ -325,7 +359,7 @@ async fn inbox_state(dynamodb: &aws_sdk_dynamodb::Client, table: &str, key: &str
         .map_err(Error::aws(format!("GetItem on {table}")))?
         .item;
     Ok(match row {
-        None => ("absent".to_owned(), None),
+        None => (ABSENT.to_owned(), None),
         Some(item) => {
             let text = |k: &str| item.get(k).and_then(|v| v.as_s().or_else(|_| v.as_n()).ok()).cloned();
             match (text("status").as_deref(), text("outcome")) {
@@ -365,6 +399,29 @@ async fn parked_state(
         Lookup::Scan => scan_parked(dynamodb, table, consumer, event_id).await?,
     };
     Ok(found.and_then(|item| outbox::inbox::parked_from_item(&item)).map(parked_line))
+}
+
+/// The state of an event of an ordered consumer that has no inbox row of it but whose aggregate
+/// moved past its sequence (`last_sequence` ≥ the event's sequence, one consistent read of the
+/// ordering row by [`outbox::inbox::Inbox::last_sequence`]): a late copy, e.g. a predecessor
+/// that arrived after an operator released the aggregate past it, which the inbox absorbed as a
+/// duplicate without writing a row. Needs the aggregate and sequence (`lookup` is
+/// [`Lookup::Key`]: given, or read from the outbox item); `None` otherwise, or when the
+/// aggregate has not reached the sequence.
+async fn absorbed_state(dynamodb: &aws_sdk_dynamodb::Client, table: &str, consumer: &str, lookup: &Lookup) -> Result<Option<String>> {
+    let Lookup::Key { aggregate, sequence } = lookup else { return Ok(None) };
+    let Some((aggregate_type, aggregate_id)) = aggregate.split_once('#') else { return Ok(None) };
+    // Reads only; the retention concerns claims, which this never writes.
+    let inbox = outbox::inbox::Inbox::new(dynamodb.clone(), table, consumer, std::time::Duration::ZERO);
+    let last = inbox
+        .last_sequence(aggregate_type, aggregate_id)
+        .await
+        .map_err(Error::library(format!("reading the ordering row of {aggregate} in {table}")))?;
+    Ok((last >= *sequence).then(|| {
+        format!(
+            "absorbed: {aggregate} is at sequence {last} (applied or released past this event's sequence {sequence}), so this late copy was a duplicate and left no row"
+        )
+    }))
 }
 
 /// `trace`'s state of a parked event: what it waits for and since when.

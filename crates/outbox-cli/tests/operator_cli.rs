@@ -137,3 +137,79 @@ fn help_names_every_verb_and_the_stack_options() {
     let out = Command::new(env!("CARGO_BIN_EXE_outbox")).args(["dlq", "list"]).env_remove("OUTBOX_STACK").output().expect("runs");
     assert!(String::from_utf8_lossy(&out.stderr).contains("pass --stack NAME"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// `trace` finds a consumer's rows under the name the function runs with (`CONSUMER_NAME`, read
+/// by `outbox_lambda::consumer_name`, as the function reads it): an applied event is `applied`;
+/// for a function without `CONSUMER_NAME` nothing is looked up and it says so, never `absent`; a
+/// late predecessor the ordered inbox absorbed (its aggregate already past its sequence, so no
+/// row was written) is `absorbed`; an event not arrived yet is `absent`.
+#[tokio::test]
+async fn trace_reads_rows_by_the_consumer_name_and_reports_an_absorbed_late_predecessor() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use outbox_cli::trace::{trace, Lookup, Trace};
+    let emulator = Emulator::start(&root()).await.expect("the moto emulator starts");
+    let sdk = sdk_config(&Target { endpoint: Some(emulator.endpoint.clone()), region: "us-east-1".into() }).await;
+    let template = Template::load(&root().join("template.yaml")).expect("the sample template");
+    let stack = Stack::set_up(&sdk, template, "operator-trace", EMULATOR_ACCOUNT, Mode::Provision).await.expect("provisioned");
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+    let outbox_table = stack.table("OutboxTable").expect("the outbox table").name.clone();
+    let inbox_table = stack.table("ConsumerKit/InboxTable").expect("the inbox table").name.clone();
+    let s = |v: &str| AttributeValue::S(v.to_owned());
+    let n = |v: u64| AttributeValue::N(v.to_string());
+    for (event_id, aggregate_id, sequence) in [("e-applied", "o-applied", 1), ("e-late", "o-late", 2), ("e-missing", "o-late", 4)] {
+        dynamodb
+            .put_item()
+            .table_name(&outbox_table)
+            .item("pk", s(&format!("Order#{aggregate_id}")))
+            .item("sk", s(&outbox::envelope::OutboxItem::sort_key(sequence)))
+            .item("event_id", s(event_id))
+            .item("event_type", s("OrderCreated"))
+            .item("source", s("example.orders"))
+            .item("sequence", n(sequence))
+            .send()
+            .await
+            .expect("an outbox item");
+    }
+    // Applied by reserve-inventory (the template's CONSUMER_NAME).
+    let row = [
+        ("pk", s("reserve-inventory#e-applied")),
+        ("consumer", s("reserve-inventory")),
+        ("event_id", s("e-applied")),
+        ("outcome", s("reserved")),
+        ("processed_at", s("2026-12-03T10:00:00.000Z")),
+    ];
+    dynamodb.put_item().table_name(&inbox_table).set_item(Some(row.map(|(k, v)| (k.to_owned(), v)).into())).send().await.expect("an inbox row");
+    // Order o-late was released through 3 (its sequence 2 had not come): the late sequence 2
+    // is a duplicate to the ordered inbox, which writes no row for it.
+    let ordering = [("pk", s("reserve-inventory#aggregate#Order#o-late")), ("last_sequence", n(3)), ("released_through", n(3))];
+    dynamodb
+        .put_item()
+        .table_name(&inbox_table)
+        .set_item(Some(ordering.map(|(k, v)| (k.to_owned(), v)).into()))
+        .send()
+        .await
+        .expect("an ordering row");
+
+    let resources = stack.resources().expect("the stack's resources");
+    let state = |traced: &Trace| -> String {
+        let row = traced.consumers.iter().find(|c| c.function == "ReserveInventoryFunction").unwrap_or_else(|| panic!("{}", traced.render()));
+        row.state.clone()
+    };
+    let applied = trace(&sdk, &resources, "e-applied", &Lookup::Index).await.expect("trace");
+    assert_eq!(state(&applied), "applied (reserved)", "{}", applied.render());
+    let late = trace(&sdk, &resources, "e-late", &Lookup::Index).await.expect("trace");
+    assert!(state(&late).starts_with("absorbed: Order#o-late is at sequence 3"), "{}", late.render());
+    assert!(late.relay.starts_with("published"), "{}", late.render());
+    let missing = trace(&sdk, &resources, "e-missing", &Lookup::Index).await.expect("trace");
+    assert_eq!(state(&missing), "absent", "{}", missing.render());
+
+    // The function without CONSUMER_NAME: its rows' keys are unknown; nothing is claimed absent.
+    let mut unnamed = resources.clone();
+    for f in unnamed.functions.iter_mut().filter(|f| f.logical_id == "ReserveInventoryFunction") {
+        assert!(f.environment.remove("CONSUMER_NAME").is_some(), "the template sets CONSUMER_NAME");
+    }
+    let traced = trace(&sdk, &unnamed, "e-applied", &Lookup::Index).await.expect("trace");
+    assert!(state(&traced).starts_with("not looked up: the function sets no CONSUMER_NAME"), "{}", traced.render());
+    assert!(!traced.relay.starts_with("published") && traced.relay.contains("no consumer has it yet"), "{}", traced.render());
+    drop(emulator);
+}

@@ -246,6 +246,21 @@ pub const DEAD_LETTER_RETENTION_RANGE: std::ops::RangeInclusive<u64> = 60..=1_20
 /// redrive running late.
 pub const DEFAULT_REDRIVE_MARGIN: Duration = Duration::from_secs(2 * 24 * 3600);
 
+/// The consumer's name, `CONSUMER_NAME` ([`outbox::contract::env::CONSUMER_NAME`]): the prefix of
+/// its inbox rows' keys (`<name>#<event id>`, `outbox::inbox::Inbox::key`). The one place it is
+/// read: a consumer function passes it to `outbox::inbox::Inbox::new` and its dead-letter
+/// queue, and `outbox trace` / `outbox ordering` find the function's rows by the same call on
+/// the function's configured environment, so the name a function runs with is always the name
+/// the operator's tools look up. Required, with no default: a default in the code would be
+/// invisible to the tools, which then report an applied event as absent. Keep it fixed for the
+/// function's life: rows under an old name no longer deduplicate.
+///
+/// # Errors
+/// [`ConfigError::Missing`] naming `CONSUMER_NAME` when it is not set (or empty).
+pub fn consumer_name(env: &Env) -> Result<String, ConfigError> {
+    env.required(outbox::contract::env::CONSUMER_NAME).map(|name| name.trim().to_owned())
+}
+
 /// The retention rule: an inbox row lives at least as long as anything can redeliver its event,
 /// i.e. the dead-letter queues' retention plus the redrive margin. Otherwise a message redriven
 /// after the row expired is applied again by any consumer without a natural key.

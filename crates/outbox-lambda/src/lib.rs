@@ -15,7 +15,7 @@
 //!
 //! | feature | brings | needs |
 //! |---|---|---|
-//! | (none) | [`run`], [`deadline`], [`lease_until`], [`load_sdk_config`], [`Env`], [`SdkTimeouts`], [`inbox_retention`] | `lambda_runtime`, `aws-config` |
+//! | (none) | [`run`], [`deadline`], [`lease_until`], [`load_sdk_config`], [`Env`], [`SdkTimeouts`], [`inbox_retention`], [`consumer_name`] | `lambda_runtime`, `aws-config` |
 //! | `relay` | [`relay`] | `outbox/relay` |
 //! | `consumer` | [`LambdaConsumer`] | `outbox/inbox` |
 //! | `claim-check` | [`claim_check`]: the claim check of `CLAIM_CHECK_BUCKET` | `outbox/claim-check`, `aws-sdk-s3` |
@@ -44,8 +44,8 @@ pub mod webhooks;
 #[cfg(feature = "metrics")]
 pub use aws_calls::FailedCallsClient;
 pub use config::{
-    inbox_retention, ConfigError, Env, SdkTimeouts, DEAD_LETTER_RETENTION_RANGE, DEFAULT_DEAD_LETTER_RETENTION, DEFAULT_REDRIVE_MARGIN,
-    DEFAULT_RETENTION, MAX_MILLIS,
+    consumer_name, inbox_retention, ConfigError, Env, SdkTimeouts, DEAD_LETTER_RETENTION_RANGE, DEFAULT_DEAD_LETTER_RETENTION,
+    DEFAULT_REDRIVE_MARGIN, DEFAULT_RETENTION, MAX_MILLIS,
 };
 #[cfg(feature = "consumer")]
 pub use consumer::LambdaConsumer;

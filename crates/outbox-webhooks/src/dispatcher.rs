@@ -86,7 +86,7 @@ use super::client::{Attempt as ClientAttempt, ClientConfig, SignedPost, WebhookC
 use super::outcome::Outcome;
 use super::signature::Secret;
 use outbox::envelope::EventMetadata;
-use outbox::inbox::{payload_hash, GuardedError, InboxError, InboxStore};
+use outbox::inbox::{GuardedError, InboxError, InboxStore, PayloadHash};
 
 /// The message attribute naming the subscriber of a fanned-out message.
 pub const SUBSCRIBER_ATTRIBUTE: &str = "subscriber";
@@ -387,7 +387,7 @@ impl<S: InboxStore> Deliverer<S> {
     {
         let mut claim = event.metadata.clone();
         claim.id = format!("{}#{}", subscriber.id, event.metadata.id);
-        let hash = payload_hash(&event.body);
+        let hash = PayloadHash::of(&event.body);
         let correlation_id = Some(&event.metadata.correlation_id).filter(|c| !c.is_empty()).map(String::as_str);
         let attempt = attempt.max(1);
         let sent: Mutex<Option<ClientAttempt>> = Mutex::new(None);

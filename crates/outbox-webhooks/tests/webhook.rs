@@ -210,7 +210,7 @@ impl InboxStore for CrashBeforeRecord {
     fn apply(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &outbox::inbox::PayloadHash,
         writes: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
     ) -> impl std::future::Future<Output = Result<InboxOutcome, InboxError>> + Send {
         self.inner.apply(metadata, payload_hash, writes)
@@ -218,7 +218,7 @@ impl InboxStore for CrashBeforeRecord {
     fn begin(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &outbox::inbox::PayloadHash,
         lease_until: DateTime<Utc>,
     ) -> impl std::future::Future<Output = Result<Claim, InboxError>> + Send {
         self.inner.begin(metadata, payload_hash, lease_until)

@@ -19,7 +19,7 @@
 //!   (size, SHA-256) before decoding, so handlers are the same for small and large events and the
 //!   inbox's payload hash is over the real payload. It is fetched only when the inbox does not
 //!   already hold the event as applied with that hash
-//!   ([`InboxStore::applied_hash`](crate::inbox::InboxStore::applied_hash), one consistent read):
+//!   ([`InboxStore::applied_sha256`](crate::inbox::InboxStore::applied_sha256), one consistent read):
 //!   a duplicate costs no download. A missing or corrupt object is dead-lettered
 //!   ([`ClaimCheckError::Missing`], [`ClaimCheckError::Corrupt`]); a transient S3 failure is
 //!   retried like any other ([`AwsError`]).

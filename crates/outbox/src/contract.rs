@@ -175,6 +175,11 @@ pub mod env {
     pub const RELAY_DLQ_URL: &str = "RELAY_DLQ_URL";
     /// An inbox table.
     pub const INBOX_TABLE: &str = "INBOX_TABLE";
+    /// A consumer's name: its inbox rows are keyed `<CONSUMER_NAME>#<event id>` (and
+    /// `<CONSUMER_NAME>#aggregate#…`, `<CONSUMER_NAME>#parked#…` when ordered). Set on every
+    /// consumer function, fixed for its life: `outbox trace`, `outbox ordering` and the
+    /// function read the same variable (`outbox_lambda::consumer_name`).
+    pub const CONSUMER_NAME: &str = "CONSUMER_NAME";
     /// The webhook delivery queue URL.
     pub const WEBHOOK_DELIVERY_QUEUE_URL: &str = "WEBHOOK_DELIVERY_QUEUE_URL";
     /// The webhook dead-letter queue URL.

@@ -85,7 +85,6 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, KeysAndAttributes, Put, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use chrono::{DateTime, SecondsFormat, Utc};
-use sha2::{Digest, Sha256};
 
 use crate::aws_error::{AwsError, AwsErrorKind};
 use crate::envelope::EventMetadata;
@@ -96,11 +95,13 @@ use aws_sdk_dynamodb::error::SdkError;
 mod guarded;
 mod memory;
 mod parked;
+mod payload_hash;
 mod store;
 
 pub use guarded::{Guarded, GuardedError};
 pub use memory::{AppliedEvent, Injected, MemoryInbox};
 pub use parked::{ParkedAround, ParkedEvent, ParkedList, PARKED_AT, PARKED_CONSUMER, PARKED_INDEX, PARKED_INDEX_ATTRIBUTES, PARKED_KIND};
+pub use payload_hash::{PayloadHash, CANONICAL_PREFIX};
 pub use store::InboxStore;
 
 /// How one delivery ended.
@@ -164,14 +165,16 @@ pub const NOTHING_TO_DO: &str = "nothing_to_do";
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum InboxError {
-    /// The same event id arrived with a different payload: never silently skipped.
+    /// The same event id arrived with a different payload (compared as [`PayloadHash::matches`]
+    /// says: the JSON's canonical form, so other whitespace or member order is the same
+    /// payload): never silently skipped.
     #[error("event {event_id} was applied before with a different payload (stored hash {stored}, this delivery {delivered})")]
     PayloadMismatch {
         /// The event id.
         event_id: String,
-        /// Hash stored with the first delivery.
+        /// Hash stored with the first delivery (the row's `payload_hash`).
         stored: String,
-        /// Hash of this delivery.
+        /// Hash of this delivery, in the stored hash's form ([`PayloadHash::compared_with`]).
         delivered: String,
     },
     /// The transaction failed (retryable or not; see [`TransactionError::is_retryable`]).
@@ -214,6 +217,14 @@ pub enum InboxError {
 }
 
 impl InboxError {
+    /// [`InboxError::PayloadMismatch`] of `event_id`: `stored` (the row's `payload_hash`) does not
+    /// match `delivered` ([`PayloadHash::matches`]); the error shows the delivery's hash in the
+    /// stored hash's form.
+    pub fn mismatch(event_id: &str, stored: String, delivered: &PayloadHash) -> Self {
+        let delivered = delivered.compared_with(&stored).to_owned();
+        InboxError::PayloadMismatch { event_id: event_id.to_owned(), stored, delivered }
+    }
+
     /// Whether DynamoDB refused the request because the table has no such index (a
     /// `ValidationException` naming it): e.g. an inbox table without [`PARKED_INDEX`].
     pub fn is_missing_index(&self) -> bool {
@@ -305,12 +316,6 @@ pub fn parked_from_item(item: &std::collections::HashMap<String, AttributeValue>
         payload: text("payload").unwrap_or_default(),
         parked_at: text(PARKED_AT).unwrap_or_default(),
     })
-}
-
-/// SHA-256 (hex, 64 characters) of `data`, the event's `detail.data` as delivered (JSON text,
-/// byte for byte): stored with the claim to detect an event id reused for a different payload.
-pub fn payload_hash(data: &str) -> String {
-    hex::encode(Sha256::digest(data.as_bytes()))
 }
 
 const IN_PROGRESS: &str = "IN_PROGRESS";
@@ -799,20 +804,22 @@ impl Inbox {
         Ok(last_sequence_of(out.item()))
     }
 
-    /// The payload hash `event_id` was applied with, when this consumer's inbox holds a live
-    /// record of it (transactional claim or completed guarded claim, `expires_at` not passed):
-    /// a strongly consistent `GetItem` ([`InboxStore::applied_hash`]).
+    /// The SHA-256 (hex) of the payload bytes `event_id` was applied with, when this consumer's
+    /// inbox holds a live record of it (transactional claim or completed guarded claim,
+    /// `expires_at` not passed): the row's `payload_sha256`, or for a row written before that
+    /// attribute its unprefixed `payload_hash` (the same SHA-256; a `jcs1:` hash is not one, so
+    /// such a row answers `None`). A strongly consistent `GetItem` ([`InboxStore::applied_sha256`]).
     ///
     /// # Errors
     /// [`InboxError::Sdk`] if DynamoDB fails.
-    pub async fn applied_hash(&self, event_id: &str) -> Result<Option<String>, InboxError> {
+    pub async fn applied_sha256(&self, event_id: &str) -> Result<Option<String>, InboxError> {
         let out = self
             .client
             .get_item()
             .table_name(&self.table)
             .key("pk", AttributeValue::S(self.key(event_id)))
             .consistent_read(true)
-            .projection_expression("payload_hash, expires_at, #status")
+            .projection_expression("payload_hash, payload_sha256, expires_at, #status")
             .expression_attribute_names("#status", "status")
             .send()
             .await
@@ -826,7 +833,8 @@ impl Inbox {
         if item.get("status").and_then(|v| v.as_s().ok()).is_some_and(|status| status != COMPLETED) {
             return Ok(None);
         }
-        Ok(item.get("payload_hash").and_then(|v| v.as_s().ok()).cloned())
+        let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+        Ok(text("payload_sha256").or_else(|| text("payload_hash").filter(|h| !h.contains(':'))))
     }
 
     /// The DynamoDB client.
@@ -845,7 +853,7 @@ impl Inbox {
     }
 
     /// The conditional put that claims `metadata.id` for this consumer.
-    pub fn claim(&self, metadata: &EventMetadata, payload_hash: &str, now: DateTime<Utc>) -> TransactWriteItem {
+    pub fn claim(&self, metadata: &EventMetadata, payload_hash: &PayloadHash, now: DateTime<Utc>) -> TransactWriteItem {
         self.claim_recording(metadata, payload_hash, now, None)
     }
 
@@ -853,7 +861,7 @@ impl Inbox {
     pub fn claim_recording(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         now: DateTime<Utc>,
         outcome: Option<&RecordedOutcome>,
     ) -> TransactWriteItem {
@@ -875,7 +883,8 @@ impl Inbox {
             .item("source", s(&metadata.source))
             .item("subject", s(&metadata.subject))
             .item("sequence", AttributeValue::N(metadata.sequence.to_string()))
-            .item("payload_hash", s(payload_hash))
+            .item("payload_hash", s(payload_hash.stored()))
+            .item("payload_sha256", s(payload_hash.sha256()))
             .item("processed_at", s(&now.to_rfc3339_opts(SecondsFormat::Millis, true)))
             .item("expires_at", n(crate::envelope::expires_at(now, self.retention)))
             .condition_expression("attribute_not_exists(pk) OR expires_at < :now")
@@ -892,7 +901,12 @@ impl Inbox {
     /// # Errors
     /// [`InboxError::PayloadMismatch`] if the event id was applied with another payload;
     /// [`InboxError::Transaction`] otherwise (check [`InboxError::is_retryable`]).
-    pub async fn apply(&self, metadata: &EventMetadata, payload_hash: &str, writes: Vec<TransactWriteItem>) -> Result<InboxOutcome, InboxError> {
+    pub async fn apply(
+        &self,
+        metadata: &EventMetadata,
+        payload_hash: &PayloadHash,
+        writes: Vec<TransactWriteItem>,
+    ) -> Result<InboxOutcome, InboxError> {
         self.apply_recording(metadata, payload_hash, writes, None).await
     }
 
@@ -903,7 +917,7 @@ impl Inbox {
     pub async fn apply_recording(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         writes: Vec<TransactWriteItem>,
         outcome: Option<&RecordedOutcome>,
     ) -> Result<InboxOutcome, InboxError> {
@@ -933,7 +947,7 @@ impl Inbox {
     pub async fn apply_checking_parked(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         mut writes: Vec<TransactWriteItem>,
         outcome: Option<&RecordedOutcome>,
     ) -> Result<(InboxOutcome, bool), InboxError> {
@@ -965,7 +979,7 @@ impl Inbox {
     async fn apply_once(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         writes: Vec<TransactWriteItem>,
         outcome: Option<&RecordedOutcome>,
         advance: Advance,
@@ -993,9 +1007,7 @@ impl Inbox {
             Err(TransactionError::ConditionFailed { index: 0, item }) => {
                 let stored = item.as_ref().and_then(|i| i.get("payload_hash")).and_then(|v| v.as_s().ok()).cloned();
                 match stored {
-                    Some(stored) if stored != payload_hash => {
-                        Err(InboxError::PayloadMismatch { event_id: metadata.id.clone(), stored, delivered: payload_hash.to_owned() })
-                    }
+                    Some(stored) if !payload_hash.matches(&stored) => Err(InboxError::mismatch(&metadata.id, stored, payload_hash)),
                     _ => done(InboxOutcome::Duplicate),
                 }
             }
@@ -1077,7 +1089,7 @@ impl Inbox {
     /// [`InboxError::InProgress`] while another invocation holds a live lease;
     /// [`InboxError::PayloadMismatch`] if the id was claimed with another payload;
     /// [`InboxError::Sdk`] if DynamoDB fails.
-    pub async fn begin(&self, metadata: &EventMetadata, payload_hash: &str, lease_until: DateTime<Utc>) -> Result<Claim, InboxError> {
+    pub async fn begin(&self, metadata: &EventMetadata, payload_hash: &PayloadHash, lease_until: DateTime<Utc>) -> Result<Claim, InboxError> {
         let now = Utc::now();
         let token = uuid::Uuid::new_v4().to_string();
         let s = |v: &str| AttributeValue::S(v.to_owned());
@@ -1093,7 +1105,8 @@ impl Inbox {
             .item("status", s(IN_PROGRESS))
             .item("lease_token", s(&token))
             .item("lease_expires_at", n(lease_until.timestamp_millis()))
-            .item("payload_hash", s(payload_hash))
+            .item("payload_hash", s(payload_hash.stored()))
+            .item("payload_sha256", s(payload_hash.sha256()))
             .item("expires_at", n(crate::envelope::expires_at(now, self.retention)))
             .condition_expression("attribute_not_exists(pk) OR expires_at < :now OR (#status = :in_progress AND lease_expires_at < :now_ms)")
             .expression_attribute_names("#status", "status")
@@ -1112,8 +1125,8 @@ impl Inbox {
         };
         let stored = cfe.item().cloned().unwrap_or_default();
         let text = |name: &str| stored.get(name).and_then(|v| v.as_s().ok()).cloned();
-        if let Some(stored_hash) = text("payload_hash").filter(|h| h != payload_hash) {
-            return Err(InboxError::PayloadMismatch { event_id: metadata.id.clone(), stored: stored_hash, delivered: payload_hash.to_owned() });
+        if let Some(stored_hash) = text("payload_hash").filter(|h| !payload_hash.matches(h)) {
+            return Err(InboxError::mismatch(&metadata.id, stored_hash, payload_hash));
         }
         match text("status").as_deref() {
             Some(COMPLETED) | None => Ok(Claim::Completed { result: text("result") }),
@@ -1207,32 +1220,38 @@ mod tests {
         let now = Utc::now();
         for seconds in [u64::MAX, i64::MAX as u64, i64::MAX as u64 - 1, 1 << 62] {
             let inbox = Inbox::new(client.clone(), "inbox", "c", Duration::from_secs(seconds));
-            let expires = expires_at(&inbox.claim(&metadata(), "h", now));
+            let expires = expires_at(&inbox.claim(&metadata(), &PayloadHash::of("{}"), now));
             assert!(expires > now.timestamp(), "retention {seconds} s: expires_at {expires} is not after now ({})", now.timestamp());
         }
     }
 
-    /// What the consumer asks before fetching a claim-checked payload: a live applied row only.
+    /// What the consumer asks before fetching a claim-checked payload: the SHA-256 of the bytes
+    /// of a live applied row only (a row of an earlier version: its unprefixed `payload_hash`).
     #[tokio::test]
-    async fn applied_hash_reads_live_applied_rows_only() {
+    async fn applied_sha256_reads_live_applied_rows_only() {
         use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
         use aws_smithy_mocks::{mock, mock_client, RuleMode};
-        let row = |expires: i64, status: Option<&str>| {
-            let mut item = std::collections::HashMap::from([
-                ("payload_hash".to_owned(), AttributeValue::S("h".into())),
-                ("expires_at".to_owned(), AttributeValue::N(expires.to_string())),
-            ]);
+        let row = |expires: i64, status: Option<&str>, hashes: &[(&str, &str)]| {
+            let mut item = std::collections::HashMap::from([("expires_at".to_owned(), AttributeValue::N(expires.to_string()))]);
+            for (name, value) in hashes {
+                item.insert((*name).to_owned(), AttributeValue::S((*value).to_owned()));
+            }
             if let Some(status) = status {
                 item.insert("status".to_owned(), AttributeValue::S(status.into()));
             }
             GetItemOutput::builder().set_item(Some(item)).build()
         };
         let later = Utc::now().timestamp() + 3600;
+        let current: &[(&str, &str)] = &[("payload_hash", "jcs1:c"), ("payload_sha256", "s")];
+        let legacy: &[(&str, &str)] = &[("payload_hash", "h")];
         let answers = [
-            (Some(row(later, None)), Some("h")),
-            (Some(row(later, Some(COMPLETED))), Some("h")),
-            (Some(row(later, Some(IN_PROGRESS))), None),
-            (Some(row(Utc::now().timestamp() - 10, None)), None),
+            (Some(row(later, None, current)), Some("s")),
+            (Some(row(later, Some(COMPLETED), current)), Some("s")),
+            (Some(row(later, None, legacy)), Some("h")),
+            (Some(row(later, Some(COMPLETED), legacy)), Some("h")),
+            (Some(row(later, None, &[("payload_hash", "jcs1:c")])), None),
+            (Some(row(later, Some(IN_PROGRESS), current)), None),
+            (Some(row(Utc::now().timestamp() - 10, None, current)), None),
             (Some(GetItemOutput::builder().build()), None),
         ];
         for (answer, expected) in answers {
@@ -1245,7 +1264,7 @@ mod tests {
                 .then_output(move || answer.clone());
             let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
             let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60));
-            assert_eq!(inbox.applied_hash("e-1").await.unwrap().as_deref(), expected);
+            assert_eq!(inbox.applied_sha256("e-1").await.unwrap().as_deref(), expected);
             assert_eq!(rule.num_calls(), 1);
         }
     }
@@ -1411,7 +1430,7 @@ mod tests {
             .then_output(|| TransactWriteItemsOutput::builder().build());
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
         let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
-        let applied = inbox.apply_checking_parked(&sequenced("e-2", 2), "h", Vec::new(), None).await.unwrap();
+        let applied = inbox.apply_checking_parked(&sequenced("e-2", 2), &PayloadHash::of("h"), Vec::new(), None).await.unwrap();
         assert_eq!(applied, (InboxOutcome::Applied, true));
         assert_eq!(rule.num_calls(), 1);
     }
@@ -1432,7 +1451,7 @@ mod tests {
             .then_output(|| TransactWriteItemsOutput::builder().build());
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&refused, &plain]);
         let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
-        let applied = inbox.apply_checking_parked(&sequenced("e-2", 2), "h", Vec::new(), None).await.unwrap();
+        let applied = inbox.apply_checking_parked(&sequenced("e-2", 2), &PayloadHash::of("h"), Vec::new(), None).await.unwrap();
         assert_eq!(applied, (InboxOutcome::Applied, false));
         assert_eq!((refused.num_calls(), plain.num_calls()), (1, 1));
     }
@@ -1446,7 +1465,7 @@ mod tests {
             let rule = mock!(Client::transact_write_items).then_error(move || cancelled_at(1, 2, Some(ordering_row(last, Some(0)))));
             let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&rule]);
             let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
-            let applied = inbox.apply_checking_parked(&sequenced("e", sequence), "h", Vec::new(), None).await;
+            let applied = inbox.apply_checking_parked(&sequenced("e", sequence), &PayloadHash::of("h"), Vec::new(), None).await;
             match last {
                 Some(5) => assert_eq!(applied.unwrap(), (InboxOutcome::Duplicate, false)),
                 _ => assert!(matches!(applied, Err(InboxError::SequenceGap { .. })), "{applied:?}"),
@@ -1474,7 +1493,7 @@ mod tests {
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&refused, &uncounted]);
         let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
         let drained = RecordedOutcome::new("applied").unparking(Some(2));
-        let applied = inbox.apply_checking_parked(&sequenced("e-3", 3), "h", Vec::new(), Some(&drained)).await.unwrap();
+        let applied = inbox.apply_checking_parked(&sequenced("e-3", 3), &PayloadHash::of("h"), Vec::new(), Some(&drained)).await.unwrap();
         assert_eq!(applied, (InboxOutcome::Applied, false));
         assert_eq!((refused.num_calls(), uncounted.num_calls()), (1, 1));
     }
@@ -1501,7 +1520,7 @@ mod tests {
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&counted, &uncounted, &plain]);
         let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60)).ordered();
         let drained = RecordedOutcome::new("applied").unparking(Some(2));
-        let applied = inbox.apply_checking_parked(&sequenced("e-3", 3), "h", Vec::new(), Some(&drained)).await.unwrap();
+        let applied = inbox.apply_checking_parked(&sequenced("e-3", 3), &PayloadHash::of("h"), Vec::new(), Some(&drained)).await.unwrap();
         assert_eq!(applied, (InboxOutcome::Applied, false));
         assert_eq!((counted.num_calls(), uncounted.num_calls(), plain.num_calls()), (1, 1, 1));
     }

@@ -28,7 +28,10 @@
 //!    Failed entries with a transient code (`ThrottlingException`, `InternalFailure`, any code
 //!    not known to be permanent) are resent alone, with exponential backoff and full jitter,
 //!    while the invocation's time budget lasts. Entries failing with a permanent code
-//!    (`MalformedDetail`, `InvalidArgument`) are poison. Source: the `PutEvents` API reference,
+//!    (`MalformedDetail`, `InvalidArgument`) are poison. Each failed entry is logged at WARN
+//!    with its event id, aggregate, error code and message and what happens next (retry, fail
+//!    the record, dead-letter it), at most [`MAX_FAILED_ENTRY_WARNINGS`] lines a batch and then
+//!    one counting the rest; a batch without failures logs only its summary. Source: the `PutEvents` API reference,
 //!    <https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutEvents.html>.
 //! 4. **Poison records** go to the relay's dead-letter queue as a
 //!    [`RelayFailureRecord`] with the whole stream
@@ -63,6 +66,7 @@
 //! use the ordered inbox ([`crate::consumer`]), which applies them by `detail.metadata.sequence`
 //! whatever order they arrive in.
 
+mod entry_warnings;
 pub mod stream;
 
 use std::collections::HashMap;
@@ -78,6 +82,8 @@ use serde::Serialize;
 use crate::dead_letter::{RelayFailureRecord, RELAY_FAILURE_KIND};
 use crate::envelope::DEFAULT_MAX_PUT_EVENTS_BYTES;
 use crate::envelope::{BusEvent, OutboxItem};
+pub use entry_warnings::MAX_FAILED_ENTRY_WARNINGS;
+use entry_warnings::{EntryWarnings, Next};
 use stream::{StreamBatch, StreamRecord};
 
 /// Most entries in one `PutEvents` call (AWS limit).
@@ -688,6 +694,7 @@ impl Relay {
             calls.push(works);
         }
         let mut state = vec![CallState::Waiting; plan.len()];
+        let warnings = EntryWarnings::default();
         let max_in_flight = self.config.max_calls_in_flight.max(1);
         let mut in_flight = FuturesUnordered::new();
         let mut started_one = false;
@@ -720,7 +727,7 @@ impl Relay {
                 }
                 started_one = true;
                 state[j] = CallState::InFlight;
-                in_flight.push(self.settle_call(records, j, std::mem::take(&mut calls[j]), deadline));
+                in_flight.push(self.settle_call(records, j, std::mem::take(&mut calls[j]), deadline, &warnings));
                 report.max_calls_in_flight = report.max_calls_in_flight.max(in_flight.len());
             }
             let Some(result) = in_flight.next().await else { break };
@@ -741,14 +748,22 @@ impl Relay {
                 report.published_event_ids.push(p.item.event_id);
             }
         }
+        warnings.finish();
     }
 
     /// Settles one planned call: sends it with retries, dead-letters the entries `PutEvents`
     /// rejected for good. Chunk entries after a failed one that EventBridge accepted count as
     /// published (they lie after the checkpoint and are published again on re-delivery).
-    async fn settle_call(&self, records: &[StreamRecord], call: usize, works: Vec<Pending>, deadline: Instant) -> CallResult {
+    async fn settle_call(
+        &self,
+        records: &[StreamRecord],
+        call: usize,
+        works: Vec<Pending>,
+        deadline: Instant,
+        warnings: &EntryWarnings,
+    ) -> CallResult {
         let mut result = CallResult { call, ..Default::default() };
-        for (work, outcome) in self.put_with_retries(works, deadline, &mut result).await {
+        for (work, outcome) in self.put_with_retries(works, deadline, &mut result, warnings).await {
             match outcome {
                 Ok(()) => result.published.push(work),
                 Err(failure) if !failure.is_retryable() => {
@@ -767,8 +782,15 @@ impl Relay {
     }
 
     /// Sends `works` with `PutEvents`, resending transiently failed entries alone with backoff
-    /// until they succeed, `max_attempts` is reached, or the time budget runs out.
-    async fn put_with_retries(&self, works: Vec<Pending>, deadline: Instant, result: &mut CallResult) -> Vec<(Pending, Result<(), EntryFailure>)> {
+    /// until they succeed, `max_attempts` is reached, or the time budget runs out. Each failed
+    /// entry is logged at WARN with what happens next (`warnings`, bounded per batch).
+    async fn put_with_retries(
+        &self,
+        works: Vec<Pending>,
+        deadline: Instant,
+        result: &mut CallResult,
+        warnings: &EntryWarnings,
+    ) -> Vec<(Pending, Result<(), EntryFailure>)> {
         let mut done = Vec::with_capacity(works.len());
         let mut pending = works;
         let mut attempt = 0u32;
@@ -793,7 +815,10 @@ impl Relay {
                 match outcome {
                     Ok(()) => done.push((work, Ok(()))),
                     Err(failure) if failure.is_retryable() => retry.push((work, failure)),
-                    Err(failure) => done.push((work, Err(failure))),
+                    Err(failure) => {
+                        warnings.failed(&work.item, &failure, attempt, Next::DeadLetter);
+                        done.push((work, Err(failure)));
+                    }
                 }
             }
             if retry.is_empty() {
@@ -802,8 +827,14 @@ impl Relay {
             let backoff = self.backoff(attempt);
             let out_of_time = !self.time_for_a_call(deadline, backoff);
             if attempt >= self.config.max_attempts || out_of_time {
-                done.extend(retry.into_iter().map(|(w, f)| (w, Err(f))));
+                for (work, failure) in retry {
+                    warnings.failed(&work.item, &failure, attempt, Next::FailRecord);
+                    done.push((work, Err(failure)));
+                }
                 break;
+            }
+            for (work, failure) in &retry {
+                warnings.failed(&work.item, failure, attempt, Next::Retry);
             }
             result.retried += retry.len();
             tokio::time::sleep(backoff).await;

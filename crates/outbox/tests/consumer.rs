@@ -16,7 +16,7 @@ use outbox::consumer::{Consumer, ConsumerError, Fallback, Handled, HandlerError,
 use outbox::consumer::{ConsumerResponse, DeadLetterSink, MemoryDeadLetters, RawEvent, RetryPolicy};
 use outbox::inbox::Injected;
 use outbox::inbox::RecordedOutcome;
-use outbox::inbox::{InboxStore, MemoryInbox};
+use outbox::inbox::{InboxStore, MemoryInbox, PayloadHash};
 use outbox::{ConditionFailed, Event, OutboxWriter};
 use serde_json::{json, Value};
 
@@ -161,7 +161,7 @@ async fn a_duplicate_is_absorbed_with_nothing_written() {
     let applied = inbox.applied();
     assert_eq!(applied.len(), 1);
     assert_eq!(applied[0].writes.len(), 2, "the stock check and the outbox put");
-    assert_eq!(applied[0].payload_hash, outbox::inbox::payload_hash(r#"{"order_id":"o-1","quantity":2}"#), "hashed from detail.data as delivered");
+    assert_eq!(applied[0].payload_hash, PayloadHash::of(r#"{"order_id":"o-1","quantity":2}"#).stored(), "hashed from detail.data as delivered");
     assert_eq!(event_types(&inbox, 0), ["StockReserved"]);
     assert!(dlq.messages().is_empty());
 }
@@ -177,6 +177,38 @@ async fn a_payload_mismatch_is_dead_lettered_on_the_first_attempt() {
     assert_eq!(dead.len(), 1);
     assert_eq!((dead[0].error_type.as_str(), dead[0].event_id.as_deref()), ("PayloadMismatch", Some("e-1")));
     assert!(dead[0].event.contains(r#""quantity":5"#), "the event verbatim: {}", dead[0].event);
+    assert_eq!(inbox.applied().len(), 1);
+}
+
+/// An `OrderCreated` event whose `detail.data` is `data`, embedded as this text (not re-serialised).
+fn created_as_text(event_id: &str, data: &str) -> Invocation {
+    let event = format!(
+        r#"{{"version":"0","id":"envelope-{}","detail-type":"OrderCreated","source":"example.orders","time":"2026-11-29T08:00:00Z","region":"us-east-1","resources":[],"detail":{{"metadata":{{"id":"{event_id}","type":"OrderCreated","version":1,"source":"example.orders","time":"2026-11-29T08:00:00.000Z","subject":"o-1","aggregate_type":"Order","sequence":1,"correlation_id":"corr-1"}},"data":{data}}}}}"#,
+        uuid::Uuid::new_v4()
+    );
+    Invocation::new(serde_json::value::RawValue::from_string(event).expect("JSON"))
+}
+
+/// A redelivery whose `detail.data` some hop re-serialised (other whitespace, other member order,
+/// an escaped character) is the same event: absorbed as a duplicate, nothing
+/// written, nothing dead-lettered. Another payload under the same id is still a conflict.
+#[tokio::test]
+async fn a_redelivery_with_re_serialised_data_is_a_duplicate_and_another_payload_a_conflict() {
+    let (inbox, dlq) = (MemoryInbox::new("reserve"), MemoryDeadLetters::new());
+    let consumer = consumer(&inbox, &dlq);
+    let first = consumer.handle(created_as_text("e-1", r#"{"order_id":"o-1","quantity":2}"#)).await.expect("applied");
+    assert_eq!(first.outcome, Handled::Applied(Outcome::Reserved));
+    for again in [r#"{ "quantity": 2, "order_id": "o-1" }"#, "{\n  \"order_id\" : \"o\\u002d1\",\n  \"quantity\" : 2\n}"] {
+        let answer = consumer.handle(created_as_text("e-1", again)).await.expect("duplicate");
+        assert_eq!(answer.outcome, Handled::Duplicate, "{again}");
+    }
+    assert_eq!(inbox.applied().len(), 1, "applied once");
+    assert!(dlq.messages().is_empty(), "nothing dead-lettered: {:?}", dlq.messages());
+
+    let conflict = consumer.handle(created_as_text("e-1", r#"{ "quantity": 3, "order_id": "o-1" }"#)).await.expect("dead-lettered");
+    assert_eq!(conflict.outcome, Handled::DeadLettered);
+    let dead = dlq.messages();
+    assert_eq!((dead.len(), dead[0].error_type.as_str(), dead[0].event_id.as_deref()), (1, "PayloadMismatch", Some("e-1")));
     assert_eq!(inbox.applied().len(), 1);
 }
 
@@ -725,7 +757,7 @@ mod claim_checked {
         let first = consumer.handle(claim_checked("cc-1", &claim_check)).await.expect("applied");
         assert_eq!(first.outcome, Handled::Applied(Outcome::Reserved));
         assert_eq!(get.num_calls(), 1, "a new event's payload is fetched once");
-        assert_eq!(inbox.applied()[0].payload_hash, outbox::inbox::payload_hash(DATA), "hashed from the fetched bytes");
+        assert_eq!(inbox.applied()[0].payload_hash, PayloadHash::of(DATA).stored(), "hashed from the fetched bytes");
 
         for _ in 0..3 {
             let again = consumer.handle(claim_checked("cc-1", &claim_check)).await.expect("duplicate");

@@ -883,6 +883,77 @@ async fn a_batch_logs_one_summary_line_at_info() {
     assert!(fields["duration_ms"].is_u64() && fields["retried"] == 0, "{fields}");
 }
 
+/// At INFO (the template's level), each failed `PutEvents` entry is one WARN line naming the
+/// event, its aggregate, the error and what happens next (`retry`, `fail_record` when out of
+/// attempts, `dead_letter` for a permanent code); at most `MAX_FAILED_ENTRY_WARNINGS` such lines
+/// a batch, then one line counting the rest. A batch without failures writes only its summary.
+#[tokio::test]
+async fn failed_entries_are_logged_at_warn_at_info_level_bounded_per_batch() {
+    use outbox::relay::MAX_FAILED_ENTRY_WARNINGS;
+    const REST: &str = "more PutEvents entries failed in this batch than are logged one by one";
+    let warnings = |captured: &logs::Captured| -> Vec<serde_json::Value> {
+        captured.lines().into_iter().filter(|l| l["level"] == "WARN").map(|l| l["fields"].clone()).collect()
+    };
+    let dlq = Dlq::ok();
+
+    // No failure: the summary alone.
+    let (at_info, scope) = logs::Captured::this_thread_at(tracing::Level::INFO);
+    run(&relay(&Bus::ok(), &dlq, config()), &inserts(&[item("warn-ok", 1)])).await;
+    drop(scope);
+    let lines = at_info.lines();
+    assert_eq!(lines.len(), 1, "{}", at_info.text());
+    assert_eq!((&lines[0]["level"], &lines[0]["fields"]["message"]), (&json!("INFO"), &json!("relay batch done")));
+
+    // One entry failing transiently until out of attempts, one rejected for good, one published.
+    let bus = Bus::new(|e| match subject(e).as_str() {
+        "warn-a" => Some("InternalFailure"),
+        "warn-b" => Some("MalformedDetail"),
+        _ => None,
+    });
+    let relay_a = relay(&bus, &dlq, config());
+    let max_attempts = u64::from(relay_a.config().max_attempts);
+    let (at_info, scope) = logs::Captured::this_thread_at(tracing::Level::INFO);
+    let outcome = run(&relay_a, &inserts(&[item("warn-a", 1), item("warn-b", 1), item("warn-c", 1)])).await;
+    drop(scope);
+    assert_eq!((outcome.report.failed, outcome.report.dead_lettered, outcome.report.published), (1, 1, 1));
+    let warned = warnings(&at_info);
+    let entry_lines: Vec<&serde_json::Value> = warned.iter().filter(|f| f["message"] == "PutEvents entry failed").collect();
+    let of = |aggregate: &str| -> Vec<(u64, String)> {
+        entry_lines
+            .iter()
+            .filter(|f| f["aggregate_id"] == aggregate)
+            .map(|f| (f["attempt"].as_u64().unwrap_or(0), f["action"].as_str().unwrap_or_default().to_owned()))
+            .collect()
+    };
+    let mut expected: Vec<(u64, String)> = (1..max_attempts).map(|a| (a, "retry".to_owned())).collect();
+    expected.push((max_attempts, "fail_record".to_owned()));
+    assert_eq!(of("warn-a"), expected, "{}", at_info.text());
+    assert_eq!(of("warn-b"), [(1, "dead_letter".to_owned())]);
+    assert!(of("warn-c").is_empty(), "a published entry is not warned about");
+    let b = entry_lines.iter().find(|f| f["aggregate_id"] == "warn-b").expect("warn-b's line");
+    assert_eq!(
+        (&b["event_id"], &b["event_type"], &b["aggregate_type"], &b["error_code"], &b["error_message"]),
+        (&json!("evt-warn-b-1"), &json!("OrderCreated"), &json!("Order"), &json!("MalformedDetail"), &json!("mock MalformedDetail"))
+    );
+    assert_eq!(entry_lines.len() as u64, max_attempts + 1);
+    assert!(warned.iter().all(|f| f["message"] != REST));
+    assert!(at_info.lines().iter().all(|l| l["level"] != "DEBUG"), "INFO writes no DEBUG line");
+
+    // More failures than the bound: that many lines, then one with the count of the rest.
+    let bus = Bus::new(|_| Some("MalformedDetail"));
+    let failing = MAX_FAILED_ENTRY_WARNINGS + 7;
+    let items: Vec<_> = (0..failing).map(|i| item(&format!("bound-{i}"), 1)).collect();
+    let (at_info, scope) = logs::Captured::this_thread_at(tracing::Level::INFO);
+    let outcome = run(&relay(&bus, &dlq, config()), &inserts(&items)).await;
+    drop(scope);
+    assert_eq!(outcome.report.dead_lettered, failing);
+    let warned = warnings(&at_info);
+    assert_eq!(warned.iter().filter(|f| f["message"] == "PutEvents entry failed").count(), MAX_FAILED_ENTRY_WARNINGS, "{}", at_info.text());
+    let rest: Vec<&serde_json::Value> = warned.iter().filter(|f| f["message"] == REST).collect();
+    assert_eq!(rest.len(), 1, "{}", at_info.text());
+    assert_eq!((&rest[0]["logged"], &rest[0]["not_logged"]), (&json!(MAX_FAILED_ENTRY_WARNINGS), &json!(7)));
+}
+
 /// The relay's batching, ordering and checkpoint as properties of any batch: events of random
 /// aggregates and sizes, some failing for good, random request limits and bounds on calls in
 /// flight.

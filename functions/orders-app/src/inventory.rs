@@ -100,7 +100,8 @@ pub struct InventoryConsumer {
 }
 
 impl InventoryConsumer {
-    /// Reads `INBOX_TABLE`, `INVENTORY_TABLE`, `OUTBOX_TABLE`, `CONSUMER_NAME` (default
+    /// Reads `INBOX_TABLE`, `INVENTORY_TABLE`, `OUTBOX_TABLE`, `CONSUMER_NAME` (required:
+    /// [`outbox_lambda::consumer_name`], the name `outbox trace` looks up; the template sets
     /// `reserve-inventory`), `EVENT_SOURCE` (default `example.inventory`), the inbox retention by
     /// the retention rule ([`outbox_lambda::inbox_retention`]: `DEAD_LETTER_RETENTION_SECONDS`,
     /// `REDRIVE_MARGIN_SECONDS`, `INBOX_RETENTION_SECONDS`), `OUTBOX_RETENTION_SECONDS` (default
@@ -113,7 +114,7 @@ impl InventoryConsumer {
     /// [`ConfigError`] naming the variable.
     pub fn from_env(sdk: &aws_config::SdkConfig, env: &Env) -> Result<Self, ConfigError> {
         let client = aws_sdk_dynamodb::Client::new(sdk);
-        let name = env.optional("CONSUMER_NAME", "reserve-inventory");
+        let name = outbox_lambda::consumer_name(env)?;
         let dead_letters = match env.optional("DEAD_LETTER_QUEUE_URL", "") {
             url if url.is_empty() => None,
             url => Some(ConsumerDeadLetterQueue::new(aws_sdk_sqs::Client::new(sdk), url, name.clone())),

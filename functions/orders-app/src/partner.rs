@@ -47,7 +47,7 @@ use serde::{Deserialize, Serialize};
 use crate::http::{problem_response, Problem, CORRELATION_HEADER};
 use crate::orders::{order_event, order_key, to_json, OrderView, STATUS_CREATED};
 use outbox::envelope::EventMetadata;
-use outbox::inbox::{payload_hash, Inbox, InboxError, InboxOutcome};
+use outbox::inbox::{Inbox, InboxError, InboxOutcome, PayloadHash};
 use outbox::OutboxWriter;
 use outbox_lambda::{ConfigError, Env, DEFAULT_RETENTION};
 use outbox_webhooks::{Secret, SignedHeaders, Verifier, VerifyError};
@@ -317,7 +317,7 @@ impl PartnerWebhooks {
         metadata.correlation_id = correlation_id.to_owned();
         let body_text = String::from_utf8_lossy(body);
         let writes = vec![TransactWriteItem::builder().update(update).build(), self.writer.put(&item)];
-        match self.inbox.apply(&metadata, &payload_hash(&body_text), writes).await {
+        match self.inbox.apply(&metadata, &PayloadHash::of(&body_text), writes).await {
             Ok(InboxOutcome::Applied) => {
                 // In the span of the event it emitted (outbox::envelope::event_span).
                 item.span().in_scope(|| tracing::info!(partner, webhook_id, order_id = %payment.order_id, version = next, "order paid"));

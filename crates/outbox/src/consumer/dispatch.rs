@@ -22,7 +22,7 @@ use super::{
     RawEventBridgeEvent, Tx,
 };
 use crate::envelope::EventMetadata;
-use crate::inbox::{payload_hash, InboxError, InboxOutcome, InboxStore, ParkedEvent, RecordedOutcome};
+use crate::inbox::{InboxError, InboxOutcome, InboxStore, ParkedEvent, PayloadHash, RecordedOutcome};
 use crate::writer::OutboxWriter;
 use tracing::Instrument;
 
@@ -210,7 +210,7 @@ enum Claimed {
 /// A decoded event and what its handler answered.
 struct Called<O> {
     metadata: EventMetadata,
-    hash: String,
+    hash: PayloadHash,
     result: Result<O, HandlerError>,
 }
 
@@ -234,8 +234,9 @@ where
         Box::pin(async move {
             let delivered: DeliveredEvent<T> = decode_event(event)?;
             let metadata = delivered.metadata.clone();
-            // The hash of `detail.data` exactly as delivered: the same bytes for every duplicate.
-            let hash = payload_hash(&delivered.raw_data);
+            // The hashes of `detail.data` as delivered: a copy re-serialised by any hop (other
+            // whitespace, other member order) is the same payload (PayloadHash::matches).
+            let hash = PayloadHash::of(&delivered.raw_data);
             let result = self.handler.handle(delivered, tx).await;
             Ok(Called { metadata, hash, result })
         })
@@ -676,7 +677,7 @@ where
     /// `envelope` with `detail.data` in place of `detail.data_ref`: the payload fetched from S3
     /// and verified (size, SHA-256). Events with `detail.data` (or without either, which decoding
     /// reports) pass unchanged. An event the inbox already holds as applied with the reference's
-    /// SHA-256 ([`InboxStore::applied_hash`]: the payload hash is the SHA-256 of the same bytes)
+    /// SHA-256 ([`InboxStore::applied_sha256`]: the SHA-256 of the bytes it was applied with)
     /// is a duplicate: nothing is fetched. Any other answer, or a failed read, fetches: the
     /// transaction's claim decides, as for an inline event.
     #[cfg(feature = "claim-check")]
@@ -698,7 +699,7 @@ where
             serde_json::from_str(data_ref.get()).map_err(|e| MalformedEvent(format!("detail.data_ref: {e}")))?;
         // Metadata that does not decode is reported by decoding, after the fetch, as before.
         if let Ok(decoded) = serde_json::from_str::<EventMetadata>(metadata.get()) {
-            let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.applied_hash(&decoded.id));
+            let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.applied_sha256(&decoded.id));
             match applied.await {
                 Ok(Some(hash)) if hash.eq_ignore_ascii_case(&reference.sha256) => {
                     tracing::debug!("claim-checked event already applied; its payload is not fetched");
@@ -732,7 +733,7 @@ where
     async fn commit(
         &self,
         metadata: &EventMetadata,
-        hash: &str,
+        hash: &PayloadHash,
         mut tx: Tx<O>,
         mut outcome: O,
         delivery: Delivery,
@@ -779,7 +780,7 @@ where
     async fn nothing_to_do(
         &self,
         metadata: &EventMetadata,
-        hash: &str,
+        hash: &PayloadHash,
         reason: String,
         delivery: Delivery,
     ) -> Result<(Handled<O>, bool), ConsumerError> {

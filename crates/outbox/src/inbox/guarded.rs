@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{Claim, InboxError, InboxStore};
+use super::{Claim, InboxError, InboxStore, PayloadHash};
 use crate::envelope::EventMetadata;
 
 /// The value of a guarded effect.
@@ -78,7 +78,7 @@ impl<E> GuardedError<E> {
 pub(crate) async fn run<S, R, E, F, Fut>(
     store: &S,
     metadata: &EventMetadata,
-    payload_hash: &str,
+    payload_hash: &PayloadHash,
     lease_until: DateTime<Utc>,
     effect: F,
 ) -> Result<Guarded<R>, GuardedError<E>>

@@ -8,12 +8,16 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use outbox::inbox::{InboxOutcome, InboxStore, MemoryInbox};
+//! use outbox::inbox::{InboxOutcome, InboxStore, MemoryInbox, PayloadHash};
 //! # let metadata: outbox::envelope::EventMetadata = serde_json::from_str(r#"{"id":"e-1","type":"OrderCreated","version":1,"source":"s","time":"t","subject":"o-1","aggregate_type":"Order","sequence":1,"correlation_id":"c"}"#)?;
 //! let inbox = MemoryInbox::new("reserve-inventory");
-//! assert_eq!(inbox.apply(&metadata, "hash", vec![]).await?, InboxOutcome::Applied);
-//! assert_eq!(inbox.apply(&metadata, "hash", vec![]).await?, InboxOutcome::Duplicate);
-//! assert!(inbox.apply(&metadata, "other", vec![]).await.is_err()); // PayloadMismatch
+//! let data = PayloadHash::of(r#"{"order_id":"o-1","quantity":2}"#);
+//! assert_eq!(inbox.apply(&metadata, &data, vec![]).await?, InboxOutcome::Applied);
+//! // The same JSON, serialised otherwise: a duplicate.
+//! let again = PayloadHash::of(r#"{ "quantity": 2, "order_id": "o-1" }"#);
+//! assert_eq!(inbox.apply(&metadata, &again, vec![]).await?, InboxOutcome::Duplicate);
+//! let other = PayloadHash::of(r#"{"order_id":"o-1","quantity":3}"#);
+//! assert!(inbox.apply(&metadata, &other, vec![]).await.is_err()); // PayloadMismatch
 //! assert_eq!(inbox.applied().len(), 1);
 //! # Ok(()) }
 //! ```
@@ -25,7 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use aws_sdk_dynamodb::types::TransactWriteItem;
 use chrono::{DateTime, Utc};
 
-use super::{Claim, InboxError, InboxOutcome, InboxStore, Lease, ParkedAround, ParkedEvent, ParkedList, RecordedOutcome};
+use super::{Claim, InboxError, InboxOutcome, InboxStore, Lease, ParkedAround, ParkedEvent, ParkedList, PayloadHash, RecordedOutcome};
 use crate::envelope::EventMetadata;
 use crate::transaction::TransactionError;
 
@@ -35,7 +39,8 @@ use crate::transaction::TransactionError;
 pub struct AppliedEvent {
     /// `detail.metadata.id`.
     pub event_id: String,
-    /// The payload hash it was claimed with.
+    /// The payload hash it was claimed with, as the DynamoDB row stores it
+    /// ([`PayloadHash::stored`]).
     pub payload_hash: String,
     /// The consumer's writes, outbox puts included, in request order (without the inbox claim).
     pub writes: Vec<TransactWriteItem>,
@@ -59,13 +64,13 @@ pub enum Injected {
 
 #[derive(Debug, Clone)]
 enum Row {
-    Applied { payload_hash: String },
-    InProgress { payload_hash: String, token: String, lease_expires_at: i64 },
-    Completed { payload_hash: String, result: Option<String> },
+    Applied { payload_hash: PayloadHash },
+    InProgress { payload_hash: PayloadHash, token: String, lease_expires_at: i64 },
+    Completed { payload_hash: PayloadHash, result: Option<String> },
 }
 
 impl Row {
-    fn payload_hash(&self) -> &str {
+    fn payload_hash(&self) -> &PayloadHash {
         match self {
             Row::Applied { payload_hash } | Row::InProgress { payload_hash, .. } | Row::Completed { payload_hash, .. } => payload_hash,
         }
@@ -214,14 +219,14 @@ impl MemoryInbox {
     fn apply_now(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         writes: Vec<TransactWriteItem>,
         outcome: Option<&RecordedOutcome>,
     ) -> Result<InboxOutcome, InboxError> {
         let mut state = self.lock();
         if let Some(row) = state.rows.get(&metadata.id) {
-            if row.payload_hash() != payload_hash {
-                return Err(mismatch(metadata, row.payload_hash(), payload_hash));
+            if !payload_hash.matches(row.payload_hash().stored()) {
+                return Err(InboxError::mismatch(&metadata.id, row.payload_hash().stored().to_owned(), payload_hash));
             }
             return Ok(InboxOutcome::Duplicate);
         }
@@ -250,15 +255,22 @@ impl MemoryInbox {
             }
             state.last_sequence.insert(aggregate, metadata.sequence);
         }
-        state.rows.insert(metadata.id.clone(), Row::Applied { payload_hash: payload_hash.to_owned() });
-        state.applied.push(AppliedEvent { event_id: metadata.id.clone(), payload_hash: payload_hash.to_owned(), writes, outcome: outcome.cloned() });
+        state.rows.insert(metadata.id.clone(), Row::Applied { payload_hash: payload_hash.clone() });
+        state.applied.push(AppliedEvent {
+            event_id: metadata.id.clone(),
+            payload_hash: payload_hash.stored().to_owned(),
+            writes,
+            outcome: outcome.cloned(),
+        });
         Ok(InboxOutcome::Applied)
     }
 
-    fn begin_now(&self, metadata: &EventMetadata, payload_hash: &str, lease_until: DateTime<Utc>) -> Result<Claim, InboxError> {
+    fn begin_now(&self, metadata: &EventMetadata, payload_hash: &PayloadHash, lease_until: DateTime<Utc>) -> Result<Claim, InboxError> {
         let mut state = self.lock();
         match state.rows.get(&metadata.id) {
-            Some(row) if row.payload_hash() != payload_hash => return Err(mismatch(metadata, row.payload_hash(), payload_hash)),
+            Some(row) if !payload_hash.matches(row.payload_hash().stored()) => {
+                return Err(InboxError::mismatch(&metadata.id, row.payload_hash().stored().to_owned(), payload_hash));
+            }
             Some(Row::Completed { result, .. }) => return Ok(Claim::Completed { result: result.clone() }),
             Some(Row::Applied { .. }) => return Ok(Claim::Completed { result: None }),
             Some(Row::InProgress { lease_expires_at, .. }) if *lease_expires_at >= Utc::now().timestamp_millis() => {
@@ -269,7 +281,7 @@ impl MemoryInbox {
         }
         let token = uuid::Uuid::new_v4().to_string();
         let lease_expires_at = lease_until.timestamp_millis();
-        state.rows.insert(metadata.id.clone(), Row::InProgress { payload_hash: payload_hash.to_owned(), token: token.clone(), lease_expires_at });
+        state.rows.insert(metadata.id.clone(), Row::InProgress { payload_hash: payload_hash.clone(), token: token.clone(), lease_expires_at });
         Ok(Claim::Acquired(Lease { event_id: metadata.id.clone(), token, lease_expires_at }))
     }
 
@@ -293,10 +305,6 @@ impl MemoryInbox {
     }
 }
 
-fn mismatch(metadata: &EventMetadata, stored: &str, delivered: &str) -> InboxError {
-    InboxError::PayloadMismatch { event_id: metadata.id.clone(), stored: stored.to_owned(), delivered: delivered.to_owned() }
-}
-
 impl InboxStore for MemoryInbox {
     fn consumer(&self) -> &str {
         &self.consumer
@@ -305,7 +313,7 @@ impl InboxStore for MemoryInbox {
     fn apply(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         writes: Vec<TransactWriteItem>,
     ) -> impl Future<Output = Result<InboxOutcome, InboxError>> + Send {
         std::future::ready(self.apply_now(metadata, payload_hash, writes, None))
@@ -314,7 +322,7 @@ impl InboxStore for MemoryInbox {
     fn apply_recording(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         writes: Vec<TransactWriteItem>,
         outcome: &RecordedOutcome,
     ) -> impl Future<Output = Result<InboxOutcome, InboxError>> + Send {
@@ -327,7 +335,7 @@ impl InboxStore for MemoryInbox {
     fn apply_checking_parked(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         writes: Vec<TransactWriteItem>,
         outcome: &RecordedOutcome,
     ) -> impl Future<Output = Result<(InboxOutcome, bool), InboxError>> + Send {
@@ -340,9 +348,9 @@ impl InboxStore for MemoryInbox {
         std::future::ready(applied)
     }
 
-    fn applied_hash(&self, event_id: &str) -> impl Future<Output = Result<Option<String>, InboxError>> + Send {
+    fn applied_sha256(&self, event_id: &str) -> impl Future<Output = Result<Option<String>, InboxError>> + Send {
         let hash = match self.lock().rows.get(event_id) {
-            Some(Row::Applied { payload_hash } | Row::Completed { payload_hash, .. }) => Some(payload_hash.clone()),
+            Some(Row::Applied { payload_hash } | Row::Completed { payload_hash, .. }) => Some(payload_hash.sha256().to_owned()),
             Some(Row::InProgress { .. }) | None => None,
         };
         std::future::ready(Ok(hash))
@@ -426,7 +434,7 @@ impl InboxStore for MemoryInbox {
     fn begin(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         lease_until: DateTime<Utc>,
     ) -> impl Future<Output = Result<Claim, InboxError>> + Send {
         std::future::ready(self.begin_now(metadata, payload_hash, lease_until))
@@ -465,16 +473,22 @@ mod tests {
     #[tokio::test]
     async fn duplicates_mismatches_ordering_and_injected_answers() {
         let inbox = MemoryInbox::new("c").ordered();
-        assert_eq!(inbox.apply(&metadata("e-1", 1), "h", vec![]).await.unwrap(), InboxOutcome::Applied);
-        assert_eq!(inbox.apply(&metadata("e-1", 1), "h", vec![]).await.unwrap(), InboxOutcome::Duplicate);
-        assert!(matches!(inbox.apply(&metadata("e-1", 1), "x", vec![]).await, Err(InboxError::PayloadMismatch { .. })));
-        assert!(matches!(inbox.apply(&metadata("e-3", 3), "h", vec![]).await, Err(InboxError::SequenceGap { expected: 2, got: 3, .. })));
+        assert_eq!(inbox.apply(&metadata("e-1", 1), &PayloadHash::of("h"), vec![]).await.unwrap(), InboxOutcome::Applied);
+        assert_eq!(inbox.apply(&metadata("e-1", 1), &PayloadHash::of("h"), vec![]).await.unwrap(), InboxOutcome::Duplicate);
+        assert!(matches!(inbox.apply(&metadata("e-1", 1), &PayloadHash::of("x"), vec![]).await, Err(InboxError::PayloadMismatch { .. })));
+        assert!(matches!(
+            inbox.apply(&metadata("e-3", 3), &PayloadHash::of("h"), vec![]).await,
+            Err(InboxError::SequenceGap { expected: 2, got: 3, .. })
+        ));
         inbox.fail_next(Injected::ConditionFailed { index: 1 }).fail_next(Injected::Conflict);
-        assert_eq!(inbox.apply(&metadata("e-2", 2), "h", vec![]).await.unwrap(), InboxOutcome::BusinessConditionFailed { index: 1, item: None });
-        let err = inbox.apply(&metadata("e-2", 2), "h", vec![]).await.unwrap_err();
+        assert_eq!(
+            inbox.apply(&metadata("e-2", 2), &PayloadHash::of("h"), vec![]).await.unwrap(),
+            InboxOutcome::BusinessConditionFailed { index: 1, item: None }
+        );
+        let err = inbox.apply(&metadata("e-2", 2), &PayloadHash::of("h"), vec![]).await.unwrap_err();
         assert!(err.is_retryable(), "{err}");
-        assert_eq!(inbox.apply(&metadata("e-2", 2), "h", vec![]).await.unwrap(), InboxOutcome::Applied);
-        assert_eq!(inbox.apply(&metadata("e-2-again", 2), "h", vec![]).await.unwrap(), InboxOutcome::Duplicate);
+        assert_eq!(inbox.apply(&metadata("e-2", 2), &PayloadHash::of("h"), vec![]).await.unwrap(), InboxOutcome::Applied);
+        assert_eq!(inbox.apply(&metadata("e-2-again", 2), &PayloadHash::of("h"), vec![]).await.unwrap(), InboxOutcome::Duplicate);
         assert_eq!(inbox.applied().iter().map(|a| a.event_id.as_str()).collect::<Vec<_>>(), ["e-1", "e-2"]);
     }
 
@@ -483,7 +497,7 @@ mod tests {
         let inbox = MemoryInbox::new("mailer");
         let until = Utc::now() + chrono::Duration::seconds(30);
         let meta = metadata("g-1", 1);
-        let failed = inbox.guarded(&meta, "h", until, || async { Err::<u32, _>("partner down") }).await;
+        let failed = inbox.guarded(&meta, &PayloadHash::of("h"), until, || async { Err::<u32, _>("partner down") }).await;
         assert!(matches!(failed, Err(GuardedError::Effect("partner down"))));
         assert!(!inbox.contains("g-1"), "a failed effect releases the claim");
         let runs = std::sync::atomic::AtomicU32::new(0);
@@ -491,10 +505,10 @@ mod tests {
             runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             Ok::<_, std::convert::Infallible>(7_u32)
         };
-        assert_eq!(inbox.guarded(&meta, "h", until, effect).await.unwrap(), Guarded::Ran(7));
-        assert_eq!(inbox.guarded(&meta, "h", until, effect).await.unwrap(), Guarded::Replayed(7));
+        assert_eq!(inbox.guarded(&meta, &PayloadHash::of("h"), until, effect).await.unwrap(), Guarded::Ran(7));
+        assert_eq!(inbox.guarded(&meta, &PayloadHash::of("h"), until, effect).await.unwrap(), Guarded::Replayed(7));
         assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
-        let mismatch = inbox.guarded(&meta, "other", until, effect).await.unwrap_err();
+        let mismatch = inbox.guarded(&meta, &PayloadHash::of("other"), until, effect).await.unwrap_err();
         assert!(matches!(mismatch, GuardedError::Inbox(InboxError::PayloadMismatch { .. })) && !mismatch.is_retryable());
     }
 
@@ -502,16 +516,20 @@ mod tests {
     async fn a_live_lease_blocks_and_an_ended_one_is_taken_over() {
         let inbox = MemoryInbox::new("mailer");
         let meta = metadata("l-1", 1);
-        let Claim::Acquired(old) = inbox.begin(&meta, "h", Utc::now() + chrono::Duration::seconds(30)).await.unwrap() else { panic!("first claim") };
-        assert!(matches!(inbox.begin(&meta, "h", Utc::now()).await, Err(InboxError::InProgress { .. })));
+        let Claim::Acquired(old) = inbox.begin(&meta, &PayloadHash::of("h"), Utc::now() + chrono::Duration::seconds(30)).await.unwrap() else {
+            panic!("first claim")
+        };
+        assert!(matches!(inbox.begin(&meta, &PayloadHash::of("h"), Utc::now()).await, Err(InboxError::InProgress { .. })));
         let meta2 = metadata("l-2", 1);
-        let Claim::Acquired(crashed) = inbox.begin(&meta2, "h", Utc::now() - chrono::Duration::seconds(1)).await.unwrap() else { panic!() };
-        let Claim::Acquired(taker) = inbox.begin(&meta2, "h", Utc::now() + chrono::Duration::seconds(30)).await.unwrap() else {
+        let Claim::Acquired(crashed) = inbox.begin(&meta2, &PayloadHash::of("h"), Utc::now() - chrono::Duration::seconds(1)).await.unwrap() else {
+            panic!()
+        };
+        let Claim::Acquired(taker) = inbox.begin(&meta2, &PayloadHash::of("h"), Utc::now() + chrono::Duration::seconds(30)).await.unwrap() else {
             panic!("an ended lease is taken over")
         };
         assert!(matches!(inbox.complete(&crashed, None).await, Err(InboxError::LeaseLost(_))));
         inbox.complete(&taker, Some("1")).await.unwrap();
         inbox.complete(&old, None).await.unwrap();
-        assert_eq!(inbox.begin(&meta2, "h", Utc::now()).await.unwrap(), Claim::Completed { result: Some("1".into()) });
+        assert_eq!(inbox.begin(&meta2, &PayloadHash::of("h"), Utc::now()).await.unwrap(), Claim::Completed { result: Some("1".into()) });
     }
 }

@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::guarded::{self, Guarded, GuardedError};
-use super::{Claim, Inbox, InboxError, InboxOutcome, Lease, ParkedAround, ParkedEvent, ParkedList, RecordedOutcome};
+use super::{Claim, Inbox, InboxError, InboxOutcome, Lease, ParkedAround, ParkedEvent, ParkedList, PayloadHash, RecordedOutcome};
 use crate::envelope::EventMetadata;
 
 /// Where a consumer records the events it applied. See the [module docs](crate::inbox) for why it is
@@ -30,17 +30,20 @@ pub trait InboxStore: Send + Sync {
     /// each other.
     fn consumer(&self) -> &str;
 
-    /// Transactional mode: records `metadata.id` with `payload_hash` and applies `writes` (the
-    /// consumer's own `TransactWriteItem`s, outbox puts included) all or nothing.
+    /// Transactional mode: records `metadata.id` with `payload_hash` (the hashes of the payload as
+    /// delivered, [`PayloadHash::of`]) and applies `writes` (the consumer's own
+    /// `TransactWriteItem`s, outbox puts included) all or nothing. A record of the id whose stored
+    /// hash [matches](PayloadHash::matches) makes the event a duplicate.
     ///
     /// # Errors
-    /// [`InboxError::PayloadMismatch`] when the id was applied with another payload;
+    /// [`InboxError::PayloadMismatch`] when the id was applied with another payload (one whose
+    /// stored hash does not match: [`PayloadHash::matches`]);
     /// [`InboxError::SequenceGap`] for an ordered store; [`InboxError::Transaction`] otherwise
     /// (see [`InboxError::is_retryable`]).
     fn apply(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         writes: Vec<TransactWriteItem>,
     ) -> impl Future<Output = Result<InboxOutcome, InboxError>> + Send;
 
@@ -52,7 +55,7 @@ pub trait InboxStore: Send + Sync {
     fn apply_recording(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         writes: Vec<TransactWriteItem>,
         outcome: &RecordedOutcome,
     ) -> impl Future<Output = Result<InboxOutcome, InboxError>> + Send {
@@ -73,15 +76,16 @@ pub trait InboxStore: Send + Sync {
     fn apply_checking_parked(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         writes: Vec<TransactWriteItem>,
         outcome: &RecordedOutcome,
     ) -> impl Future<Output = Result<(InboxOutcome, bool), InboxError>> + Send {
         async move { Ok((self.apply_recording(metadata, payload_hash, writes, outcome).await?, false)) }
     }
 
-    /// The payload hash `event_id` was applied with, when the store holds a live record of it
-    /// (applied, or completed in guarded mode; not expired, not in progress): `None` otherwise.
+    /// The SHA-256 (hex, 64 characters) of the payload bytes `event_id` was applied with
+    /// ([`PayloadHash::sha256`]), when the store holds a live record of it (applied, or completed
+    /// in guarded mode; not expired, not in progress): `None` otherwise.
     /// The consumer asks it before fetching a claim-checked payload from S3, so a duplicate
     /// costs one read instead of a download; the transaction's own claim still decides (a record
     /// written after this read is found there). The default answers `None`: the consumer then
@@ -89,7 +93,7 @@ pub trait InboxStore: Send + Sync {
     ///
     /// # Errors
     /// [`InboxError::Sdk`] if the store fails.
-    fn applied_hash(&self, event_id: &str) -> impl Future<Output = Result<Option<String>, InboxError>> + Send {
+    fn applied_sha256(&self, event_id: &str) -> impl Future<Output = Result<Option<String>, InboxError>> + Send {
         let _ = event_id;
         std::future::ready(Ok(None))
     }
@@ -215,7 +219,7 @@ pub trait InboxStore: Send + Sync {
     fn begin(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         lease_until: DateTime<Utc>,
     ) -> impl Future<Output = Result<Claim, InboxError>> + Send;
 
@@ -243,11 +247,11 @@ pub trait InboxStore: Send + Sync {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use outbox::inbox::{payload_hash, Guarded, InboxStore, MemoryInbox};
+    /// use outbox::inbox::{Guarded, InboxStore, MemoryInbox, PayloadHash};
     /// # let metadata: outbox::envelope::EventMetadata = serde_json::from_str(r#"{"id":"e-1","type":"OrderCreated","version":1,"source":"s","time":"t","subject":"o-1","aggregate_type":"Order","sequence":1,"correlation_id":"c"}"#)?;
     /// let inbox = MemoryInbox::new("mailer"); // in Lambda: outbox::inbox::Inbox::new(client, table, "mailer", retention)
     /// let until = chrono::Utc::now() + chrono::Duration::seconds(30);
-    /// let hash = payload_hash(r#"{"order_id":"o-1"}"#);
+    /// let hash = PayloadHash::of(r#"{"order_id":"o-1"}"#);
     /// let send = || async { Ok::<_, std::io::Error>(String::from("message-1")) }; // the call to your partner
     /// let first = inbox.guarded(&metadata, &hash, until, send).await?;
     /// assert_eq!(first, Guarded::Ran("message-1".to_owned()));
@@ -264,7 +268,7 @@ pub trait InboxStore: Send + Sync {
     fn guarded<R, E, F, Fut>(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         lease_until: DateTime<Utc>,
         effect: F,
     ) -> impl Future<Output = Result<Guarded<R>, GuardedError<E>>> + Send
@@ -287,7 +291,7 @@ impl InboxStore for Inbox {
     fn apply(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         writes: Vec<TransactWriteItem>,
     ) -> impl Future<Output = Result<InboxOutcome, InboxError>> + Send {
         Inbox::apply(self, metadata, payload_hash, writes)
@@ -296,7 +300,7 @@ impl InboxStore for Inbox {
     fn apply_recording(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         writes: Vec<TransactWriteItem>,
         outcome: &RecordedOutcome,
     ) -> impl Future<Output = Result<InboxOutcome, InboxError>> + Send {
@@ -305,15 +309,15 @@ impl InboxStore for Inbox {
     fn apply_checking_parked(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         writes: Vec<TransactWriteItem>,
         outcome: &RecordedOutcome,
     ) -> impl Future<Output = Result<(InboxOutcome, bool), InboxError>> + Send {
         Inbox::apply_checking_parked(self, metadata, payload_hash, writes, Some(outcome))
     }
 
-    fn applied_hash(&self, event_id: &str) -> impl Future<Output = Result<Option<String>, InboxError>> + Send {
-        Inbox::applied_hash(self, event_id)
+    fn applied_sha256(&self, event_id: &str) -> impl Future<Output = Result<Option<String>, InboxError>> + Send {
+        Inbox::applied_sha256(self, event_id)
     }
 
     fn parks(&self) -> bool {
@@ -360,7 +364,7 @@ impl InboxStore for Inbox {
     fn begin(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         lease_until: DateTime<Utc>,
     ) -> impl Future<Output = Result<Claim, InboxError>> + Send {
         Inbox::begin(self, metadata, payload_hash, lease_until)
@@ -383,7 +387,7 @@ impl<S: InboxStore> InboxStore for Arc<S> {
     fn apply(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         writes: Vec<TransactWriteItem>,
     ) -> impl Future<Output = Result<InboxOutcome, InboxError>> + Send {
         (**self).apply(metadata, payload_hash, writes)
@@ -392,7 +396,7 @@ impl<S: InboxStore> InboxStore for Arc<S> {
     fn apply_recording(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         writes: Vec<TransactWriteItem>,
         outcome: &RecordedOutcome,
     ) -> impl Future<Output = Result<InboxOutcome, InboxError>> + Send {
@@ -402,15 +406,15 @@ impl<S: InboxStore> InboxStore for Arc<S> {
     fn apply_checking_parked(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         writes: Vec<TransactWriteItem>,
         outcome: &RecordedOutcome,
     ) -> impl Future<Output = Result<(InboxOutcome, bool), InboxError>> + Send {
         (**self).apply_checking_parked(metadata, payload_hash, writes, outcome)
     }
 
-    fn applied_hash(&self, event_id: &str) -> impl Future<Output = Result<Option<String>, InboxError>> + Send {
-        (**self).applied_hash(event_id)
+    fn applied_sha256(&self, event_id: &str) -> impl Future<Output = Result<Option<String>, InboxError>> + Send {
+        (**self).applied_sha256(event_id)
     }
 
     fn parks(&self) -> bool {
@@ -457,7 +461,7 @@ impl<S: InboxStore> InboxStore for Arc<S> {
     fn begin(
         &self,
         metadata: &EventMetadata,
-        payload_hash: &str,
+        payload_hash: &PayloadHash,
         lease_until: DateTime<Utc>,
     ) -> impl Future<Output = Result<Claim, InboxError>> + Send {
         (**self).begin(metadata, payload_hash, lease_until)

@@ -52,6 +52,19 @@ impl Captured {
         })
     }
 
+    /// The lines (at `level` and above) this thread writes while the guard lives: what a
+    /// function deployed at `level` would write. The binary's global subscriber is set first
+    /// ([`Captured::global_at`], DEBUG), so the other tests keep theirs. For a
+    /// `current_thread` runtime (`#[tokio::test]`'s), where every future runs on this thread.
+    #[allow(dead_code)]
+    pub fn this_thread_at(level: tracing::Level) -> (Self, tracing::subscriber::DefaultGuard) {
+        Self::global_at(tracing::Level::DEBUG);
+        let captured = Self::default();
+        let subscriber = tracing_subscriber::fmt().json().without_time().with_max_level(level).with_writer(captured.clone()).finish();
+        let guard = tracing::subscriber::set_default(subscriber);
+        (captured, guard)
+    }
+
     /// The lines so far, as text.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()

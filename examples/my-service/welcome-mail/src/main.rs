@@ -18,9 +18,6 @@ use outbox::inbox::Inbox;
 use outbox_lambda::{Env, LambdaConsumer as _};
 use serde::Deserialize;
 
-/// The consumer's name: its inbox rows are `welcome-mail#<event id>`.
-const CONSUMER: &str = "welcome-mail";
-
 /// `detail.data` of `CustomerRegistered` (what my-service's producer writes).
 #[derive(Debug, Deserialize)]
 struct CustomerRegistered {
@@ -60,9 +57,13 @@ async fn main() -> Result<(), Error> {
     let env = Env::process();
     // The documented SDK time-outs (SDK_*_TIMEOUT_MS), so a stalled call fails instead of hanging.
     let sdk = outbox_lambda::load_sdk_config(&env).await?;
+    // The consumer's name (CONSUMER_NAME, `welcome-mail` in template.yaml): its inbox rows are
+    // `<name>#<event id>`, and `outbox trace` reads the same variable to find them.
+    let consumer_name = outbox_lambda::consumer_name(&env)?;
     // Inbox rows outlive every redelivery: the dead-letter queue's retention plus a redrive margin.
-    let inbox = Inbox::new(aws_sdk_dynamodb::Client::new(&sdk), env.required("INBOX_TABLE")?, CONSUMER, outbox_lambda::inbox_retention(&env)?);
-    let dead_letters = ConsumerDeadLetterQueue::new(aws_sdk_sqs::Client::new(&sdk), env.required("DEAD_LETTER_QUEUE_URL")?, CONSUMER);
+    let inbox =
+        Inbox::new(aws_sdk_dynamodb::Client::new(&sdk), env.required("INBOX_TABLE")?, consumer_name.clone(), outbox_lambda::inbox_retention(&env)?);
+    let dead_letters = ConsumerDeadLetterQueue::new(aws_sdk_sqs::Client::new(&sdk), env.required("DEAD_LETTER_QUEUE_URL")?, consumer_name);
     let consumer = Consumer::builder(inbox, dead_letters)
         .handler::<CustomerRegistered, _>("CustomerRegistered", WelcomeMail { mails_table: env.required("WELCOME_MAILS_TABLE")? })
         .build();

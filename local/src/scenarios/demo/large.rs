@@ -7,7 +7,7 @@
 //! What is shown is read from where it lives, not assumed: the outbox item's `payload_ref` (bucket,
 //! key, size, SHA-256), the object (`HeadObject`), what the bus carried (a tap: a temporary rule
 //! on the bus matching the order's correlation id, with an SQS queue as its target, removed
-//! afterwards), the consumer's answer to its delivery, its inbox row (`payload_hash` = the
+//! afterwards), the consumer's answer to its delivery, its inbox row (`payload_sha256` = the
 //! reference's SHA-256, so it hashed the fetched bytes), and the stock reserved for the order's
 //! own SKU (its quantity, once).
 
@@ -238,11 +238,11 @@ async fn follow(
     let counts = runtime.stats.snapshot();
     let applied = counts.effects(event_id);
     let outcome = counts.deliveries(event_id).iter().find(|d| d.outcome != "duplicate").map(|d| d.outcome.clone()).unwrap_or("none".into());
-    let inbox_hash = inbox_payload_hash(&dynamodb, inbox_table, event_id).await?;
+    let inbox_hash = inbox_payload_sha256(&dynamodb, inbox_table, event_id).await?;
     let reserved = stock::get(&dynamodb, inventory_table, LARGE_SKU).await?.map(|(_, r)| r).unwrap_or(0);
     let verified = inbox_hash.as_deref() == Some(reference.sha256.as_str()) && reserved == QUANTITY && carried_ref.as_ref() == Some(&reference);
     say.line(format!(
-        "               the consumer fetched the object, verified its size and SHA-256 (inbox payload_hash {}), and applied it {applied} time(s): {outcome}, {reserved} unit(s) of {LARGE_SKU} reserved",
+        "               the consumer fetched the object, verified its size and SHA-256 (inbox payload_sha256 {}), and applied it {applied} time(s): {outcome}, {reserved} unit(s) of {LARGE_SKU} reserved",
         match &inbox_hash {
             Some(h) if *h == reference.sha256 => "= the reference's".to_owned(),
             Some(h) => format!("{}… ≠ the reference's", &h[..h.len().min(12)]),
@@ -252,8 +252,9 @@ async fn follow(
     Ok(LargeEvents { sent: 1, applied, verified, payload_ref: Some(reference), bus_event_bytes })
 }
 
-/// The `payload_hash` of the inbox row of `event_id` (the consumer's, the only one in the demo).
-async fn inbox_payload_hash(dynamodb: &aws_sdk_dynamodb::Client, table: &str, event_id: &str) -> crate::Result<Option<String>> {
+/// The `payload_sha256` of the inbox row of `event_id` (the consumer's, the only one in the demo):
+/// the SHA-256 of the payload bytes it applied (`payload_hash` is over their canonical form).
+async fn inbox_payload_sha256(dynamodb: &aws_sdk_dynamodb::Client, table: &str, event_id: &str) -> crate::Result<Option<String>> {
     let mut pages = dynamodb
         .scan()
         .table_name(table)
@@ -265,7 +266,7 @@ async fn inbox_payload_hash(dynamodb: &aws_sdk_dynamodb::Client, table: &str, ev
         .send();
     while let Some(item) = pages.next().await {
         let item = item.map_err(|e| sdk_error(&format!("Scan {table}"), e))?;
-        if let Some(AttributeValue::S(hash)) = item.get("payload_hash") {
+        if let Some(AttributeValue::S(hash)) = item.get("payload_sha256") {
             return Ok(Some(hash.clone()));
         }
     }
