@@ -70,8 +70,8 @@ async fn broker_outage_proxy(upstream: String, down: Arc<AtomicBool>) -> String 
     format!("http://{addr}")
 }
 
-/// Receives what the spy queue holds now (deleting it): event id → times received.
-async fn drain_spy(local: &Local, url: &str, seen: &mut BTreeMap<String, usize>) {
+/// Receives what the spy queue holds now (deleting it): `detail.metadata.id` → times received.
+pub(crate) async fn drain_spy(local: &Local, url: &str, seen: &mut BTreeMap<String, usize>) {
     loop {
         let out = local.sqs.receive_message().queue_url(url).max_number_of_messages(10).wait_time_seconds(1).send().await.expect("ReceiveMessage");
         let messages = out.messages.unwrap_or_default();

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
 
 use crate::common::{s, Deadline, Local};
-use crate::relay_outage::order_event;
+use crate::relay_outage::{drain_spy, order_event};
 use outbox_cli::cli::replay::ReplayArgs;
 use outbox_cli::cli::{Context, Operator};
 
@@ -63,23 +63,6 @@ async fn settle(local: &Local, reserved: u64, what: &str) {
             return;
         }
         deadline.tick(|| format!("stock {stock:?}, {waiting} waiting, stats {:?}", local.runtime.stats.snapshot())).await;
-    }
-}
-
-/// Receives what the spy queue holds now (deleting it): `detail.metadata.id` → times received.
-async fn drain_spy(local: &Local, url: &str, seen: &mut BTreeMap<String, usize>) {
-    loop {
-        let out = local.sqs.receive_message().queue_url(url).max_number_of_messages(10).wait_time_seconds(1).send().await.expect("ReceiveMessage");
-        let messages = out.messages.unwrap_or_default();
-        if messages.is_empty() {
-            return;
-        }
-        for m in messages {
-            let body: serde_json::Value = serde_json::from_str(m.body().unwrap_or("")).expect("an EventBridge event");
-            let id = body.pointer("/detail/metadata/id").and_then(|v| v.as_str()).expect("detail.metadata.id").to_owned();
-            *seen.entry(id).or_default() += 1;
-            local.sqs.delete_message().queue_url(url).receipt_handle(m.receipt_handle().unwrap_or("")).send().await.expect("DeleteMessage");
-        }
     }
 }
 
