@@ -164,3 +164,26 @@ fn invoke_runs_prebuilt_binaries_of_a_template_outside_any_cargo_project() {
     assert!(stderr.contains("pass --target-dir DIR") && stderr.contains("CARGO_TARGET_DIR"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_stack_name_cloudformation_refuses_is_refused_before_anything_is_written_or_started() {
+    let args = ["--template".into(), fixture().join("template.yaml").into_os_string()];
+    for bad in ["../escape-by-stack-name", "a/b", "my_stack", &"s".repeat(129)] {
+        // `token` writes the issuer's key under .local/<stack>/: nothing may be written for a
+        // name AWS refuses (it would also be a path outside .local/).
+        let output = outbox_local(&args, &["--stack-name", bad, "token", "--sub", "alice"], "", |c| c);
+        let stderr = stderr_of(&output);
+        assert!(!output.status.success() && stderr.contains("stack name"), "{bad}: {output:?}");
+        assert!(!stderr.contains("emulator"), "{bad}: refused before the emulator starts: {stderr}");
+    }
+    assert!(!fixture().join("escape-by-stack-name").exists() && !root().join("escape-by-stack-name").exists());
+}
+
+#[test]
+fn an_empty_event_id_is_refused_by_trace_with_the_argument_named() {
+    let args = ["--template".into(), fixture().join("template.yaml").into_os_string(), "--endpoint".into(), "http://127.0.0.1:9".into()];
+    let output = outbox_local(&args, &["trace", ""], "", |c| c);
+    let stderr = stderr_of(&output);
+    assert_eq!(output.status.code(), Some(2), "a usage error: {output:?}");
+    assert!(stderr.contains("EVENT_ID") && stderr.len() < 600, "{stderr}");
+}

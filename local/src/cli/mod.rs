@@ -128,6 +128,9 @@ pub async fn run(cli: Cli) -> outbox_local::Result<ExitCode> {
     let template_path = session::find_template(cli.template.as_deref())?;
     let root = template_path.parent().map(Path::to_path_buf).unwrap_or_default();
     let stack_name = cli.stack_name.clone().unwrap_or_else(|| default_stack_name(&root));
+    // Before anything starts or is written (the emulator, the issuer's key under .local/<stack>/):
+    // a name CloudFormation refuses is refused here, for every command.
+    outbox_local::template::names::check_stack_name(&stack_name)?;
     let template = Template::load(&template_path)?;
     let inv = Invocation { cli, template_path, root, stack_name };
     match &inv.cli.command {

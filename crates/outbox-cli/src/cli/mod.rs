@@ -95,6 +95,7 @@ pub fn scan_progress(table: &str, read: u64, kept: usize) {
 #[derive(Debug, Clone, clap::Args)]
 pub struct TraceArgs {
     /// The event id (the outbox item's `event_id`, the EventBridge event's `detail.metadata.id`).
+    #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
     event_id: String,
     /// The event's aggregate, `<aggregate_type>#<aggregate_id>` (e.g. Order#o-1001): with
     /// --sequence, the outbox item and a parked row are read by key (by default they are found
