@@ -186,19 +186,21 @@ impl ArchiveState {
     /// warnings (a window partly outside).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`]: `since` not before `until`, `until` after `now`, the window
-    /// entirely before the archive's creation or past its retention; [`Error::Replay`]: the
-    /// archive is not `ENABLED`.
+    /// [`Error::InvalidArgument`]: `since` not before `now`, `since` not before `until`, `until`
+    /// after `now`, the window entirely before the archive's creation or past its retention;
+    /// [`Error::Replay`]: the archive is not `ENABLED`.
     pub fn check_window(&self, since: DateTime<Utc>, until: DateTime<Utc>, now: DateTime<Utc>) -> Result<Vec<String>> {
+        let future = |flag: &'static str, at: DateTime<Utc>| {
+            Error::invalid(flag, at.to_rfc3339(), format!("is in the future (now {}): a replay replays what was archived", now.to_rfc3339()))
+        };
+        if since >= now {
+            return Err(future("--since", since));
+        }
         if since >= until {
             return Err(Error::invalid("--since", since.to_rfc3339(), format!("must be before --until ({})", until.to_rfc3339())));
         }
         if until > now {
-            return Err(Error::invalid(
-                "--until",
-                until.to_rfc3339(),
-                format!("is in the future (now {}): a replay replays what was archived", now.to_rfc3339()),
-            ));
+            return Err(future("--until", until));
         }
         if self.state != "ENABLED" {
             return Err(Error::Replay(format!("archive {} is {} (not ENABLED): it cannot be replayed from now", self.name, self.state)));

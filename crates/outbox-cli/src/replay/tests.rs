@@ -126,6 +126,9 @@ fn a_window_outside_the_archive_is_refused_and_one_partly_outside_is_warned_of()
     assert!(err.starts_with("--since \"2026-12-07T00:00:00+00:00\": must be before --until"), "{err}");
     let err = refused("2026-12-07T00:00:00Z", "2026-12-11T00:00:00Z");
     assert!(err.starts_with("--until \"2026-12-11T00:00:00+00:00\": is in the future"), "{err}");
+    // A window wholly in the future names --since (not "before --until" against the default now).
+    let err = refused("2026-12-12T00:00:00Z", "2026-12-10T00:00:00Z");
+    assert!(err.starts_with("--since \"2026-12-12T00:00:00+00:00\": is in the future"), "{err}");
     // Partly outside: replayed, with a warning each.
     let warnings = a.check_window(at("2026-12-03T00:00:00Z"), at("2026-12-09T23:55:00Z"), now).expect("partly inside");
     assert_eq!(warnings.len(), 2, "{warnings:?}");
