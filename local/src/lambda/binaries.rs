@@ -365,7 +365,9 @@ pub fn plan(functions: &[FunctionSpec]) -> Result<Vec<WorkspaceBuild>, BinariesE
         let at = match workspaces.iter().position(|(w, _)| w.root == root) {
             Some(at) => at,
             None => {
-                let metadata = metadata(&root)?;
+                let metadata = metadata(&root).map_err(|e| {
+                    no_project(dir.display().to_string(), format!("is in the Cargo workspace at {}, which cargo cannot read: {e}", root.display()))
+                })?;
                 workspaces.push((WorkspaceBuild { root: root.clone(), target_dir: metadata.target_dir.clone(), functions: Vec::new() }, metadata));
                 workspaces.len() - 1
             }
