@@ -31,6 +31,7 @@ pub use outbox_cli::{aws, dlq, failed_batch, filter, ordering, stack, template, 
 pub mod emulator;
 pub mod error;
 pub mod faults;
+pub mod hint;
 pub mod lambda;
 pub mod mappings;
 pub mod options;

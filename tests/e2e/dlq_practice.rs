@@ -34,9 +34,10 @@ async fn practice_puts_one_readable_dead_letter_in_the_consumer_queue() {
         ("ReserveInventoryFunction", "MalformedEvent", true)
     );
 
-    let steps = practice::next_steps(&practice, Some("http://127.0.0.1:5000"));
+    let run = outbox_local::hint::command("outbox-local", None, Some("shop"), Some("http://127.0.0.1:5000"));
+    let steps = practice::next_steps(&practice, &run);
     assert!(
-        steps.contains(&format!("AWS_ENDPOINT_URL=http://127.0.0.1:5000 cargo run -p outbox-local -- dlq redrive --id {}", practice.event_id)),
+        steps.contains(&format!("AWS_ENDPOINT_URL=http://127.0.0.1:5000 outbox-local --stack-name shop dlq redrive --id {}", practice.event_id)),
         "{steps}"
     );
 

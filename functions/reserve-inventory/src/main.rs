@@ -13,7 +13,7 @@ use outbox_lambda::Env;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-// One thread: see functions/outbox-relay/src/main.rs.
+// One thread: see blocks/relay/function/src/main.rs.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();

@@ -57,8 +57,9 @@ pub async fn run(inv: &Invocation, template: Template, args: &DemoArgs) -> outbo
     let result = demo::run(local.runtime.clone(), api, &options).await;
     if *keep {
         eprintln!("\nthe stack is kept running on {} (emulator), HTTP API on http://{api}; Ctrl-C stops", local.endpoint);
-        eprintln!("  dead letters: AWS_ENDPOINT_URL={} cargo run -p outbox-local -- dlq list", local.endpoint);
-        eprintln!("  one event:    AWS_ENDPOINT_URL={} cargo run -p outbox-local -- trace <event-id>", local.endpoint);
+        let run = inv.hint(Some(&local.endpoint));
+        eprintln!("  dead letters: {run} dlq list");
+        eprintln!("  one event:    {run} trace <event-id>");
         if let Err(e) = wait_for_stop_signal().await {
             eprintln!("warning: {e}");
         }

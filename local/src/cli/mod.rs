@@ -42,8 +42,8 @@ pub struct Cli {
     #[arg(long, global = true, env = "OUTBOX_LOCAL_NO_BUILD", value_parser = clap::builder::FalseyValueParser::new())]
     pub no_build: bool,
     /// The cargo target directory: the functions' binaries are `<DIR>/debug/<Binary>` (built
-    /// there, or prebuilt with --no-build). Default: cargo's for the template's directory
-    /// (with --no-build, CARGO_TARGET_DIR when set).
+    /// there, or prebuilt with --no-build). Default: cargo's for each function's Cargo workspace
+    /// (its CodeUri's; with --no-build, CARGO_TARGET_DIR when it is an absolute path).
     #[arg(long, global = true, value_name = "DIR")]
     pub target_dir: Option<PathBuf>,
     /// Environment variables on top of the template's, per function (the JSON of `sam local
@@ -115,6 +115,15 @@ pub struct Invocation {
     pub root: PathBuf,
     /// The stack name.
     pub stack_name: String,
+}
+
+impl Invocation {
+    /// The command its hints print to run this program again on the same template and stack,
+    /// with `AWS_ENDPOINT_URL=<endpoint>` when given: [`outbox_local::hint::command`] with the
+    /// `--template` and `--stack-name` the user passed (the verb follows).
+    pub fn hint(&self, endpoint: Option<&str>) -> String {
+        outbox_local::hint::command(&outbox_local::hint::program(), self.cli.template.as_deref(), self.cli.stack_name.as_deref(), endpoint)
+    }
 }
 
 /// Runs the command `cli` names.

@@ -45,7 +45,7 @@ pub async fn practice(inv: &Invocation, template: Template, allow_aws: bool, tim
     }
     let (sdk, stack) = existing_stack(cli, template, stack_name).await?;
     let practice = outbox_local::scenarios::practice::run(&sdk, &stack, Duration::from_secs(timeout)).await?;
-    print!("{}", outbox_local::scenarios::practice::next_steps(&practice, cli.endpoint.as_deref()));
+    print!("{}", outbox_local::scenarios::practice::next_steps(&practice, &inv.hint(cli.endpoint.as_deref())));
     Ok(ExitCode::SUCCESS)
 }
 

@@ -85,7 +85,7 @@ pub async fn local_with_faults(
             eprintln!("warning: {id} has no Metadata.BuildProperties.Binary (not a Rust binary?): skipped, its events are not wired");
         }
     }
-    let bin_dir = build_functions(cli, &stack, root, only).await?;
+    let bin_dirs = build_functions(cli, &stack, only).await?;
     let injector = faults.map(|plan| Injector::new(plan, &endpoint));
     // The stream mappings' checkpoints survive a restart of the runtime (on the same emulator:
     // a new emulator's streams have new ARNs, and their checkpoints start afresh).
@@ -111,7 +111,7 @@ pub async fn local_with_faults(
         Default::default()
     };
     let options = RuntimeOptions { environment, ..options };
-    let runtime = Runtime::with_functions(sdk, stack, options, &bin_dir, only)?;
+    let runtime = Runtime::with_functions(sdk, stack, options, &bin_dirs, only)?;
     Ok((Local { runtime: Arc::new(runtime), _emulator: emulator, endpoint }, injector))
 }
 
@@ -138,16 +138,14 @@ pub async fn provisioned(
     Ok((emulator, endpoint, sdk, stack))
 }
 
-/// Builds the stack's function binaries (only `only`'s when given) beside the template (unless
-/// `--no-build`); returns the directory they are in.
-pub async fn build_functions(cli: &Cli, stack: &Stack, root: &Path, only: Option<&str>) -> outbox_local::Result<PathBuf> {
-    let functions: Vec<(String, String)> =
-        stack.functions.iter().filter(|f| only.is_none_or(|id| f.logical_id == id)).map(|f| (f.logical_id.clone(), f.binary.clone())).collect();
-    let root = root.to_owned();
-    // Relative to where we run, not to the template's directory where cargo runs.
+/// Builds the stack's function binaries (only `only`'s when given), each in its CodeUri's Cargo
+/// workspace (unless `--no-build`); returns where each one is.
+pub async fn build_functions(cli: &Cli, stack: &Stack, only: Option<&str>) -> outbox_local::Result<binaries::BinDirs> {
+    let functions: Vec<_> = stack.functions.iter().filter(|f| only.is_none_or(|id| f.logical_id == id)).cloned().collect();
+    // Relative to where we run, not to the workspaces' roots where cargo runs.
     let target_dir = cli.target_dir.as_deref().map(std::path::absolute).transpose().map_err(outbox_local::Error::other("--target-dir"))?;
     let source = binaries::Source { prebuilt: cli.no_build, target_dir };
-    tokio::task::spawn_blocking(move || binaries::prepare_functions(&root, &functions, &source))
+    tokio::task::spawn_blocking(move || binaries::prepare_functions(&functions, &source))
         .await
         .map_err(outbox_local::Error::other("building the functions"))?
         .map_err(outbox_local::Error::from)

@@ -62,13 +62,14 @@ pub async fn run(inv: &Invocation, template: Template, args: &UpArgs) -> outbox_
     }
     let routes = http_api::routes(&local.runtime);
     if routes.iter().any(|r| r.jwt) {
-        println!("  token:      TOKEN=$(cargo run -q -p outbox-local -- token --sub alice)   # routes under the JWT authorizer need one");
+        println!("  token:      TOKEN=$({} token --sub alice)   # routes under the JWT authorizer need one", inv.hint(None));
     }
     if let Some(hint) = http_api::curl_hint(&api.to_string(), routes.iter().map(|r| (r.method.as_str(), r.path.as_str(), r.jwt))) {
         println!("  try:        {hint}");
     }
-    println!("  DLQs:       AWS_ENDPOINT_URL={} cargo run -p outbox-local -- dlq list", local.endpoint);
-    println!("  practise:   AWS_ENDPOINT_URL={} cargo run -p outbox-local -- dlq practice   # one real dead letter", local.endpoint);
+    let run = inv.hint(Some(&local.endpoint));
+    println!("  DLQs:       {run} dlq list");
+    println!("  practise:   {run} dlq practice   # one real dead letter");
     println!("Ctrl-C stops. A status line every {STATUS_EVERY_SECS} s on stderr.");
     seed_sample_stock(&local.runtime).await;
     let status = tokio::spawn(print_status(local.runtime.clone(), health, stopped.clone()));

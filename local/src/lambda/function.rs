@@ -204,6 +204,7 @@ mod tests {
         FunctionSpec {
             logical_id: "EchoFunction".into(),
             binary: "echo".into(),
+            code_uri: None,
             timeout_secs: 3,
             memory_mb: 256,
             reserved_concurrency: None,

@@ -16,6 +16,7 @@ use aws_config::SdkConfig;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::lambda::binaries::BinDirs;
 use crate::lambda::function::{lambda_environment, LocalFunction, Placement};
 use crate::mappings::rule_delivery::RuleDelivery;
 use crate::mappings::sqs::SqsMapping;
@@ -53,18 +54,22 @@ impl Runtime {
     /// A message naming the function whose environment cannot be resolved or whose binary is
     /// missing.
     pub fn new(sdk: SdkConfig, stack: Stack, options: RuntimeOptions, bin_dir: &Path) -> crate::Result<Self> {
-        Self::with_functions(sdk, stack, options, bin_dir, None)
+        Self::with_functions(sdk, stack, options, &BinDirs::Shared(bin_dir.to_owned()), None)
     }
 
-    /// [`Runtime::new`] with only the function `only` when given (`invoke`: the other
-    /// functions' binaries need not exist).
+    /// [`Runtime::new`] with each function's binary in its own directory ([`BinDirs`]: one per
+    /// Cargo workspace, as [`crate::lambda::binaries::prepare_functions`] built them), and only
+    /// the function `only` when given (`invoke`: the other functions' binaries need not exist).
     ///
     /// # Errors
-    /// As [`Runtime::new`].
-    pub fn with_functions(sdk: SdkConfig, stack: Stack, options: RuntimeOptions, bin_dir: &Path, only: Option<&str>) -> crate::Result<Self> {
+    /// As [`Runtime::new`]; a message naming a function whose binary's directory is unknown.
+    pub fn with_functions(sdk: SdkConfig, stack: Stack, options: RuntimeOptions, bin_dirs: &BinDirs, only: Option<&str>) -> crate::Result<Self> {
         let stats = Arc::new(Stats::default());
         let mut functions = HashMap::new();
         for spec in stack.functions.iter().filter(|f| only.is_none_or(|id| f.logical_id == id)) {
+            let bin_dir = bin_dirs.of(&spec.logical_id).ok_or_else(|| {
+                crate::Error::invalid(format!("{}: its binary {:?} was not built (no directory for it)", spec.logical_id, spec.binary))
+            })?;
             let program = program_of(spec, bin_dir)?;
             let mut template_env = stack.environment(spec)?;
             if let Some(overrides) = options.environment.get(&spec.logical_id) {
@@ -167,7 +172,7 @@ pub fn program_of(spec: &FunctionSpec, bin_dir: &Path) -> crate::Result<std::pat
         return Ok(program);
     }
     Err(crate::Error::invalid(format!(
-        "{}: its binary {:?} (Metadata.BuildProperties.Binary) is not at {}; build it (`cargo build --bin {}` beside the template) or run without --no-build",
+        "{}: its binary {:?} (Metadata.BuildProperties.Binary) is not at {}; build it (`cargo build --bin {}` in its CodeUri) or run without --no-build",
         spec.logical_id,
         spec.binary,
         program.display(),

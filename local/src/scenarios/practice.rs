@@ -96,13 +96,10 @@ pub async fn run(sdk: &SdkConfig, stack: &Stack, timeout: Duration) -> crate::Re
     }
 }
 
-/// What to try next, for people: the commands (with `AWS_ENDPOINT_URL=<endpoint>` in front when
-/// given) to list, show, redrive (refused: the cause is permanent), force, and clear it.
-pub fn next_steps(practice: &Practice, endpoint: Option<&str>) -> String {
-    let run = match endpoint {
-        Some(url) => format!("AWS_ENDPOINT_URL={url} cargo run -p outbox-local --"),
-        None => "cargo run -p outbox-local --".to_owned(),
-    };
+/// What to try next, for people: the commands (each `run` and a verb; `run` is the program as
+/// the user invoked it, e.g. [`crate::hint::command`]) to list, show, redrive (refused: the cause
+/// is permanent), force, and clear it.
+pub fn next_steps(practice: &Practice, run: &str) -> String {
     let id = &practice.event_id;
     let m = &practice.message;
     format!(

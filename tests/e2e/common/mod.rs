@@ -8,7 +8,7 @@
 //! stops the moto server (by its pid) once the test process is gone.
 //!
 //! The functions run as their real binaries (the local runtime's instances), built ONCE per test
-//! process with one `cargo build --bin …` at the root ([`bin_dir`]); `OUTBOX_LOCAL_NO_BUILD=1`
+//! process with one `cargo build --workspace --bin …` at the root ([`bin_dir`]); `OUTBOX_LOCAL_NO_BUILD=1`
 //! skips the build when they are prebuilt, `OUTBOX_LOCAL_VERBOSE=1` shows their output.
 
 #![allow(dead_code)] // each test binary uses a part of this module

@@ -2,6 +2,7 @@
 //! `EventBridgeRule`, `SQS`).
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use serde_yaml_ng::{Mapping, Value};
 
@@ -62,6 +63,7 @@ impl Template {
             return Ok(None);
         };
         let binary = binary.to_owned();
+        let code_uri = self.code_uri(&id, get("CodeUri"));
         let timeout_secs = get("Timeout").and_then(number).unwrap_or(3);
         let memory_mb = get("MemorySize").and_then(number).unwrap_or(128);
         let reserved_concurrency = get("ReservedConcurrentExecutions").and_then(number).map(|n| n.min(u64::from(u32::MAX)) as u32);
@@ -97,6 +99,7 @@ impl Template {
         Ok(Some(FunctionSpec {
             logical_id: id,
             binary,
+            code_uri,
             timeout_secs,
             memory_mb,
             reserved_concurrency,
@@ -106,6 +109,23 @@ impl Template {
             events,
             event_invoke,
         }))
+    }
+}
+
+impl Template {
+    /// `CodeUri` of function `id` (`value`, absent when `None`) as a directory: relative to the
+    /// directory of the template that declares it (the nested application `<App>` of `<App>/<Id>`,
+    /// else this template), `.` when absent (SAM CLI's default); `None` for an S3 location.
+    fn code_uri(&self, id: &str, value: Option<&Value>) -> Option<PathBuf> {
+        let uri = match value {
+            None => ".",
+            Some(v) => v.as_str().filter(|u| !u.contains("://"))?,
+        };
+        let declared_in = id
+            .rsplit_once('/')
+            .and_then(|(app, _)| self.nested_apps().iter().find(|n| n.logical_id == app))
+            .map_or(self.path.as_path(), |n| n.template.as_path());
+        Some(declared_in.parent().unwrap_or(Path::new("")).join(uri))
     }
 }
 

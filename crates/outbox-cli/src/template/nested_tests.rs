@@ -303,3 +303,26 @@ fn the_consumer_kit_schedules_the_parked_check_with_a_queue_and_a_function() {
     assert_eq!(crate::template::rate_period("rate(1 hour)"), Some(std::time::Duration::from_secs(3600)));
     assert_eq!(crate::template::rate_period("cron(0 12 * * ? *)"), None);
 }
+
+/// `sam build` builds a function in its `CodeUri`, relative to the template that declares it: a
+/// nested application's function from the nested template's directory; `.` when absent; an S3
+/// location is no directory.
+#[test]
+fn a_functions_code_uri_is_relative_to_the_template_that_declares_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let sample = Template::load(&root.join("template.yaml")).unwrap();
+    let code = |id: &str| sample.functions().unwrap().into_iter().find(|f| f.logical_id == id).unwrap().code_uri;
+    assert_eq!(code("Relay/RelayFunction"), Some(root.join("blocks/relay/function")));
+    assert_eq!(code("Webhooks/WebhookDispatcherFunction"), Some(root.join("blocks/webhooks/function")));
+    assert_eq!(code("CreateOrderFunction"), Some(root.join(".")));
+
+    let nested = Template::load(&fixture()).unwrap();
+    let code = |id: &str| nested.functions().unwrap().into_iter().find(|f| f.logical_id == id).unwrap().code_uri;
+    let dir = fixture().parent().unwrap().to_owned();
+    assert_eq!(code("Relay/RelayFunction"), Some(dir.join("relay/.")), "no CodeUri: the nested template's directory");
+    assert_eq!(code("Consumer"), Some(dir.join(".")));
+
+    let s3 = "Resources:\n  F:\n    Type: AWS::Serverless::Function\n    Metadata: {BuildProperties: {Binary: f}}\n    Properties: {CodeUri: s3://bucket/f.zip}\n  G:\n    Type: AWS::Serverless::Function\n    Metadata: {BuildProperties: {Binary: g}}\n    Properties: {CodeUri: {Bucket: b, Key: g.zip}}\n";
+    let t = Template::parse(Path::new("/srv/t.yaml"), s3).unwrap();
+    assert_eq!(t.functions().unwrap().into_iter().map(|f| f.code_uri).collect::<Vec<_>>(), [None, None]);
+}

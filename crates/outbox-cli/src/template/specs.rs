@@ -2,6 +2,7 @@
 //! where they can only be resolved once the stack exists.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use serde_yaml_ng::Value;
 
@@ -93,6 +94,12 @@ pub struct FunctionSpec {
     pub logical_id: String,
     /// `Metadata.BuildProperties.Binary` (the cargo binary name).
     pub binary: String,
+    /// `CodeUri` (Globals merged), the directory `sam build` builds the function in: resolved
+    /// against the directory of the template that declares the function (a nested application's
+    /// own template for `<App>/<Id>`), `.` when absent as SAM CLI takes it. `None` when it is not
+    /// a local path (an S3 location: `s3://…` or a `Bucket`/`Key` mapping), which nothing here
+    /// can build. Source: "AWS::Serverless::Function", CodeUri (AWS SAM developer guide).
+    pub code_uri: Option<PathBuf>,
     /// `Timeout`, seconds (Globals merged; default 3 as in Lambda).
     pub timeout_secs: u64,
     /// `MemorySize`, MB (Globals merged; default 128 as in Lambda). Passed to the function as
