@@ -315,12 +315,7 @@ impl Books {
     /// # Errors
     /// The file has no `hot_aggregate`.
     pub fn hot_aggregate(&self, n: usize, inbox_consumer: &str) -> crate::Result<HotAggregate> {
-        let hot = self.file.hot_aggregate.as_ref().ok_or_else(|| {
-            crate::Error::invalid(format!(
-                "--hot-aggregate: {} has no `hot_aggregate` (the events of one aggregate of an ordered consumer; docs/local-runtime.md, \"The books file\")",
-                self.path.display()
-            ))
-        })?;
+        let hot = self.file.hot_aggregate.as_ref().ok_or_else(|| self.no_hot_aggregate())?;
         let aggregate_id = fill_str(&hot.id, &self.vars([]));
         let middle = (n / 2).max(3) as u64;
         let mut previous = serde_json::Map::new();
@@ -355,6 +350,14 @@ impl Books {
             source: hot.source.clone(),
             events,
         })
+    }
+
+    /// The error of `--hot-aggregate` on books without a `hot_aggregate`.
+    pub fn no_hot_aggregate(&self) -> crate::Error {
+        crate::Error::invalid(format!(
+            "--hot-aggregate: {} has no `hot_aggregate` (the events of one aggregate of an ordered consumer; docs/local-runtime.md, \"The books file\")",
+            self.path.display()
+        ))
     }
 
     /// The consumer of the hot-aggregate scenario (`None` without one).

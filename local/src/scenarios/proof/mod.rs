@@ -236,7 +236,7 @@ pub async fn run(
     let events = aws_sdk_eventbridge::Client::new(&runtime.sdk);
     let hot = match options.hot_aggregate {
         Some(n) => {
-            let consumer = books.hot_consumer().unwrap_or_default();
+            let consumer = books.hot_consumer().ok_or_else(|| books.no_hot_aggregate())?;
             let inbox_consumer = env_var(&runtime, consumer, "CONSUMER_NAME").map_err(|e| {
                 crate::Error::invalid(format!("--hot-aggregate: the ordered consumer's inbox rows are named by its CONSUMER_NAME: {e}"))
             })?;
@@ -278,11 +278,13 @@ pub async fn run(
     while let Some(joined) = tasks.join_next().await {
         done += 1;
         match joined {
-            Ok((i, Some(answer))) if books.accepted(&answer).is_some() => answered.push((i, books.accepted(&answer).unwrap_or_default())),
-            Ok((i, answer)) => {
-                failed += 1;
-                tracing::warn!(request = i, answer = ?answer, "proof: the request was not accepted");
-            }
+            Ok((i, answer)) => match answer.as_ref().and_then(|a| books.accepted(a)) {
+                Some(id) => answered.push((i, id)),
+                None => {
+                    failed += 1;
+                    tracing::warn!(request = i, answer = ?answer, "proof: the request was not accepted");
+                }
+            },
             Err(e) => return Err(crate::Error::expectation(format!("a request task failed: {e}"))),
         }
         say.progress(format!(
