@@ -1,6 +1,6 @@
 //! A service's books for `outbox-local proof`: the requests to send and the effect each must
 //! leave in the service's tables, read from the file the user writes beside the template,
-//! [`file::FILE_NAME`] (`outbox-books.yaml`; format: [`file`], docs/local-runtime.md "The books
+//! [`file::FILE_NAME`] (`outbox-books.yaml`; format: [`mod@file`], docs/local-runtime.md "The books
 //! file"). The proof's own invariants (outbox ↔ stream ↔ bus ↔ inbox, dead letters) hold for
 //! every template and need nothing from the file but its consumers; the file adds what is the
 //! service's: exactly once per accepted request, no effect without its request, the balances,
@@ -8,9 +8,9 @@
 //! names the producer and the consumers, and fault plans name them by role
 //! ([`Books::roles`]).
 //!
-//! - [`file`]: the format, read and checked (errors name the file, the field, what is allowed);
-//! - [`pattern`], [`fill`]: key patterns (`ORDER#{id}`) and placeholders (`{run}`, `{i}`);
-//! - [`check`]: the verdict on items already read (pure, unit-tested);
+//! - [`mod@file`]: the format, read and checked (errors name the file, the field, what is allowed);
+//! - [`pattern`], [`mod@fill`]: key patterns (`ORDER#{id}`) and placeholders (`{run}`, `{i}`);
+//! - [`mod@check`]: the verdict on items already read (pure, unit-tested);
 //! - [`Books`]: the file resolved against a running stack: the requests, the seed, the scans.
 
 pub mod check;
