@@ -51,10 +51,10 @@ pub struct ProofArgs {
     /// everything but never-succeeding events took effect on its own.
     #[arg(long)]
     pub no_redrive: bool,
-    /// The hot-aggregate scenario as well: N events of ONE aggregate (default 100), types
-    /// repeating, one settled by a `Duplicate` fallback, put on the bus shuffled; checks that
-    /// the ordered consumer applied all N in sequence order (the books file's `hot_aggregate`;
-    /// `--orders 0` runs it alone).
+    /// The hot-aggregate scenario as well: N events of ONE aggregate (default 100), as the
+    /// books file's `hot_aggregate` says (the sample's: types repeating, one settled by a
+    /// `Duplicate` fallback), put on the bus shuffled; checks that the ordered consumer applied
+    /// all N in sequence order (`--orders 0` runs it alone).
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "100", value_parser = clap::value_parser!(u64).range(3..=1000))]
     pub hot_aggregate: Option<u64>,
 }
