@@ -11,7 +11,7 @@ use super::Invocation;
 /// `invoke`'s arguments.
 #[derive(Debug, clap::Args)]
 pub struct InvokeArgs {
-    /// Logical id of the function in the template, e.g. CreateOrderFunction.
+    /// Logical id of the function in the template, e.g. ProducerFunction.
     pub logical_id: String,
     /// Event file (JSON), e.g. events/create-order.json; `-` reads stdin.
     #[arg(short = 'e', long = "event")]

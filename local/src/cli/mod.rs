@@ -99,9 +99,10 @@ pub enum Command {
     /// Re-deliver a time window of the bus's archive to a consumer's rules (the `outbox`
     /// binary's `replay`, on this template's stack; the emulator plays the archive and replay).
     Replay(outbox_cli::cli::replay::ReplayArgs),
-    /// Run orders and cancellations through the HTTP API under a fault plan, redrive the
-    /// dead-letter queues once if the plan says so (never with --no-redrive), and check the
-    /// invariants from the tables and queues; exits 1 when one is broken.
+    /// Send the service's requests (its books file, outbox-books.yaml beside the template: the
+    /// sample's orders and cancellations) under a fault plan, redrive the dead-letter queues once
+    /// if the plan says so (never with --no-redrive), and check the invariants from the tables
+    /// and queues; exits 1 when one is broken.
     Proof(proof::ProofArgs),
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use outbox_local::emulator::Emulator;
 use outbox_local::faults::FaultPlan;
-use outbox_local::scenarios::books::{self, Detected};
+use outbox_local::scenarios::books::Books;
 use outbox_local::scenarios::proof::{self, ProofOptions};
 use outbox_local::template::Template;
 
@@ -16,14 +16,20 @@ use super::Invocation;
 /// `proof`'s arguments.
 #[derive(Debug, clap::Args)]
 pub struct ProofArgs {
-    /// Orders sent.
+    /// Requests sent (orders, for the sample), as the books file says.
     #[arg(long, default_value_t = 200)]
     pub orders: usize,
-    /// Cancel every n-th order the API answered for (0: none).
-    #[arg(long, default_value_t = 4)]
-    pub cancel_every: usize,
+    /// Undo (cancel) every n-th accepted request (0: none); default: the books file's
+    /// `undo.every`.
+    #[arg(long)]
+    pub cancel_every: Option<usize>,
+    /// The service's books file: what to send and what each request must leave in the tables
+    /// (default: outbox-books.yaml beside the template; docs/local-runtime.md, "The books file").
+    #[arg(long, value_name = "FILE")]
+    pub books: Option<std::path::PathBuf>,
     /// The fault plan: `default` (every fault kind), `ci` (what the test command runs),
-    /// `none`, or a TOML file (see local/faults/default.toml).
+    /// `none`, or a TOML file (see local/faults/default.toml); its functions are roles
+    /// (`producer`, `consumer`, `relay`) the books file resolves, or logical ids.
     #[arg(long, default_value = "default")]
     pub plan: String,
     /// Seed of the plan's random decisions (overrides the plan's `seed`).
@@ -45,10 +51,10 @@ pub struct ProofArgs {
     /// everything but never-succeeding events took effect on its own.
     #[arg(long)]
     pub no_redrive: bool,
-    /// The hot-aggregate scenario as well: N events of ONE aggregate (default 100), types
-    /// repeating, one settled by a `Duplicate` fallback, put on the bus shuffled; checks that
-    /// the ordered consumer applied all N in sequence order (the sample's books; `--orders 0`
-    /// runs it alone).
+    /// The hot-aggregate scenario as well: N events of ONE aggregate (default 100), as the
+    /// books file's `hot_aggregate` says (the sample's: types repeating, one settled by a
+    /// `Duplicate` fallback), put on the bus shuffled; checks that the ordered consumer applied
+    /// all N in sequence order (`--orders 0` runs it alone).
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "100", value_parser = clap::value_parser!(u64).range(3..=1000))]
     pub hot_aggregate: Option<u64>,
 }
@@ -61,8 +67,14 @@ pub async fn run(inv: &Invocation, template: Template, args: &ProofArgs) -> outb
     let cli = &inv.cli;
     let root = inv.root.as_path();
     let stack_name = inv.stack_name.as_str();
-    let ProofArgs { orders, cancel_every, plan, seed, concurrency, quiet, timeout, json, no_redrive, hot_aggregate } = args;
-    let mut plan = match plan.as_str() {
+    let ProofArgs { orders, cancel_every, books, plan, seed, concurrency, quiet, timeout, json, no_redrive, hot_aggregate } = args;
+    // The service's books, beside the template (or --books): read before anything starts, so a
+    // missing or bad file costs no emulator.
+    let books = Books::load(&template.path, books.as_deref())?;
+    let (functions, _) = template.runnable_functions().map_err(outbox_local::Error::from)?;
+    let roles = books.roles(&functions)?;
+    let plan_name = plan.as_str();
+    let mut plan = match plan_name {
         "default" => FaultPlan::parse(include_str!("../../faults/default.toml")).map_err(outbox_local::Error::other("the default plan"))?,
         "ci" => FaultPlan::parse(include_str!("../../faults/ci.toml")).map_err(outbox_local::Error::other("the ci plan"))?,
         "none" => FaultPlan::default(),
@@ -74,22 +86,20 @@ pub async fn run(inv: &Invocation, template: Template, args: &ProofArgs) -> outb
     if *no_redrive {
         plan.redrive = false;
     }
-    // The shipped plans name the sample's functions: on another service's template, its producer
-    // and consumer take their faults.
-    for (sample, ours) in books::stand_ins(&template.function_ids()) {
-        let mut moved = 0;
-        for fault in plan.faults.iter_mut().filter(|f| f.function.as_deref() == Some(sample)) {
-            fault.function = Some(ours.to_owned());
-            moved += 1;
-        }
-        if moved > 0 && !json {
-            eprintln!("outbox proof: the plan's {moved} fault(s) of {sample} apply to {ours}");
-        }
+    // The plan names functions by role (the shipped ones only so): the books file says which.
+    let resolved = plan.resolve_roles(&roles).map_err(|e| outbox_local::Error::invalid(format!("the plan {plan_name}: {e}")))?;
+    if !json && !resolved.is_empty() {
+        eprintln!("outbox proof: books {}; the plan's roles: {}", books.path.display(), resolved.join("; "));
     }
+    let outbox_table = roles.outbox_table.clone().ok_or_else(|| {
+        outbox_local::Error::invalid(format!("the proof reads the outbox table's stream, which the relay reads, but {}", roles.why_no_relay))
+    })?;
     let (local, injector) = local_with_faults(cli, template, root, stack_name, !json, None, Some(plan)).await?;
     let injector = injector.ok_or_else(|| outbox_local::Error::expectation("no fault injector"))?;
-    // The service's books, chosen by the template's functions (the sample's, or my-service's).
-    let books = books::detect(&local.runtime)?;
+    // The books' functions are the template's.
+    for function in std::iter::once(&books.file.producer).chain(books.consumers()) {
+        local.runtime.function(function).map_err(|e| outbox_local::Error::invalid(format!("{}: {e}", books.path.display())))?;
+    }
     // A fault for a function the template does not have would never apply: refuse the plan.
     for fault in &injector.plan().faults {
         if let Some(Err(e)) = fault.function.as_deref().map(|f| local.runtime.function(f)) {
@@ -132,10 +142,7 @@ pub async fn run(inv: &Invocation, template: Template, args: &ProofArgs) -> outb
         emulator_pid: local._emulator.as_ref().and_then(Emulator::pid),
         hot_aggregate: hot_aggregate.map(|n| n as usize),
     };
-    let result = match &books {
-        Detected::Orders(books) => proof::run(local.runtime.clone(), api, injector, &options, books).await,
-        Detected::Customers(books) => proof::run(local.runtime.clone(), api, injector, &options, books).await,
-    };
+    let result = proof::run(local.runtime.clone(), api, injector, &options, &books, &outbox_table).await;
     running.stop(&local.runtime).await;
     let report = result?;
     if *json {

@@ -190,13 +190,24 @@ pub async fn wait_for_stop_signal() -> outbox_local::Result<()> {
     }
 }
 
-/// Stock for the sample SKUs (`books::orders::SAMPLE_SKUS`, 1,000 each) where the inventory table has
-/// none, so orders sent to `up` or `invoke` can be reserved. Existing stock is left alone.
+/// The seed items of the service's books file (`outbox-books.yaml` beside the template; the
+/// sample's: stock for its SKUs) whose key is not in their table yet, so requests sent to `up`
+/// or `invoke` find their reference data. Existing items are left alone; without a books file,
+/// nothing.
 pub async fn seed_sample_stock(runtime: &Runtime) {
-    match outbox_local::scenarios::books::orders::seed_stock(runtime, 1000).await {
-        Ok(seeded) if !seeded.is_empty() => eprintln!("seeded stock: 1000 units each of {}", seeded.join(", ")),
-        Ok(_) => {}
-        Err(e) => eprintln!("warning: could not seed sample stock: {e}"),
+    use outbox_local::scenarios::books::{self, Books};
+    let template = &runtime.stack.template.path;
+    if !books::path_for(template, None).exists() {
+        return;
+    }
+    let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
+    match Books::load(template, None) {
+        Ok(books) => match books.seed_missing(runtime, &dynamodb).await {
+            Ok(put) if !put.is_empty() => eprintln!("seeded from {}: {}", books.path.display(), put.join(", ")),
+            Ok(_) => {}
+            Err(e) => eprintln!("warning: could not seed from {}: {e}", books.path.display()),
+        },
+        Err(e) => eprintln!("warning: {e}"),
     }
 }
 

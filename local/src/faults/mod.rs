@@ -13,5 +13,5 @@ pub mod plan;
 pub mod proxy;
 pub mod ttl;
 
-pub use plan::{Fault, FaultKind, FaultPlan, TtlSweep};
+pub use plan::{Fault, FaultKind, FaultPlan, Roles, TtlSweep};
 pub use proxy::{Attached, Injected, Injector, ServiceHealth};

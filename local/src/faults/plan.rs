@@ -7,7 +7,7 @@
 //! [[fault]]
 //! kind = "error"                # error | put_events_entries | unprocessed_keys | latency | lost_answer | crash
 //! op = "dynamodb:TransactWriteItems"   # service:Operation, service:* or *
-//! function = "ReserveInventoryFunction" # only calls from this function (optional)
+//! function = "consumer"       # only calls from this function: a role or a logical id (optional)
 //! code = "ThrottlingException"  # for error / put_events_entries
 //! rate = 0.05                   # share of matching calls (entries) hit, 0..=1
 //! from_s = 10                   # outage window, seconds since the plan was armed (optional)
@@ -17,6 +17,11 @@
 //!
 //! Operations are named `service:Operation` as in IAM: `dynamodb`, `streams` (DynamoDB
 //! Streams), `events` (EventBridge), `sqs`.
+//!
+//! A fault's `function` is a function's logical id, or a role the service's books file resolves
+//! ([`Roles`], [`FaultPlan::resolve_roles`]): `producer`, `consumer` (each of the books'
+//! consumers) or `relay`; a TTL sweep's `table` may be the role `outbox` (the table whose stream
+//! the relay reads). The shipped plans name roles only, so they apply to any service.
 
 use std::path::Path;
 
@@ -111,7 +116,8 @@ pub struct Fault {
     /// `service:Operation`, `service:*` or `*`.
     #[serde(default = "any")]
     pub op: String,
-    /// Only calls of this function's instances (logical id); all when absent.
+    /// Only calls of this function's instances: a logical id, or a role (`producer`,
+    /// `consumer`, `relay`: [`FaultPlan::resolve_roles`]); all when absent.
     #[serde(default)]
     pub function: Option<String>,
     /// Error code ([`ErrorCode`] names; `error` and `put_events_entries`).
@@ -190,7 +196,7 @@ impl Fault {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TtlSweep {
-    /// The table's logical id, e.g. `OutboxTable`.
+    /// The table's logical id, e.g. `OutboxTable`, or the role `outbox`.
     pub table: String,
     /// Seconds added to the clock when deciding what expired.
     #[serde(default)]
@@ -309,6 +315,60 @@ impl FaultPlan {
     }
 }
 
+/// What the roles a plan may name stand for on a template: from the service's books file
+/// (`crate::scenarios::books::Books::roles`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Roles {
+    /// `producer`: the function that takes the requests.
+    pub producer: String,
+    /// `consumer`: each of the consumers whose inbox the proof checks.
+    pub consumers: Vec<String>,
+    /// `relay`: the function the outbox table's stream triggers (`None`: not known).
+    pub relay: Option<String>,
+    /// `outbox` (a TTL sweep's table): the table whose stream the relay reads.
+    pub outbox_table: Option<String>,
+    /// Why `relay` is not known, for the error.
+    pub why_no_relay: String,
+}
+
+/// The function roles a fault may name.
+pub const FUNCTION_ROLES: [&str; 3] = ["producer", "consumer", "relay"];
+
+impl FaultPlan {
+    /// Replaces the roles the plan names by what they stand for in `roles`: a fault of role
+    /// `consumer` becomes one fault per consumer (each with the fault's rate and limit); returns
+    /// one line per role resolved, for the report (`producer → CreateOrder…`).
+    ///
+    /// # Errors
+    /// A plan that names `relay` or the table `outbox` when the relay is not known.
+    pub fn resolve_roles(&mut self, roles: &Roles) -> Result<Vec<String>, String> {
+        let mut resolved = std::collections::BTreeMap::<String, usize>::new();
+        let mut faults = Vec::with_capacity(self.faults.len());
+        for fault in self.faults.drain(..) {
+            let targets: Vec<String> = match fault.function.as_deref() {
+                Some("producer") => vec![roles.producer.clone()],
+                Some("consumer") => roles.consumers.clone(),
+                Some("relay") => vec![roles.relay.clone().ok_or_else(|| format!("the plan names the role relay, but {}", roles.why_no_relay))?],
+                _ => {
+                    faults.push(fault);
+                    continue;
+                }
+            };
+            let role = fault.function.clone().unwrap_or_default();
+            *resolved.entry(format!("{role} → {}", targets.join(", "))).or_default() += 1;
+            faults.extend(targets.into_iter().map(|f| Fault { function: Some(f), ..fault.clone() }));
+        }
+        self.faults = faults;
+        for ttl in self.ttl.iter_mut().filter(|t| t.table == "outbox") {
+            let table =
+                roles.outbox_table.clone().ok_or_else(|| format!("the plan's TTL sweep names the table outbox, but {}", roles.why_no_relay))?;
+            *resolved.entry(format!("outbox → {table}")).or_default() += 1;
+            ttl.table = table;
+        }
+        Ok(resolved.into_iter().map(|(line, n)| format!("{line} ({n} in the plan)")).collect())
+    }
+}
+
 impl From<PlanError> for crate::Error {
     fn from(e: PlanError) -> Self {
         Self::Part(Box::new(e))
@@ -335,24 +395,47 @@ mod tests {
         assert_eq!(plan.ttl[0].every_s, 10.0);
     }
 
-    /// A fault for a function the template does not have would never apply (`proof` refuses it):
-    /// the shipped plans name the sample's functions by their current logical ids.
+    /// The shipped plans apply to any service: they name roles, never a service's function or
+    /// table.
     #[test]
-    fn the_shipped_plans_name_functions_and_tables_of_the_template() {
+    fn the_shipped_plans_name_roles_only() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let template = crate::template::Template::load(&dir.join("../template.yaml")).expect("the project's template loads");
-        let functions = template.function_ids();
-        for name in ["default", "ci", "outage", "consumer-outage"] {
+        for name in ["default", "ci", "outage", "outage-5min", "consumer-outage"] {
             let plan = FaultPlan::load(&dir.join(format!("faults/{name}.toml"))).expect("a shipped plan");
-            for f in plan.faults.iter().filter_map(|f| f.function.as_ref()) {
-                assert!(functions.contains(f), "{name}.toml names function {f}, not one of {functions:?}");
+            for f in plan.faults.iter().filter_map(|f| f.function.as_deref()) {
+                assert!(FUNCTION_ROLES.contains(&f), "{name}.toml names function {f}, not a role of {FUNCTION_ROLES:?}");
             }
-            let resolver = crate::template::Resolver::new("s", "us-east-1", "1");
-            let tables: Vec<String> = template.tables(&resolver).expect("the tables").into_iter().map(|t| t.logical_id).collect();
             for ttl in &plan.ttl {
-                assert!(tables.contains(&ttl.table), "{name}.toml sweeps table {}, not one of {tables:?}", ttl.table);
+                assert_eq!(ttl.table, "outbox", "{name}.toml sweeps table {}, not the role outbox", ttl.table);
             }
         }
+    }
+
+    #[test]
+    fn roles_resolve_to_the_books_functions_and_a_logical_id_stays() {
+        let mut plan = FaultPlan::parse(
+            "[[fault]]\nkind = \"crash\"\nfunction = \"consumer\"\nlimit = 2\n[[fault]]\nkind = \"lost_answer\"\nfunction = \"producer\"\n\
+             [[fault]]\nkind = \"lost_answer\"\nfunction = \"relay\"\n[[fault]]\nkind = \"lost_answer\"\nfunction = \"SomeFunction\"\n\
+             [[ttl]]\ntable = \"outbox\"\n",
+        )
+        .expect("a plan");
+        let roles = Roles {
+            producer: "P".into(),
+            consumers: vec!["C1".into(), "C2".into()],
+            relay: Some("R/RelayFunction".into()),
+            outbox_table: Some("Outbox".into()),
+            why_no_relay: String::new(),
+        };
+        let lines = plan.clone().resolve_roles(&roles).expect("resolves");
+        assert!(lines.contains(&"consumer → C1, C2 (1 in the plan)".to_owned()), "{lines:?}");
+        plan.resolve_roles(&roles).expect("resolves");
+        let functions: Vec<&str> = plan.faults.iter().filter_map(|f| f.function.as_deref()).collect();
+        assert_eq!(functions, ["C1", "C2", "P", "R/RelayFunction", "SomeFunction"]);
+        assert_eq!(plan.faults[1].limit, Some(2), "each copy keeps the fault's settings");
+        assert_eq!(plan.ttl[0].table, "Outbox");
+        let mut relayless = FaultPlan::parse("[[fault]]\nkind = \"lost_answer\"\nfunction = \"relay\"\n").expect("a plan");
+        let err = relayless.resolve_roles(&Roles { why_no_relay: "2 functions …".into(), ..Roles::default() }).expect_err("no relay");
+        assert!(err.contains("names the role relay, but 2 functions"), "{err}");
     }
 
     #[test]

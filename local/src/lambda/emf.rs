@@ -68,7 +68,7 @@ mod tests {
 
     #[test]
     fn a_metric_with_more_dimensions_is_also_named_with_their_values() {
-        let line = r#"{"_aws":{"Timestamp":1764547200000,"CloudWatchMetrics":[{"Namespace":"OutboxProducer","Dimensions":[["function","service"]],"Metrics":[{"Name":"AwsCallsFailed"}]}]},"function":"stack-CreateOrderFunction","service":"DynamoDB","RequestId":"r-1","AwsCallsFailed":2}"#;
+        let line = r#"{"_aws":{"Timestamp":1764547200000,"CloudWatchMetrics":[{"Namespace":"OutboxProducer","Dimensions":[["function","service"]],"Metrics":[{"Name":"AwsCallsFailed"}]}]},"function":"stack-ProducerFunction","service":"DynamoDB","RequestId":"r-1","AwsCallsFailed":2}"#;
         let values = parse(line).expect("an EMF document");
         assert_eq!(values, [("AwsCallsFailed".to_owned(), 2.0), ("AwsCallsFailed{service=DynamoDB}".to_owned(), 2.0)]);
     }

@@ -50,7 +50,7 @@ pub fn stage_figures(counts: &Counts) -> BTreeMap<String, BTreeMap<String, u64>>
         .collect()
 }
 
-/// One line per function: `CreateOrderFunction: 20 events written, 0 transactions cancelled`.
+/// One line per function: `ProducerFunction: 20 events written, 0 transactions cancelled`.
 pub fn format_stage_figures(figures: &BTreeMap<String, BTreeMap<String, u64>>) -> String {
     let mut out = String::new();
     for (function, metrics) in figures {
@@ -143,8 +143,8 @@ mod tests {
     fn counts(published: f64, applied: f64) -> Counts {
         let mut c = Counts::default();
         c.metrics.entry("OutboxRelayFunction".into()).or_default().insert("EventsPublished".into(), published);
-        c.metrics.entry("ReserveInventoryFunction".into()).or_default().insert("EventsApplied".into(), applied);
-        c.metrics.entry("ReserveInventoryFunction".into()).or_default().insert("ColdStart".into(), 1.0);
+        c.metrics.entry("ConsumerFunction".into()).or_default().insert("EventsApplied".into(), applied);
+        c.metrics.entry("ConsumerFunction".into()).or_default().insert("ColdStart".into(), 1.0);
         c
     }
 
@@ -152,9 +152,9 @@ mod tests {
     fn stage_figures_keep_the_pipeline_metrics_only() {
         let figures = stage_figures(&counts(30.0, 12.0));
         assert_eq!(figures["OutboxRelayFunction"]["EventsPublished"], 30);
-        assert_eq!(figures["ReserveInventoryFunction"].len(), 1, "ColdStart is not a stage figure: {figures:?}");
+        assert_eq!(figures["ConsumerFunction"].len(), 1, "ColdStart is not a stage figure: {figures:?}");
         let text = format_stage_figures(&figures);
-        assert!(text.contains("OutboxRelayFunction: 30 published") && text.contains("ReserveInventoryFunction: 12 applied"), "{text}");
+        assert!(text.contains("OutboxRelayFunction: 30 published") && text.contains("ConsumerFunction: 12 applied"), "{text}");
     }
 
     #[test]
@@ -162,7 +162,7 @@ mod tests {
         let line = status_line(&counts(10.0, 0.0), &counts(30.0, 0.0), 5.0, &[("consumer-dlq".into(), 2)], &[]);
         assert!(line.contains("4.0 events/s published (30 total)"), "{line}");
         let mut consumer = counts(30.0, 12.0);
-        let emf = consumer.metrics.entry("ReserveInventoryFunction".into()).or_default();
+        let emf = consumer.metrics.entry("ConsumerFunction".into()).or_default();
         emf.extend([("DuplicatesAbsorbed".to_owned(), 2.0), ("EventsParked".to_owned(), 1.0), ("EventsDeadLettered".to_owned(), 1.0)]);
         consumer.consumer_dead_lettered = 1;
         let outcomes = status_line(&counts(10.0, 0.0), &consumer, 5.0, &[], &[]);
@@ -188,7 +188,7 @@ mod tests {
         assert!(!line.contains("dynamodb"), "a healthy service is not listed: {line}");
         assert!(!line.contains("functions' failed"), "no function reported any: {line}");
         let mut now = counts(10.0, 0.0);
-        now.metrics.entry("ReserveInventoryFunction".into()).or_default().extend([
+        now.metrics.entry("ConsumerFunction".into()).or_default().extend([
             ("AwsCallsFailed".to_owned(), 7.0),
             ("AwsCallsFailed{service=DynamoDB}".to_owned(), 5.0),
             ("AwsCallsFailed{service=SQS}".to_owned(), 2.0),

@@ -20,11 +20,11 @@ use rand::{RngCore, SeedableRng};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+pub use super::sample::LARGE_SKU;
+use super::sample::{outbox_pk, Sample};
+use super::stock;
 use super::Say;
 use crate::runtime::Runtime;
-use crate::scenarios::books::orders::outbox_pk;
-pub use crate::scenarios::books::orders::LARGE_SKU;
-use crate::scenarios::books::stock;
 
 /// Size of the demo order's attachment, bytes: 1 MiB, well over the 400 KB an outbox item holds.
 pub const ATTACHMENT_BYTES: usize = 1024 * 1024;
@@ -133,14 +133,9 @@ fn attachment() -> String {
 /// A message when the order is refused, is not claim-checked (the producer has no
 /// `CLAIM_CHECK_BUCKET`), or does not take effect within `timeout`.
 pub(crate) async fn run(runtime: &Runtime, api: SocketAddr, say: &Say, timeout: Duration) -> crate::Result<LargeEvents> {
-    let env_of = |logical: &str| -> crate::Result<std::collections::HashMap<String, String>> {
-        let f = runtime.function(logical)?;
-        runtime.stack.environment(&f.spec).map_err(crate::Error::from)
-    };
-    let consumer_env = env_of("ReserveInventoryFunction")?;
-    let var = |name: &str| consumer_env.get(name).cloned().ok_or_else(|| crate::Error::invalid(format!("ReserveInventoryFunction has no {name}")));
-    let (inventory_table, outbox_table, inbox_table) = (var("INVENTORY_TABLE")?, var("OUTBOX_TABLE")?, var("INBOX_TABLE")?);
-    let (bus, _) = runtime.consumer_delivery("ReserveInventoryFunction")?;
+    let sample = Sample::of(runtime)?;
+    let (inventory_table, outbox_table, inbox_table) = (sample.var("INVENTORY_TABLE")?, sample.var("OUTBOX_TABLE")?, sample.var("INBOX_TABLE")?);
+    let (bus, _) = runtime.consumer_delivery(&sample.consumer)?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
     stock::put(&dynamodb, &inventory_table, LARGE_SKU, 10).await.map_err(crate::Error::other("seeding stock"))?;
 
@@ -201,7 +196,7 @@ async fn follow(
     let item = OutboxItem::from_item(serde_dynamo::Item::from(item)).map_err(crate::Error::other("the outbox item"))?;
     let reference = item.payload_ref.clone().ok_or_else(|| {
         crate::Error::invalid(
-            "the large order's outbox item carries its payload inline, not by claim check: is CLAIM_CHECK_BUCKET set on CreateOrderFunction?",
+            "the large order's outbox item carries its payload inline, not by claim check: is CLAIM_CHECK_BUCKET set on the order API's function?",
         )
     })?;
     let s3 = aws_sdk_s3::Client::new(&runtime.sdk);

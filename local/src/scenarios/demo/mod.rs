@@ -25,10 +25,12 @@
 
 mod inputs;
 pub mod large;
+pub mod sample;
+pub mod stock;
 pub mod subscriber;
 mod webhooks;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -42,10 +44,10 @@ use serde_json::{json, Value};
 
 use crate::dlq;
 use crate::runtime::Runtime;
-use crate::scenarios::books::orders::{order_event, outbox_pk, OrderBooks};
-pub use crate::scenarios::books::orders::{seed_stock, SAMPLE_SKUS, SCARCE_SKU};
 use crate::stats::{percentile, Counts};
 use crate::template::FunctionEvent;
+use sample::{order_event, outbox_pk};
+pub use sample::{Sample, SAMPLE_SKUS, SCARCE_SKU};
 
 pub use inputs::sample_orders;
 use inputs::{entry, put_event};
@@ -183,20 +185,15 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
     let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
     let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
     let events = aws_sdk_eventbridge::Client::new(&runtime.sdk);
-    let env_of = |logical: &str| -> crate::Result<HashMap<String, String>> {
-        let f = runtime.function(logical)?;
-        runtime.stack.environment(&f.spec).map_err(crate::Error::from)
-    };
-    let consumer_env = env_of("ReserveInventoryFunction")?;
-    let books = OrderBooks::of(&runtime)?;
-    let outbox_table =
-        consumer_env.get("OUTBOX_TABLE").cloned().ok_or_else(|| crate::Error::invalid("ReserveInventoryFunction has no OUTBOX_TABLE"))?;
+    // The sample's inventory consumer (another service's template stops here, saying so).
+    let books = Sample::of(&runtime)?;
+    let outbox_table = books.var("OUTBOX_TABLE")?;
     let consumer_dlq = runtime
         .stack
         .queue("ConsumerKit/ConsumerDeadLetterQueue")
         .cloned()
         .ok_or_else(|| crate::Error::invalid("the template has no ConsumerKit/ConsumerDeadLetterQueue"))?;
-    let (bus, _) = runtime.consumer_delivery("ReserveInventoryFunction")?;
+    let (bus, _) = runtime.consumer_delivery(&books.consumer)?;
     // The books need every order's deliveries (bounded by the orders the demo commits).
     runtime.stats.record_every_event();
     // Webhook subscribers and the partner, registered before any event can reach them.
@@ -390,7 +387,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
     );
     put_event(&events, entry(&bus, "OrderCancelled", &gap)).await?;
     dlq::wait_for_depth(&sqs, &consumer_dlq, 1, options.timeout).await.map_err(crate::Error::Operator)?;
-    let inbox_table = consumer_env.get("INBOX_TABLE").cloned().ok_or_else(|| crate::Error::invalid("ReserveInventoryFunction has no INBOX_TABLE"))?;
+    let inbox_table = books.var("INBOX_TABLE")?;
     let parked_gap = {
         let started = std::time::Instant::now();
         loop {

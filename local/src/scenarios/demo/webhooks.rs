@@ -30,7 +30,7 @@ use crate::stack::QueueInfo;
 pub const PARTNER: &str = "acme-payments";
 /// The event type the demo's subscribers subscribe to (produced by the partner's payment).
 pub const EVENT_TYPE: &str = "OrderPaid";
-/// Inbox consumer name of `PartnerWebhookFunction` (`orders_app::partner::CONSUMER`).
+/// Inbox consumer name of the sample's partner webhook receiver (`orders_app::partner::CONSUMER`).
 const PARTNER_CONSUMER: &str = "partner-webhooks";
 
 /// The demo subscribers: id and scripted answers.
@@ -92,17 +92,16 @@ async fn put_secret(client: &aws_sdk_secretsmanager::Client, name: &str, value: 
 
 impl Webhooks {
     /// Starts the subscriber server and registers the subscribers and the partner; `None` when
-    /// the template has no `Webhooks/WebhookDispatcherFunction` and `PartnerWebhookFunction`.
+    /// the template has no webhook dispatcher (a function with `WEBHOOK_SUBSCRIBERS_TABLE`) and
+    /// partner webhook receiver (one with `PARTNER_SECRETS_ID`).
     ///
     /// # Errors
     /// A message saying which step failed.
     pub(crate) async fn set_up(runtime: &Runtime) -> crate::Result<Option<Self>> {
-        let (Ok(dispatcher), Ok(partner)) = (runtime.function("Webhooks/WebhookDispatcherFunction"), runtime.function("PartnerWebhookFunction"))
-        else {
+        let with = |vars: &[&str]| super::sample::function_with(runtime, vars);
+        let (Some((_, dispatcher_env)), Some((_, partner_env))) = (with(&["WEBHOOK_SUBSCRIBERS_TABLE"])?, with(&["PARTNER_SECRETS_ID"])?) else {
             return Ok(None);
         };
-        let env = |f: &crate::lambda::function::LocalFunction| runtime.stack.environment(&f.spec).map_err(crate::Error::from);
-        let (dispatcher_env, partner_env) = (env(&dispatcher)?, env(&partner)?);
         let var = |env: &HashMap<String, String>, name: &str| {
             env.get(name).cloned().ok_or_else(|| crate::Error::invalid(format!("no {name} in the webhook functions' environment")))
         };

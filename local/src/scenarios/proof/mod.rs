@@ -1,16 +1,16 @@
 //! `proof`: the pipeline under a fault plan, judged from the tables and queues. What the requests
-//! are and what "took effect exactly once" means is the service's, behind
-//! [`SampleBooks`]: the order sample's (below) or
-//! `examples/my-service`'s (customers welcomed once).
+//! are and what "took effect exactly once" means is the service's, from its books file
+//! ([`Books`]: `outbox-books.yaml` beside the template); the rest holds for every template.
 //!
-//! 1. the books' seed (stock for the sample SKUs); an archive rule on the bus (every event, to a
-//!    queue of its own) records what was published;
-//! 2. `--orders N` requests (orders through the HTTP API, each with an `Idempotency-Key`, retried
-//!    on 5xx, 408, 429 and transport errors as a careful client does; or direct invocations of
-//!    the producer), then the undoing request (a cancellation) of every `--cancel-every`-th
-//!    request answered for (once the requests went quiet when the plan says
-//!    `cancel_after_quiet = true`); with `--hot-aggregate N`, N events of one aggregate put on
-//!    the bus shuffled (the module `hot`);
+//! 1. the books' seed items; an archive rule on the bus (every event, to a queue of its own)
+//!    records what was published;
+//! 2. `--orders N` requests as the books say (HTTP `POST`s through the local HTTP API, each with
+//!    an `Idempotency-Key`, retried on 5xx, 408, 429 and transport errors as a careful client
+//!    does; or direct invocations of a function, retried while it answers with an error), then
+//!    the books' undoing request of every `--cancel-every`-th accepted one (default: the books'
+//!    `undo.every`; once the requests went quiet when the plan says `cancel_after_quiet = true`);
+//!    with `--hot-aggregate N`, the books' N events of one aggregate put on the bus shuffled
+//!    (the module `hot`);
 //! 3. waits until quiet: no function made an AWS call for `--quiet` seconds;
 //! 4. reads the dead-letter queues (each message's reason) and asks `dlq redrive --dry-run`
 //!    what it would do; when the plan says `redrive = true` (and not `--no-redrive`), redrives
@@ -18,20 +18,23 @@
 //! 5. checks the invariants from the tables, the outbox stream and the queues — never from its
 //!    own counters — and prints the faults injected and each invariant, held or broken.
 //!
-//! The invariants:
-//! * **exactly once**: every order of the orders table has one reservation in the inventory
-//!   table, in the state its order's status implies; per SKU, `reserved` equals the units of
-//!   the reservations in state `RESERVED`, and `available + reserved` equals the stock seeded
-//!   (an effect applied twice or lost breaks the sums); every order the API answered 201 for is
-//!   in the table;
-//! * **no effect without an order**: no reservation without its order;
+//! The service's invariants (the books file, [`crate::scenarios::books::check`]):
+//! * **exactly once**: every accepted request (and every one the origin effect, the producer's
+//!   own record, holds) left each effect of the books: as many items as the file says, with the
+//!   attribute values it says, in the state its undo implies;
+//! * **no effect without its request**: no item of an effect for an id no request committed;
+//! * **the balances**: per group, a sum of number attributes equals what was seeded or what the
+//!   parts add up to (an effect applied twice or lost breaks it even when each item looks right).
+//!
+//! The generic invariants (from the outbox, the stream, the bus and the inboxes):
 //! * **published at least once**: every event the outbox stream carried (`INSERT` records)
 //!   reached the bus (the archive queue);
 //! * **dead letters explained**: every dead-lettered message has a reason, and the redrive
 //!   would re-publish it or says why not;
-//! * **nothing missing**: every event the consumer subscribes to that the stream carried has a
-//!   row in the consumer's inbox (claimed with its effect, or `COMPLETED`; a parked event is not
-//!   applied); without a redrive, only events dead-lettered with a permanent cause are excused;
+//! * **nothing missing**: every event a consumer of the books subscribes to that the stream
+//!   carried has a row in that consumer's inbox (claimed with its effect, or `COMPLETED`; a
+//!   parked event is not applied); without a redrive, only events dead-lettered with a permanent
+//!   cause are excused;
 //! * **parked rows counted exactly**: every ordering row's `parked_count` equals the parked rows
 //!   of its aggregate (what lets an ordered event's commit prove that nothing is parked);
 //! * **dead letters hold only what can never succeed** (without a redrive): no dead letter whose
@@ -51,7 +54,7 @@ use crate::dlq;
 use crate::faults::{Injected, Injector};
 use crate::runtime::Runtime;
 pub use crate::scenarios::books::Invariant;
-use crate::scenarios::books::{Request, SampleBooks};
+use crate::scenarios::books::{env_var, Books, Ledger, Request};
 use crate::scenarios::demo::Say;
 use crate::stack::QueueInfo;
 
@@ -63,15 +66,13 @@ use crate::scenarios::books::{scan, text};
 use reads::{archive, drain_archive, send, stream_events};
 pub use report::format_report;
 
-pub use crate::scenarios::books::orders::STOCK;
-
 /// Proof settings.
 #[derive(Debug, Clone)]
 pub struct ProofOptions {
     /// Orders sent.
     pub orders: usize,
-    /// Cancel every n-th order the API answered for (0: none).
-    pub cancel_every: usize,
+    /// Undo every n-th accepted request (0: none); `None`: as the books say (`undo.every`).
+    pub cancel_every: Option<usize>,
     /// Requests in flight at once.
     pub concurrency: usize,
     /// Print only the JSON report.
@@ -90,18 +91,20 @@ pub struct ProofOptions {
 /// The proof's figures (`proof --json`).
 #[derive(Debug, Clone, Serialize)]
 pub struct ProofReport {
-    /// What the requests create, as the service's books name it (`orders`, `customers`): the
-    /// `orders_*` figures count these.
-    pub books: &'static str,
+    /// What the requests create, as the service's books file names it (`orders`, `customers`):
+    /// the `orders_*` figures count these.
+    pub books: String,
+    /// The books file read.
+    pub books_file: String,
     /// Orders sent to the API.
     pub orders_sent: usize,
     /// Orders the API answered 2xx for.
     pub orders_answered: usize,
-    /// Orders in the orders table.
+    /// Requests committed: accepted, or found in the books' origin effect.
     pub orders_committed: usize,
-    /// Cancellations sent.
+    /// Undoing requests sent (cancellations).
     pub cancellations_sent: usize,
-    /// Orders with status `CANCELLED` in the table.
+    /// Committed requests undone, as the tables show.
     pub orders_cancelled: usize,
     /// Requests that never got a 2xx answer after the client's retries.
     pub requests_failed: usize,
@@ -140,36 +143,48 @@ pub struct ProofReport {
     pub ok: bool,
 }
 
+/// One consumer the proof checks: its inbox and what is delivered to it.
+struct ConsumerNames {
+    logical_id: String,
+    /// Its `INBOX_TABLE`.
+    inbox: String,
+    /// Its `CONSUMER_NAME`, the prefix of its inbox rows (`None`: every row of the table).
+    inbox_consumer: Option<String>,
+    /// The `detail-type`s delivered to it.
+    types: Vec<String>,
+}
+
 /// The tables and queues the proof reads.
 struct Names {
-    inbox: String,
+    consumers: Vec<ConsumerNames>,
     outbox_stream: String,
     bus: String,
     dead_letter_queues: Vec<QueueInfo>,
-    consumer_types: Vec<String>,
 }
 
-fn names(runtime: &Runtime, consumer: &str) -> crate::Result<Names> {
-    let env_of = |logical: &str| -> crate::Result<HashMap<String, String>> {
-        let f = runtime.function(logical)?;
-        runtime.stack.environment(&f.spec).map_err(crate::Error::from)
-    };
-    let consumer_env = env_of(consumer)?;
-    let get = |env: &HashMap<String, String>, k: &str| {
-        env.get(k).cloned().ok_or_else(|| crate::Error::invalid(format!("no {k} in the function's environment")))
-    };
-    let (bus, consumer_types) = runtime.consumer_delivery(consumer)?;
+fn names(runtime: &Runtime, consumers: &[String], outbox_table: &str) -> crate::Result<Names> {
+    let mut named = Vec::new();
+    let mut bus = None;
+    for consumer in consumers {
+        let (its_bus, types) = runtime.consumer_delivery(consumer)?;
+        bus.get_or_insert(its_bus);
+        named.push(ConsumerNames {
+            logical_id: consumer.clone(),
+            inbox: env_var(runtime, consumer, "INBOX_TABLE")?,
+            inbox_consumer: env_var(runtime, consumer, "CONSUMER_NAME").ok(),
+            types,
+        });
+    }
     Ok(Names {
-        inbox: get(&consumer_env, "INBOX_TABLE")?,
+        consumers: named,
         outbox_stream: runtime
             .stack
             .stream_arns
-            .get("OutboxTable")
+            .get(outbox_table)
             .cloned()
-            .ok_or_else(|| crate::Error::invalid("the template's OutboxTable has no stream"))?,
-        bus,
+            .ok_or_else(|| crate::Error::invalid(format!("the template's {outbox_table} (the relay's outbox table) has no stream")))?,
+        bus: bus.ok_or_else(|| crate::Error::invalid("the books name no consumer"))?,
         dead_letter_queues: runtime.stack.queues.iter().filter(|q| q.logical_id.contains("DeadLetter")).cloned().collect(),
-        consumer_types,
     })
 }
 
@@ -199,35 +214,37 @@ async fn wait_quiet(injector: &Injector, options: &ProofOptions, say: &Say, stag
 }
 
 /// Runs the proof against a runtime whose pipelines and HTTP API (at `api`) run with
-/// `injector` between the functions and the emulator.
+/// `injector` between the functions and the emulator; `books`: the service's books file,
+/// `outbox_table`: the logical id of the table whose stream the relay reads.
 ///
 /// # Errors
 /// A message when the stack cannot be read or set up (not when an invariant breaks: that is in
 /// the report).
-pub async fn run<B: SampleBooks>(
+pub async fn run(
     runtime: Arc<Runtime>,
     api: SocketAddr,
     injector: Arc<Injector>,
     options: &ProofOptions,
-    books: &B,
+    books: &Books,
+    outbox_table: &str,
 ) -> crate::Result<ProofReport> {
     use std::io::IsTerminal;
     let say = Say { quiet: options.json, terminal: std::io::stderr().is_terminal(), last: Default::default() };
-    let names = names(&runtime, books.consumer())?;
+    let names = names(&runtime, books.consumers(), outbox_table)?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
     let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
     let events = aws_sdk_eventbridge::Client::new(&runtime.sdk);
     let hot = match options.hot_aggregate {
-        Some(n) => Some(books.hot_aggregate(n).ok_or_else(|| {
-            crate::Error::invalid(format!(
-                "--hot-aggregate: the {} books' consumer ({}) is not ordered; the scenario needs one",
-                books.name(),
-                books.consumer()
-            ))
-        })?),
+        Some(n) => {
+            let consumer = books.hot_consumer().ok_or_else(|| books.no_hot_aggregate())?;
+            let inbox_consumer = env_var(&runtime, consumer, "CONSUMER_NAME").map_err(|e| {
+                crate::Error::invalid(format!("--hot-aggregate: the ordered consumer's inbox rows are named by its CONSUMER_NAME: {e}"))
+            })?;
+            Some(books.hot_aggregate(n, &inbox_consumer)?)
+        }
         None => None,
     };
-    books.seed(&dynamodb).await?;
+    books.seed(&runtime, &dynamodb).await?;
     let archive_url = archive(&runtime, &names.bus).await?;
     let (stop_archive, archive_stopped) = tokio::sync::watch::channel(false);
     let archived = tokio::spawn(drain_archive(sqs.clone(), archive_url, archive_stopped));
@@ -261,11 +278,13 @@ pub async fn run<B: SampleBooks>(
     while let Some(joined) = tasks.join_next().await {
         done += 1;
         match joined {
-            Ok((i, Some((true, answer)))) => answered.push((i, books.accepted(&answer).unwrap_or_default())),
-            Ok((i, answer)) => {
-                failed += 1;
-                tracing::warn!(request = i, answer = ?answer, "proof: the request was not accepted");
-            }
+            Ok((i, answer)) => match answer.as_ref().and_then(|a| books.accepted(a)) {
+                Some(id) => answered.push((i, id)),
+                None => {
+                    failed += 1;
+                    tracing::warn!(request = i, answer = ?answer, "proof: the request was not accepted");
+                }
+            },
             Err(e) => return Err(crate::Error::expectation(format!("a request task failed: {e}"))),
         }
         say.progress(format!(
@@ -281,24 +300,31 @@ pub async fn run<B: SampleBooks>(
         say.end_progress();
         wait_quiet(&injector, options, &say, "requests sent, undoing ones held back").await;
     }
-    let to_cancel: Vec<Request> = if options.cancel_every == 0 {
-        Vec::new()
-    } else {
-        answered.iter().step_by(options.cancel_every).filter_map(|(_, id)| books.undo(id)).collect()
-    };
-    for (n, request) in to_cancel.iter().enumerate() {
-        let (runtime, client, permits, request) = (runtime.clone(), client.clone(), permits.clone(), request.clone());
-        tasks.spawn(async move {
+    let every = options.cancel_every.or(books.undo_every()).unwrap_or(0);
+    let to_cancel: Vec<(String, Request)> =
+        if every == 0 { Vec::new() } else { answered.iter().step_by(every).filter_map(|(_, id)| Some((id.clone(), books.undo(id)?))).collect() };
+    let mut undo_tasks = tokio::task::JoinSet::new();
+    for (id, request) in &to_cancel {
+        let (runtime, client, permits, request, id) = (runtime.clone(), client.clone(), permits.clone(), request.clone(), id.clone());
+        undo_tasks.spawn(async move {
             let _permit = permits.acquire().await;
-            (n, send(&runtime, &client, api, &request, None).await)
+            (id, send(&runtime, &client, api, &request, None).await)
         });
     }
     let mut done = 0;
-    while let Some(joined) = tasks.join_next().await {
+    let mut undo = HashMap::new();
+    while let Some(joined) = undo_tasks.join_next().await {
         done += 1;
-        // A 409 after a lost answer is a cancellation that committed: the tables judge.
-        if let Ok((_, None)) = joined {
-            failed += 1;
+        // Any final answer counts as sent: a 409 after a lost answer is an undo that committed,
+        // and the tables judge. Without one, either state is right.
+        match joined {
+            Ok((id, answer)) => {
+                if answer.is_none() {
+                    failed += 1;
+                }
+                undo.insert(id, answer.is_some());
+            }
+            Err(e) => return Err(crate::Error::expectation(format!("an undoing request's task failed: {e}"))),
         }
         say.progress(format!("undoing {done}/{}", to_cancel.len()));
     }
@@ -354,11 +380,24 @@ pub async fn run<B: SampleBooks>(
     let _ = stop_archive.send(true);
     let published = archived.await.map_err(crate::Error::other("reading the archive queue"))??;
     let carried = stream_events(&runtime, &names.outbox_stream).await?;
-    let checked = books.check(&dynamodb, &answered.iter().map(|(_, id)| id.clone()).collect::<Vec<_>>()).await?;
+    let ledger =
+        Ledger { accepted: answered.iter().map(|(_, id)| id.clone()).collect(), undo, excused: hot.iter().map(|h| h.aggregate_id.clone()).collect() };
+    let checked = books.check(&runtime, &dynamodb, &ledger).await?;
     let mut invariants = checked.invariants;
-    let inbox = scan(&dynamodb, &names.inbox, &["pk", "event_id", "status", "kind", outbox::inbox::PARKED_COUNT]).await?;
+    // Each inbox table once (consumers may share one).
+    let mut inboxes: BTreeMap<&str, Vec<HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>> = BTreeMap::new();
+    for c in &names.consumers {
+        if !inboxes.contains_key(c.inbox.as_str()) {
+            inboxes.insert(&c.inbox, scan(&dynamodb, &c.inbox, &["pk", "event_id", "status", "kind", outbox::inbox::PARKED_COUNT]).await?);
+        }
+    }
     if let Some(hot) = &hot {
-        invariants.push(hot::verdict(&dynamodb, &names.inbox, hot, &dead).await?);
+        let table = names.consumers.iter().find(|c| c.logical_id == hot.consumer).map(|c| c.inbox.clone());
+        let table = match table {
+            Some(t) => t,
+            None => env_var(&runtime, &hot.consumer, "INBOX_TABLE")?,
+        };
+        invariants.push(hot::verdict(&dynamodb, &table, hot, &dead).await?);
     }
     say.end_progress();
 
@@ -366,7 +405,7 @@ pub async fn run<B: SampleBooks>(
     let carried_ids: HashSet<&str> = carried.iter().map(|(id, _)| id.as_str()).collect();
     let unpublished: Vec<String> = carried_ids.iter().filter(|id| !published.contains(**id)).map(|id| (*id).to_owned()).collect();
     invariants.push(Invariant {
-        name: "every event the stream carried was published at least once",
+        name: "every event the stream carried was published at least once".into(),
         held: unpublished.is_empty(),
         detail: format!(
             "{} events carried, {} reached the bus; {} never published [{}]",
@@ -377,19 +416,14 @@ pub async fn run<B: SampleBooks>(
         ),
     });
     invariants.push(Invariant {
-        name: "every dead letter has a reason and is redrivable or says why not",
+        name: "every dead letter has a reason and is redrivable or says why not".into(),
         held: unexplained.is_empty(),
         detail: format!("{} dead-lettered, {} unexplained [{}]", dead.len(), unexplained.len(), first(&unexplained)),
     });
-    // A row per event: claimed in the effect's own transaction (no status), or COMPLETED.
-    // Parked rows (an event waiting for its predecessor) are not claims.
-    let completed: HashSet<String> = inbox
-        .iter()
-        .filter(|i| !text(i, "event_id").is_empty() && text(i, "kind") != outbox::inbox::PARKED_KIND)
-        .filter(|i| matches!(text(i, "status").as_str(), "" | "COMPLETED"))
-        .map(|i| text(i, "event_id"))
-        .collect();
-    let parked: Vec<String> = inbox.iter().filter(|i| text(i, "kind") == outbox::inbox::PARKED_KIND).map(|i| text(i, "event_id")).collect();
+    // A row per event and consumer: claimed in the effect's own transaction (no status), or
+    // COMPLETED. Parked rows (an event waiting for its predecessor) are not claims.
+    let all_rows = || inboxes.values().flatten();
+    let parked: Vec<String> = all_rows().filter(|i| text(i, "kind") == outbox::inbox::PARKED_KIND).map(|i| text(i, "event_id")).collect();
     // The ordering rows' counts of parked rows (what lets an ordered event's commit prove that
     // nothing is parked and skip its reads) equal the parked rows of their aggregate, whatever
     // was lost, retried or crashed on the way: a count below the rows would let a commit skip
@@ -397,14 +431,13 @@ pub async fn run<B: SampleBooks>(
     // Parked rows by aggregate, `<consumer>#parked#<type>#<id>` (their key less `#<waits_for>`):
     // one pass, so the verdict stays linear in the table at 10,000 orders.
     let mut parked_by_aggregate: HashMap<String, i64> = HashMap::new();
-    for row in &inbox {
+    for row in all_rows() {
         let pk = text(row, "pk");
         if let Some((aggregate, _waits_for)) = pk.contains("#parked#").then(|| pk.rsplit_once('#')).flatten() {
             *parked_by_aggregate.entry(aggregate.to_owned()).or_default() += 1;
         }
     }
-    let miscounted: Vec<String> = inbox
-        .iter()
+    let miscounted: Vec<String> = all_rows()
         .filter_map(|row| {
             let pk = text(row, "pk");
             let (consumer, aggregate) = pk.split_once("#aggregate#")?;
@@ -414,11 +447,11 @@ pub async fn run<B: SampleBooks>(
         })
         .collect();
     invariants.push(Invariant {
-        name: "every ordering row counts exactly the parked rows of its aggregate",
+        name: "every ordering row counts exactly the parked rows of its aggregate".into(),
         held: miscounted.is_empty(),
         detail: format!(
             "{} ordering rows, {} miscounted [{}]",
-            inbox.iter().filter(|r| text(r, "pk").contains("#aggregate#")).count(),
+            all_rows().filter(|r| text(r, "pk").contains("#aggregate#")).count(),
             miscounted.len(),
             first(&miscounted)
         ),
@@ -427,17 +460,35 @@ pub async fn run<B: SampleBooks>(
     // are the only ones allowed to be missing.
     let never: HashSet<String> =
         if injector.plan().redrive { HashSet::new() } else { dead.iter().filter(|m| m.permanent).filter_map(|m| m.event_id.clone()).collect() };
-    let missing: Vec<String> = carried
-        .iter()
-        .filter(|(id, kind)| names.consumer_types.contains(kind) && !completed.contains(id) && !never.contains(id))
-        .map(|(id, kind)| format!("{kind} {id}"))
-        .collect();
-    let subscribed = carried.iter().filter(|(_, kind)| names.consumer_types.contains(kind)).count();
+    let mut missing = Vec::new();
+    let mut subscribed = 0;
+    for c in &names.consumers {
+        let prefix = c.inbox_consumer.as_ref().map(|n| format!("{n}#"));
+        let completed: HashSet<String> = inboxes
+            .get(c.inbox.as_str())
+            .into_iter()
+            .flatten()
+            .filter(|i| prefix.as_ref().is_none_or(|p| text(i, "pk").starts_with(p.as_str())))
+            .filter(|i| !text(i, "event_id").is_empty() && text(i, "kind") != outbox::inbox::PARKED_KIND)
+            .filter(|i| matches!(text(i, "status").as_str(), "" | "COMPLETED"))
+            .map(|i| text(i, "event_id"))
+            .collect();
+        let theirs: Vec<&(String, String)> = carried.iter().filter(|(_, kind)| c.types.contains(kind)).collect();
+        subscribed += theirs.len();
+        missing.extend(
+            theirs
+                .into_iter()
+                .filter(|(id, _)| !completed.contains(id) && !never.contains(id))
+                .map(|(id, kind)| format!("{} {kind} {id}", c.logical_id)),
+        );
+    }
+    let consumers: Vec<&str> = names.consumers.iter().map(|c| c.logical_id.as_str()).collect();
     invariants.push(Invariant {
-        name: if injector.plan().redrive { "nothing missing after the redrive" } else { "nothing missing without an operator (no redrive)" },
+        name: if injector.plan().redrive { "nothing missing after the redrive" } else { "nothing missing without an operator (no redrive)" }.into(),
         held: missing.is_empty(),
         detail: format!(
-            "{subscribed} events for the consumer, {} not applied [{}] ({} never-succeeding excused), {} still parked [{}]; {left} dead letters left",
+            "{subscribed} events for the consumers ({}), {} not applied [{}] ({} never-succeeding excused), {} still parked [{}]; {left} dead letters left",
+            consumers.join(", "),
             missing.len(),
             first(&missing),
             never.len(),
@@ -450,20 +501,21 @@ pub async fn run<B: SampleBooks>(
         let transient: Vec<String> =
             dead.iter().filter(|m| !m.permanent).map(|m| format!("{} ({})", m.event_id.as_deref().unwrap_or(&m.message_id), m.cause)).collect();
         invariants.push(Invariant {
-            name: "dead letters hold only what can never succeed",
+            name: "dead letters hold only what can never succeed".into(),
             held: transient.is_empty(),
             detail: format!("{} dead-lettered, {} with a cause that may pass [{}]", dead.len(), transient.len(), first(&transient)),
         });
     }
     invariants.push(Invariant {
-        name: "the pipeline went quiet",
+        name: "the pipeline went quiet".into(),
         held: quiet && quiet_after_redrive,
         detail: format!("no AWS call for {} s within {} s", options.quiet.as_secs(), options.timeout.as_secs()),
     });
 
     let ok = invariants.iter().all(|i| i.held);
     Ok(ProofReport {
-        books: books.name(),
+        books: books.name().to_owned(),
+        books_file: books.path.display().to_string(),
         orders_sent: options.orders,
         orders_answered: answered.len(),
         orders_committed: checked.committed,
@@ -508,7 +560,8 @@ mod tests {
         let mut stages = BTreeMap::new();
         stages.insert("OutboxRelayFunction".to_owned(), BTreeMap::from([("EventsPublished".to_owned(), 250), ("PutEventsCalls".to_owned(), 43)]));
         ProofReport {
-            books: "orders",
+            books: "orders".into(),
+            books_file: "outbox-books.yaml".into(),
             orders_sent: 100,
             orders_answered: 100,
             orders_committed: 100,
@@ -528,7 +581,7 @@ mod tests {
             peak_rss_mb: Some(45.2),
             emulator_peak_rss_mb: Some(104.9),
             stages,
-            invariants: vec![Invariant { name: "the pipeline went quiet", held: true, detail: "no AWS call for 8 s".into() }],
+            invariants: vec![Invariant { name: "the pipeline went quiet".into(), held: true, detail: "no AWS call for 8 s".into() }],
             ok: true,
         }
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::runtime::Runtime;
-use crate::scenarios::books::Request;
+use crate::scenarios::books::{Answer, Request};
 
 pub(super) fn sdk_error(action: &str, e: impl std::error::Error + Send + Sync + 'static) -> crate::Error {
     crate::Error::aws(action)(e)
@@ -140,16 +140,14 @@ pub(super) async fn send_retrying(attempt: impl Fn() -> reqwest::RequestBuilder)
 
 /// Sends `request` until a final answer, as a careful client does: an HTTP `POST` through the API
 /// at `api` (with `idempotency_key` when given; see [`send_retrying`]), or a direct invocation
-/// retried while the function answers with an error. `Some((accepted, answer))`: whether the
-/// answer is a success (2xx, or the function's response) and its JSON (for an HTTP error, its
-/// status and body); `None` when every attempt failed.
+/// retried while the function answers with an error. `None` when every attempt failed.
 pub(super) async fn send(
     runtime: &Runtime,
     client: &reqwest::Client,
     api: std::net::SocketAddr,
     request: &Request,
     idempotency_key: Option<&str>,
-) -> Option<(bool, Value)> {
+) -> Option<Answer> {
     match request {
         Request::Post { path, body } => {
             let url = format!("http://{api}{path}");
@@ -161,20 +159,18 @@ pub(super) async fn send(
                 }
             };
             let (status, text) = send_retrying(attempt).await?;
-            if (200..300).contains(&status) {
-                Some((true, serde_json::from_str(&text).unwrap_or(Value::Null)))
-            } else {
-                Some((false, json!({"status": status, "body": text})))
-            }
+            let ok = (200..300).contains(&status);
+            let body = serde_json::from_str(&text).unwrap_or_else(|_| if ok { Value::Null } else { json!({"status": status, "body": text}) });
+            Some(Answer { status: Some(status), ok, body })
         }
         Request::Invoke { function, payload } => {
             let function = match runtime.function(function) {
                 Ok(f) => f,
-                Err(e) => return Some((false, json!({"error": e.to_string()}))),
+                Err(e) => return Some(Answer { status: None, ok: false, body: json!({"error": e.to_string()}) }),
             };
             for n in 1..=8u64 {
                 match function.invoke(payload).await.result {
-                    Ok(answer) => return Some((true, answer)),
+                    Ok(answer) => return Some(Answer { status: None, ok: true, body: answer }),
                     Err(e) => tracing::debug!(error = ?e, "proof: the invocation failed"),
                 }
                 tokio::time::sleep(Duration::from_millis(100 * n * n)).await;
