@@ -19,7 +19,9 @@
 //!   around the handler calls only; the emulator is another process, so its CPU is not in it;
 //! * AWS calls per event by operation, counted by an HTTP client wrapped around the SDK's
 //!   default one (by the `X-Amz-Target` header of each request, retries included);
-//! * handler CPU per AWS call.
+//! * handler CPU per AWS call, and its ratio to a reference measured in the same run, before and
+//!   after the workload ([`reference`]: SHA-256 over a fixed buffer; absolute CPU figures move
+//!   2–3× between days on a shared machine, the ratio much less).
 //!
 //! With `--bootstrap DIR` (the output of `cargo lambda build --release`: `DIR/<binary>/bootstrap`)
 //! it also starts the relay's bootstrap binary the way Lambda does, through a Lambda Runtime API
@@ -40,7 +42,7 @@
 //! default the template's) change the batch's shape. `--process-consumer PROGRAM` (the inventory
 //! consumer's release binary, `target/release/reserve-inventory`) does the same for the consumer:
 //! its CPU per `TransactWriteItems` and log bytes per event ([`whole_process`]). No emulator is
-//! started in either.
+//! started in either. Each CPU figure is printed with its ratio to the [`reference`] too.
 //!
 //! `--flavor current|multi` picks the tokio runtime the handlers run on (default `current`, the
 //! relay's and the consumer's `#[tokio::main(flavor = "current_thread")]`).
@@ -75,6 +77,12 @@ use whole_process::child_figures;
 // Not benches/whole_process.rs: cargo would take that file for a benchmark of its own.
 #[path = "functions/whole_process.rs"]
 mod whole_process;
+
+// Every CPU figure's ratio to a fixed workload measured in the same run.
+#[path = "functions/reference.rs"]
+mod reference;
+
+use reference::Reference;
 
 const EVENTS: usize = 1000;
 const RELAY_BATCH: usize = 100;
@@ -191,17 +199,18 @@ impl Figures {
         self.calls = calls;
     }
 
-    fn print(&mut self, label: &str) {
+    fn print(&mut self, label: &str, reference: &Reference) {
         self.cpu_ms.sort_by(f64::total_cmp);
         let (min, med, max) = (self.cpu_ms[0], self.cpu_ms[self.cpu_ms.len() / 2], self.cpu_ms[self.cpu_ms.len() - 1]);
         let per_call = |ms: f64| ms / self.total_calls.max(1) as f64;
         let calls: Vec<String> = self.calls.iter().map(|(op, n)| format!("{op} {:.3}", *n as f64 / EVENTS as f64)).collect();
         println!(
-            "| {label} | {med:.1} ({min:.1} / {max:.1}) | {} | {:.3} ({:.3} / {:.3}) |",
+            "| {label} | {med:.1} ({min:.1} / {max:.1}) | {} | {:.3} ({:.3} / {:.3}) | {:.3} |",
             calls.join(", "),
             per_call(med),
             per_call(min),
-            per_call(max)
+            per_call(max),
+            reference.ratio(per_call(med))
         );
     }
 }
@@ -289,9 +298,11 @@ async fn bench(args: Args) {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         endpoint
     );
-    println!("\n| workload | handler CPU ms per 1,000 events: median (min / max) | AWS calls per event | handler CPU ms per AWS call: median (min / max) |");
-    println!("|---|---|---|---|");
+    println!("\n| workload | handler CPU ms per 1,000 events: median (min / max) | AWS calls per event | handler CPU ms per AWS call: median (min / max) | median ÷ ref |");
+    println!("|---|---|---|---|---|");
 
+    // Each workload's reference, printed after the table.
+    let mut references: Vec<String> = Vec::new();
     let wanted = |name: &str| args.only.as_deref().is_none_or(|o| name.contains(o));
     let (_, relay_env) = env_of(RELAY);
     let relay = RelayFunction::from_env(&sdk, &Env::from_map(relay_env)).unwrap_or_else(|e| panic!("the relay's configuration: {e}"));
@@ -303,6 +314,7 @@ async fn bench(args: Args) {
         let warm = LambdaEvent::new(stream_batch(usize::MAX, 0, bytes), Context::default());
         relay.handle(warm).await.unwrap_or_else(|e| panic!("relay warm-up: {e}"));
         calls.take();
+        let reference = Reference::before();
         let mut figures = Figures::default();
         for run in 0..args.runs {
             let batches: Vec<StreamBatch> = (0..EVENTS / RELAY_BATCH).map(|b| stream_batch(run, b * RELAY_BATCH, bytes)).collect();
@@ -315,7 +327,9 @@ async fn bench(args: Args) {
             }
             figures.add(cpu, calls.take());
         }
-        figures.print(label);
+        let reference = reference.after();
+        figures.print(label, &reference);
+        references.push(format!("{label}: {}", reference.describe()));
     }
 
     if wanted("consumer") {
@@ -333,6 +347,7 @@ async fn bench(args: Args) {
             consumer.handle(LambdaEvent::new(raw, Context::default())).await.unwrap_or_else(|e| panic!("consumer warm-up: {e}"));
         }
         calls.take();
+        let reference = Reference::before();
         let mut figures = Figures::default();
         let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
         for run in 0..args.runs {
@@ -349,8 +364,13 @@ async fn bench(args: Args) {
             }
             figures.add(cpu, calls.take());
         }
-        figures.print("consumer, 1,000 deliveries (30 % duplicates, 2 lines each)");
+        let reference = reference.after();
+        figures.print("consumer, 1,000 deliveries (30 % duplicates, 2 lines each)", &reference);
+        references.push(format!("consumer: {}", reference.describe()));
         println!("\nconsumer outcomes per run: {outcomes:?}");
+    }
+    for line in references {
+        println!("\n{line}");
     }
 
     if let Some(dir) = &args.bootstrap {

@@ -27,6 +27,7 @@ use outbox_local::stats::Stats;
 use outbox_local::template::{FunctionSpec, Template};
 use serde_json::{json, Value};
 
+use super::reference::Reference;
 use super::{order_created, root, CONSUMER, RELAY};
 
 /// Of this process's child named `comm`: its peak resident set (`VmHWM`, kB) and the CPU time
@@ -297,9 +298,10 @@ pub async fn relay(program: &Path, runs: usize, shape: RelayShape) {
     println!("\nthe relay's warm-up invocation's log:\n{}", instance.log_text().trim_end());
     let in_flight = shape.calls_in_flight.map_or_else(|| "the template's".to_owned(), |n| n.to_string());
     header(&instance, program, &endpoint, &format!("{runs} invocations of {batch} events per cell, RELAY_MAX_CALLS_IN_FLIGHT {in_flight}"));
+    let reference = Reference::before();
     println!("\n| batch of {batch} events | events/s per shard at +0 ms | +10 ms | +30 ms | +100 ms | order on the bus |");
     println!("|---|---|---|---|---|---|");
-    let mut per_call: Vec<String> = Vec::new();
+    let mut per_call: Vec<(String, f64, String)> = Vec::new();
     for (mix, name) in mixes(batch).iter().enumerate() {
         let mut cells = Vec::new();
         let mut kept = true;
@@ -317,20 +319,22 @@ pub async fn relay(program: &Path, runs: usize, shape: RelayShape) {
                 let (cpu, log) = instance.figures().await;
                 let calls = aws.put_events.load(Ordering::SeqCst) - calls_before;
                 let events = (runs * batch) as f64;
-                per_call.push(format!(
-                    "| {name} | {:.2} | {:.3} | {:.0} |",
-                    calls as f64 / runs as f64,
-                    cpu.saturating_sub(cpu_before).as_secs_f64() * 1e3 / calls.max(1) as f64,
-                    log.saturating_sub(log_before) as f64 / events
+                let cpu_ms = cpu.saturating_sub(cpu_before).as_secs_f64() * 1e3 / calls.max(1) as f64;
+                per_call.push((
+                    format!("| {name} | {:.2}", calls as f64 / runs as f64),
+                    cpu_ms,
+                    format!("{:.0} |", log.saturating_sub(log_before) as f64 / events),
                 ));
             }
         }
         println!("| {name} | {} | {} |", cells.join(" | "), if kept { "kept" } else { "BROKEN" });
     }
-    println!("\n| batch of {batch} small events, +0 ms | PutEvents calls per invocation | process CPU ms per PutEvents call (all threads) | log bytes per event (stdout: log lines + EMF) |");
-    println!("|---|---|---|---|");
-    for row in per_call {
-        println!("{row}");
+    let reference = reference.after();
+    println!("\n{}", reference.describe());
+    println!("\n| batch of {batch} small events, +0 ms | PutEvents calls per invocation | process CPU ms per PutEvents call (all threads) | ÷ ref | log bytes per event (stdout: log lines + EMF) |");
+    println!("|---|---|---|---|---|");
+    for (head, cpu_ms, tail) in per_call {
+        println!("{head} | {cpu_ms:.3} | {:.3} | {tail}", reference.ratio(cpu_ms));
     }
     instance.stop();
 }
@@ -379,11 +383,13 @@ pub async fn consumer(program: &Path, runs: usize) {
     instance.figures().await;
     println!("\nthe consumer's warm-up invocations' log (response {warm}):\n{}", instance.log_text().trim_end());
     header(&instance, program, &endpoint, &format!("{runs} × 100 OrderCreated (2 lines each) per row"));
-    println!("\n| consumer, distinct events | TransactWriteItems, GetItem, BatchGetItem per event | process CPU ms per TransactWriteItems (all threads) | log bytes per event (stdout: log lines + EMF) |");
-    println!("|---|---|---|---|");
+    let reference = Reference::before();
+    // (the row up to the CPU figure, the CPU figure: none when the binary does not take SQS
+    // batches, the row after it)
+    let mut rows: Vec<(String, Option<f64>, String)> = Vec::new();
     for (label, per_invocation) in [("one event per invocation (EventBridge)", 1usize), ("10 per invocation (SQS batch)", 10)] {
         if per_invocation > 1 && !takes_sqs {
-            println!("| {label} | — | the binary does not take SQS batches | — |");
+            rows.push((format!("| {label} | —"), None, "— |".into()));
             continue;
         }
         let ((cpu_before, log_before), calls_before, reads_before, batch_reads_before) = (
@@ -404,14 +410,21 @@ pub async fn consumer(program: &Path, runs: usize) {
         let reads = aws.reads.load(Ordering::SeqCst) - reads_before;
         let batch_reads = aws.batch_reads.load(Ordering::SeqCst) - batch_reads_before;
         let events = (runs * 100) as f64;
-        println!(
-            "| {label} | {:.2}, {:.2}, {:.2} | {:.3} | {:.0} |",
-            calls as f64 / events,
-            reads as f64 / events,
-            batch_reads as f64 / events,
-            cpu.saturating_sub(cpu_before).as_secs_f64() * 1e3 / calls.max(1) as f64,
-            log.saturating_sub(log_before) as f64 / events
-        );
+        rows.push((
+            format!("| {label} | {:.2}, {:.2}, {:.2}", calls as f64 / events, reads as f64 / events, batch_reads as f64 / events),
+            Some(cpu.saturating_sub(cpu_before).as_secs_f64() * 1e3 / calls.max(1) as f64),
+            format!("{:.0} |", log.saturating_sub(log_before) as f64 / events),
+        ));
+    }
+    let reference = reference.after();
+    println!("\n{}", reference.describe());
+    println!("\n| consumer, distinct events | TransactWriteItems, GetItem, BatchGetItem per event | process CPU ms per TransactWriteItems (all threads) | ÷ ref | log bytes per event (stdout: log lines + EMF) |");
+    println!("|---|---|---|---|---|");
+    for (head, cpu_ms, tail) in rows {
+        match cpu_ms {
+            Some(ms) => println!("{head} | {ms:.3} | {:.3} | {tail}", reference.ratio(ms)),
+            None => println!("{head} | the binary does not take SQS batches | — | {tail}"),
+        }
     }
     instance.stop();
 }
