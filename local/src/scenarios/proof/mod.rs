@@ -383,7 +383,8 @@ pub async fn run(
     let ledger =
         Ledger { accepted: answered.iter().map(|(_, id)| id.clone()).collect(), undo, excused: hot.iter().map(|h| h.aggregate_id.clone()).collect() };
     let checked = books.check(&runtime, &dynamodb, &ledger).await?;
-    let mut invariants = checked.invariants;
+    let mut invariants = vec![requests_took_effect(options.orders, answered.len(), checked.committed, failed)];
+    invariants.extend(checked.invariants);
     // Each inbox table once (consumers may share one).
     let mut inboxes: BTreeMap<&str, Vec<HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>> = BTreeMap::new();
     for c in &names.consumers {
@@ -550,8 +551,38 @@ fn peak_rss_mb(pid: &str) -> Option<f64> {
     Some(kb / 1024.0)
 }
 
+/// "The requests took effect": with requests sent, at least one must have committed, or every
+/// other invariant would hold over an empty service (a producer that refuses every request, an
+/// `accepted` the answers never match) and the proof would check nothing.
+fn requests_took_effect(sent: usize, accepted: usize, committed: usize, failed: usize) -> Invariant {
+    Invariant {
+        name: "the requests took effect (the proof checked something)".into(),
+        held: sent == 0 || committed > 0,
+        detail: format!(
+            "{sent} sent, {accepted} accepted, {committed} committed, {failed} failed after retries{}",
+            if sent > 0 && committed == 0 {
+                "; none committed: is the producer refusing them, or does the books file's `accepted` match no answer? (its WARN lines above)"
+            } else {
+                ""
+            }
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::requests_took_effect;
+
+    #[test]
+    fn a_proof_whose_requests_all_failed_or_were_never_accepted_is_broken_not_green() {
+        assert!(!requests_took_effect(3, 0, 0, 3).held, "every request refused: nothing was checked");
+        assert!(requests_took_effect(3, 0, 0, 3).detail.contains("none committed"));
+        assert!(!requests_took_effect(10, 0, 0, 0).held, "answers the books file never accepts");
+        assert!(requests_took_effect(10, 9, 10, 1).held, "committed work was checked");
+        assert!(requests_took_effect(10, 0, 2, 8).held, "a commit without an accepted answer still counts");
+        assert!(requests_took_effect(0, 0, 0, 0).held, "--orders 0 (the hot aggregate alone) sends none");
+    }
+
     use serde_json::json;
 
     use super::*;
