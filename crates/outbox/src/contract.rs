@@ -8,13 +8,22 @@
 //! No dependencies, compiled with every feature set.
 
 /// A metric as the code emits it: its name and its CloudWatch dimensions (the EMF recorder's
-/// [`dimension::FUNCTION`] plus the metric's own labels).
+/// [`dimension::FUNCTION`] plus the metric's own labels). Read its fields; build one with
+/// [`Metric::new`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Metric {
     /// `MetricName`.
     pub name: &'static str,
     /// Dimension names, exactly as an alarm must list them.
     pub dimensions: &'static [&'static str],
+}
+
+impl Metric {
+    /// The metric `name` with CloudWatch `dimensions` (names, in the order an alarm lists them).
+    pub const fn new(name: &'static str, dimensions: &'static [&'static str]) -> Self {
+        Self { name, dimensions }
+    }
 }
 
 /// CloudWatch namespaces (`METRICS_NAMESPACE` overrides the default of each function).
@@ -95,7 +104,7 @@ use dimension::{CAUSE, FUNCTION, REASON, SERVICE, SUBSCRIBER};
 const F: &[&str] = &[FUNCTION];
 
 const fn m(name: &'static str, dimensions: &'static [&'static str]) -> Metric {
-    Metric { name, dimensions }
+    Metric::new(name, dimensions)
 }
 
 /// What every function emits: the EMF recorder's cold start count, and its failed AWS call
