@@ -189,6 +189,8 @@ pub mod env {
     /// consumer function, fixed for its life: `outbox trace`, `outbox ordering` and the
     /// function read the same variable (`outbox_lambda::consumer_name`).
     pub const CONSUMER_NAME: &str = "CONSUMER_NAME";
+    /// A consumer's dead-letter queue URL (the consumer kit's output).
+    pub const DEAD_LETTER_QUEUE_URL: &str = "DEAD_LETTER_QUEUE_URL";
     /// The webhook delivery queue URL.
     pub const WEBHOOK_DELIVERY_QUEUE_URL: &str = "WEBHOOK_DELIVERY_QUEUE_URL";
     /// The webhook dead-letter queue URL.
@@ -198,6 +200,8 @@ pub mod env {
 
     /// What the relay's `run_from_env` requires.
     pub const RELAY_REQUIRED: &[&str] = &[EVENT_BUS_NAME, RELAY_DLQ_URL];
+    /// What a consumer wired by `outbox_lambda::consumer_from_env` requires.
+    pub const CONSUMER_REQUIRED: &[&str] = &[INBOX_TABLE, CONSUMER_NAME, DEAD_LETTER_QUEUE_URL];
     /// What the webhook dispatcher's `run_from_env` requires.
     pub const WEBHOOK_DISPATCHER_REQUIRED: &[&str] = &[WEBHOOK_DELIVERY_QUEUE_URL, WEBHOOK_DLQ_URL, WEBHOOK_SUBSCRIBERS_TABLE, INBOX_TABLE];
 }
