@@ -3,8 +3,9 @@
 //!
 //! * [`relay::run_from_env`] (feature `relay`) is the whole relay function: DynamoDB Streams in,
 //!   EventBridge `PutEvents` out, `batchItemFailures` back;
-//! * [`LambdaConsumer`] (feature `consumer`) serves an [`outbox::consumer::Consumer`] as a Lambda handler
-//!   bounded by the invocation's deadline;
+//! * [`consumer_from_env`] (feature `consumer`) wires a consumer from its function's environment
+//!   (inbox, dead-letter queue, consumer name), and [`LambdaConsumer`] serves an
+//!   [`outbox::consumer::Consumer`] as a Lambda handler bounded by the invocation's deadline;
 //! * [`webhooks::run_from_env`] (feature `webhooks`) is the whole webhook dispatcher function;
 //! * [`Env`] reads a function's settings from its environment, with the SDK clients' time-outs
 //!   ([`SdkTimeouts`], [`load_sdk_config`]) and the inbox retention rule ([`inbox_retention`]);
@@ -17,7 +18,7 @@
 //! |---|---|---|
 //! | (none) | [`run`], [`deadline`], [`lease_until`], [`load_sdk_config`], [`Env`], [`SdkTimeouts`], [`inbox_retention`], [`consumer_name`] | `lambda_runtime`, `aws-config` |
 //! | `relay` | [`relay`] | `outbox/relay` |
-//! | `consumer` | [`LambdaConsumer`] | `outbox/inbox` |
+//! | `consumer` | [`consumer_from_env`], [`LambdaConsumer`] | `outbox/inbox` |
 //! | `claim-check` | [`claim_check`]: the claim check of `CLAIM_CHECK_BUCKET` | `outbox/claim-check`, `aws-sdk-s3` |
 //! | `metrics` | [`emf_metrics`]; [`run`] installs it; the core's counts; [`load_sdk_config`] counts failed AWS calls per service ([`FailedCallsClient`]) | `outbox/metrics`, `metrics_cloudwatch_embedded` |
 //! | `webhooks` | [`webhooks`]: the dispatcher function | `consumer`, `outbox-webhooks/dispatcher` |
@@ -48,7 +49,7 @@ pub use config::{
     DEFAULT_REDRIVE_MARGIN, DEFAULT_RETENTION, MAX_MILLIS,
 };
 #[cfg(feature = "consumer")]
-pub use consumer::LambdaConsumer;
+pub use consumer::{consumer_from_env, LambdaConsumer};
 #[cfg(feature = "metrics")]
 pub use runtime::emf_metrics;
 #[cfg(feature = "claim-check")]

@@ -8,7 +8,7 @@
 //!   inline is computed by the writer's own checks (item size, entry size): inline when both pass,
 //!   offloaded otherwise. The object is uploaded (`PutObject`, key `<prefix>/<event_id>`) BEFORE
 //!   the transaction ([`OutboxTransaction::execute`](crate::OutboxTransaction::execute),
-//!   [`OutboxWriter::prepare`](crate::OutboxWriter::prepare)). If the transaction then fails,
+//!   [`OutboxTransaction::into_items`](crate::OutboxTransaction::into_items)). If the transaction then fails,
 //!   the object is an orphan nobody references: the bucket's lifecycle rule deletes it (the
 //!   template's `OutboxPayloadBucket` expires objects after the outbox retention plus the longest
 //!   redelivery window); nothing else cleans it up.

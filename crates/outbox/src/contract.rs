@@ -8,13 +8,22 @@
 //! No dependencies, compiled with every feature set.
 
 /// A metric as the code emits it: its name and its CloudWatch dimensions (the EMF recorder's
-/// [`dimension::FUNCTION`] plus the metric's own labels).
+/// [`dimension::FUNCTION`] plus the metric's own labels). Read its fields; build one with
+/// [`Metric::new`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Metric {
     /// `MetricName`.
     pub name: &'static str,
     /// Dimension names, exactly as an alarm must list them.
     pub dimensions: &'static [&'static str],
+}
+
+impl Metric {
+    /// The metric `name` with CloudWatch `dimensions` (names, in the order an alarm lists them).
+    pub const fn new(name: &'static str, dimensions: &'static [&'static str]) -> Self {
+        Self { name, dimensions }
+    }
 }
 
 /// CloudWatch namespaces (`METRICS_NAMESPACE` overrides the default of each function).
@@ -95,7 +104,7 @@ use dimension::{CAUSE, FUNCTION, REASON, SERVICE, SUBSCRIBER};
 const F: &[&str] = &[FUNCTION];
 
 const fn m(name: &'static str, dimensions: &'static [&'static str]) -> Metric {
-    Metric { name, dimensions }
+    Metric::new(name, dimensions)
 }
 
 /// What every function emits: the EMF recorder's cold start count, and its failed AWS call
@@ -180,6 +189,8 @@ pub mod env {
     /// consumer function, fixed for its life: `outbox trace`, `outbox ordering` and the
     /// function read the same variable (`outbox_lambda::consumer_name`).
     pub const CONSUMER_NAME: &str = "CONSUMER_NAME";
+    /// A consumer's dead-letter queue URL (the consumer kit's output).
+    pub const DEAD_LETTER_QUEUE_URL: &str = "DEAD_LETTER_QUEUE_URL";
     /// The webhook delivery queue URL.
     pub const WEBHOOK_DELIVERY_QUEUE_URL: &str = "WEBHOOK_DELIVERY_QUEUE_URL";
     /// The webhook dead-letter queue URL.
@@ -189,6 +200,8 @@ pub mod env {
 
     /// What the relay's `run_from_env` requires.
     pub const RELAY_REQUIRED: &[&str] = &[EVENT_BUS_NAME, RELAY_DLQ_URL];
+    /// What a consumer wired by `outbox_lambda::consumer_from_env` requires.
+    pub const CONSUMER_REQUIRED: &[&str] = &[INBOX_TABLE, CONSUMER_NAME, DEAD_LETTER_QUEUE_URL];
     /// What the webhook dispatcher's `run_from_env` requires.
     pub const WEBHOOK_DISPATCHER_REQUIRED: &[&str] = &[WEBHOOK_DELIVERY_QUEUE_URL, WEBHOOK_DLQ_URL, WEBHOOK_SUBSCRIBERS_TABLE, INBOX_TABLE];
 }

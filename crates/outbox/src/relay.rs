@@ -618,7 +618,7 @@ impl Relay {
     fn classify(&self, record: &mut StreamRecord) -> Classified {
         let fields = match &mut record.decoded {
             Ok(fields) => fields,
-            Err(reason) => return Classified::Poison { event_id: None, error_code: "MalformedRecord".into(), reason: reason.clone() },
+            Err(reason) => return Classified::Poison { event_id: None, error_code: "MalformedRecord".into(), reason: reason.to_string() },
         };
         if let Some(table) = &self.config.outbox_table {
             let ours = fields.event_source_arn.as_deref().is_some_and(|arn| stream::table_name(arn) == stream::table_name(table));
@@ -906,7 +906,7 @@ impl Relay {
         }
     }
 
-    async fn dead_letter(&self, record: &StreamRecord, event_id: Option<String>, error_code: &str, reason: &str) -> Result<(), String> {
+    async fn dead_letter(&self, record: &StreamRecord, event_id: Option<String>, error_code: &str, reason: &str) -> Result<(), DeadLetterFailed> {
         // The record exactly as delivered: never decoded and written again.
         let body = RelayFailureRecord {
             kind: RELAY_FAILURE_KIND.into(),
@@ -918,11 +918,21 @@ impl Relay {
             failed_at: Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             record: &*record.raw,
         };
-        let body = serde_json::to_string(&body).map_err(|e| e.to_string())?;
-        crate::dead_letter::send(&self.sqs, &self.config.dead_letter_queue_url, body, &[("error_code", error_code), ("reason", reason)])
-            .await
-            .map_err(|e| e.to_string())
+        let body = serde_json::to_string(&body)?;
+        crate::dead_letter::send(&self.sqs, &self.config.dead_letter_queue_url, body, &[("error_code", error_code), ("reason", reason)]).await?;
+        Ok(())
     }
+}
+
+/// Why a poison record could not be dead-lettered (the record then fails and is retried).
+#[derive(Debug, thiserror::Error)]
+enum DeadLetterFailed {
+    /// The failure record does not serialise (a record holds only JSON text and strings: not seen).
+    #[error("the relay failure record does not serialise: {0}")]
+    Serialize(#[from] serde_json::Error),
+    /// `SendMessage` to the relay's dead-letter queue failed.
+    #[error(transparent)]
+    Send(#[from] crate::AwsError),
 }
 
 #[cfg(all(test, feature = "metrics"))]

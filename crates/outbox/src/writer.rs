@@ -26,8 +26,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Callers with their own transaction builder take the outbox put alone with
-//! [`OutboxWriter::transact_item`] and add it to their `TransactWriteItems` request.
+//! This is the one way to write an event. A caller that commits the request itself (e.g. through
+//! `Inbox::apply`, which adds its claim) builds the same transaction and takes its items with
+//! [`OutboxTransaction::into_items`] instead of calling `execute`.
 //!
 //! Each outbox item is put with `attribute_not_exists(pk)`: its key is (aggregate, sequence), so
 //! two writers that both read version N of an aggregate and both emit sequence N+1 cannot both
@@ -41,7 +42,7 @@
 //! payload (up to the claim check's maximum) goes to S3 and the item carries the reference
 //! (`payload_ref`, `payload` = `null`). The inline limit is therefore computed per event from
 //! those same two checks ([`OutboxWriter::inline_limit`]), never guessed. The upload happens
-//! before the transaction, in [`OutboxTransaction::execute`] or `OutboxWriter::prepare`; a
+//! before the transaction, in [`OutboxTransaction::execute`] or [`OutboxTransaction::into_items`]; a
 //! transaction that then fails leaves an orphan object, deleted by the bucket's lifecycle rule.
 //!
 //! When DynamoDB cancels the transaction, `CancellationReasons` lists one reason per request
@@ -254,7 +255,8 @@ pub enum WriteError {
         /// The limit in bytes.
         limit: usize,
     },
-    /// Storing an offloaded payload in S3 failed ([`OutboxWriter::prepare`]).
+    /// The claim check could not reference the payload for a reason other than its size
+    /// ([`WriteError::PayloadTooLarge`]). An upload that fails is `CommitError::ClaimCheck`.
     #[cfg(feature = "claim-check")]
     #[error(transparent)]
     ClaimCheck(#[from] crate::claim_check::ClaimCheckError),
@@ -302,6 +304,53 @@ pub(crate) struct Offload {
     pub(crate) payload: Vec<u8>,
 }
 
+/// One emitted event, planned: the outbox item, the put that stores it, and the payload to upload
+/// first when it is claim-checked.
+#[derive(Debug)]
+pub(crate) struct Planned {
+    pub(crate) item: OutboxItem,
+    pub(crate) put: TransactWriteItem,
+    pub(crate) offload: Option<Offload>,
+}
+
+/// The two sizes the writer checks, taken from the item's one bus event and its one set of
+/// DynamoDB attributes (kept for the put).
+#[derive(Debug)]
+struct Measured {
+    /// The bus event's `PutEvents` entry size in bytes ([`crate::envelope::BusEvent::entry_size`]).
+    entry: usize,
+    /// Bytes of the payload as embedded in `detail.data`: its JSON text without the whitespace
+    /// around it (the payload is embedded verbatim otherwise).
+    embedded: usize,
+    /// The item's size as DynamoDB counts it, in bytes ([`crate::envelope::item_size`]).
+    item: usize,
+    /// The item as DynamoDB attributes.
+    attributes: serde_dynamo::Item,
+}
+
+impl Measured {
+    /// Builds `item`'s bus event (checking what the contract requires of it) and its attributes.
+    fn of(item: &OutboxItem) -> Result<Self, WriteError> {
+        let entry = item.to_bus_event()?.entry_size();
+        let embedded = item.payload.trim_matches([' ', '\t', '\n', '\r']).len();
+        let attributes = Self::attributes(item);
+        Ok(Self { entry, embedded, item: crate::envelope::item_size(&attributes), attributes })
+    }
+
+    fn attributes(item: &OutboxItem) -> serde_dynamo::Item {
+        // An OutboxItem is strings and integers: serde_dynamo cannot fail on it.
+        item.to_item().expect("an OutboxItem always converts")
+    }
+
+    /// The largest payload of `payload` bytes' item kind that passes both checks: both sizes grow
+    /// byte for byte with the payload.
+    fn inline_limit(&self, max_event_bytes: usize, payload: usize) -> usize {
+        let in_entry = max_event_bytes.saturating_sub(self.entry - self.embedded);
+        let in_item = MAX_ITEM_BYTES.saturating_sub(self.item - payload);
+        in_entry.min(in_item)
+    }
+}
+
 impl OutboxWriter {
     /// A writer for `table` whose items expire (TTL) `retention` after they are written (at most
     /// [`crate::envelope::MAX_RETENTION`]; a longer one is capped to it). The retention only
@@ -334,7 +383,14 @@ impl OutboxWriter {
     /// item under [`MAX_ITEM_BYTES`]. Both sizes grow byte for byte with the payload (the payload
     /// is embedded verbatim in both), so this is exactly where the writer's checks start failing.
     pub fn inline_limit(&self, event: &Event) -> usize {
-        self.inline_limit_of(&self.item_for(event.clone(), Utc::now()))
+        // Measured with a 1-byte payload, so that `event`'s own payload need not be JSON yet.
+        let mut probe = self.item_for(event.clone(), Utc::now());
+        probe.payload = "0".into();
+        match Measured::of(&probe) {
+            Ok(measured) => measured.inline_limit(self.max_event_bytes, probe.payload.len()),
+            // The event is not publishable whatever its payload: nothing fits.
+            Err(_) => 0,
+        }
     }
 
     /// Sets the largest event (as a `PutEvents` entry, bytes) the writer accepts.
@@ -348,52 +404,56 @@ impl OutboxWriter {
         &self.table
     }
 
-    /// Turns `event` into the outbox item to store, with a new UUIDv7 event id and
-    /// `occurred_at` = `now`.
-    ///
-    /// # Errors
-    /// [`WriteError`] if the event would never be publishable.
-    pub fn outbox_item(&self, event: Event, now: DateTime<Utc>) -> Result<OutboxItem, WriteError> {
+    /// The outbox item for `event` with `occurred_at` = `now` and a new UUIDv7 event id, inline
+    /// when it fits and claim-checked otherwise (with the payload to upload before the
+    /// transaction), and the put that stores it. Its bus event is built once, here, and the size
+    /// checks measure that event ([`Measured`]).
+    pub(crate) fn plan(&self, event: Event, now: DateTime<Utc>) -> Result<Planned, WriteError> {
         let item = self.item_for(event, now);
-        Self::check(item, self.max_event_bytes)
-    }
-
-    /// The outbox item for `event`, inline when it fits and claim-checked otherwise (with the
-    /// payload to upload before the transaction). Without a claim check, [`Self::outbox_item`].
-    pub(crate) fn plan(&self, event: Event, now: DateTime<Utc>) -> Result<(OutboxItem, Option<Offload>), WriteError> {
-        let item = self.item_for(event, now);
+        // A payload that is not JSON fails here, before any size decision.
+        let measured = Measured::of(&item)?;
+        if measured.entry <= self.max_event_bytes && measured.item <= MAX_ITEM_BYTES {
+            return Ok(Planned { put: self.put(measured.attributes), item, offload: None });
+        }
         #[cfg(feature = "claim-check")]
         if let Some(claim_check) = &self.claim_check {
-            // A payload that is not JSON fails here, before any size decision.
-            item.to_bus_event()?;
-            let fits = self.inline_limit_of(&item);
-            if item.payload.len() <= fits {
-                return Ok((Self::check(item, self.max_event_bytes)?, None));
-            }
-            let mut item = item;
-            let payload = std::mem::replace(&mut item.payload, "null".into()).into_bytes();
-            let reference = claim_check.reference(&item.event_id, &payload).map_err(|e| match e {
-                crate::claim_check::ClaimCheckError::TooLarge { bytes, limit } => {
-                    WriteError::PayloadTooLarge { event_type: item.event_type.clone(), bytes, limit }
-                }
-                other => WriteError::ClaimCheck(other),
-            })?;
-            item.payload_ref = Some(reference.clone());
-            let item = Self::check(item, self.max_event_bytes)?;
-            return Ok((item, Some(Offload { reference, payload })));
+            return self.offload(claim_check, item, &measured);
         }
-        Ok((Self::check(item, self.max_event_bytes)?, None))
+        Err(self.too_large(item.event_type, measured.entry, measured.item))
     }
 
-    /// [`Self::inline_limit`] for an item already built (a payload of `n` bytes adds exactly `n`
-    /// to both sizes, so one probe with a 1-byte payload gives the overheads).
-    fn inline_limit_of(&self, item: &OutboxItem) -> usize {
-        let mut probe = item.clone();
-        probe.payload = "0".into();
-        let entry = probe.to_bus_event().map(|e| e.entry_size()).unwrap_or(usize::MAX);
-        let in_entry = self.max_event_bytes.saturating_add(1).saturating_sub(entry);
-        let in_item = (MAX_ITEM_BYTES + 1).saturating_sub(probe.item_size());
-        in_entry.min(in_item)
+    /// The item of [`Self::plan`] with its payload in S3: `payload` = `null` and `payload_ref` set.
+    #[cfg(feature = "claim-check")]
+    fn offload(&self, claim_check: &crate::claim_check::ClaimCheck, mut item: OutboxItem, measured: &Measured) -> Result<Planned, WriteError> {
+        let payload = std::mem::replace(&mut item.payload, "null".into()).into_bytes();
+        let reference = claim_check.reference(&item.event_id, &payload).map_err(|e| match e {
+            crate::claim_check::ClaimCheckError::TooLarge { bytes, limit } => {
+                WriteError::PayloadTooLarge { event_type: item.event_type.clone(), bytes, limit }
+            }
+            other => WriteError::ClaimCheck(other),
+        })?;
+        // The stored item's bus event differs from the one measured in `detail` only:
+        // `"data":<payload>` becomes `"data_ref":<reference>` (`to_bus_event`), so its size follows
+        // without building it again. (A reference is strings and a number: it serialises.)
+        let reference_bytes = serde_json::to_string(&reference).map_or(usize::MAX, |json| json.len());
+        let entry = (measured.entry - measured.embedded).saturating_add("data_ref".len() - "data".len()).saturating_add(reference_bytes);
+        item.payload_ref = Some(reference.clone());
+        let attributes = Measured::attributes(&item);
+        let item_bytes = crate::envelope::item_size(&attributes);
+        if entry > self.max_event_bytes || item_bytes > MAX_ITEM_BYTES {
+            return Err(self.too_large(item.event_type, entry, item_bytes));
+        }
+        Ok(Planned { put: self.put(attributes), item, offload: Some(Offload { reference, payload }) })
+    }
+
+    /// The error for an item whose entry (`entry` bytes) or item (`item` bytes) is over its limit:
+    /// the bus limit is named first.
+    fn too_large(&self, event_type: String, entry: usize, item: usize) -> WriteError {
+        if entry > self.max_event_bytes {
+            WriteError::EventTooLarge { event_type, bytes: entry, limit: self.max_event_bytes }
+        } else {
+            WriteError::ItemTooLarge { event_type, bytes: item }
+        }
     }
 
     /// The item for `event`, unchecked.
@@ -418,75 +478,17 @@ impl OutboxWriter {
         }
     }
 
-    /// The writer's checks: publishable, entry within `max_event_bytes`, item under [`MAX_ITEM_BYTES`].
-    fn check(item: OutboxItem, max_event_bytes: usize) -> Result<OutboxItem, WriteError> {
-        let bus_event = item.to_bus_event()?;
-        let bytes = bus_event.entry_size();
-        if bytes > max_event_bytes {
-            return Err(WriteError::EventTooLarge { event_type: item.event_type, bytes, limit: max_event_bytes });
-        }
-        let bytes = item.item_size();
-        if bytes > MAX_ITEM_BYTES {
-            return Err(WriteError::ItemTooLarge { event_type: item.event_type, bytes });
-        }
-        Ok(item)
-    }
-
-    /// The transaction item that stores `item`, conditioned on `attribute_not_exists(pk)` so an
-    /// (aggregate, sequence) pair is written at most once.
-    pub fn put(&self, item: &OutboxItem) -> TransactWriteItem {
+    /// The transaction item that stores an outbox item's `attributes`, conditioned on
+    /// `attribute_not_exists(pk)` so an (aggregate, sequence) pair is written at most once.
+    fn put(&self, attributes: serde_dynamo::Item) -> TransactWriteItem {
         let put = Put::builder()
             .table_name(&self.table)
-            // An OutboxItem is strings and integers: serde_dynamo cannot fail on it.
-            .set_item(Some(item.to_item().expect("an OutboxItem always converts")))
+            .set_item(Some(attributes.into()))
             .condition_expression("attribute_not_exists(pk)")
             .build()
             // table_name and item are set above, the only required fields.
             .expect("Put has its required fields");
         TransactWriteItem::builder().put(put).build()
-    }
-
-    /// The escape hatch for callers with their own transaction builder: the outbox item for
-    /// `event` (its `event_id` is the consumers' idempotency key) and the plain
-    /// `TransactWriteItem` that puts it, to add to your own `TransactWriteItems` request. On a
-    /// cancellation, a `ConditionalCheckFailed` reason at its position means the sequence is
-    /// taken.
-    ///
-    /// ```
-    /// # fn example() -> Result<(), outbox::WriteError> {
-    /// let writer = outbox::OutboxWriter::new("outbox", std::time::Duration::from_secs(3600));
-    /// let event = outbox::Event::new("OrderShipped", "example.orders", ("Order", "o-1"), 3, &serde_json::json!({"order_id": "o-1"}))?;
-    /// let (item, put) = writer.transact_item(event)?;
-    /// assert_eq!(item.sk, "00000000000000000003");
-    /// assert!(put.put().is_some());
-    /// # Ok(()) }
-    /// # example().unwrap();
-    /// ```
-    ///
-    /// # Errors
-    /// [`WriteError`] if the event would never be publishable.
-    pub fn transact_item(&self, event: Event) -> Result<(OutboxItem, TransactWriteItem), WriteError> {
-        let item = self.outbox_item(event, Utc::now())?;
-        let put = self.put(&item);
-        Ok((item, put))
-    }
-
-    /// [`Self::transact_item`] for any payload size up to the claim check's maximum: a payload
-    /// that does not fit inline is uploaded to S3 now, before you commit the returned put (an
-    /// aborted transaction leaves an orphan object that the bucket's lifecycle rule deletes).
-    ///
-    /// # Errors
-    /// [`WriteError`] if the event would never be publishable, [`WriteError::PayloadTooLarge`]
-    /// above the maximum, [`WriteError::ClaimCheck`] if the upload failed (retryable or not:
-    /// `ClaimCheckError::is_retryable`).
-    #[cfg(feature = "claim-check")]
-    pub async fn prepare(&self, event: Event) -> Result<(OutboxItem, TransactWriteItem), WriteError> {
-        let (item, offload) = self.plan(event, Utc::now())?;
-        if let (Some(offload), Some(claim_check)) = (offload, &self.claim_check) {
-            claim_check.upload(&offload.reference, offload.payload).await?;
-        }
-        let put = self.put(&item);
-        Ok((item, put))
     }
 
     /// Starts a transaction that mixes the caller's writes with outbox events.
@@ -671,12 +673,11 @@ impl OutboxTransaction<'_> {
         }
         let key = (event.aggregate_type.clone(), event.aggregate_id.clone());
         let sequence = event.sequence;
-        let (item, offload) = writer.plan(event, self.now)?;
-        let put = writer.put(&item);
-        self.offloads.extend(offload);
+        let planned = writer.plan(event, self.now)?;
+        self.offloads.extend(planned.offload);
         let highest = self.sequences.entry(key).or_insert(sequence);
         *highest = (*highest).max(sequence);
-        Ok(self.batch.event(put, item))
+        Ok(self.batch.event(planned.put, planned.item))
     }
 
     /// Sets the current sequence of an aggregate for [`Self::emit_next`] (see
@@ -756,6 +757,32 @@ impl OutboxTransaction<'_> {
         }
     }
 
+    /// Hands the transaction to a committer of your own instead of [`Self::execute`] (e.g.
+    /// `Inbox::apply`, which adds its claim to your writes): uploads the claim-checked payloads
+    /// first, as `execute` does, then returns the request items, unsent: your writes and the
+    /// outbox puts, in request order ([`Self::items`]). [`Self::events`] has the outbox items
+    /// before this call. If the request is cancelled, a `ConditionalCheckFailed` reason at an
+    /// outbox put's position ([`Self::is_outbox_position`]) means its sequence is taken.
+    ///
+    /// ```
+    /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+    /// let writer = outbox::OutboxWriter::new("outbox", std::time::Duration::from_secs(3600));
+    /// let mut tx = writer.transaction();
+    /// let event = outbox::Event::new("OrderShipped", "example.orders", ("Order", "o-1"), 3, &serde_json::json!({"order_id": "o-1"}))?;
+    /// let event_id = tx.emit(event)?.event_id.clone();
+    /// let items = tx.into_items().await?;
+    /// assert!(items[0].put().is_some_and(|p| p.item()["event_id"].as_s().ok() == Some(&event_id)));
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(example()).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    /// `CommitError::ClaimCheck` when an upload failed (nothing to commit then).
+    pub async fn into_items(mut self) -> Result<Vec<TransactWriteItem>, CommitError> {
+        self.upload_offloads().await?;
+        Ok(self.into_parts().0)
+    }
+
     /// Uploads the claim-checked payloads (one after the other), before the transaction that
     /// references them is sent; each is uploaded once.
     pub(crate) async fn upload_offloads(&mut self) -> Result<(), CommitError> {
@@ -782,6 +809,13 @@ impl OutboxTransaction<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl OutboxWriter {
+        /// The item an emit at `now` stores (the checks' tests).
+        fn outbox_item(&self, event: Event, now: DateTime<Utc>) -> Result<OutboxItem, WriteError> {
+            self.plan(event, now).map(|planned| planned.item)
+        }
+    }
 
     fn event(payload: &str) -> Event {
         Event {
@@ -882,6 +916,31 @@ mod tests {
         }
     }
 
+    fn bus_events_built() -> usize {
+        crate::envelope::BUS_EVENTS_BUILT.with(|built| built.get())
+    }
+
+    /// An emit builds its bus event once, and the size it checks is that event's: a bus limit of
+    /// exactly the event's entry size passes, one byte less fails naming that size.
+    #[test]
+    fn an_emit_builds_its_bus_event_once_and_checks_that_events_size() {
+        let payload = r#"{"order_id": "o-1", "lines": [1, 2, 3]}"#;
+        let writer = OutboxWriter::new("t", Duration::from_secs(1));
+        let mut tx = writer.transaction();
+        let before = bus_events_built();
+        let item = tx.emit(event(payload)).unwrap().clone();
+        assert_eq!(bus_events_built() - before, 1, "one bus event per emit");
+        let size = item.to_bus_event().unwrap().entry_size();
+
+        let at = OutboxWriter::new("t", Duration::from_secs(1)).with_max_event_bytes(size);
+        assert!(at.transaction().emit(event(payload)).is_ok(), "an entry of exactly the limit is accepted");
+        let result = OutboxWriter::new("t", Duration::from_secs(1)).with_max_event_bytes(size - 1).transaction().emit(event(payload)).cloned();
+        assert!(matches!(result, Err(WriteError::EventTooLarge { bytes, limit, .. }) if bytes == size && limit == size - 1), "{result:?}");
+        // The put stores the item the writer measured.
+        let stored = OutboxItem::from_item(tx.items()[0].put().unwrap().item().clone().into()).unwrap();
+        assert_eq!(stored, item);
+    }
+
     #[cfg(feature = "claim-check")]
     mod claim_check {
         use super::*;
@@ -919,6 +978,23 @@ mod tests {
             let attrs: std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue> = item.to_item().unwrap();
             assert!(crate::envelope::is_outbox_item(&attrs));
             assert_eq!(OutboxItem::from_item(attrs.into()).unwrap(), item);
+        }
+
+        /// A claim-checked emit builds its bus event once too: the size of the stored item's event
+        /// (with `data_ref`) is derived from the measured one, and is exactly the real size.
+        #[test]
+        fn an_offloaded_emit_builds_one_bus_event_and_checks_the_stored_events_size() {
+            let payload = format!("\"{}\"", "x".repeat(MAX_ITEM_BYTES));
+            let before = bus_events_built();
+            let item = writer().transaction().emit(event(&payload)).unwrap().clone();
+            assert_eq!(bus_events_built() - before, 1, "one bus event per emit");
+            assert!(item.payload_ref.is_some());
+            let size = item.to_bus_event().unwrap().entry_size();
+
+            let at = writer().with_max_event_bytes(size);
+            assert!(at.transaction().emit(event(&payload)).unwrap().payload_ref.is_some(), "the reference's entry of exactly the limit is accepted");
+            let result = writer().with_max_event_bytes(size - 1).transaction().emit(event(&payload)).cloned();
+            assert!(matches!(result, Err(WriteError::EventTooLarge { bytes, .. }) if bytes == size), "{result:?}");
         }
 
         #[test]

@@ -113,8 +113,8 @@ async fn the_trace_header_comes_from_the_lambda_environment_unless_given() {
     assert_eq!(stored[0].payload, "null");
 }
 
-#[test]
-fn events_serialise_their_payload_and_take_the_builders_settings() {
+#[tokio::test]
+async fn events_serialise_their_payload_and_take_the_builders_settings() {
     #[derive(serde::Serialize)]
     struct Shipped<'a> {
         order_id: &'a str,
@@ -144,9 +144,13 @@ fn events_serialise_their_payload_and_take_the_builders_settings() {
     let not_json = std::collections::HashMap::from([((1, 2), "a map with non-string keys")]);
     assert!(matches!(Event::new("E", "s", ("A", "a"), 1, &not_json), Err(outbox::WriteError::Serialize { .. })));
 
-    let (item, put) = OutboxWriter::new("outbox", Duration::from_secs(60)).transact_item(event).expect("publishable");
+    let writer = OutboxWriter::new("outbox", Duration::from_secs(60));
+    let mut tx = writer.transaction();
+    let item = tx.emit(event).expect("publishable").clone();
     assert_eq!((item.pk.as_str(), item.sk.as_str()), ("Order#o-9", "00000000000000000003"));
-    let put = put.put().expect("a Put");
+    // For a committer of the caller's own: the request items, unsent.
+    let items = tx.into_items().await.expect("nothing to upload");
+    let put = items[0].put().expect("a Put");
     assert_eq!(put.condition_expression(), Some("attribute_not_exists(pk)"));
     assert_eq!(put.item().get("event_id").and_then(|v| v.as_s().ok()), Some(&item.event_id));
 }

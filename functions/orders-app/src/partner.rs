@@ -294,7 +294,6 @@ impl PartnerWebhooks {
             currency: payment.currency.clone(),
         };
         let event = order_event("OrderPaid", &payment.order_id, next, to_json(&paid), &self.source, correlation_id, None);
-        let item = self.writer.outbox_item(event, now).map_err(|e| Problem::new(500, "Internal error", e.to_string()))?;
         let update = Update::builder()
             .table_name(&self.orders_table)
             .key("pk", AttributeValue::S(order_key(&payment.order_id)))
@@ -316,7 +315,18 @@ impl PartnerWebhooks {
         metadata.time = now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         metadata.correlation_id = correlation_id.to_owned();
         let body_text = String::from_utf8_lossy(body);
-        let writes = vec![TransactWriteItem::builder().update(update).build(), self.writer.put(&item)];
+        // The order's update and the event in one transaction, committed by the inbox with its claim.
+        let mut tx = self.writer.transaction();
+        tx.write(TransactWriteItem::builder().update(update).build());
+        let item = tx.emit(event).map_err(|e| Problem::new(500, "Internal error", e.to_string()))?.clone();
+        let writes = tx.into_items().await.map_err(|e| {
+            tracing::warn!(error = %e, "storing the event's payload failed");
+            if e.is_retryable() {
+                Problem::new(503, "Service unavailable", "storing the event failed; retry later")
+            } else {
+                Problem::new(500, "Internal error", "storing the event failed")
+            }
+        })?;
         match self.inbox.apply(&metadata, &PayloadHash::of(&body_text), writes).await {
             Ok(InboxOutcome::Applied) => {
                 // In the span of the event it emitted (outbox::envelope::event_span).

@@ -11,8 +11,24 @@
 //! A record that is not a stream record (a shape this decoder cannot read) does not fail the
 //! batch: it is kept with its reason and becomes a poison record (dead-lettered, verbatim).
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
+
+/// Why a stream record cannot be read as one (the relay dead-letters it verbatim as a poison
+/// record, error code `MalformedRecord`, with this text as its reason).
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// The record's JSON does not have a stream record's shape (e.g. `eventName` not a string,
+    /// or the record not an object).
+    #[error("not a DynamoDB stream record: {0}")]
+    NotAStreamRecord(#[source] Arc<serde_json::Error>),
+    /// An `aws_lambda_events` record ([`StreamBatch::from_event`]) could not be written as JSON.
+    #[error("the record cannot be written as JSON: {0}")]
+    NotJson(#[source] Arc<serde_json::Error>),
+}
 
 /// One invocation's stream batch: the payload of the relay's event source mapping.
 #[derive(Debug, Clone, Default)]
@@ -29,7 +45,7 @@ pub struct StreamRecord {
     /// The record exactly as Lambda delivered it.
     pub raw: Box<RawValue>,
     /// What the relay reads, or why the record cannot be read as a stream record.
-    pub decoded: Result<RecordFields, String>,
+    pub decoded: Result<RecordFields, RecordError>,
     /// `dynamodb.SequenceNumber`, also when the rest cannot be read.
     pub sequence_number: Option<String>,
 }
@@ -89,7 +105,7 @@ impl StreamRecord {
             #[serde(default)]
             dynamodb: Sequence,
         }
-        let decoded = serde_json::from_str::<RecordFields>(raw.get()).map_err(|e| format!("not a DynamoDB stream record: {e}"));
+        let decoded = serde_json::from_str::<RecordFields>(raw.get()).map_err(|e| RecordError::NotAStreamRecord(Arc::new(e)));
         // An unreadable record's sequence number is read on its own, so that it can still be
         // reported in `batchItemFailures` (if its dead-letter write fails).
         let sequence_number = match &decoded {
@@ -130,7 +146,7 @@ impl StreamBatch {
                 Ok(raw) => StreamRecord::from_raw(raw),
                 Err(e) => StreamRecord {
                     raw: RawValue::from_string("null".into()).unwrap_or_else(|_| unreachable!("`null` is JSON")),
-                    decoded: Err(format!("the record cannot be written as JSON: {e}")),
+                    decoded: Err(RecordError::NotJson(Arc::new(e))),
                     sequence_number: record.change.sequence_number.clone(),
                 },
             })
@@ -170,9 +186,12 @@ mod tests {
     fn an_unreadable_record_keeps_its_reason_and_sequence_number() {
         let text = r#"{"Records":[{"eventName":7,"dynamodb":{"SequenceNumber":"43"}},"hello"]}"#;
         let batch: StreamBatch = serde_json::from_str(text).unwrap();
-        assert!(batch.records[0].decoded.as_ref().unwrap_err().contains("not a DynamoDB stream record"), "{:?}", batch.records[0].decoded);
+        let reason = batch.records[0].decoded.as_ref().unwrap_err();
+        assert!(matches!(reason, RecordError::NotAStreamRecord(_)), "{reason:?}");
+        assert!(reason.to_string().starts_with("not a DynamoDB stream record: invalid type"), "{reason}");
+        assert!(std::error::Error::source(reason).is_some(), "the serde_json error is kept as the source");
         assert_eq!(batch.records[0].sequence_number.as_deref(), Some("43"));
-        assert!(batch.records[1].decoded.is_err());
+        assert!(matches!(batch.records[1].decoded, Err(RecordError::NotAStreamRecord(_))));
         assert_eq!(batch.records[1].sequence_number, None);
     }
 

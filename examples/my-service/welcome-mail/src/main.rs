@@ -13,8 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
-use outbox::consumer::{Consumer, ConsumerDeadLetterQueue, DeliveredEvent, EventHandler, HandlerError, RawEvent, Tx, DEFAULT_METRICS_NAMESPACE};
-use outbox::inbox::Inbox;
+use outbox::consumer::{DeliveredEvent, EventHandler, HandlerError, RawEvent, Tx, DEFAULT_METRICS_NAMESPACE};
 use outbox_lambda::{Env, LambdaConsumer as _};
 use serde::Deserialize;
 
@@ -57,14 +56,10 @@ async fn main() -> Result<(), Error> {
     let env = Env::process();
     // The documented SDK time-outs (SDK_*_TIMEOUT_MS), so a stalled call fails instead of hanging.
     let sdk = outbox_lambda::load_sdk_config(&env).await?;
-    // The consumer's name (CONSUMER_NAME, `welcome-mail` in template.yaml): its inbox rows are
-    // `<name>#<event id>`, and `outbox trace` reads the same variable to find them.
-    let consumer_name = outbox_lambda::consumer_name(&env)?;
-    // Inbox rows outlive every redelivery: the dead-letter queue's retention plus a redrive margin.
-    let inbox =
-        Inbox::new(aws_sdk_dynamodb::Client::new(&sdk), env.required("INBOX_TABLE")?, consumer_name.clone(), outbox_lambda::inbox_retention(&env)?);
-    let dead_letters = ConsumerDeadLetterQueue::new(aws_sdk_sqs::Client::new(&sdk), env.required("DEAD_LETTER_QUEUE_URL")?, consumer_name);
-    let consumer = Consumer::builder(inbox, dead_letters)
+    // The consumer kit's inbox table and dead-letter queue, and the consumer's name (INBOX_TABLE,
+    // DEAD_LETTER_QUEUE_URL, CONSUMER_NAME in template.yaml): its inbox rows are `<name>#<event id>`
+    // (`outbox trace` reads the same variable to find them) and outlive every redelivery.
+    let consumer = outbox_lambda::consumer_from_env(&env, &sdk)?
         .handler::<CustomerRegistered, _>("CustomerRegistered", WelcomeMail { mails_table: env.required("WELCOME_MAILS_TABLE")? })
         .build();
     // `handle_any`: an SQS batch in, `batchItemFailures` out (and an EventBridge event as well).

@@ -5,8 +5,7 @@
 
 use invoicing::{Invoicing, OrderPlaced, ORDER_PLACED};
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
-use outbox::consumer::{Consumer, ConsumerDeadLetterQueue, RawEvent, DEFAULT_METRICS_NAMESPACE};
-use outbox::inbox::Inbox;
+use outbox::consumer::{RawEvent, DEFAULT_METRICS_NAMESPACE};
 use outbox_lambda::{Env, LambdaConsumer as _};
 
 #[tokio::main]
@@ -15,14 +14,10 @@ async fn main() -> Result<(), Error> {
     let env = Env::process();
     // The documented SDK time-outs (SDK_*_TIMEOUT_MS), so a stalled call fails instead of hanging.
     let sdk = outbox_lambda::load_sdk_config(&env).await?;
-    // The consumer's name (CONSUMER_NAME in template.yaml): its inbox rows are
-    // `<name>#<event id>`, and `outbox trace` reads the same variable to find them.
-    let consumer_name = outbox_lambda::consumer_name(&env)?;
-    // Inbox rows outlive every redelivery: the dead-letter queue's retention plus a redrive margin.
-    let inbox =
-        Inbox::new(aws_sdk_dynamodb::Client::new(&sdk), env.required("INBOX_TABLE")?, consumer_name.clone(), outbox_lambda::inbox_retention(&env)?);
-    let dead_letters = ConsumerDeadLetterQueue::new(aws_sdk_sqs::Client::new(&sdk), env.required("DEAD_LETTER_QUEUE_URL")?, consumer_name);
-    let consumer = Consumer::builder(inbox, dead_letters)
+    // The consumer kit's inbox table and dead-letter queue, and the consumer's name (INBOX_TABLE,
+    // DEAD_LETTER_QUEUE_URL, CONSUMER_NAME in template.yaml): its inbox rows are `<name>#<event id>`
+    // (`outbox trace` reads the same variable to find them) and outlive every redelivery.
+    let consumer = outbox_lambda::consumer_from_env(&env, &sdk)?
         .handler::<OrderPlaced, _>(ORDER_PLACED, Invoicing { invoices_table: env.required("INVOICES_TABLE")? })
         .build();
     // `handle_any`: an SQS batch in, `batchItemFailures` out; with the `metrics` feature `run`
