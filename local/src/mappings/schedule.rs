@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::stack::ScheduledSend;
+use outbox_template::stack::ScheduledSend;
 
 /// Sends `send.input` to `send.queue` every period until `shutdown` is true.
 pub async fn run(sqs: aws_sdk_sqs::Client, send: ScheduledSend, mut shutdown: watch::Receiver<bool>) {
