@@ -1,6 +1,6 @@
 //! EventBridge schedule rules → SQS queues, played locally: moto stores a rule with a
 //! `ScheduleExpression` but never fires it, so the runtime sends each target queue the target's
-//! constant `Input` every period ([`outbox_cli::stack::ScheduledSend`]; e.g. the consumer kit's
+//! constant `Input` every period ([`outbox_template::stack::ScheduledSend`]; e.g. the consumer kit's
 //! parked check, `{"outbox":"check-parked",…}` to the consumer's delivery queue every 5 minutes).
 //!
 //! As on AWS, the first send comes one period after the start, not at once, and the period is
