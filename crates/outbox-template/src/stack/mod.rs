@@ -504,6 +504,36 @@ fn stack_name_of_dir(dir: &Path) -> String {
 mod tests {
     use super::*;
 
+    /// A deployed stack looked up ([`LookUp`]): every queue's URL asked of SQS by its name
+    /// (`GetQueueUrl`), its ARN in the account the URL names; nothing else asked (no
+    /// `CreateQueue`: the mock answers nothing else), no rules or schedules; a refused
+    /// `GetQueueUrl` is an error naming the call and the queue.
+    #[tokio::test]
+    async fn a_looked_up_stack_asks_sqs_only_for_queue_urls_and_takes_the_account_from_them() {
+        use aws_sdk_sqs::operation::get_queue_url::{GetQueueUrlError, GetQueueUrlOutput};
+        use aws_smithy_mocks::{mock, mock_client, RuleMode};
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let template = || Template::load(&root.join("template.yaml")).expect("template.yaml");
+
+        let url = mock!(aws_sdk_sqs::Client::get_queue_url)
+            .then_output(|| GetQueueUrlOutput::builder().queue_url("https://sqs.eu-west-1.amazonaws.com/999999999999/q").build());
+        let backend = LookUp { sqs: mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&url]) };
+        let stack = Stack::resolve(template(), "shop", "eu-west-1", "123456789012", &backend).await.expect("looked up");
+        assert!(!stack.queues.is_empty());
+        assert_eq!(url.num_calls(), stack.queues.len(), "one GetQueueUrl per queue of the template");
+        for q in &stack.queues {
+            assert_eq!(q.arn, format!("arn:aws:sqs:eu-west-1:999999999999:{}", q.name), "the URL's account, not the default one");
+        }
+        assert!(stack.stream_arns.is_empty() && stack.rules.is_empty() && stack.queue_rules.is_empty() && stack.schedules.is_empty());
+
+        let refused = mock!(aws_sdk_sqs::Client::get_queue_url).then_error(|| {
+            GetQueueUrlError::QueueDoesNotExist(aws_sdk_sqs::types::error::QueueDoesNotExist::builder().message("no such queue").build())
+        });
+        let backend = LookUp { sqs: mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&refused]) };
+        let err = Stack::resolve(template(), "shop", "eu-west-1", "123456789012", &backend).await.expect_err("refused").to_string();
+        assert!(err.starts_with("GetQueueUrl shop-") && err.contains("no such queue"), "{err}");
+    }
+
     #[test]
     fn the_default_stack_name_is_samconfigs_else_the_template_directorys_name() {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
