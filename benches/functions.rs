@@ -61,16 +61,16 @@ use aws_smithy_runtime_api::shared::IntoShared;
 use lambda_runtime::{Context, LambdaEvent};
 use orders_app::inventory::InventoryConsumer;
 use outbox::relay::stream::StreamBatch;
+use outbox_cli::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
 use outbox_lambda::relay::RelayFunction;
 use outbox_lambda::Env;
-use outbox_local::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
 use outbox_local::emulator::Emulator;
 use outbox_local::lambda::function::{lambda_environment, LocalFunction, Placement};
 
 use outbox_local::options::RuntimeOptions;
-use outbox_local::stack::{Mode, Stack};
 use outbox_local::stats::Stats;
-use outbox_local::template::Template;
+use outbox_template::stack::Stack;
+use outbox_template::Template;
 use serde_json::{json, Value};
 use whole_process::child_figures;
 
@@ -285,8 +285,8 @@ async fn bench(args: Args) {
         .build_https();
     let sdk = sdk_config(&target).await.into_builder().http_client(CountingClient { inner: https, calls: calls.clone() }).build();
     let template = Template::load(&root().join("template.yaml")).unwrap_or_else(|e| panic!("template.yaml: {e}"));
-    let stack = Stack::set_up(&sdk, template, "bench", EMULATOR_ACCOUNT, Mode::Provision).await.unwrap_or_else(|e| panic!("provisioning: {e}"));
-    let env_of = |logical: &str| -> (outbox_local::template::FunctionSpec, std::collections::HashMap<String, String>) {
+    let stack = outbox_local::provision::provision(&sdk, template, "bench", EMULATOR_ACCOUNT).await.unwrap_or_else(|e| panic!("provisioning: {e}"));
+    let env_of = |logical: &str| -> (outbox_template::FunctionSpec, std::collections::HashMap<String, String>) {
         let spec = stack.functions.iter().find(|f| f.logical_id == logical).cloned().unwrap_or_else(|| panic!("{logical} in the template"));
         let env = stack.environment(&spec).unwrap_or_else(|e| panic!("{logical}'s environment: {e}"));
         (spec, env)

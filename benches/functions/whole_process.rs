@@ -20,11 +20,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use outbox_local::aws::EMULATOR_ACCOUNT;
+use outbox_cli::aws::EMULATOR_ACCOUNT;
 use outbox_local::lambda::function::{lambda_environment, LocalFunction, Placement};
 use outbox_local::options::RuntimeOptions;
 use outbox_local::stats::Stats;
-use outbox_local::template::{FunctionSpec, Template};
+use outbox_template::{FunctionSpec, Template};
 use serde_json::{json, Value};
 
 use super::reference::Reference;

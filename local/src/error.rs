@@ -93,14 +93,14 @@ impl Error {
     }
 }
 
-impl From<outbox_cli::template::TemplateError> for Error {
-    fn from(e: outbox_cli::template::TemplateError) -> Self {
+impl From<outbox_template::TemplateError> for Error {
+    fn from(e: outbox_template::TemplateError) -> Self {
         Self::Part(Box::new(e))
     }
 }
 
-impl From<outbox_cli::stack::StackError> for Error {
-    fn from(e: outbox_cli::stack::StackError) -> Self {
+impl From<outbox_template::stack::StackError> for Error {
+    fn from(e: outbox_template::stack::StackError) -> Self {
         Self::Part(Box::new(e))
     }
 }

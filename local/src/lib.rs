@@ -7,11 +7,11 @@
 //! and a function of your own runs like the sample's.
 //!
 //! Laid out by what it plays, each folder importing only the ones above it in this list:
-//! - the operator's crate's modules, re-exported at their old paths: [`template`] reads the
-//!   template, [`aws`] builds the SDK configuration, [`stack`] provisions, [`dlq`],
-//!   [`failed_batch`], [`trace`], [`ordering`] and [`webhooks`] are the operator's verbs;
+//! - from other crates, imported from the crate that owns them: the template model and the
+//!   stack (`outbox_template`), the SDK configuration and the operator's verbs (`outbox_cli`);
 //! - [`error`]: the runtime's one error type, [`Error`], by cause (it uses none of the folders);
 //! - [`emulator`]: starting moto;
+//! - [`provision`]: the template's resources created on the emulator, and the rules the runtime plays;
 //! - [`faults`]: AWS's failures, injected between the functions and the emulator;
 //! - [`stats`]: what the runtime observed (and [`stats::status`], for people);
 //! - [`options`]: the runtime's knobs ([`options::RuntimeOptions`]);
@@ -24,10 +24,6 @@
 
 #![warn(missing_docs)]
 
-// The template reader, the stack and the operator's verbs live in the operator's crate
-// (`outbox-cli`), which both binaries use; their paths here stay as they were.
-pub use outbox_cli::{aws, dlq, failed_batch, filter, ordering, stack, template, trace, webhooks};
-
 pub mod emulator;
 pub mod error;
 pub mod faults;
@@ -35,6 +31,7 @@ pub mod hint;
 pub mod lambda;
 pub mod mappings;
 pub mod options;
+pub mod provision;
 pub mod runtime;
 pub mod scenarios;
 pub mod stats;

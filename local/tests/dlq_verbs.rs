@@ -5,11 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use outbox_local::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
-use outbox_local::dlq::{self, RedriveOptions, Selection};
+use outbox_cli::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
+use outbox_cli::dlq::{self, RedriveOptions, Selection};
 use outbox_local::emulator::Emulator;
-use outbox_local::stack::{Mode, Stack};
-use outbox_local::template::Template;
+use outbox_template::Template;
 use serde_json::json;
 
 fn root() -> PathBuf {
@@ -31,7 +30,7 @@ async fn dlq_verbs_group_select_refuse_permanent_causes_and_archive() {
     let emulator = Emulator::start(&root()).await.expect("the moto emulator starts");
     let sdk = sdk_config(&Target { endpoint: Some(emulator.endpoint.clone()), region: "us-east-1".into() }).await;
     let template = Template::load(&root().join("template.yaml")).expect("the sample template");
-    let stack = Stack::set_up(&sdk, template, "dlq-test", EMULATOR_ACCOUNT, Mode::Provision).await.expect("provisioned");
+    let stack = outbox_local::provision::provision(&sdk, template, "dlq-test", EMULATOR_ACCOUNT).await.expect("provisioned");
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let events = aws_sdk_eventbridge::Client::new(&sdk);
     let queue = stack.queue("ConsumerKit/ConsumerDeadLetterQueue").expect("the consumer DLQ").clone();

@@ -5,11 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use outbox_local::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
+use outbox_cli::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
+use outbox_cli::trace::{trace, Lookup};
 use outbox_local::emulator::Emulator;
-use outbox_local::stack::{Mode, Stack};
-use outbox_local::template::Template;
-use outbox_local::trace::{trace, Lookup};
+use outbox_template::Template;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -24,7 +23,7 @@ async fn trace_follows_one_event_through_outbox_inbox_and_dead_letters() {
     let emulator = Emulator::start(&root()).await.expect("the moto emulator starts");
     let sdk = sdk_config(&Target { endpoint: Some(emulator.endpoint.clone()), region: "us-east-1".into() }).await;
     let template = Template::load(&root().join("template.yaml")).expect("the sample template");
-    let stack = Stack::set_up(&sdk, template, "trace-test", EMULATOR_ACCOUNT, Mode::Provision).await.expect("provisioned");
+    let stack = outbox_local::provision::provision(&sdk, template, "trace-test", EMULATOR_ACCOUNT).await.expect("provisioned");
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let table = |id: &str| stack.table(id).expect("a table of the template").name.clone();
 
@@ -59,7 +58,7 @@ async fn trace_follows_one_event_through_outbox_inbox_and_dead_letters() {
     let body = serde_json::json!({"source": "example.orders", "detail-type": "OrderCreated", "detail": {"id": "e-dead", "type": "OrderCreated"}});
     sqs.send_message().queue_url(&dlq.url).message_body(body.to_string()).send().await.expect("dead letter sent");
 
-    let resources = stack.resources().expect("the stack's resources");
+    let resources = outbox_cli::resources::Resources::from_stack(&stack).expect("the stack's resources");
     let key = |sequence: u64| Lookup::Key { aggregate: "Order#o-1".into(), sequence };
     let applied = trace(&sdk, &resources, "e-applied", &key(1)).await.expect("traced");
     let outbox = applied.outbox.as_ref().expect("the outbox item is found by its key");

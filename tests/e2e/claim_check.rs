@@ -19,9 +19,8 @@ use outbox::envelope::{OutboxItem, PayloadRef};
 use outbox::inbox::Inbox;
 use outbox::relay::{Relay, RelayConfig};
 use outbox::{Event, OutboxWriter};
-use outbox_local::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
-use outbox_local::stack::{Mode, Stack};
-use outbox_local::template::Template;
+use outbox_cli::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
+use outbox_template::Template;
 use serde_json::value::RawValue;
 
 /// What the consumer's handler saw.
@@ -55,7 +54,7 @@ async fn setup() -> Setup {
     let sdk = sdk_config(&target).await;
     let template = Template::load(&root().join("template.yaml")).expect("template.yaml loads");
     let stack_name = format!("t-{}", short_id());
-    let stack = Stack::set_up(&sdk, template, &stack_name, EMULATOR_ACCOUNT, Mode::Provision).await.unwrap_or_else(|e| panic!("stack: {e}"));
+    let stack = outbox_local::provision::provision(&sdk, template, &stack_name, EMULATOR_ACCOUNT).await.unwrap_or_else(|e| panic!("stack: {e}"));
     let table = |id: &str| stack.table(id).unwrap_or_else(|| panic!("no table {id}")).name.clone();
     let s3 = aws_sdk_s3::Client::from_conf(aws_sdk_s3::config::Builder::from(&sdk).force_path_style(true).build());
     // The template's payload bucket, provisioned by the local runtime; the producer and the

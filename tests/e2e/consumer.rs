@@ -114,7 +114,7 @@ async fn duplicate_and_racing_deliveries_take_effect_once() {
     check_stock(2).await;
     assert!(local.query_pk(&outbox_table, &format!("Reservation#{other_order}")).await.is_empty());
     let dlq = local.runtime.stack.queue("ConsumerKit/ConsumerDeadLetterQueue").cloned().expect("ConsumerKit/ConsumerDeadLetterQueue");
-    let dead = outbox_local::dlq::peek(&local.sqs, &dlq).await.expect("peeking the DLQ");
+    let dead = outbox_cli::dlq::peek(&local.sqs, &dlq).await.expect("peeking the DLQ");
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!(dead[0].event_id.as_deref(), Some(event_id.as_str()), "{dead:?}");
     assert!(dead[0].reason.starts_with("PayloadMismatch"), "reason: {}", dead[0].reason);
@@ -147,11 +147,11 @@ async fn settle(local: &Local, what: &str, settled: impl Fn(&outbox_local::stats
 }
 
 /// The consumer dead-letter queue's message about `event_id` (waits for it, bounded).
-async fn dead_letter_of(local: &Local, event_id: &str) -> outbox_local::dlq::DlqMessage {
+async fn dead_letter_of(local: &Local, event_id: &str) -> outbox_cli::dlq::DlqMessage {
     let dlq = local.runtime.stack.queue("ConsumerKit/ConsumerDeadLetterQueue").cloned().expect("ConsumerKit/ConsumerDeadLetterQueue");
     let deadline = Deadline::new(format!("event {event_id} in {}", dlq.name));
     loop {
-        let dead = outbox_local::dlq::peek(&local.sqs, &dlq).await.expect("peeking the DLQ");
+        let dead = outbox_cli::dlq::peek(&local.sqs, &dlq).await.expect("peeking the DLQ");
         if let Some(m) = dead.iter().find(|m| m.event_id.as_deref() == Some(event_id)) {
             return m.clone();
         }
@@ -227,31 +227,31 @@ async fn an_event_whose_predecessor_never_comes_is_parked_not_dead_lettered() {
     assert_eq!(outcomes, ["parked"], "{counts:?}");
 
     let inbox = local.table("ConsumerKit/InboxTable");
-    let parked = outbox_local::ordering::parked(&local.dynamodb, &inbox).await.expect("ordering parked");
+    let parked = outbox_cli::ordering::parked(&local.dynamodb, &inbox).await.expect("ordering parked");
     assert_eq!(parked.len(), 1, "{parked:?}");
     assert_eq!((parked[0].event.event_id.as_str(), parked[0].event.sequence, parked[0].event.waits_for), (gap_id.as_str(), 2, 1));
-    assert!(outbox_local::ordering::format_parked(&parked, Duration::ZERO).starts_with("GAP reserve-inventory"), "past the gap limit: flagged");
-    let trace = outbox_local::trace::trace(
+    assert!(outbox_cli::ordering::format_parked(&parked, Duration::ZERO).starts_with("GAP reserve-inventory"), "past the gap limit: flagged");
+    let trace = outbox_cli::trace::trace(
         &local.runtime.sdk,
-        &local.runtime.stack.resources().expect("resources"),
+        &outbox_cli::resources::Resources::from_stack(&local.runtime.stack).expect("resources"),
         &gap_id,
-        &outbox_local::trace::Lookup::Scan,
+        &outbox_cli::trace::Lookup::Scan,
     )
     .await
     .expect("trace");
     assert!(trace.consumers.iter().any(|c| c.state.starts_with("parked: sequence 2 waits for sequence 1")), "{}", trace.render());
     let dlq = local.runtime.stack.queue("ConsumerKit/ConsumerDeadLetterQueue").cloned().expect("ConsumerKit/ConsumerDeadLetterQueue");
-    assert_eq!(outbox_local::dlq::depth(&local.sqs, &dlq).await.expect("depth"), 0, "a gap is not poison");
+    assert_eq!(outbox_cli::dlq::depth(&local.sqs, &dlq).await.expect("depth"), 0, "a gap is not poison");
 
     // The operator releases the order through 1: the parked event is re-published and applies.
     let aggregate = format!("Order#{order_id}");
-    outbox_local::ordering::release(&local.dynamodb, &inbox, "reserve-inventory", &aggregate, 1, true).await.expect("release");
-    let sent = outbox_local::ordering::republish_parked(&local.dynamodb, &local.events, &inbox, "reserve-inventory", &aggregate, 1, &bus)
+    outbox_cli::ordering::release(&local.dynamodb, &inbox, "reserve-inventory", &aggregate, 1, true).await.expect("release");
+    let sent = outbox_cli::ordering::republish_parked(&local.dynamodb, &local.events, &inbox, "reserve-inventory", &aggregate, 1, &bus)
         .await
         .expect("re-published");
     assert_eq!(sent, 1);
     let applied = |c: &outbox_local::stats::Counts| c.recent.iter().any(|d| d.event_id == gap_id && d.outcome == "nothing_to_release");
     settle(&local, "the released event applied", applied).await;
-    assert!(outbox_local::ordering::parked(&local.dynamodb, &inbox).await.expect("parked").is_empty());
+    assert!(outbox_cli::ordering::parked(&local.dynamodb, &inbox).await.expect("parked").is_empty());
     local.shutdown().await;
 }

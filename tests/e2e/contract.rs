@@ -17,8 +17,8 @@
 use std::path::{Path, PathBuf};
 
 use outbox::contract::{self, env, namespace};
-use outbox_local::template::names::{self, MAX_STACK_NAME};
-use outbox_local::template::{Resolver, Template};
+use outbox_template::names::{self, MAX_STACK_NAME};
+use outbox_template::{Resolver, Template};
 use serde_yaml_ng::{Mapping, Value};
 
 /// Which library entry point each function binary runs, and what it requires.

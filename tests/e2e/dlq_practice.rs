@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::common::Local;
-use outbox_local::dlq::{self, RedriveOptions, Selection};
+use outbox_cli::dlq::{self, RedriveOptions, Selection};
 use outbox_local::scenarios::practice;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

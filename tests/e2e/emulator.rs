@@ -161,8 +161,8 @@ async fn a_cancelled_transaction_leaves_every_item_it_would_have_written_as_it_w
 #[tokio::test]
 async fn queue_counts_stay_right_through_sends_and_receives() {
     use aws_sdk_sqs::types::QueueAttributeName as A;
-    let target = outbox_local::aws::Target { endpoint: Some(crate::common::endpoint().to_owned()), region: "us-east-1".into() };
-    let sqs = aws_sdk_sqs::Client::new(&outbox_local::aws::sdk_config(&target).await);
+    let target = outbox_cli::aws::Target { endpoint: Some(crate::common::endpoint().to_owned()), region: "us-east-1".into() };
+    let sqs = aws_sdk_sqs::Client::new(&outbox_cli::aws::sdk_config(&target).await);
     let url = sqs.create_queue().queue_name(format!("counts-{}", crate::common::short_id())).send().await.unwrap().queue_url.unwrap();
     for i in 0..25 {
         sqs.send_message().queue_url(&url).message_body(i.to_string()).send().await.unwrap();

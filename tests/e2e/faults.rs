@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::common::Local;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
-use outbox_local::aws::{sdk_config, Target};
+use outbox_cli::aws::{sdk_config, Target};
 use outbox_local::faults::{Attached, Fault, FaultKind, FaultPlan, Injector};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -279,13 +279,12 @@ struct OrderApi {
 
 impl OrderApi {
     async fn behind(fault: Fault) -> Self {
-        use outbox_local::aws::EMULATOR_ACCOUNT;
+        use outbox_cli::aws::EMULATOR_ACCOUNT;
         use outbox_local::runtime::{Runtime, RuntimeOptions};
-        use outbox_local::stack::{Mode, Stack};
-        use outbox_local::template::Template;
+        use outbox_template::Template;
         let sdk = sdk_config(&Target { endpoint: Some(crate::common::endpoint().to_owned()), region: "us-east-1".into() }).await;
         let template = Template::load(&crate::common::root().join("template.yaml")).expect("template.yaml loads");
-        let stack = Stack::set_up(&sdk, template, &crate::common::stack_name(), EMULATOR_ACCOUNT, Mode::Provision).await.expect("a stack");
+        let stack = outbox_local::provision::provision(&sdk, template, &crate::common::stack_name(), EMULATOR_ACCOUNT).await.expect("a stack");
         let injector = Injector::new(FaultPlan { faults: vec![fault], ..FaultPlan::default() }, crate::common::endpoint());
         let options = RuntimeOptions { faults: Some(injector.clone()), ..crate::common::fast_options() };
         let runtime = Runtime::new(sdk, stack, options, crate::common::bin_dir()).expect("the functions");

@@ -262,25 +262,25 @@ async fn a_permanently_missing_sequence_is_released_by_the_ordering_release_comm
     let err = inbox.apply(&metadata("m3", "o-9", 3), &PayloadHash::of("h"), vec![]).await.unwrap_err();
     assert!(matches!(err, InboxError::SequenceGap { expected: 2, got: 3, last_applied: 1, .. }), "{err}");
 
-    let bad = outbox_local::ordering::release(&local.dynamodb, &table, "reserve-inventory", "o-9", 2, false).await.unwrap_err().to_string();
+    let bad = outbox_cli::ordering::release(&local.dynamodb, &table, "reserve-inventory", "o-9", 2, false).await.unwrap_err().to_string();
     assert!(bad.contains("<aggregate_type>#<aggregate_id>"), "{bad}");
     // A mistyped consumer or aggregate is refused (it would create a row nobody reads).
-    let typo = outbox_local::ordering::release(&local.dynamodb, &table, "reserve_inventory", "Order#o-9", 2, false).await.unwrap_err().to_string();
+    let typo = outbox_cli::ordering::release(&local.dynamodb, &table, "reserve_inventory", "Order#o-9", 2, false).await.unwrap_err().to_string();
     assert!(typo.contains("no ordering row") && typo.contains("--create"), "{typo}");
-    let typo = outbox_local::ordering::release(&local.dynamodb, &table, "reserve-inventory", "order#o-9", 2, false).await.unwrap_err().to_string();
+    let typo = outbox_cli::ordering::release(&local.dynamodb, &table, "reserve-inventory", "order#o-9", 2, false).await.unwrap_err().to_string();
     assert!(typo.contains("no ordering row"), "{typo}");
-    assert!(outbox_local::ordering::release(&local.dynamodb, &table, "reserve-inventory", "Order#o-9", 0, false).await.is_err());
-    let released = outbox_local::ordering::release(&local.dynamodb, &table, "reserve-inventory", "Order#o-9", 2, false).await.unwrap();
-    assert_eq!(released, outbox_local::ordering::Released { before: 1, after: 2 });
+    assert!(outbox_cli::ordering::release(&local.dynamodb, &table, "reserve-inventory", "Order#o-9", 0, false).await.is_err());
+    let released = outbox_cli::ordering::release(&local.dynamodb, &table, "reserve-inventory", "Order#o-9", 2, false).await.unwrap();
+    assert_eq!(released, outbox_cli::ordering::Released { before: 1, after: 2 });
     assert_eq!(inbox.apply(&metadata("m3", "o-9", 3), &PayloadHash::of("h"), vec![]).await.unwrap(), InboxOutcome::Applied);
     // Released twice, or below the current sequence: nothing moves back.
-    let again = outbox_local::ordering::release(&local.dynamodb, &table, "reserve-inventory", "Order#o-9", 2, false).await.unwrap();
-    assert_eq!(again, outbox_local::ordering::Released { before: 3, after: 3 });
+    let again = outbox_cli::ordering::release(&local.dynamodb, &table, "reserve-inventory", "Order#o-9", 2, false).await.unwrap();
+    assert_eq!(again, outbox_cli::ordering::Released { before: 3, after: 3 });
     // The late sequence 2, if it ever comes, is absorbed.
     assert_eq!(inbox.apply(&metadata("m2", "o-9", 2), &PayloadHash::of("h"), vec![]).await.unwrap(), InboxOutcome::Duplicate);
     // A gap at an aggregate's very first event: no row yet, released with --create.
-    let first = outbox_local::ordering::release(&local.dynamodb, &table, "reserve-inventory", "Order#o-10", 1, true).await.unwrap();
-    assert_eq!(first, outbox_local::ordering::Released { before: 0, after: 1 });
+    let first = outbox_cli::ordering::release(&local.dynamodb, &table, "reserve-inventory", "Order#o-10", 1, true).await.unwrap();
+    assert_eq!(first, outbox_cli::ordering::Released { before: 0, after: 1 });
     assert_eq!(inbox.apply(&metadata("n2", "o-10", 2), &PayloadHash::of("h"), vec![]).await.unwrap(), InboxOutcome::Applied);
     local.shutdown().await;
 }

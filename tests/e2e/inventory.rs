@@ -5,7 +5,7 @@
 
 use crate::common::{Deadline, Local};
 use orders_app::inventory;
-use outbox_local::dlq;
+use outbox_cli::dlq;
 use serde_json::{json, Value};
 
 fn event(envelope_id: &str, detail_type: &str, event_id: &str, order_id: &str, sequence: u64, data: Value) -> String {
@@ -37,7 +37,7 @@ async fn invoke(local: &Local, payload: &str) -> Value {
     f.invoke(payload).await.result.unwrap_or_else(|d| panic!("{}: {}", d.error_type, d.error_message))
 }
 
-fn consumer_dlq(local: &Local) -> outbox_local::stack::QueueInfo {
+fn consumer_dlq(local: &Local) -> outbox_template::stack::QueueInfo {
     local.runtime.stack.queue("ConsumerKit/ConsumerDeadLetterQueue").cloned().unwrap()
 }
 
@@ -137,7 +137,7 @@ async fn a_cancellation_before_its_creation_is_parked_then_applied_after_it() {
     while !local.runtime.stats.snapshot().recent.iter().any(|d| d.event_id == "e-g2" && d.outcome == "parked") {
         wait.tick(|| format!("{:?}", local.runtime.stats.snapshot().recent)).await;
     }
-    let parked = outbox_local::ordering::parked(&local.dynamodb, &inbox).await.unwrap();
+    let parked = outbox_cli::ordering::parked(&local.dynamodb, &inbox).await.unwrap();
     assert_eq!(parked.iter().map(|p| (p.event.event_id.as_str(), p.event.waits_for)).collect::<Vec<_>>(), [("e-g2", 1)]);
     let counts = local.runtime.stats.snapshot();
     assert_eq!((counts.sqs_invocation_errors, counts.sqs_messages_failed), (0, 0), "parking is not a failure: {counts:?}");
@@ -162,14 +162,14 @@ async fn a_cancellation_before_its_creation_is_parked_then_applied_after_it() {
         }
         wait.tick(|| format!("{:?}", local.runtime.stats.snapshot().recent)).await;
     }
-    assert!(outbox_local::ordering::parked(&local.dynamodb, &inbox).await.unwrap().is_empty(), "nothing left parked");
+    assert!(outbox_cli::ordering::parked(&local.dynamodb, &inbox).await.unwrap().is_empty(), "nothing left parked");
     // `trace` shows what each event did, as the consumer recorded it.
     for (id, state) in [("e-g1", "applied (reserved)"), ("e-g2", "applied (released)")] {
-        let trace = outbox_local::trace::trace(
+        let trace = outbox_cli::trace::trace(
             &local.runtime.sdk,
-            &local.runtime.stack.resources().expect("resources"),
+            &outbox_cli::resources::Resources::from_stack(&local.runtime.stack).expect("resources"),
             id,
-            &outbox_local::trace::Lookup::Scan,
+            &outbox_cli::trace::Lookup::Scan,
         )
         .await
         .unwrap();

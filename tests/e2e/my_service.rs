@@ -13,10 +13,10 @@
 use std::path::PathBuf;
 
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
-use outbox_local::dlq;
+use outbox_cli::dlq;
 use outbox_local::lambda::binaries;
 use outbox_local::runtime::RuntimeOptions;
-use outbox_local::template::Template;
+use outbox_template::Template;
 use serde_json::{json, Value};
 
 use crate::common::{self, s, Deadline, Local};
@@ -74,8 +74,8 @@ async fn a_customer_is_welcomed_once_a_duplicate_is_absorbed_and_poison_is_dead_
     assert_eq!(claim.len(), 1, "the consumer's inbox claim of the event: {claim:?}");
     // `trace` finds that claim under the name the function runs with (the template's
     // CONSUMER_NAME, which main reads with outbox_lambda::consumer_name).
-    let resources = local.runtime.stack.resources().expect("the stack's resources");
-    let traced = outbox_local::trace::trace(&local.runtime.sdk, &resources, &event_id, &outbox_local::trace::Lookup::Scan).await.expect("trace");
+    let resources = outbox_cli::resources::Resources::from_stack(&local.runtime.stack).expect("the stack's resources");
+    let traced = outbox_cli::trace::trace(&local.runtime.sdk, &resources, &event_id, &outbox_cli::trace::Lookup::Scan).await.expect("trace");
     let row = traced.consumers.iter().find(|c| c.function == "WelcomeMailFunction").unwrap_or_else(|| panic!("{}", traced.render()));
     assert_eq!((row.consumer.as_str(), row.state.starts_with("applied")), ("welcome-mail", true), "{}", traced.render());
 

@@ -448,7 +448,7 @@ async fn a_token_signed_with_a_rotated_issuer_key_is_accepted_without_a_restart(
     use outbox_local::runtime::authorizer::{LocalIssuer, KEY_FILE};
     let state = std::env::temp_dir().join(format!("outbox-local-state-{}", crate::common::short_id()));
     let options = outbox_local::runtime::RuntimeOptions { state_dir: Some(state.clone()), ..crate::common::fast_options() };
-    let template = outbox_local::template::Template::load(&crate::common::root().join("template.yaml")).expect("template.yaml loads");
+    let template = outbox_template::Template::load(&crate::common::root().join("template.yaml")).expect("template.yaml loads");
     let mut local = Local::start_with(template, crate::common::endpoint(), options, None).await;
     let api = Api::serve(&mut local).await;
     let (orders_before, _) = counts(&local).await;

@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 
 use outbox::consumer::{Consumer, Handled, HandlerError, InvocationAnswer, MemoryDeadLetters, ParkedCheck};
 use outbox::inbox::Inbox;
-use outbox_local::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
-use outbox_local::stack::{Mode, Stack};
-use outbox_local::template::Template;
+use outbox_cli::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
+use outbox_template::Template;
 use serde_json::{json, Value};
 
 use crate::common;
@@ -52,7 +51,7 @@ async fn a_real_gap_is_found_by_the_parked_check_and_listed_from_the_index_witho
     let template = Template::load(&common::root().join("examples/my-service/template.yaml")).expect("examples/my-service/template.yaml loads");
     let sdk = sdk_config(&Target { endpoint: Some(common::endpoint().to_owned()), region: "us-east-1".into() }).await;
     let stack_name = common::stack_name();
-    let stack = Stack::set_up(&sdk, template, &stack_name, EMULATOR_ACCOUNT, Mode::Provision).await.expect("provisioned");
+    let stack = outbox_local::provision::provision(&sdk, template, &stack_name, EMULATOR_ACCOUNT).await.expect("provisioned");
 
     // The kit schedules the check to its delivery queue, as the local runtime plays it.
     let [check] = stack.schedules.as_slice() else { panic!("one schedule: {:?}", stack.schedules) };
@@ -84,16 +83,16 @@ async fn a_real_gap_is_found_by_the_parked_check_and_listed_from_the_index_witho
 
     // `ordering parked` from the index: one Query, which reads the one parked row (the claim
     // and ordering rows are not in the sparse index).
-    let index = outbox_local::ordering::parked_index(&dynamodb, &table).await.expect("DescribeTable").expect("the kit's table has the index");
+    let index = outbox_cli::ordering::parked_index(&dynamodb, &table).await.expect("DescribeTable").expect("the kit's table has the index");
     assert_eq!(index, outbox::inbox::PARKED_INDEX);
-    let listed = outbox_local::ordering::parked_by_index(&dynamodb, &table, &index, &[consumer_name.to_owned()], Some(100)).await.expect("Query");
+    let listed = outbox_cli::ordering::parked_by_index(&dynamodb, &table, &index, &[consumer_name.to_owned()], Some(100)).await.expect("Query");
     assert_eq!((listed.read, listed.complete), (1, true), "{listed:?}");
     let gap = &listed.parked[0];
     assert_eq!((gap.consumer.as_str(), gap.event.event_id.as_str(), gap.event.sequence, gap.event.waits_for), (consumer_name, "o-1-3", 3, 2));
     assert!(gap.event.payload.is_empty(), "the index does not project the payload");
-    assert!(outbox_local::ordering::format_parked(&listed.parked, Duration::ZERO)
+    assert!(outbox_cli::ordering::format_parked(&listed.parked, Duration::ZERO)
         .starts_with("GAP ordered-gap Order#o-1 OrderCancelled sequence 3 waits for 2"));
-    let with_payload = outbox_local::ordering::parked_of(&dynamodb, &table, consumer_name).await.expect("parked_of");
+    let with_payload = outbox_cli::ordering::parked_of(&dynamodb, &table, consumer_name).await.expect("parked_of");
     assert!(with_payload[0].event.payload.contains("o-1-3"), "read from the row by key");
 
     // Unparked (settled), it leaves the index: the next check finds nothing.

@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use crate::common::{Deadline, Local};
 use outbox::{Event, OutboxWriter};
-use outbox_local::failed_batch::{self, Replayer};
-use outbox_local::template::Template;
+use outbox_cli::failed_batch::{self, Replayer};
+use outbox_template::Template;
 use serde_json::json;
 
 const RELAY: &str = "Relay/RelayFunction";
@@ -384,7 +384,7 @@ async fn a_broker_outage_during_orders_and_cancellations_needs_no_operator() {
     let released = local.scan(&inventory).await.iter().filter(|r| crate::common::s(r, "status") == "RELEASED").count();
     assert_eq!(released, 10, "every cancellation released");
     let dlq = local.runtime.stack.queue("ConsumerKit/ConsumerDeadLetterQueue").cloned().expect("ConsumerKit/ConsumerDeadLetterQueue");
-    assert_eq!(outbox_local::dlq::depth(&local.sqs, &dlq).await.expect("depth"), 0, "nothing dead-lettered");
+    assert_eq!(outbox_cli::dlq::depth(&local.sqs, &dlq).await.expect("depth"), 0, "nothing dead-lettered");
     let counts = local.runtime.stats.snapshot();
     eprintln!(
         "outage during orders: {} parked then applied, {} consumer invocations failed, {} messages back to the delivery queue, 0 dead-lettered",

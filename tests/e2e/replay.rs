@@ -58,7 +58,7 @@ async fn settle(local: &Local, reserved: u64, what: &str) {
     let deadline = Deadline::new(what.to_owned());
     loop {
         let stock = orders_app::inventory::stock(&local.dynamodb, &inventory, SKU).await.expect("stock");
-        let waiting = outbox_local::dlq::depth(&local.sqs, &delivery).await.expect("the delivery queue's depth");
+        let waiting = outbox_cli::dlq::depth(&local.sqs, &delivery).await.expect("the delivery queue's depth");
         if stock == Some((1000 - reserved, reserved)) && waiting == 0 {
             return;
         }
@@ -112,7 +112,7 @@ async fn a_replay_after_an_outage_applies_only_what_the_consumer_missed() {
         no_wait: false,
         poll_seconds: 1,
     };
-    let resources = local.runtime.stack.resources().expect("the stack's resources");
+    let resources = outbox_cli::resources::Resources::from_stack(&local.runtime.stack).expect("the stack's resources");
     assert_eq!(resources.archives.len(), 1, "the relay block's archive: {:?}", resources.archives);
     let context = Context { sdk: local.runtime.sdk.clone(), resources, yes: true };
     let code = outbox_cli::cli::run(&context, &Operator::Replay(args)).await.expect("the replay completes");
@@ -126,7 +126,7 @@ async fn a_replay_after_an_outage_applies_only_what_the_consumer_missed() {
     assert!(reserved.values().all(|n| *n == 1), "nothing applied twice: {reserved:?}");
     assert_eq!(claims(&local).await, 9, "one inbox claim per event");
     let dlq = local.runtime.stack.queue("ConsumerKit/ConsumerDeadLetterQueue").cloned().expect("the kit's dead-letter queue");
-    assert_eq!(outbox_local::dlq::depth(&local.sqs, &dlq).await.expect("depth"), 0, "no replayed copy dead-lettered");
+    assert_eq!(outbox_cli::dlq::depth(&local.sqs, &dlq).await.expect("depth"), 0, "no replayed copy dead-lettered");
 
     // The replay went to the consumer's rule only (Destination.FilterArns): the spy's rule got nothing.
     drain_spy(&local, &spy, &mut seen).await;

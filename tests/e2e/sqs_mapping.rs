@@ -7,7 +7,7 @@
 //! moves the message to its dead-letter queue (SQS — moto — does that on receive).
 
 use crate::common::{Deadline, Local};
-use outbox_local::dlq;
+use outbox_cli::dlq;
 use outbox_local::scenarios::demo::subscriber::SubscriberServer;
 use outbox_webhooks::Secret;
 
@@ -73,11 +73,11 @@ async fn failed_items_come_back_after_their_visibility_and_settled_ones_are_dele
     assert_eq!(dlq::depth(&local.sqs, &dead).await.expect("depth"), 0);
 
     // `trace` shows each subscriber's delivery, from the dispatcher's inbox rows.
-    let trace = outbox_local::trace::trace(
+    let trace = outbox_cli::trace::trace(
         &local.runtime.sdk,
-        &local.runtime.stack.resources().expect("resources"),
+        &outbox_cli::resources::Resources::from_stack(&local.runtime.stack).expect("resources"),
         "01a22651-6c7b-7e1a-89c3-d4e5f6071830",
-        &outbox_local::trace::Lookup::Scan,
+        &outbox_cli::trace::Lookup::Scan,
     )
     .await
     .expect("trace");

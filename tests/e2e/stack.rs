@@ -4,16 +4,15 @@
 //! A template made of nested applications (`tests/fixtures/nested`) provisions as one stack.
 
 use crate::common::Local;
-use outbox_local::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
-use outbox_local::stack::{Mode, Stack};
-use outbox_local::template::{self as outbox_template, names, Template};
+use outbox_cli::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
+use outbox_template::{self as outbox_template, names, Template};
 
 #[tokio::test]
 async fn provisioning_an_existing_stack_is_a_no_op() {
     let local = Local::start().await;
     let sdk = sdk_config(&Target { endpoint: Some(crate::common::endpoint().to_owned()), region: "us-east-1".into() }).await;
     let template = Template::load(&crate::common::root().join("template.yaml")).unwrap();
-    let again = Stack::set_up(&sdk, template, &local.stack_name, EMULATOR_ACCOUNT, Mode::Provision).await.expect("a second set-up succeeds");
+    let again = outbox_local::provision::provision(&sdk, template, &local.stack_name, EMULATOR_ACCOUNT).await.expect("a second set-up succeeds");
     let first = &local.runtime.stack;
     assert_eq!(again.tables, first.tables);
     assert_eq!(again.stream_arns, first.stream_arns, "the tables were not recreated");
@@ -51,7 +50,7 @@ async fn provisioning_an_existing_stack_is_a_no_op() {
 /// stack `shop`: every resource under its nested name, references across applications resolved.
 async fn provisions_a_stack_of_nested_applications(sdk: &aws_config::SdkConfig, local: &Local) {
     let template = Template::load(&crate::common::root().join("tests/fixtures/nested/template.yaml")).unwrap();
-    let stack = Stack::set_up(sdk, template, "shop", EMULATOR_ACCOUNT, Mode::Provision).await.expect("the nested stack provisions");
+    let stack = outbox_local::provision::provision(sdk, template, "shop", EMULATOR_ACCOUNT).await.expect("the nested stack provisions");
     let bus = stack.buses.iter().find(|b| b.logical_id == "Relay/Bus").expect("the relay block's bus");
     local.events.describe_event_bus().name(&bus.name).send().await.expect("the bus exists");
     let relay_stack = names::nested_stack_name("shop", "Relay");
@@ -71,7 +70,7 @@ async fn provisions_a_stack_of_nested_applications(sdk: &aws_config::SdkConfig, 
     let destination = stack.destination(stream.on_failure.as_ref().expect("an on-failure destination"), "on failure").expect("a bucket of the stack");
     let bucket = outbox_template::physical_name("shop", "Relay/FailedBatches", &names::BUCKET);
     assert!(bucket.starts_with("shop-relay-") && bucket == bucket.to_ascii_lowercase(), "{bucket}");
-    assert_eq!(destination, outbox_local::stack::Destination::S3 { bucket });
+    assert_eq!(destination, outbox_template::stack::Destination::S3 { bucket });
     let consumer = stack.environment(stack.function("Consumer").expect("the consumer")).expect("its environment");
     local.dynamodb.describe_table().table_name(&consumer["INBOX_TABLE"]).send().await.expect("the kit's inbox table exists");
 }
@@ -82,7 +81,7 @@ async fn provisions_a_stack_of_nested_applications(sdk: &aws_config::SdkConfig, 
 async fn the_longest_stack_name_provisions_and_a_longer_one_is_refused(sdk: &aws_config::SdkConfig) {
     let template = || Template::load(&crate::common::root().join("template.yaml")).unwrap();
     let longest = format!("long{}", "x".repeat(names::MAX_STACK_NAME - 4));
-    let stack = Stack::set_up(sdk, template(), &longest, EMULATOR_ACCOUNT, Mode::Provision)
+    let stack = outbox_local::provision::provision(sdk, template(), &longest, EMULATOR_ACCOUNT)
         .await
         .unwrap_or_else(|e| panic!("a 128-character stack name provisions: {e}"));
     let dlq = stack.queue("ConsumerKit/ConsumerDeadLetterQueue").expect("the kit's dead-letter queue");
@@ -90,6 +89,6 @@ async fn the_longest_stack_name_provisions_and_a_longer_one_is_refused(sdk: &aws
     let bucket = stack.buckets.iter().find(|b| b.logical_id == "OutboxPayloadBucket").expect("the payload bucket");
     assert!(bucket.name.len() <= 63, "{}", bucket.name);
     let refused =
-        Stack::set_up(sdk, template(), &format!("{longest}x"), EMULATOR_ACCOUNT, Mode::Provision).await.map(|_| ()).unwrap_err().to_string();
+        outbox_local::provision::provision(sdk, template(), &format!("{longest}x"), EMULATOR_ACCOUNT).await.map(|_| ()).unwrap_err().to_string();
     assert!(refused.contains("is 129 characters; CloudFormation accepts at most 128"), "{refused}");
 }

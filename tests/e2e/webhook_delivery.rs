@@ -23,8 +23,8 @@ use crate::common::Local;
 use aws_sdk_dynamodb::types::AttributeValue;
 use axum::http::{HeaderMap, StatusCode};
 use outbox::{Event, OutboxWriter};
-use outbox_local::dlq;
-use outbox_local::template::Template;
+use outbox_cli::dlq;
+use outbox_template::Template;
 use outbox_webhooks::Secret;
 
 const DISPATCHER: &str = "Webhooks/WebhookDispatcherFunction";
@@ -278,12 +278,12 @@ async fn a_disabled_endpoint_re_enabled_and_recovered_gets_exactly_what_it_misse
 
     // Back up; one operator command: enable, recover.
     endpoint.set_down(false);
-    let operator = outbox_local::webhooks::Operator::new(
+    let operator = outbox_cli::webhooks::Operator::new(
         &local.runtime.sdk,
-        outbox_local::webhooks::WebhookStack::of(&local.runtime.stack.resources().expect("resources")).unwrap(),
+        outbox_cli::webhooks::WebhookStack::of(&outbox_cli::resources::Resources::from_stack(&local.runtime.stack).expect("resources")).unwrap(),
     );
     let since = operator.enable("fading").await.expect("enable").expect("it has a failing-since");
-    let recovery = operator.recover("fading", since, outbox_local::webhooks::Bound::whole()).await.expect("recover");
+    let recovery = operator.recover("fading", since, outbox_cli::webhooks::Bound::whole()).await.expect("recover");
     // The events it missed are sent, or already being delivered by a retry that came back once
     // it was enabled; the one it acknowledged before is skipped.
     assert_eq!(recovery.events, missed.len() + 1, "{recovery:?}");

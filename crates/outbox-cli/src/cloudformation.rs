@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use aws_sdk_cloudformation::types::StackResourceSummary;
 
 use crate::resources::{queue_name_of_url, FunctionInfo, Named, Resources, RuleInfo};
-use crate::stack::QueueInfo;
+use outbox_template::stack::QueueInfo;
 
 /// Why a stack could not be discovered.
 #[derive(Debug, thiserror::Error)]

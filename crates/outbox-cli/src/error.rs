@@ -12,8 +12,8 @@ use std::path::PathBuf;
 
 use crate::cloudformation::DiscoveryError;
 use crate::resources::ResolveError;
-use crate::stack::StackError;
-use crate::template::TemplateError;
+use outbox_template::stack::StackError;
+use outbox_template::TemplateError;
 
 /// An error of another library, kept as the source of an [`Error`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

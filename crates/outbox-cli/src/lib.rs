@@ -4,8 +4,8 @@
 //! webhook deliveries resent and recovered; a time window replayed from the bus's archive.
 //!
 //! One module per job: [`resources`] is what the verbs act on, found from CloudFormation
-//! ([`cloudformation`]) or from a template ([`template`] reads it, [`stack`] names, provisions or
-//! looks up its resources); [`dlq`] reads and redrives dead-letter queues ([`message`] is one
+//! ([`cloudformation`]) or from a template (the `outbox-template` crate reads it and looks up its
+//! stack's resources; the operator compiles no emulator or provisioning code); [`dlq`] reads and redrives dead-letter queues ([`message`] is one
 //! dead letter), [`failed_batch`] replays the stream batches a mapping gave up on, [`trace`]
 //! follows one event, [`ordering`] releases a consumer's sequence gap, [`webhooks`] resends
 //! deliveries, [`replay`] re-delivers a window of the bus's archive to consumers' rules; [`cli`] makes them commands, shared by the `outbox` binary and `outbox-local`.
@@ -27,8 +27,6 @@ pub mod message;
 pub mod ordering;
 pub mod replay;
 pub mod resources;
-pub mod stack;
-pub mod template;
 pub mod trace;
 pub mod webhooks;
 

@@ -97,7 +97,7 @@ async fn run(args: Args) -> outbox_cli::Result<ExitCode> {
         (Some(stack), _) => Source::Stack(stack.clone()),
         (None, Some(path)) => {
             let dir = path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
-            let stack_name = args.stack_name.clone().unwrap_or_else(|| outbox_cli::stack::default_stack_name(&dir));
+            let stack_name = args.stack_name.clone().unwrap_or_else(|| outbox_template::stack::default_stack_name(&dir));
             // On AWS the account only shapes ARNs built from the template; queue ARNs come from their URLs.
             let account = if args.endpoint_url.is_some() { EMULATOR_ACCOUNT } else { "000000000000" };
             Source::Template { path: path.clone(), stack_name, account: account.into() }

@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::stack::{Destination, QueueInfo, Stack};
-use crate::template::{FunctionEvent, TemplateError};
+use outbox_template::stack::{Destination, QueueInfo, Stack};
+use outbox_template::{FunctionEvent, TemplateError};
 
 /// A table, bus or bucket of the stack.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -236,7 +236,7 @@ impl Resources {
         for f in &stack.functions {
             let mut info = FunctionInfo {
                 logical_id: f.logical_id.clone(),
-                name: crate::template::physical_name(&stack.resolver.stack_name, &f.logical_id, &crate::template::names::FUNCTION),
+                name: outbox_template::physical_name(&stack.resolver.stack_name, &f.logical_id, &outbox_template::names::FUNCTION),
                 environment: stack.environment(f)?,
                 ..Default::default()
             };
@@ -291,17 +291,6 @@ impl Resources {
             functions,
             outputs: BTreeMap::new(),
         })
-    }
-}
-
-// The stack's own accessor lives here, beside what it builds: `stack` does not import `resources`.
-impl Stack {
-    /// What the operator's verbs read of this stack ([`Resources::from_stack`]).
-    ///
-    /// # Errors
-    /// [`TemplateError`] naming a function's environment variable that cannot be resolved.
-    pub fn resources(&self) -> Result<Resources, TemplateError> {
-        Resources::from_stack(self)
     }
 }
 

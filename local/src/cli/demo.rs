@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use outbox_local::scenarios::demo::{self, DemoOptions};
-use outbox_local::template::Template;
+use outbox_template::Template;
 
 use super::session::{local, wait_for_stop_signal};
 use super::Invocation;

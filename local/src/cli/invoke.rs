@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use outbox_local::template::Template;
+use outbox_template::Template;
 
 use super::session::{local, seed_sample_stock};
 use super::Invocation;
@@ -63,7 +63,7 @@ fn check_function(template: &Template, logical_id: &str) -> outbox_local::Result
     }
     let (_, skipped) = template.runnable_functions()?;
     if skipped.iter().any(|id| id == logical_id) {
-        return Err(outbox_local::Error::from(outbox_local::template::no_binary(logical_id)));
+        return Err(outbox_local::Error::from(outbox_template::no_binary(logical_id)));
     }
     Ok(())
 }

@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use outbox_cli::aws::check_endpoint;
 use outbox_cli::cli::Operator;
-use outbox_local::aws::check_endpoint;
-use outbox_local::stack::default_stack_name;
-use outbox_local::template::Template;
+use outbox_template::stack::default_stack_name;
+use outbox_template::Template;
 
 use operator::LocalDlq;
 
@@ -140,7 +140,7 @@ pub async fn run(cli: Cli) -> outbox_local::Result<ExitCode> {
     let stack_name = cli.stack_name.clone().unwrap_or_else(|| default_stack_name(&root));
     // Before anything starts or is written (the emulator, the issuer's key under .local/<stack>/):
     // a name CloudFormation refuses is refused here, for every command.
-    outbox_local::template::names::check_stack_name(&stack_name)?;
+    outbox_template::names::check_stack_name(&stack_name)?;
     let template = Template::load(&template_path)?;
     let inv = Invocation { cli, template_path, root, stack_name };
     match &inv.cli.command {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Subcommand;
 use outbox_cli::cli::{Context, Operator};
-use outbox_local::template::Template;
+use outbox_template::Template;
 
 use super::session::existing_stack;
 use super::Invocation;
@@ -53,6 +53,6 @@ pub async fn practice(inv: &Invocation, template: Template, allow_aws: bool, tim
 /// AWS with the ordinary configuration).
 pub async fn operate(inv: &Invocation, template: Template, command: Operator) -> outbox_local::Result<ExitCode> {
     let (sdk, stack) = existing_stack(&inv.cli, template, &inv.stack_name).await?;
-    let resources = stack.resources().map_err(outbox_local::Error::other("the stack's resources"))?;
+    let resources = outbox_cli::resources::Resources::from_stack(&stack).map_err(outbox_local::Error::other("the stack's resources"))?;
     Ok(outbox_cli::cli::run(&Context { sdk, resources, yes: inv.cli.yes }, &command).await?)
 }

@@ -8,7 +8,7 @@ use outbox_local::emulator::Emulator;
 use outbox_local::faults::FaultPlan;
 use outbox_local::scenarios::books::Books;
 use outbox_local::scenarios::proof::{self, ProofOptions};
-use outbox_local::template::Template;
+use outbox_template::Template;
 
 use super::session::local_with_faults;
 use super::Invocation;

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use outbox_local::template::Template;
+use outbox_template::Template;
 
 use super::session::provisioned;
 use super::Invocation;

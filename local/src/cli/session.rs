@@ -5,13 +5,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use aws_config::SdkConfig;
-use outbox_local::aws::{region_from_env, sdk_config, Target, EMULATOR_ACCOUNT};
+use outbox_cli::aws::{region_from_env, sdk_config, Target, EMULATOR_ACCOUNT};
 use outbox_local::emulator::Emulator;
 use outbox_local::faults::{FaultPlan, Injector};
 use outbox_local::lambda::binaries;
 use outbox_local::runtime::{Runtime, RuntimeOptions};
-use outbox_local::stack::{Mode, Stack};
-use outbox_local::template::Template;
+use outbox_template::stack::Stack;
+use outbox_template::Template;
 
 use super::{Cli, Command};
 
@@ -134,7 +134,7 @@ pub async fn provisioned(
         }
     };
     let sdk = sdk_config(&Target { endpoint: Some(endpoint.clone()), region: region_from_env() }).await;
-    let stack = Stack::set_up(&sdk, template, stack_name, EMULATOR_ACCOUNT, Mode::Provision).await?;
+    let stack = outbox_local::provision::provision(&sdk, template, stack_name, EMULATOR_ACCOUNT).await?;
     Ok((emulator, endpoint, sdk, stack))
 }
 
@@ -231,7 +231,7 @@ pub fn lookup_account(cli: &Cli) -> &'static str {
 /// emulator), else on AWS with the ordinary configuration.
 pub async fn existing_stack(cli: &Cli, template: Template, stack_name: &str) -> outbox_local::Result<(SdkConfig, Stack)> {
     let sdk = target_sdk(cli).await;
-    let stack = Stack::set_up(&sdk, template, stack_name, lookup_account(cli), Mode::LookUp).await.map_err(|e| {
+    let stack = Stack::look_up(&sdk, template, stack_name, lookup_account(cli)).await.map_err(|e| {
         let hint = match &cli.endpoint {
             Some(url) => format!("is the emulator at {url} running (e.g. `outbox-local up`) and provisioned as stack {stack_name:?}?"),
             None => format!(

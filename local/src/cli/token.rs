@@ -5,7 +5,7 @@
 
 use std::process::ExitCode;
 
-use outbox_local::template::Template;
+use outbox_template::Template;
 
 use super::session::state_dir;
 use super::Invocation;

@@ -8,8 +8,8 @@ use std::time::Duration;
 use outbox_local::faults::{FaultPlan, Injector};
 use outbox_local::runtime::http_api;
 use outbox_local::runtime::Runtime;
-use outbox_local::stack::QueueInfo;
-use outbox_local::template::Template;
+use outbox_template::stack::QueueInfo;
+use outbox_template::Template;
 use tokio::sync::watch;
 
 use super::session::{local_with_faults, seed_sample_stock, wait_for_stop_signal};
@@ -103,7 +103,7 @@ async fn print_status(runtime: Arc<Runtime>, health: Option<Arc<Injector>>, mut 
         let now = runtime.stats.snapshot();
         let mut depths = Vec::new();
         for q in &queues {
-            depths.push((q.logical_id.clone(), outbox_local::dlq::depth(&sqs, q).await.unwrap_or(0)));
+            depths.push((q.logical_id.clone(), outbox_cli::dlq::depth(&sqs, q).await.unwrap_or(0)));
         }
         let calls = health.as_ref().map(|h| h.health()).unwrap_or_default();
         let line = outbox_local::stats::status::status_line(&before, &now, STATUS_EVERY_SECS as f64, &depths, &calls);

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 
 use super::plan::TtlSweep;
 use super::proxy::Injector;
-use crate::template::TableSpec;
+use outbox_template::TableSpec;
 
 /// The header that makes the emulator shim mark a deletion as DynamoDB's TTL process.
 pub const TTL_HEADER: &str = "x-outbox-local-ttl-delete";

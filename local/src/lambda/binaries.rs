@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::template::FunctionSpec;
+use outbox_template::FunctionSpec;
 
 /// Why the binaries are not there.
 #[derive(Debug, thiserror::Error)]
@@ -433,7 +433,7 @@ mod tests {
 
     /// A function `id` built from `code_uri` as `binary`.
     fn function(id: &str, binary: &str, code_uri: Option<PathBuf>) -> FunctionSpec {
-        let template = crate::template::Template::parse(
+        let template = outbox_template::Template::parse(
             Path::new("t.yaml"),
             &format!("Resources:\n  {id}:\n    Type: AWS::Serverless::Function\n    Metadata: {{BuildProperties: {{Binary: {binary}}}}}\n"),
         )

@@ -21,7 +21,7 @@ use crate::lambda::runtime_api::FunctionError;
 use crate::lambda::sandbox::{Launch, Sandbox};
 use crate::options::RuntimeOptions;
 use crate::stats::Stats;
-use crate::template::FunctionSpec;
+use outbox_template::FunctionSpec;
 
 /// Variables of this process passed on to instances (the basics a process needs, and Rust's
 /// logging and backtrace switches); nothing else of its environment leaks in.

@@ -84,14 +84,14 @@ mod tests {
     #[test]
     fn under_the_templates_setting_events_1_and_2_of_an_aggregate_are_relayed_in_order() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../template.yaml");
-        let template = crate::template::Template::load(&path).expect("the project's template loads");
+        let template = outbox_template::Template::load(&path).expect("the project's template loads");
         let functions = template.functions().expect("the template's functions");
         let relay = functions.iter().find(|f| f.logical_id == "Relay/RelayFunction").expect("the relay function");
         let factor = relay
             .events
             .iter()
             .find_map(|e| match e {
-                crate::template::FunctionEvent::DynamoDb(m) => Some(m.parallelization_factor),
+                outbox_template::FunctionEvent::DynamoDb(m) => Some(m.parallelization_factor),
                 _ => None,
             })
             .expect("the relay's stream mapping");

@@ -3,7 +3,7 @@
 //! across restarts), the SQS event source mapping ([`sqs`]) and EventBridge rule delivery with
 //! Lambda's asynchronous-invocation retries ([`rule_delivery`]), schedule rules that send to a
 //! queue ([`schedule`]); the mappings' `FilterCriteria`
-//! are the operator's crate's [`crate::filter`]. Each is set up with a [`Glue`]: what it needs from
+//! are the operator's crate's `outbox_cli::filter`. Each is set up with a [`Glue`]: what it needs from
 //! the runtime, passed in rather than reached through it.
 
 pub mod checkpoint;
@@ -18,8 +18,8 @@ use std::sync::Arc;
 use aws_config::SdkConfig;
 
 use crate::options::RuntimeOptions;
-use crate::stack::Stack;
 use crate::stats::Stats;
+use outbox_template::stack::Stack;
 
 /// What a stream mapping or a rule delivery is set up with.
 #[derive(Debug, Clone, Copy)]

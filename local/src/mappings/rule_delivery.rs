@@ -7,7 +7,7 @@
 //! `OnFailure` destination. Source:
 //! <https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html>.
 //!
-//! Locally the rule targets a delivery queue (see [`crate::stack`]); this module receives from
+//! Locally the rule targets a delivery queue (see `outbox_local::provision`); this module receives from
 //! it, invokes the function (its real binary, see [`crate::lambda::function`]) with the same retry and
 //! destination rules (retry waits are compressed, see [`crate::options::RuntimeOptions`]), and
 //! deletes the message once the event is settled. The rule target's own
@@ -26,8 +26,8 @@ use super::Glue;
 use crate::lambda::function::LocalFunction;
 use crate::lambda::runtime_api::FunctionError;
 use crate::options::RuntimeOptions;
-use crate::stack::LocalRule;
 use crate::stats::Stats;
+use outbox_template::stack::LocalRule;
 
 /// Lambda's asynchronous-invocation record, as sent to an on-failure destination.
 #[derive(serde::Serialize)]

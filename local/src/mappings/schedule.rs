@@ -1,6 +1,6 @@
 //! EventBridge schedule rules → SQS queues, played locally: moto stores a rule with a
 //! `ScheduleExpression` but never fires it, so the runtime sends each target queue the target's
-//! constant `Input` every period ([`outbox_cli::stack::ScheduledSend`]; e.g. the consumer kit's
+//! constant `Input` every period ([`outbox_template::stack::ScheduledSend`]; e.g. the consumer kit's
 //! parked check, `{"outbox":"check-parked",…}` to the consumer's delivery queue every 5 minutes).
 //!
 //! As on AWS, the first send comes one period after the start, not at once, and the period is
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::stack::ScheduledSend;
+use outbox_template::stack::ScheduledSend;
 
 /// Sends `send.input` to `send.queue` every period until `shutdown` is true.
 pub async fn run(sqs: aws_sdk_sqs::Client, send: ScheduledSend, mut shutdown: watch::Receiver<bool>) {

@@ -49,12 +49,12 @@ use serde_json::Value;
 use tokio::sync::{watch, Semaphore};
 
 use super::Glue;
-use crate::filter;
 use crate::lambda::function::LocalFunction;
 use crate::options::{RuntimeOptions, LAMBDA_ASYNC_RETRY_DELAY};
-use crate::stack::QueueInfo;
 use crate::stats::Stats;
-use crate::template::SqsMappingSpec;
+use outbox_cli::filter;
+use outbox_template::stack::QueueInfo;
+use outbox_template::SqsMappingSpec;
 
 /// Which messages of a batch (by message id, in batch order) an invocation settled, i.e. may be
 /// deleted: all on success without `ReportBatchItemFailures`; with it, all but those reported in

@@ -37,14 +37,14 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use super::Glue;
-use crate::filter;
 use crate::lambda::function::LocalFunction;
 use crate::lambda::runtime_api::FunctionError;
 use crate::mappings::checkpoint::CheckpointFile;
 use crate::options::RuntimeOptions;
-use crate::stack::Destination;
 use crate::stats::Stats;
-use crate::template::StreamMappingSpec;
+use outbox_cli::filter;
+use outbox_template::stack::Destination;
+use outbox_template::StreamMappingSpec;
 
 /// How many records at the front of a batch (given by their sequence numbers) a function's
 /// response acknowledges. Without `ReportBatchItemFailures` a successful invocation acknowledges

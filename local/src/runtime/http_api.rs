@@ -37,7 +37,7 @@ use tokio::sync::watch;
 use crate::lambda::function::LocalFunction;
 use crate::runtime::authorizer::{LocalIssuer, JWKS_PATH};
 use crate::runtime::Runtime;
-use crate::template::FunctionEvent;
+use outbox_template::FunctionEvent;
 
 /// Largest request body accepted, bytes: API Gateway's HTTP API "Payload size" quota, 10 MB
 /// (quota page "Quotas for configuring and running an HTTP API in API Gateway"), read as MiB.

@@ -23,9 +23,9 @@ use crate::mappings::sqs::SqsMapping;
 use crate::mappings::stream::StreamMapping;
 use crate::mappings::Glue;
 pub use crate::options::RuntimeOptions;
-use crate::stack::Stack;
 use crate::stats::Stats;
-use crate::template::{FunctionEvent, FunctionSpec};
+use outbox_template::stack::Stack;
+use outbox_template::{FunctionEvent, FunctionSpec};
 
 /// The runtime.
 #[derive(Debug)]
@@ -76,7 +76,7 @@ impl Runtime {
                 template_env.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
             let r = &stack.resolver;
-            let function_name = crate::template::physical_name(&r.stack_name, &spec.logical_id, &crate::template::names::FUNCTION);
+            let function_name = outbox_template::physical_name(&r.stack_name, &spec.logical_id, &outbox_template::names::FUNCTION);
             let arn = format!("arn:aws:lambda:{}:{}:function:{function_name}", r.region, r.account);
             let placement = Placement { region: r.region.clone(), endpoint: sdk.endpoint_url().map(str::to_owned), function_name };
             let env = lambda_environment(spec, &template_env, &placement);
@@ -105,7 +105,7 @@ impl Runtime {
     /// The bus the consumer `logical_id`'s events come from and the event types (`detail-type`)
     /// delivered to it, whether a rule of its own invokes it or a rule sends them to the queue its
     /// SQS event source mapping reads (the consumer kit's delivery queue):
-    /// [`Stack::deliveries_of`](crate::stack::Stack::deliveries_of).
+    /// [`Stack::deliveries_of`](outbox_template::stack::Stack::deliveries_of).
     ///
     /// # Errors
     /// A message when the function has no delivery from a bus, or one cannot be resolved.
@@ -192,7 +192,7 @@ mod tests {
 
     #[test]
     fn a_missing_binary_is_an_error_naming_the_function_and_the_binary() {
-        let template = crate::template::Template::parse(
+        let template = outbox_template::Template::parse(
             Path::new("t.yaml"),
             "Resources:\n  ShipOrderFunction:\n    Type: AWS::Serverless::Function\n    Metadata: {BuildProperties: {Binary: ship-order}}\n",
         )

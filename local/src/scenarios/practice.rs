@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use aws_config::SdkConfig;
 use serde_json::json;
 
-use crate::dlq::{self, DlqMessage};
-use crate::stack::{QueueInfo, Stack};
+use outbox_cli::dlq::{self, DlqMessage};
+use outbox_template::stack::{QueueInfo, Stack};
 
 /// The dead letter the verb made.
 #[derive(Debug, Clone)]

@@ -20,12 +20,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use outbox_local::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
+use outbox_cli::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
 use outbox_local::emulator::Emulator;
 use outbox_local::lambda::binaries;
 use outbox_local::runtime::{Runtime, RuntimeOptions};
-use outbox_local::stack::{Mode, Stack};
-use outbox_local::template::Template;
+use outbox_template::Template;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -219,7 +218,7 @@ impl Local {
         let target = Target { endpoint: Some(endpoint.to_owned()), region: "us-east-1".into() };
         let sdk = sdk_config(&target).await;
         let stack_name = stack_name.unwrap_or_else(self::stack_name);
-        let stack = Stack::set_up(&sdk, template, &stack_name, EMULATOR_ACCOUNT, Mode::Provision)
+        let stack = outbox_local::provision::provision(&sdk, template, &stack_name, EMULATOR_ACCOUNT)
             .await
             .unwrap_or_else(|e| panic!("provisioning stack {stack_name}: {e}"));
         let runtime = Runtime::new(sdk, stack, options, bin_dir()).unwrap_or_else(|e| panic!("setting up the functions: {e}"));

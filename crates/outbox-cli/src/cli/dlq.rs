@@ -10,8 +10,8 @@ use clap::Subcommand;
 use super::{confirm, Context};
 use crate::dlq;
 use crate::failed_batch;
-use crate::stack::QueueInfo;
 use crate::{Error, Result};
+use outbox_template::stack::QueueInfo;
 
 /// The dead-letter verbs.
 #[derive(Debug, Clone, Subcommand)]

@@ -200,9 +200,9 @@ pub async fn resources(sdk: &SdkConfig, source: &Source) -> Result<Resources> {
     match source {
         Source::Stack(name) => Ok(crate::cloudformation::discover(&crate::cloudformation::Clients::new(sdk), name).await?),
         Source::Template { path, stack_name, account } => {
-            let template = crate::template::Template::load(path)?;
-            let stack = crate::stack::Stack::set_up(sdk, template, stack_name, account, crate::stack::Mode::LookUp).await?;
-            Ok(stack.resources()?)
+            let template = outbox_template::Template::load(path)?;
+            let stack = outbox_template::stack::Stack::look_up(sdk, template, stack_name, account).await?;
+            Ok(Resources::from_stack(&stack)?)
         }
     }
 }

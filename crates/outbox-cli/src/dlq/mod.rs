@@ -10,8 +10,8 @@ use outbox::dead_letter::DeadLetter;
 use serde::Serialize;
 
 pub use crate::message::DlqMessage;
-use crate::stack::QueueInfo;
 use crate::{Error, Result};
+use outbox_template::stack::QueueInfo;
 
 mod republish;
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::{describe, peek, receive_all, unhide, Selection};
-use crate::stack::QueueInfo;
 use crate::{Error, Result};
+use outbox_template::stack::QueueInfo;
 
 /// Why a dead-letter message's event cannot be re-published to the bus (the message stays in
 /// its queue, with this reason in the report).

@@ -31,7 +31,7 @@ use fill::{fill, fill_str};
 
 use crate::faults::Roles;
 use crate::runtime::Runtime;
-use crate::template::FunctionEvent;
+use outbox_template::FunctionEvent;
 
 /// One request the proof sends.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -211,7 +211,7 @@ impl Books {
     /// # Errors
     /// A relay named in the file that the template does not have, or a stream that is not
     /// the relay's.
-    pub fn roles(&self, functions: &[crate::template::FunctionSpec]) -> crate::Result<Roles> {
+    pub fn roles(&self, functions: &[outbox_template::FunctionSpec]) -> crate::Result<Roles> {
         let streamed: Vec<(&str, &str)> = functions
             .iter()
             .flat_map(|f| {

@@ -302,7 +302,7 @@ fn the_hot_aggregate_is_one_aggregate_in_sequence_with_its_events_where_the_file
 
 #[test]
 fn roles_come_from_the_file_and_the_one_stream_triggered_function() {
-    let template = crate::template::Template::load(&root().join("template.yaml")).expect("the sample's template");
+    let template = outbox_template::Template::load(&root().join("template.yaml")).expect("the sample's template");
     let (functions, _) = template.runnable_functions().expect("its functions");
     let books = sample();
     let roles = books.roles(&functions).expect("roles");

@@ -42,10 +42,10 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::dlq;
 use crate::runtime::Runtime;
 use crate::stats::{percentile, Counts};
-use crate::template::FunctionEvent;
+use outbox_cli::dlq;
+use outbox_template::FunctionEvent;
 use sample::{order_event, outbox_pk};
 pub use sample::{Sample, SAMPLE_SKUS, SCARCE_SKU};
 
@@ -391,7 +391,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
     let parked_gap = {
         let started = std::time::Instant::now();
         loop {
-            let parked = crate::ordering::parked(&dynamodb, &inbox_table).await.map_err(crate::Error::Operator)?;
+            let parked = outbox_cli::ordering::parked(&dynamodb, &inbox_table).await.map_err(crate::Error::Operator)?;
             if let Some(p) = parked.into_iter().find(|p| p.event.event_id == gap_id) {
                 break Some(p);
             }

@@ -22,9 +22,9 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use super::subscriber::{Answer, SubscriberServer};
-use crate::dlq;
 use crate::runtime::Runtime;
-use crate::stack::QueueInfo;
+use outbox_cli::dlq;
+use outbox_template::stack::QueueInfo;
 
 /// The partner of the demo's inbound webhook.
 pub const PARTNER: &str = "acme-payments";

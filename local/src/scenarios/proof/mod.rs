@@ -50,13 +50,13 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::dlq;
 use crate::faults::{Injected, Injector};
 use crate::runtime::Runtime;
 pub use crate::scenarios::books::Invariant;
 use crate::scenarios::books::{env_var, Books, Ledger, Request};
 use crate::scenarios::demo::Say;
-use crate::stack::QueueInfo;
+use outbox_cli::dlq;
+use outbox_template::stack::QueueInfo;
 
 mod hot;
 mod reads;

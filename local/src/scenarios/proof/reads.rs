@@ -20,7 +20,7 @@ pub(super) async fn archive(runtime: &Runtime, bus: &str) -> crate::Result<Strin
     let events = aws_sdk_eventbridge::Client::new(&runtime.sdk);
     // One name for the queue and its rule: CloudFormation's shape, within the rule's 64
     // characters (and so the queue's 80) whatever the stack name.
-    let name = crate::template::physical_name(&runtime.stack.resolver.stack_name, "ProofArchive", &crate::template::names::EVENT_RULE);
+    let name = outbox_template::physical_name(&runtime.stack.resolver.stack_name, "ProofArchive", &outbox_template::names::EVENT_RULE);
     let url = sqs.create_queue().queue_name(&name).send().await.map_err(|e| sdk_error("CreateQueue", e))?.queue_url.unwrap_or_default();
     let r = &runtime.stack.resolver;
     let arn = format!("arn:aws:sqs:{}:{}:{name}", r.region, r.account);

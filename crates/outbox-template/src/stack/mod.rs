@@ -1,26 +1,25 @@
-//! The local stack: the template's tables, bus, queues and rules, created on the emulator (or
-//! looked up on AWS), and the names and URLs the functions' environment refers to.
+//! A stack of the template: its tables, buses, queues and rules with the names, ARNs and URLs
+//! they have as stack `<name>`, and the functions' environment resolved against them.
 //!
-//! Provisioning is idempotent: what exists is left as it is, so running it twice against one
-//! endpoint is a no-op. One deliberate addition: every EventBridge rule gets an SQS *delivery
-//! queue* as its target (`<stack>-local-<Rule>`), from which the local runtime invokes the
-//! consumer function the way Lambda's asynchronous invocation would (see `outbox_local::mappings::rule_delivery`).
+//! [`Stack::resolve`] walks the template and asks a [`Backend`] for what only AWS knows (a
+//! table's stream ARN, a queue's URL): [`LookUp`] looks a deployed stack up (the operator's
+//! `--template`); the local runtime's provisioner (`outbox_local::provision`) creates what is
+//! missing on the emulator and adds the rules' delivery queues, the standalone rules and the
+//! schedules ([`Stack::rules`], [`Stack::queue_rules`], [`Stack::schedules`]) from which the local
+//! runtime invokes the consumer functions (see `outbox_local::mappings::rule_delivery`).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::Path;
 
 use aws_config::SdkConfig;
 
 mod deliveries;
-mod provision;
 
 pub use deliveries::Delivery;
 
-use crate::template::names;
-use crate::template::{
-    ArchiveSpec, BucketSpec, BusSpec, FunctionEvent, FunctionSpec, QueueSpec, Resolver, RuleSpec, TableSpec, Template, TemplateError,
-};
-use provision::{archive_arn, aws_err, create_archive, create_table, put_rule, queue, queue_arn, redrive_policy};
+use crate::names;
+use crate::{ArchiveSpec, BucketSpec, BusSpec, FunctionEvent, FunctionSpec, QueueSpec, Resolver, RuleSpec, TableSpec, Template, TemplateError};
 
 /// Why the stack could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +35,15 @@ pub enum StackError {
         /// The SDK's error, with context.
         reason: String,
     },
+}
+
+impl StackError {
+    /// A mapper from an SDK error to [`StackError::Aws`] naming `action` (e.g. `CreateQueue q`),
+    /// the SDK's error with its whole context (`DisplayErrorContext`) as the reason.
+    pub fn aws<E: std::error::Error + 'static>(action: impl Into<String>) -> impl FnOnce(E) -> StackError {
+        let action = action.into();
+        move |e| StackError::Aws { action, reason: aws_sdk_sqs::error::DisplayErrorContext(e).to_string() }
+    }
 }
 
 /// A queue of the stack.
@@ -143,41 +151,149 @@ pub struct Stack {
     pub schedules: Vec<ScheduledSend>,
 }
 
-/// Whether to create what is missing (the emulator) or only look things up (real AWS).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Create missing tables, bus, queues, rules and delivery queues.
-    Provision,
-    /// Only resolve names and look up queue URLs.
-    LookUp,
+/// What only AWS knows about a stack's resources, asked as [`Stack::resolve`] walks the template:
+/// a table's stream ARN, a queue's URL. A backend may also create what is missing on its way
+/// (the local runtime's provisioner, `outbox_local::provision`); [`LookUp`] only looks up.
+///
+/// The walk asks in template order: tables, buses, archives, then the queues without a redrive
+/// policy before those with one (SQS requires a dead-letter queue to exist before a queue names
+/// it), then buckets.
+pub trait Backend {
+    /// Table `table`: its latest stream ARN, if it has a stream (`None` when not known).
+    ///
+    /// # Errors
+    /// [`StackError::Aws`] naming the call that failed.
+    fn table(&self, table: &TableSpec) -> impl Future<Output = Result<Option<String>, StackError>> + Send;
+    /// Event bus `bus`.
+    ///
+    /// # Errors
+    /// [`StackError::Aws`] naming the call that failed.
+    fn bus(&self, bus: &BusSpec) -> impl Future<Output = Result<(), StackError>> + Send;
+    /// Archive `archive`.
+    ///
+    /// # Errors
+    /// [`StackError::Aws`] naming the call that failed.
+    fn archive(&self, archive: &ArchiveSpec) -> impl Future<Output = Result<(), StackError>> + Send;
+    /// Queue `spec` (its `RedrivePolicy`, if any, resolved into `spec.attributes`): its URL.
+    ///
+    /// # Errors
+    /// [`StackError::Aws`] naming the call that failed.
+    fn queue(&self, spec: &QueueSpec) -> impl Future<Output = Result<String, StackError>> + Send;
+    /// Bucket `bucket`.
+    ///
+    /// # Errors
+    /// [`StackError::Aws`] naming the call that failed.
+    fn bucket(&self, bucket: &BucketSpec) -> impl Future<Output = Result<(), StackError>> + Send;
+}
+
+/// The [`Backend`] of a deployed stack: creates nothing; a queue's URL is looked up by its name
+/// (SQS `GetQueueUrl`), the rest is known from the names alone.
+#[derive(Debug, Clone)]
+pub struct LookUp {
+    sqs: aws_sdk_sqs::Client,
+}
+
+impl LookUp {
+    /// Looks up with `sdk`'s region and credentials.
+    pub fn new(sdk: &SdkConfig) -> Self {
+        Self { sqs: aws_sdk_sqs::Client::new(sdk) }
+    }
+}
+
+impl Backend for LookUp {
+    async fn table(&self, _: &TableSpec) -> Result<Option<String>, StackError> {
+        Ok(None)
+    }
+
+    async fn bus(&self, _: &BusSpec) -> Result<(), StackError> {
+        Ok(())
+    }
+
+    async fn archive(&self, _: &ArchiveSpec) -> Result<(), StackError> {
+        Ok(())
+    }
+
+    async fn queue(&self, spec: &QueueSpec) -> Result<String, StackError> {
+        let out = self.sqs.get_queue_url().queue_name(&spec.name).send().await.map_err(StackError::aws(format!("GetQueueUrl {}", spec.name)))?;
+        out.queue_url.ok_or_else(|| StackError::Aws { action: format!("GetQueueUrl {}", spec.name), reason: "no QueueUrl in the answer".into() })
+    }
+
+    async fn bucket(&self, _: &BucketSpec) -> Result<(), StackError> {
+        Ok(())
+    }
+}
+
+/// The region of `sdk`, `us-east-1` when it names none (the SDK's and the emulator's default).
+pub fn region_of(sdk: &SdkConfig) -> String {
+    sdk.region().map(|r| r.to_string()).unwrap_or_else(|| "us-east-1".into())
+}
+
+impl QueueInfo {
+    /// Queue `spec` at `url`: its ARN in `region` and in the account the URL names
+    /// (`…/<account>/<name>`, so the ARN is right on AWS too), else in `account`.
+    pub fn at(spec: &QueueSpec, url: String, region: &str, account: &str) -> Self {
+        let account =
+            url.trim_end_matches('/').rsplit('/').nth(1).filter(|a| a.chars().all(|c| c.is_ascii_digit()) && !a.is_empty()).unwrap_or(account);
+        Self { logical_id: spec.logical_id.clone(), name: spec.name.clone(), arn: queue_arn(region, account, &spec.name), url }
+    }
+}
+
+/// The ARN of queue `name`.
+pub fn queue_arn(region: &str, account: &str, name: &str) -> String {
+    format!("arn:aws:sqs:{region}:{account}:{name}")
+}
+
+/// The ARN of archive `name`: `arn:aws:events:<region>:<account>:archive/<name>`.
+pub fn archive_arn(region: &str, account: &str, name: &str) -> String {
+    format!("arn:aws:events:{region}:{account}:archive/{name}")
+}
+
+/// A queue's `RedrivePolicy` as the SQS attribute wants it: a JSON string
+/// `{"deadLetterTargetArn": "<arn>", "maxReceiveCount": "<n>"}`; `at` names the property in errors.
+fn redrive_policy(resolver: &Resolver, policy: &serde_yaml_ng::Value, at: &str) -> Result<String, TemplateError> {
+    let target = policy
+        .get("deadLetterTargetArn")
+        .ok_or_else(|| TemplateError::Unsupported { at: at.into(), reason: "deadLetterTargetArn is required".into() })?;
+    let target = resolver.resolve_string(target, &format!("{at}.deadLetterTargetArn"))?;
+    let count =
+        policy.get("maxReceiveCount").ok_or_else(|| TemplateError::Unsupported { at: at.into(), reason: "maxReceiveCount is required".into() })?;
+    let count = resolver.resolve_string(count, &format!("{at}.maxReceiveCount"))?;
+    Ok(serde_json::json!({"deadLetterTargetArn": target, "maxReceiveCount": count}).to_string())
 }
 
 impl Stack {
-    /// Provisions (or looks up) the template's resources as stack `stack_name`.
+    /// Looks up the template's resources as deployed stack `stack_name` in `sdk`'s region
+    /// ([`Stack::resolve`] with [`LookUp`]): names resolved, queue URLs looked up, nothing created;
+    /// no rules, queue rules or schedules (those are the local runtime's).
     ///
     /// # Errors
     /// [`StackError`] naming the template property or the AWS call that failed.
-    pub async fn set_up(sdk: &SdkConfig, template: Template, stack_name: &str, account: &str, mode: Mode) -> Result<Self, StackError> {
+    pub async fn look_up(sdk: &SdkConfig, template: Template, stack_name: &str, account: &str) -> Result<Self, StackError> {
+        Self::resolve(template, stack_name, &region_of(sdk), account, &LookUp::new(sdk)).await
+    }
+
+    /// Resolves the template's resources as stack `stack_name` in `region` and `account`, asking
+    /// `backend` for what only AWS knows (see [`Backend`]); [`Stack::rules`], [`Stack::queue_rules`]
+    /// and [`Stack::schedules`] are left empty for a provisioner to fill.
+    ///
+    /// # Errors
+    /// [`StackError`] naming the template property (a stack name or physical name over AWS's
+    /// limits included) or the AWS call that failed.
+    pub async fn resolve(template: Template, stack_name: &str, region: &str, account: &str, backend: &impl Backend) -> Result<Self, StackError> {
         names::check_stack_name(stack_name)?;
-        let region = sdk.region().map(|r| r.to_string()).unwrap_or_else(|| "us-east-1".into());
-        let mut resolver = Resolver::new(stack_name, &region, account);
+        let mut resolver = Resolver::new(stack_name, region, account);
         for (parameter, default) in template.parameter_defaults() {
             resolver.set_ref(&parameter, default);
         }
-        let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
-        let events = aws_sdk_eventbridge::Client::new(sdk);
-        let sqs = aws_sdk_sqs::Client::new(sdk);
 
         let tables = template.tables(&resolver)?;
         let mut stream_arns = HashMap::new();
         for table in &tables {
             resolver.set_ref(&table.logical_id, &table.name);
             resolver.set_attr(&table.logical_id, "Arn", format!("arn:aws:dynamodb:{region}:{account}:table/{}", table.name));
-            if mode == Mode::Provision {
-                if let Some(arn) = create_table(&dynamodb, table).await? {
-                    resolver.set_attr(&table.logical_id, "StreamArn", &arn);
-                    stream_arns.insert(table.logical_id.clone(), arn);
-                }
+            if let Some(arn) = backend.table(table).await? {
+                resolver.set_attr(&table.logical_id, "StreamArn", &arn);
+                stream_arns.insert(table.logical_id.clone(), arn);
             }
         }
 
@@ -186,18 +302,14 @@ impl Stack {
             resolver.set_ref(&bus.logical_id, &bus.name);
             resolver.set_attr(&bus.logical_id, "Name", &bus.name);
             resolver.set_attr(&bus.logical_id, "Arn", format!("arn:aws:events:{region}:{account}:event-bus/{}", bus.name));
-            if mode == Mode::Provision && events.describe_event_bus().name(&bus.name).send().await.is_err() {
-                events.create_event_bus().name(&bus.name).send().await.map_err(aws_err(format!("CreateEventBus {}", bus.name)))?;
-            }
+            backend.bus(bus).await?;
         }
 
         let archives = template.archives(&resolver)?;
         for archive in &archives {
             resolver.set_ref(&archive.logical_id, &archive.name);
-            resolver.set_attr(&archive.logical_id, "Arn", archive_arn(&region, account, &archive.name));
-            if mode == Mode::Provision {
-                create_archive(&events, archive).await?;
-            }
+            resolver.set_attr(&archive.logical_id, "Arn", archive_arn(region, account, &archive.name));
+            backend.archive(archive).await?;
         }
 
         // Every queue's ARN first (a redrive policy names its dead-letter queue's), then the
@@ -205,7 +317,7 @@ impl Stack {
         // queue to exist).
         let mut specs = template.queues(&resolver)?;
         for spec in &specs {
-            resolver.set_attr(&spec.logical_id, "Arn", queue_arn(&region, account, &spec.name));
+            resolver.set_attr(&spec.logical_id, "Arn", queue_arn(region, account, &spec.name));
             resolver.set_attr(&spec.logical_id, "QueueName", &spec.name);
         }
         specs.sort_by_key(|s| s.redrive_policy.is_some());
@@ -215,26 +327,17 @@ impl Stack {
                 let at = format!("{}.Properties.RedrivePolicy", spec.logical_id);
                 spec.attributes.insert("RedrivePolicy".into(), redrive_policy(&resolver, &policy, &at)?);
             }
-            let info = queue(&sqs, &spec, &region, account, mode).await?;
+            let info = QueueInfo::at(&spec, backend.queue(&spec).await?, region, account);
             resolver.set_ref(&spec.logical_id, &info.url);
             resolver.set_attr(&spec.logical_id, "QueueUrl", &info.url);
             queues.push(info);
         }
 
-        let s3 = aws_sdk_s3::Client::new(sdk);
         let buckets = template.buckets(&resolver)?;
         for bucket in &buckets {
             resolver.set_ref(&bucket.logical_id, &bucket.name);
             resolver.set_attr(&bucket.logical_id, "Arn", format!("arn:aws:s3:::{}", bucket.name));
-            if mode == Mode::Provision && s3.head_bucket().bucket(&bucket.name).send().await.is_err() {
-                let mut request = s3.create_bucket().bucket(&bucket.name);
-                if region != "us-east-1" {
-                    let constraint = aws_sdk_s3::types::BucketLocationConstraint::from(region.as_str());
-                    request = request
-                        .create_bucket_configuration(aws_sdk_s3::types::CreateBucketConfiguration::builder().location_constraint(constraint).build());
-                }
-                request.send().await.map_err(aws_err(format!("CreateBucket {}", bucket.name)))?;
-            }
+            backend.bucket(bucket).await?;
         }
 
         let (functions, skipped_functions) = template.runnable_functions()?;
@@ -242,131 +345,11 @@ impl Stack {
         // is named as CloudFormation names an unnamed one (`<stack>-<LogicalId>-<SUFFIX>`).
         template.check_function_names(&resolver)?;
         for id in template.function_ids() {
-            let name = crate::template::physical_name(stack_name, &id, &names::FUNCTION);
+            let name = crate::physical_name(stack_name, &id, &names::FUNCTION);
             resolver.set_attr(&id, "Arn", format!("arn:aws:lambda:{region}:{account}:function:{name}"));
             resolver.set_ref(&id, name);
         }
 
-        let mut rules = Vec::new();
-        if mode == Mode::Provision {
-            for f in &functions {
-                for event in &f.events {
-                    let FunctionEvent::EventBridgeRule(spec) = event else { continue };
-                    let at = format!("{}.Properties.Events.{}.Properties.EventBusName", f.logical_id, spec.name);
-                    let bus_name = match &spec.bus {
-                        Some(v) => resolver.resolve_string(v, &at)?,
-                        None => "default".into(),
-                    };
-                    // SAM's rule for the event: logical id <Function><Event>, named by CloudFormation.
-                    let rule_name = rule_name(stack_name, &format!("{}{}", f.logical_id, spec.name));
-                    let queue_spec = QueueSpec {
-                        logical_id: format!("local:{rule_name}"),
-                        name: crate::template::physical_name(
-                            &format!("{stack_name}-local"),
-                            &format!("{}{}", f.logical_id, spec.name),
-                            &names::QUEUE,
-                        ),
-                        attributes: [("VisibilityTimeout".to_owned(), (f.timeout_secs.max(1) * 6).to_string())].into(),
-                        redrive_policy: None,
-                    };
-                    let delivery_queue = queue(&sqs, &queue_spec, &region, account, mode).await?;
-                    put_rule(&events, &rule_name, &bus_name, &spec.pattern).await?;
-                    let target = aws_sdk_eventbridge::types::Target::builder()
-                        .id("local-delivery")
-                        .arn(&delivery_queue.arn)
-                        .build()
-                        .map_err(aws_err("Target"))?;
-                    events
-                        .put_targets()
-                        .rule(&rule_name)
-                        .event_bus_name(&bus_name)
-                        .targets(target)
-                        .send()
-                        .await
-                        .map_err(aws_err(format!("PutTargets {rule_name}")))?;
-                    rules.push(LocalRule { function: f.logical_id.clone(), spec: spec.clone(), rule_name, bus_name, delivery_queue });
-                }
-            }
-        }
-        let mut queue_rules = Vec::new();
-        if mode == Mode::Provision {
-            for spec in template.standalone_rules()? {
-                let name_at = format!("{}.Properties.Name", spec.logical_id);
-                let rule_name: String = match &spec.name {
-                    Some(v) => {
-                        let name = resolver.resolve_string(v, &name_at)?;
-                        names::check(&names::EVENT_RULE, &name, &name_at)?;
-                        name
-                    }
-                    None => rule_name(stack_name, &spec.logical_id),
-                };
-                let bus_name = match &spec.bus {
-                    Some(v) => resolver.resolve_string(v, &format!("{}.Properties.EventBusName", spec.logical_id))?,
-                    None => "default".into(),
-                };
-                let mut targets = Vec::new();
-                for (i, (id, arn)) in spec.targets.iter().enumerate() {
-                    let at = format!("{}.Properties.Targets[{i}].Arn", spec.logical_id);
-                    let arn = resolver.resolve_string(arn, &at)?;
-                    let Some(q) = queues.iter().find(|q| q.arn == arn) else {
-                        return Err(TemplateError::Unsupported {
-                            at,
-                            reason: format!("{arn}: only SQS queues of the template are rule targets locally"),
-                        }
-                        .into());
-                    };
-                    let target = aws_sdk_eventbridge::types::Target::builder().id(id).arn(&q.arn).build().map_err(aws_err("Target"))?;
-                    targets.push((target, q.logical_id.clone()));
-                }
-                put_rule(&events, &rule_name, &bus_name, &spec.pattern).await?;
-                if !targets.is_empty() {
-                    events
-                        .put_targets()
-                        .rule(&rule_name)
-                        .event_bus_name(&bus_name)
-                        .set_targets(Some(targets.iter().map(|(t, _)| t.clone()).collect()))
-                        .send()
-                        .await
-                        .map_err(aws_err(format!("PutTargets {rule_name}")))?;
-                }
-                resolver.set_attr(&spec.logical_id, "Arn", format!("arn:aws:events:{region}:{account}:rule/{bus_name}/{rule_name}"));
-                queue_rules.push(QueueRule {
-                    logical_id: spec.logical_id,
-                    rule_name,
-                    bus_name,
-                    queues: targets.into_iter().map(|(_, q)| q).collect(),
-                });
-            }
-        }
-        let mut schedules = Vec::new();
-        if mode == Mode::Provision {
-            for spec in template.schedule_rules()? {
-                let at = format!("{}.Properties.ScheduleExpression", spec.logical_id);
-                let expression = resolver.resolve_string(&spec.schedule, &at)?;
-                let Some(period) = crate::template::rate_period(&expression) else {
-                    tracing::warn!(rule = %spec.logical_id, expression = %expression, "only rate(…) schedules are played locally; this rule never fires here");
-                    continue;
-                };
-                let rule_name = crate::template::physical_name(stack_name, &spec.logical_id, &names::EVENT_RULE);
-                resolver.set_attr(&spec.logical_id, "Arn", format!("arn:aws:events:{region}:{account}:rule/{rule_name}"));
-                for (i, (id, arn, input)) in spec.targets.iter().enumerate() {
-                    let at = format!("{}.Properties.Targets[{i}]", spec.logical_id);
-                    let arn = resolver.resolve_string(arn, &format!("{at}.Arn"))?;
-                    let Some(q) = queues.iter().find(|q| q.arn == arn) else {
-                        return Err(TemplateError::Unsupported {
-                            at: format!("{at}.Arn"),
-                            reason: format!("{arn}: only SQS queues of the template are schedule targets locally"),
-                        }
-                        .into());
-                    };
-                    let input = match input {
-                        Some(v) => resolver.resolve_string(v, &format!("{at}.Input"))?,
-                        None => "{}".to_owned(),
-                    };
-                    schedules.push(ScheduledSend { name: format!("{}.{id}", spec.logical_id), period, queue: q.clone(), input });
-                }
-            }
-        }
         Ok(Self {
             template,
             resolver,
@@ -378,9 +361,9 @@ impl Stack {
             buckets,
             functions,
             skipped_functions,
-            rules,
-            queue_rules,
-            schedules,
+            rules: Vec::new(),
+            queue_rules: Vec::new(),
+            schedules: Vec::new(),
         })
     }
 
@@ -483,9 +466,9 @@ impl Stack {
 /// logical id (`<Function><Event>` for a function's own rule), within the 64 characters a rule
 /// name may have ([`names::EVENT_RULE`]).
 ///
-/// [`physical_name`]: crate::template::physical_name
+/// [`physical_name`]: crate::physical_name
 pub fn rule_name(stack_name: &str, logical_id: &str) -> String {
-    crate::template::physical_name(stack_name, logical_id, &names::EVENT_RULE)
+    crate::physical_name(stack_name, logical_id, &names::EVENT_RULE)
 }
 
 /// The stack name when none is given: `stack_name` of `[default.global.parameters]` (or
@@ -520,6 +503,36 @@ fn stack_name_of_dir(dir: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A deployed stack looked up ([`LookUp`]): every queue's URL asked of SQS by its name
+    /// (`GetQueueUrl`), its ARN in the account the URL names; nothing else asked (no
+    /// `CreateQueue`: the mock answers nothing else), no rules or schedules; a refused
+    /// `GetQueueUrl` is an error naming the call and the queue.
+    #[tokio::test]
+    async fn a_looked_up_stack_asks_sqs_only_for_queue_urls_and_takes_the_account_from_them() {
+        use aws_sdk_sqs::operation::get_queue_url::{GetQueueUrlError, GetQueueUrlOutput};
+        use aws_smithy_mocks::{mock, mock_client, RuleMode};
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let template = || Template::load(&root.join("template.yaml")).expect("template.yaml");
+
+        let url = mock!(aws_sdk_sqs::Client::get_queue_url)
+            .then_output(|| GetQueueUrlOutput::builder().queue_url("https://sqs.eu-west-1.amazonaws.com/999999999999/q").build());
+        let backend = LookUp { sqs: mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&url]) };
+        let stack = Stack::resolve(template(), "shop", "eu-west-1", "123456789012", &backend).await.expect("looked up");
+        assert!(!stack.queues.is_empty());
+        assert_eq!(url.num_calls(), stack.queues.len(), "one GetQueueUrl per queue of the template");
+        for q in &stack.queues {
+            assert_eq!(q.arn, format!("arn:aws:sqs:eu-west-1:999999999999:{}", q.name), "the URL's account, not the default one");
+        }
+        assert!(stack.stream_arns.is_empty() && stack.rules.is_empty() && stack.queue_rules.is_empty() && stack.schedules.is_empty());
+
+        let refused = mock!(aws_sdk_sqs::Client::get_queue_url).then_error(|| {
+            GetQueueUrlError::QueueDoesNotExist(aws_sdk_sqs::types::error::QueueDoesNotExist::builder().message("no such queue").build())
+        });
+        let backend = LookUp { sqs: mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&refused]) };
+        let err = Stack::resolve(template(), "shop", "eu-west-1", "123456789012", &backend).await.expect_err("refused").to_string();
+        assert!(err.starts_with("GetQueueUrl shop-") && err.contains("no such queue"), "{err}");
+    }
 
     #[test]
     fn the_default_stack_name_is_samconfigs_else_the_template_directorys_name() {
@@ -575,7 +588,7 @@ mod tests {
             bus_name: "b".into(),
             queues: vec!["Work".into()],
         });
-        stack.functions[0].events.push(FunctionEvent::Sqs(crate::template::SqsMappingSpec {
+        stack.functions[0].events.push(FunctionEvent::Sqs(crate::SqsMappingSpec {
             name: "Q".into(),
             queue_logical_id: "Work".into(),
             batch_size: 10,

@@ -1,10 +1,14 @@
-//! Reading `template.yaml`: the resources the local stack needs, with CloudFormation intrinsic
-//! functions resolved the way CloudFormation resolves them.
+//! The SAM template model both command-line tools read (the operator's `outbox` and the local
+//! runtime `outbox-local`): `template.yaml` read with its nested applications, CloudFormation
+//! intrinsic functions resolved the way CloudFormation resolves them, what is read of each
+//! resource kind, AWS's name limits, and a [`stack`] of the template: its resources' names, ARNs
+//! and URLs as stack `<name>`, resolved, or looked up on a deployed stack. No emulator code:
+//! creating the resources is the local runtime's (`outbox_local::provision`).
 //!
-//! One file per job: [`specs`](self) holds what is read of each resource kind, `read` the tables,
+//! One file per job: `specs` holds what is read of each resource kind, `read` the tables,
 //! buses, buckets, queues and rules, `functions` the functions and their events, `intrinsics`
 //! the intrinsic functions and the [`Resolver`], `nested` the nested applications and the
-//! conditions.
+//! conditions, [`names`] the physical names and their limits, [`stack`] a stack of the template.
 //!
 //! Supported intrinsics (short and long form): `Ref`, `Fn::GetAtt` (`A.B` and `[A, B]`),
 //! `Fn::Sub` (`${Name}`, `${Name.Attr}`, `${!Literal}`; the string form, and the list form with
@@ -21,6 +25,8 @@
 //! (`sam local invoke Relay/RelayFunction`); see [`NestedApp`]. Anything else in a place the local
 //! runtime reads is an error naming the resource and property — never silently ignored.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 
 use serde_yaml_ng::{Mapping, Value};
@@ -33,6 +39,7 @@ mod nested;
 mod nested_tests;
 mod read;
 mod specs;
+pub mod stack;
 #[cfg(test)]
 mod tests;
 

@@ -10,7 +10,7 @@ fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/nested/template.yaml")
 }
 
-/// What `outbox_cli::stack::Stack::set_up` declares for the fixture's resources (names as
+/// What `outbox_template::stack::Stack::resolve` declares for the fixture's resources (names as
 /// the stack gives them, URLs and ARNs made up).
 fn resolver(t: &Template) -> Resolver {
     let mut r = Resolver::new("shop", "us-east-1", "123456789012");
@@ -300,8 +300,8 @@ fn the_consumer_kit_schedules_the_parked_check_with_a_queue_and_a_function() {
     assert_eq!(index.key_schema, key);
     assert_eq!(index.projection, "INCLUDE");
     assert_eq!(index.non_key_attributes, outbox::inbox::PARKED_INDEX_ATTRIBUTES, "what parked_from_item reads, not the payload");
-    assert_eq!(crate::template::rate_period("rate(1 hour)"), Some(std::time::Duration::from_secs(3600)));
-    assert_eq!(crate::template::rate_period("cron(0 12 * * ? *)"), None);
+    assert_eq!(crate::rate_period("rate(1 hour)"), Some(std::time::Duration::from_secs(3600)));
+    assert_eq!(crate::rate_period("cron(0 12 * * ? *)"), None);
 }
 
 /// `sam build` builds a function in its `CodeUri`, relative to the template that declares it: a

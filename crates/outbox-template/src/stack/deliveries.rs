@@ -9,7 +9,7 @@
 use serde_json::Value;
 
 use super::Stack;
-use crate::template::{FunctionEvent, TemplateError};
+use crate::{FunctionEvent, TemplateError};
 
 /// One way events reach a function.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,7 +120,7 @@ mod tests {
 
     use super::*;
     use crate::stack::QueueInfo;
-    use crate::template::{Resolver, Template};
+    use crate::{Resolver, Template};
 
     /// A stack of `template` as set-up resolves it (buses' and queues' names and ARNs), without AWS.
     fn stack(template: Template) -> Stack {
