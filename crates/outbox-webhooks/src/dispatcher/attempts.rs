@@ -67,7 +67,7 @@ impl AttemptLog {
             outcome: sent.outcome.reason().chars().take(200).collect(),
             excerpt: sent.excerpt.clone(),
         };
-        let value: AttributeValue = serde_dynamo::to_attribute_value(&record).map_err(|e| DispatchError::Subscriber(e.to_string()))?;
+        let value: AttributeValue = serde_dynamo::to_attribute_value(&record).map_err(DispatchError::AttemptLog)?;
         let expires = outbox::envelope::expires_at(Utc::now(), self.retention);
         self.client
             .update_item()
@@ -106,5 +106,5 @@ pub async fn read_attempts(
         .await
         .map_err(aws("GetItem (attempts)"))?;
     let Some(list) = out.item.as_ref().and_then(|i| i.get("attempts")).cloned() else { return Ok(Vec::new()) };
-    serde_dynamo::from_attribute_value(list).map_err(|e| DispatchError::Subscriber(format!("attempts: {e}")))
+    serde_dynamo::from_attribute_value(list).map_err(DispatchError::AttemptLog)
 }

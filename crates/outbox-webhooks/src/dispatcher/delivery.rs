@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::event::WebhookEvent;
+use super::event::{NotAnEvent, WebhookEvent};
 use super::lock;
 use super::subscribers::Subscriber;
 use crate::backoff::RetrySchedule;
@@ -47,22 +47,54 @@ pub enum Decision {
     },
 }
 
-/// Why a claim-checked event's payload could not be put inline.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a claim-checked event's payload could not be put inline. A retryable one
+/// ([`Unresolved::is_retryable`]) is retried on the schedule like a 5xx; any other dead-letters
+/// the message with [`Unresolved::code`] as `ERROR_CODE` and the message as `ERROR_MESSAGE`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Unresolved {
-    /// S3 failed in a way a later attempt can get past: retried like a 5xx.
-    Transient(String),
-    /// It can never be delivered: the dead letter's `ERROR_CODE` and `ERROR_MESSAGE`.
-    Permanent(&'static str, String),
+    /// The claim check could not fetch or verify the payload (feature `claim-check`): retried
+    /// when S3 may answer later, otherwise dead-lettered with its `error_type` (`PayloadMissing`,
+    /// `PayloadCorrupt`, `PayloadTooLarge`, `PayloadStoreError`).
+    #[cfg(feature = "claim-check")]
+    #[error(transparent)]
+    Fetch(#[from] outbox::claim_check::ClaimCheckError),
+    /// The payload fetched is not JSON, or cannot be put inline: `PayloadCorrupt`.
+    #[error(transparent)]
+    Corrupt(#[from] NotAnEvent),
+    /// A claim-checked event and no claim check to fetch its payload with (`CLAIM_CHECK_BUCKET`
+    /// unset): `WebhookClaimCheckUnavailable`.
+    #[error("the event's payload is claim-checked{} and this dispatcher has no claim check to fetch it (CLAIM_CHECK_BUCKET)", located(.reference.as_ref()))]
+    Unavailable {
+        /// The event's `detail.data_ref`.
+        reference: Option<outbox::envelope::PayloadRef>,
+    },
 }
 
-/// `WebhookClaimCheckUnavailable`: a claim-checked event and nothing to fetch its payload with.
-pub(super) fn no_claim_check(reference: Option<&outbox::envelope::PayloadRef>) -> Unresolved {
-    let what = reference.map_or_else(String::new, |r| format!(" (s3://{}/{}, {} bytes)", r.bucket, r.key, r.size));
-    Unresolved::Permanent(
-        "WebhookClaimCheckUnavailable",
-        format!("the event's payload is claim-checked{what} and this dispatcher has no claim check to fetch it (CLAIM_CHECK_BUCKET)"),
-    )
+impl Unresolved {
+    /// Whether a later attempt can succeed (an S3 failure the claim check classifies so).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            #[cfg(feature = "claim-check")]
+            Unresolved::Fetch(e) => e.is_retryable(),
+            Unresolved::Corrupt(_) | Unresolved::Unavailable { .. } => false,
+        }
+    }
+
+    /// The dead letter's `ERROR_CODE` when it is not retried.
+    pub fn code(&self) -> &'static str {
+        match self {
+            #[cfg(feature = "claim-check")]
+            Unresolved::Fetch(e) => e.error_type(),
+            Unresolved::Corrupt(_) => "PayloadCorrupt",
+            Unresolved::Unavailable { .. } => "WebhookClaimCheckUnavailable",
+        }
+    }
+}
+
+/// ` (s3://<bucket>/<key>, <size> bytes)`, or nothing without a reference.
+fn located(reference: Option<&outbox::envelope::PayloadRef>) -> String {
+    reference.map_or_else(String::new, |r| format!(" (s3://{}/{}, {} bytes)", r.bucket, r.key, r.size))
 }
 
 /// Why an attempt failed inside the inbox guard.
@@ -142,7 +174,7 @@ impl<S: InboxStore> Deliverer<S> {
         lease_until: DateTime<Utc>,
         trace_header: Option<&str>,
     ) -> Decision {
-        let resolve = || async { Err(no_claim_check(event.data_ref.as_ref())) };
+        let resolve = || async { Err(Unresolved::Unavailable { reference: event.data_ref.clone() }) };
         self.deliver_resolved(subscriber, secrets, event, resolve, attempt, lease_until, trace_header).await
     }
 
@@ -223,8 +255,8 @@ impl<S: InboxStore> Deliverer<S> {
                 let (record, latency) = guarded.into_inner();
                 Decision::Delivered { status: record.status, latency }
             }
-            Err(GuardedError::Effect(Failure::Payload(Unresolved::Permanent(code, reason)))) => Decision::DeadLetter { code, reason, disable: false },
-            Err(GuardedError::Effect(Failure::Payload(Unresolved::Transient(reason)))) => self.retry(attempt, reason, None),
+            Err(GuardedError::Effect(Failure::Payload(e))) if e.is_retryable() => self.retry(attempt, e.to_string(), None),
+            Err(GuardedError::Effect(Failure::Payload(e))) => Decision::DeadLetter { code: e.code(), reason: e.to_string(), disable: false },
             Err(GuardedError::Effect(Failure::Http(Outcome::Retry { reason, retry_after }))) => self.retry(attempt, reason, retry_after),
             Err(GuardedError::Effect(Failure::Http(gone @ Outcome::Gone { .. }))) => {
                 Decision::DeadLetter { code: "WebhookGone", reason: gone.reason(), disable: true }

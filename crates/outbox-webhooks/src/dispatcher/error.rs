@@ -14,16 +14,20 @@ pub enum DispatchError {
         source: outbox::AwsError,
     },
     /// A secret is not `whsec_` text.
-    #[error("secret {secret_id} is unusable: {reason}")]
+    #[error("secret {secret_id} is unusable: {source}")]
     Secret {
         /// The secret id.
         secret_id: String,
         /// Why.
-        reason: String,
+        #[source]
+        source: crate::SecretError,
     },
     /// A subscriber item does not have the expected attributes.
     #[error("subscriber table item is malformed: {0}")]
-    Subscriber(String),
+    Subscriber(#[source] serde_dynamo::Error),
+    /// An attempt log item cannot be written or read (its `attempts` list).
+    #[error("an attempt log item (its `attempts` list) cannot be written or read: {0}")]
+    AttemptLog(#[source] serde_dynamo::Error),
 }
 
 /// Maps a failed DynamoDB call doing `action` to [`DispatchError::Aws`].

@@ -19,16 +19,38 @@ pub struct WebhookEvent {
     pub data_ref: Option<outbox::envelope::PayloadRef>,
 }
 
-/// Why a queue message could not be read as a bus event.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the message is not an EventBridge event with the outbox envelope as detail: {0}")]
-pub struct NotAnEvent(pub String);
+/// Why a queue message could not be read as a bus event (a dead letter `WebhookMalformedEvent`),
+/// or a claim-checked event's payload could not be put inline (`PayloadCorrupt`). Each
+/// message starts "the message is not an EventBridge event with the outbox envelope as detail:"
+/// and keeps the JSON error as its source.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NotAnEvent {
+    /// The body is not JSON with a `detail` member.
+    #[error("the message is not an EventBridge event with the outbox envelope as detail: {0}")]
+    Body(#[source] serde_json::Error),
+    /// `detail` is not the outbox envelope (its `metadata` missing or malformed).
+    #[error("the message is not an EventBridge event with the outbox envelope as detail: detail: {0}")]
+    Detail(#[source] serde_json::Error),
+    /// `detail` carries the payload both inline (`data`) and claim-checked (`data_ref`).
+    #[error("the message is not an EventBridge event with the outbox envelope as detail: detail: both `data` and `data_ref`")]
+    BothPayloads,
+    /// `detail` carries no payload: neither `data` nor `data_ref`.
+    #[error("the message is not an EventBridge event with the outbox envelope as detail: detail: neither `data` nor `data_ref`")]
+    NoPayload,
+    /// The claim-checked payload fetched is not JSON.
+    #[error("the message is not an EventBridge event with the outbox envelope as detail: the claim-checked payload is not JSON: {0}")]
+    Payload(#[source] serde_json::Error),
+    /// The event with its payload inline cannot be serialised.
+    #[error("the message is not an EventBridge event with the outbox envelope as detail: the event with its payload cannot be written: {0}")]
+    Write(#[source] serde_json::Error),
+}
 
 impl WebhookEvent {
     /// Reads an EventBridge event (the SQS body an EventBridge rule target delivers).
     ///
     /// # Errors
-    /// [`NotAnEvent`] naming what is missing.
+    /// [`NotAnEvent`] naming what is missing, with the JSON error as its source.
     pub fn parse(message_body: &str) -> Result<Self, NotAnEvent> {
         #[derive(Deserialize)]
         struct Routed<'a> {
@@ -47,13 +69,13 @@ impl WebhookEvent {
         fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
             <&RawValue>::deserialize(d).map(Some)
         }
-        let routed: Routed<'_> = serde_json::from_str(message_body).map_err(|e| NotAnEvent(e.to_string()))?;
-        let detail: Detail<'_> = serde_json::from_str(routed.detail.get()).map_err(|e| NotAnEvent(format!("detail: {e}")))?;
+        let routed: Routed<'_> = serde_json::from_str(message_body).map_err(NotAnEvent::Body)?;
+        let detail: Detail<'_> = serde_json::from_str(routed.detail.get()).map_err(NotAnEvent::Detail)?;
         let data_ref = match (detail.data, detail.data_ref) {
             (Some(_), None) => None,
             (None, Some(reference)) => Some(reference),
-            (Some(_), Some(_)) => return Err(NotAnEvent("detail: both `data` and `data_ref`".to_owned())),
-            (None, None) => return Err(NotAnEvent("detail: neither `data` nor `data_ref`".to_owned())),
+            (Some(_), Some(_)) => return Err(NotAnEvent::BothPayloads),
+            (None, None) => return Err(NotAnEvent::NoPayload),
         };
         Ok(Self { metadata: detail.metadata, body: routed.detail.get().to_owned(), data_ref })
     }
@@ -73,9 +95,9 @@ impl WebhookEvent {
             #[serde(borrow, default)]
             data: Option<&'a RawValue>,
         }
-        let mut detail: Inline<'_> = serde_json::from_str(&self.body).map_err(|e| NotAnEvent(format!("detail: {e}")))?;
-        detail.data = Some(serde_json::from_slice(payload).map_err(|e| NotAnEvent(format!("the claim-checked payload is not JSON: {e}")))?);
-        let body = serde_json::to_string(&detail).map_err(|e| NotAnEvent(format!("the event with its payload cannot be written: {e}")))?;
+        let mut detail: Inline<'_> = serde_json::from_str(&self.body).map_err(NotAnEvent::Detail)?;
+        detail.data = Some(serde_json::from_slice(payload).map_err(NotAnEvent::Payload)?);
+        let body = serde_json::to_string(&detail).map_err(NotAnEvent::Write)?;
         Ok(Self { metadata: self.metadata.clone(), body, data_ref: None })
     }
 }

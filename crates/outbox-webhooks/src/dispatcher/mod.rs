@@ -110,7 +110,6 @@ use chrono::{DateTime, Utc};
 
 use crate::breaker::{BreakerState, Gate};
 use crate::client::WebhookClient;
-use delivery::no_claim_check;
 use outbox::inbox::InboxStore;
 use queue::attribute;
 
@@ -230,16 +229,10 @@ impl<S: InboxStore> Dispatcher<S> {
     async fn inline_payload(&self, event: &WebhookEvent) -> Result<WebhookEvent, Unresolved> {
         #[cfg(feature = "claim-check")]
         if let (Some(claim_check), Some(reference)) = (&self.claim_check, &event.data_ref) {
-            let payload = claim_check.fetch(reference).await.map_err(|e| {
-                if e.is_retryable() {
-                    Unresolved::Transient(e.to_string())
-                } else {
-                    Unresolved::Permanent(e.error_type(), e.to_string())
-                }
-            })?;
-            return event.with_payload(&payload).map_err(|e| Unresolved::Permanent("PayloadCorrupt", e.to_string()));
+            let payload = claim_check.fetch(reference).await?;
+            return Ok(event.with_payload(&payload)?);
         }
-        Err(no_claim_check(event.data_ref.as_ref()))
+        Err(Unresolved::Unavailable { reference: event.data_ref.clone() })
     }
 
     /// Handles one batch, its messages concurrently, every attempt ending by

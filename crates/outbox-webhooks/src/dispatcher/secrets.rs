@@ -40,7 +40,7 @@ impl SecretCache {
             .await
             .map_err(|e| DispatchError::Aws { action: "GetSecretValue", source: outbox::AwsError::from_sdk("GetSecretValue", &e) })?;
         let text = out.secret_string().unwrap_or_default();
-        let secrets = Secret::parse_list(text).map_err(|e| DispatchError::Secret { secret_id: secret_id.to_owned(), reason: e.to_string() })?;
+        let secrets = Secret::parse_list(text).map_err(|source| DispatchError::Secret { secret_id: secret_id.to_owned(), source })?;
         lock(&self.cache).insert(secret_id.to_owned(), (Instant::now(), secrets.clone()));
         Ok(secrets)
     }

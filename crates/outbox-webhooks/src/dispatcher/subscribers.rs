@@ -92,7 +92,7 @@ impl SubscriberTable {
                 .send()
                 .await
                 .map_err(|e| DispatchError::Aws { action: "Scan of the subscriber table", source: outbox::AwsError::from_sdk("Scan", &e) })?;
-            let items: Vec<Subscriber> = serde_dynamo::from_items(out.items().to_vec()).map_err(|e| DispatchError::Subscriber(e.to_string()))?;
+            let items: Vec<Subscriber> = serde_dynamo::from_items(out.items().to_vec()).map_err(DispatchError::Subscriber)?;
             list.extend(items);
             start = out.last_evaluated_key().cloned();
             if start.is_none() {
