@@ -47,8 +47,22 @@ impl Default for RetrySchedule {
 
 /// A schedule that cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("a retry schedule is a comma-separated list of delays (seconds, or a number with s, m, h or d), at least one: {0}")]
-pub struct ScheduleError(pub String);
+#[error("a retry schedule is a comma-separated list of delays (seconds, or a number with s, m, h or d), at least one: {text}")]
+#[non_exhaustive]
+pub struct ScheduleError {
+    /// The schedule as given.
+    pub text: String,
+    /// The number that could not be read, when a delay's number was the problem (not its unit,
+    /// nor an empty schedule).
+    #[source]
+    pub number: Option<std::num::ParseIntError>,
+}
+
+impl ScheduleError {
+    fn new(text: &str, number: Option<std::num::ParseIntError>) -> Self {
+        Self { text: text.to_owned(), number }
+    }
+}
 
 impl RetrySchedule {
     /// The schedule `delays` (its length + 1 attempts) with the default jitter (0.2) and
@@ -101,19 +115,19 @@ impl RetrySchedule {
                     Some(at) => part.split_at(at),
                     None => (part, "s"),
                 };
-                let n: u64 = digits.parse().map_err(|_| ScheduleError(text.to_owned()))?;
+                let n: u64 = digits.parse().map_err(|e| ScheduleError::new(text, Some(e)))?;
                 let factor = match unit {
                     "s" => 1,
                     "m" => 60,
                     "h" => 3_600,
                     "d" => 86_400,
-                    _ => return Err(ScheduleError(text.to_owned())),
+                    _ => return Err(ScheduleError::new(text, None)),
                 };
                 Ok(Duration::from_secs(n.saturating_mul(factor)))
             })
             .collect::<Result<Vec<_>, _>>()?;
         if delays.is_empty() {
-            return Err(ScheduleError(text.to_owned()));
+            return Err(ScheduleError::new(text, None));
         }
         Ok(delays)
     }
@@ -194,6 +208,12 @@ mod tests {
         for bad in ["", "5,", "x", "5w", "-1", "1.5"] {
             assert!(RetrySchedule::parse_delays(bad).is_err(), "{bad:?}");
         }
+        // The number's own error is kept as the source; a unit or an empty schedule has none.
+        let number = RetrySchedule::parse_delays("5s,x5").unwrap_err();
+        assert_eq!(number.text, "5s,x5");
+        assert!(std::error::Error::source(&number).is_some_and(|e| e.is::<std::num::ParseIntError>()), "{number:?}");
+        let unit = RetrySchedule::parse_delays("5w").unwrap_err();
+        assert!(unit.number.is_none() && unit.to_string().ends_with(": 5w"), "{unit}");
     }
 
     #[test]

@@ -40,12 +40,21 @@ impl Default for ClientConfig {
 #[non_exhaustive]
 pub enum UrlError {
     /// Not a URL.
-    #[error("not a URL: {0}")]
-    Invalid(String),
+    #[error("not a URL: {url}: {source}")]
+    Invalid {
+        /// The text given.
+        url: String,
+        /// Why it is not a URL.
+        #[source]
+        source: UrlParseError,
+    },
     /// Not `https` (and `http` not allowed).
     #[error("only https URLs are accepted, not {0} (plain http needs WEBHOOK_ALLOW_HTTP, for local runs only)")]
     Scheme(String),
 }
+
+/// Why a URL could not be parsed (the `url` crate's `ParseError`, which reqwest's [`reqwest::Url`] is).
+pub type UrlParseError = <reqwest::Url as std::str::FromStr>::Err;
 
 /// Building the client failed (TLS setup).
 #[derive(Debug, thiserror::Error)]
@@ -126,7 +135,7 @@ impl WebhookClient {
     /// # Errors
     /// [`UrlError`].
     pub fn check_url(&self, url: &str) -> Result<reqwest::Url, UrlError> {
-        let parsed = reqwest::Url::parse(url).map_err(|e| UrlError::Invalid(format!("{url}: {e}")))?;
+        let parsed = reqwest::Url::parse(url).map_err(|source| UrlError::Invalid { url: url.to_owned(), source })?;
         match parsed.scheme() {
             "https" => Ok(parsed),
             "http" if self.allow_http => Ok(parsed),

@@ -66,7 +66,7 @@ impl Outcome {
 }
 
 /// The first [`BODY_EXCERPT_BYTES`] of `body` as text (lossy UTF-8, cut at a character boundary).
-pub fn excerpt(body: &[u8]) -> String {
+pub(crate) fn excerpt(body: &[u8]) -> String {
     let mut end = body.len().min(BODY_EXCERPT_BYTES);
     // A cut inside a multi-byte character backs up to its first byte (continuation bytes are 0b10xx_xxxx).
     while end > 0 && end < body.len() && body[end] & 0xC0 == 0x80 {

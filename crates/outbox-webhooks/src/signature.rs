@@ -58,7 +58,7 @@ const LENIENT: GeneralPurpose = GeneralPurpose::new(
 pub enum SecretError {
     /// Not base64 after the prefix.
     #[error("the webhook secret is not base64 after `whsec_`: {0}")]
-    NotBase64(String),
+    NotBase64(#[source] base64::DecodeError),
     /// Empty after decoding.
     #[error("the webhook secret is empty")]
     Empty,
@@ -86,7 +86,7 @@ impl Secret {
     pub fn parse(text: &str) -> Result<Self, SecretError> {
         let encoded = text.trim();
         let encoded = encoded.strip_prefix(SECRET_PREFIX).unwrap_or(encoded);
-        let bytes = LENIENT.decode(encoded).map_err(|e| SecretError::NotBase64(e.to_string()))?;
+        let bytes = LENIENT.decode(encoded).map_err(SecretError::NotBase64)?;
         if bytes.is_empty() {
             return Err(SecretError::Empty);
         }
@@ -475,7 +475,9 @@ mod tests {
         let s = Secret::generate();
         assert_eq!(Secret::parse(&s.to_whsec()), Ok(s.clone()));
         assert!(!format!("{s:?}").contains(&s.to_whsec()[6..]));
-        assert!(matches!(Secret::parse("whsec_not base64!"), Err(SecretError::NotBase64(_))));
+        let not_base64 = Secret::parse("whsec_not base64!").unwrap_err();
+        assert!(matches!(not_base64, SecretError::NotBase64(_)));
+        assert!(std::error::Error::source(&not_base64).is_some_and(|e| e.is::<base64::DecodeError>()), "the decoder's error kept: {not_base64:?}");
         assert_eq!(Secret::parse("whsec_"), Err(SecretError::Empty));
         // Below the Standard Webhooks minimum of 24 bytes: 1 byte, 23 bytes.
         assert_eq!(Secret::parse("whsec_AA=="), Err(SecretError::TooShort(1)));

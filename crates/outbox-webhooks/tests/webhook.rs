@@ -325,7 +325,7 @@ async fn a_claim_checked_delivery_fetches_only_to_send_and_fails_like_any_attemp
     let fetches = AtomicUsize::new(0);
     let fetch = || async {
         fetches.fetch_add(1, Ordering::SeqCst);
-        event.with_payload(payload).map_err(|e| Unresolved::Permanent("PayloadCorrupt", e.to_string()))
+        event.with_payload(payload).map_err(Unresolved::from)
     };
     let decision = d.deliver_resolved(&subscriber(&url), &secrets, &event, fetch, 1, lease(), None).await;
     assert!(matches!(decision, Decision::Delivered { status: 200, .. }), "{decision:?}");
@@ -342,21 +342,40 @@ async fn a_claim_checked_delivery_fetches_only_to_send_and_fails_like_any_attemp
     let signed = SignedHeaders::new(Some(&id), Some(&ts), Some(&sig));
     assert_eq!(Verifier::new(secrets.clone()).verify(&signed, body, Utc::now().timestamp()), Ok("evt-big"), "signed over the inline body");
 
-    // S3 unavailable: retried with the backoff, then given up with a reason; nothing recorded, nothing sent.
     let (server, url) = Server::start(vec![answer(200)]).await;
     let d = deliverer(MemoryInbox::new("webhook-dispatcher"), Duration::from_secs(10));
-    let unavailable = || async { Err(Unresolved::Transient("S3 503 SlowDown".into())) };
-    let decision = d.deliver_resolved(&subscriber(&url), &secrets, &event, unavailable, 1, lease(), None).await;
-    assert_eq!(decision, Decision::Retry { delay: Duration::from_secs(5), reason: "S3 503 SlowDown".into() });
-    let decision = d.deliver_resolved(&subscriber(&url), &secrets, &event, unavailable, 4, lease(), None).await;
-    assert_eq!(
-        decision,
-        Decision::DeadLetter { code: "WebhookRetriesExhausted", reason: "gave up after 4 attempts; last: S3 503 SlowDown".into(), disable: false }
-    );
-    // The object is gone or altered: dead-lettered at once with its code.
-    let missing = || async { Err(Unresolved::Permanent("PayloadMissing", "no object outbox/evt-big".into())) };
-    let decision = d.deliver_resolved(&subscriber(&url), &secrets, &event, missing, 1, lease(), None).await;
-    assert_eq!(decision, Decision::DeadLetter { code: "PayloadMissing", reason: "no object outbox/evt-big".into(), disable: false });
+    #[cfg(feature = "claim-check")]
+    {
+        use outbox::claim_check::ClaimCheckError;
+        // S3 unavailable: retried with the backoff, then given up with a reason; nothing recorded, nothing sent.
+        let cut = || ClaimCheckError::Read { bucket: "payloads".into(), key: "outbox/evt-big".into(), reason: "connection reset".into() };
+        let reason = cut().to_string();
+        let unavailable = || async { Err(Unresolved::from(cut())) };
+        let decision = d.deliver_resolved(&subscriber(&url), &secrets, &event, unavailable, 1, lease(), None).await;
+        assert_eq!(decision, Decision::Retry { delay: Duration::from_secs(5), reason: reason.clone() });
+        let decision = d.deliver_resolved(&subscriber(&url), &secrets, &event, unavailable, 4, lease(), None).await;
+        assert_eq!(
+            decision,
+            Decision::DeadLetter { code: "WebhookRetriesExhausted", reason: format!("gave up after 4 attempts; last: {reason}"), disable: false }
+        );
+        // The object is gone: dead-lettered at once with its code, the claim check's error kept, typed.
+        let gone = || ClaimCheckError::Missing { bucket: "payloads".into(), key: "outbox/evt-big".into() };
+        let error = Unresolved::from(gone());
+        assert!(!error.is_retryable() && error.code() == "PayloadMissing");
+        assert!(matches!(error, Unresolved::Fetch(ClaimCheckError::Missing { .. })), "the claim check's error, typed: {error:?}");
+        let missing = || async { Err(Unresolved::from(gone())) };
+        let decision = d.deliver_resolved(&subscriber(&url), &secrets, &event, missing, 1, lease(), None).await;
+        assert_eq!(decision, Decision::DeadLetter { code: "PayloadMissing", reason: gone().to_string(), disable: false });
+    }
+    // The payload fetched is not JSON: dead-lettered at once `PayloadCorrupt`, the JSON error kept as the source.
+    let corrupt = event.with_payload(b"not json").map_err(Unresolved::from).unwrap_err();
+    assert!(!corrupt.is_retryable() && corrupt.code() == "PayloadCorrupt");
+    assert!(std::error::Error::source(&corrupt).is_some_and(|e| e.is::<serde_json::Error>()), "{corrupt:?}");
+    let reason = corrupt.to_string();
+    assert!(reason.contains("the claim-checked payload is not JSON"), "{reason}");
+    let not_json = || async { event.with_payload(b"not json").map_err(Unresolved::from) };
+    let decision = d.deliver_resolved(&subscriber(&url), &secrets, &event, not_json, 1, lease(), None).await;
+    assert_eq!(decision, Decision::DeadLetter { code: "PayloadCorrupt", reason, disable: false });
     // No claim check configured.
     let decision = d.deliver(&subscriber(&url), &secrets, &event, 1, lease(), None).await;
     assert!(
@@ -444,4 +463,17 @@ async fn an_endless_answer_body_is_read_only_up_to_the_cap() {
         }
         assert!(last < 64 << 20, "the subscriber sent {last} bytes; the client reads {READ_LIMIT_BYTES}");
     }
+}
+
+/// A subscriber URL that is not a URL is refused with the parser's error kept as the source; a
+/// plain `http` one is refused by its scheme.
+#[test]
+fn a_url_that_is_not_one_keeps_the_parse_error() {
+    use outbox_webhooks::client::UrlError;
+    let client = WebhookClient::new(&ClientConfig::default()).unwrap();
+    let err = client.check_url("not a url").unwrap_err();
+    assert!(matches!(err, UrlError::Invalid { ref url, .. } if url == "not a url"), "{err:?}");
+    assert!(std::error::Error::source(&err).is_some(), "{err:?}");
+    assert!(err.to_string().starts_with("not a URL: not a url: "), "{err}");
+    assert!(matches!(client.check_url("http://localhost/"), Err(UrlError::Scheme(ref s)) if s == "http"));
 }
