@@ -54,7 +54,7 @@
 //!   retries are for what may pass).
 //! * An ordered consumer's event that arrives **before its predecessor** is parked in the inbox
 //!   table and answered `{"outcome": "parked"}`; it is applied, in its own transaction, right
-//!   after its predecessor ([`ParkedEvent`](crate::inbox::ParkedEvent)).
+//!   after its predecessor ([`ParkedEvent`](crate::ordering::ParkedEvent)).
 //! * A fallback that finds **nothing to do** ([`Fallback::Duplicate`], [`Fallback::NothingToDo`])
 //!   still records the event (inbox row with the outcome and reason, the aggregate's sequence)
 //!   and answers `{"outcome": "nothing_to_do"}`.

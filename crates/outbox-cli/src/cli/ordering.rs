@@ -81,7 +81,7 @@ pub async fn run(context: &Context, command: &OrderingCommand) -> Result<ExitCod
                         ordering::parked_by_index(&dynamodb, table, &index, &consumers, limit.bound()).await?
                     }
                     None => {
-                        eprintln!("{table} has no parked index ({}): scanning the whole table", outbox::inbox::PARKED_INDEX);
+                        eprintln!("{table} has no parked index ({}): scanning the whole table", outbox::ordering::PARKED_INDEX);
                         limit.announce(&format!("looking for parked events in {table}"));
                         let found = ordering::parked_bounded(&dynamodb, table, limit.bound(), |read, kept| scan_progress(table, read, kept)).await?;
                         limit.finish(found.read, found.complete);

@@ -22,7 +22,8 @@ use super::{
     RawEventBridgeEvent, Tx,
 };
 use crate::envelope::EventMetadata;
-use crate::inbox::{InboxError, InboxOutcome, InboxStore, ParkedEvent, PayloadHash, RecordedOutcome};
+use crate::inbox::{InboxError, InboxOutcome, InboxStore, PayloadHash, RecordedOutcome};
+use crate::ordering::{ParkedEvent, Sequencing};
 use crate::writer::OutboxWriter;
 use tracing::Instrument;
 
@@ -41,7 +42,7 @@ pub enum Handled<O> {
     Duplicate,
     /// Ordering: the event arrived before its predecessor (sequence `waits_for`) was applied; it
     /// was parked in the inbox table and is applied when the predecessor is
-    /// ([`ParkedEvent`](crate::inbox::ParkedEvent)).
+    /// ([`ParkedEvent`](crate::ordering::ParkedEvent)).
     Parked {
         /// The sequence it waits for.
         waits_for: u64,
@@ -116,11 +117,11 @@ pub struct ConsumerResponse<O> {
     /// `detail.metadata.id` (empty when the event had none).
     pub event_id: String,
     /// Ordering: the events parked behind this one that this invocation applied after it, in
-    /// sequence ([`ParkedEvent`](crate::inbox::ParkedEvent)); omitted when none.
+    /// sequence ([`ParkedEvent`](crate::ordering::ParkedEvent)); omitted when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub parked_applied: Vec<SettledEvent>,
     /// Ordering: the event's own commit proved that nothing is parked on its aggregate
-    /// ([`InboxStore::apply_checking_parked`]), so no read of parked rows follows.
+    /// ([`Ordered::apply_checking_parked`](crate::ordering::Ordered::apply_checking_parked)), so no read of parked rows follows.
     #[serde(skip)]
     pub(crate) none_parked: bool,
 }
@@ -382,32 +383,35 @@ where
         };
         // Ordering: what waits for this event (or, after a park, for the predecessor that may
         // have been applied meanwhile) is applied now.
-        let drained = match (&response.outcome, metadata_of(payload)) {
-            (Handled::DeadLettered, _) | (_, None) => Drained::default(),
+        let ordering = self.inner.store.ordering();
+        let drained = match (&response.outcome, metadata_of(payload), ordering) {
+            (Handled::DeadLettered, _, _) | (_, None, _) | (_, _, None) => Drained::default(),
             // Its commit proved nothing parked: no event waits for it, no parked copy of it.
             _ if response.none_parked => Drained::default(),
-            (Handled::Parked { .. }, Some(m)) if self.inner.store.parks() => {
-                self.drain(&m.aggregate_type, &m.subject, None, deadline).instrument(span.clone()).await
+            (Handled::Parked { .. }, Some(m), Some(ordering)) => {
+                self.drain(ordering, &m.aggregate_type, &m.subject, None, deadline).instrument(span.clone()).await
             }
-            (outcome, Some(m)) if self.inner.store.parks() => {
+            (outcome, Some(m), Some(ordering)) => {
                 // Settled by this delivery: a parked copy of it (from an earlier delivery) goes,
                 // and what waits behind the aggregate's last sequence is applied. Applied here,
                 // that sequence is this event's (set by its own transaction); a duplicate reads
                 // it. All read together, after the commit.
                 let applied = matches!(outcome, Handled::Applied(_) | Handled::NothingToDo(_)).then_some(m.sequence);
-                let around: BoxFuture<'_, _> = Box::pin(self.inner.store.parked_around(&m, applied));
-                match around.await {
+                match ordering.parked_around(&m, applied).await {
                     Ok(around) => {
                         if let Some(own) = around.own {
-                            self.unpark_own(&own, &span).await;
+                            if let Err(e) = ordering.unpark(&own).await {
+                                // `ordering parked` lists the row; its event is applied, so a
+                                // later drain finds it a duplicate.
+                                tracing::warn!(parent: &span, error = %e, "could not remove the event's own parked row; `ordering parked` lists it");
+                            }
                         }
                         let first = Some((around.last, around.next));
-                        self.drain(&m.aggregate_type, &m.subject, first, deadline).instrument(span.clone()).await
+                        self.drain(ordering, &m.aggregate_type, &m.subject, first, deadline).instrument(span.clone()).await
                     }
                     Err(e) => Drained::unread(&m, e),
                 }
             }
-            _ => Drained::default(),
         };
         if summary {
             tracing::info!(
@@ -435,29 +439,29 @@ where
     /// inbox claim), until none waits, the parked budget is spent or the deadline nears.
     ///
     /// `first`: the aggregate's last sequence and the event parked behind it, as read after this
-    /// invocation's event was settled ([`InboxStore::parked_around`]: the sequence its own
+    /// invocation's event was settled ([`Ordered::parked_around`](crate::ordering::Ordered::parked_around): the sequence its own
     /// transaction applied, or the one read for a duplicate); the drain then starts from it
     /// without reading the aggregate's ordering row or the parked row again. Safe when the row has moved further meanwhile: sequences only move forward, a
     /// parked event behind the applied sequence is then applied or found a duplicate by its own
     /// transaction, and whoever moved the row further drains behind it.
-    async fn drain(&self, aggregate_type: &str, aggregate_id: &str, first: Option<(u64, Option<ParkedEvent>)>, deadline: Instant) -> Drained {
-        let store = &self.inner.store;
+    async fn drain(
+        &self,
+        ordering: &dyn Sequencing,
+        aggregate_type: &str,
+        aggregate_id: &str,
+        first: Option<(u64, Option<ParkedEvent>)>,
+        deadline: Instant,
+    ) -> Drained {
         let aggregate = format!("{aggregate_type}#{aggregate_id}");
         let mut drained = Drained::default();
         let mut known_last = None;
         let mut read = first;
         loop {
             let (known, read_before) = (known_last.take(), read.take());
-            let next: BoxFuture<'_, Result<(u64, Option<ParkedEvent>), InboxError>> = Box::pin(async move {
-                if let Some(read) = read_before {
-                    return Ok(read);
-                }
-                let last = match known {
-                    Some(last) => last,
-                    None => store.last_sequence(aggregate_type, aggregate_id).await?,
-                };
-                Ok((last, store.parked(aggregate_type, aggregate_id, last).await?))
-            });
+            let next: BoxFuture<'_, Result<(u64, Option<ParkedEvent>), InboxError>> = match read_before {
+                Some(read) => Box::pin(std::future::ready(Ok(read))),
+                None => ordering.next_parked(aggregate_type, aggregate_id, known),
+            };
             let pending = |after: u64, why: String| Some(ConsumerError::ParkedPending { aggregate: aggregate.clone(), after, why });
             let (last, parked) = match next.await {
                 Ok((_, None)) => return drained,
@@ -491,11 +495,10 @@ where
                 Ok(ConsumerResponse { outcome: Handled::Parked { .. }, .. }) => return drained,
                 Ok(response) => {
                     let committed = matches!(response.outcome, Handled::Applied(_) | Handled::NothingToDo(_));
-                    // A committed transaction deleted the row already when the store honours
-                    // `RecordedOutcome::unparks`; a duplicate or a dead-lettered event's did not.
-                    if !(committed && store.unparks_in_transaction()) {
-                        let unparked: BoxFuture<'_, _> = Box::pin(store.unpark(&parked));
-                        if let Err(e) = unparked.await {
+                    // A committed transaction deleted the row already (Advance::Unpark); a
+                    // duplicate or a dead-lettered event's did not.
+                    if !committed {
+                        if let Err(e) = ordering.unpark(&parked).await {
                             drained.pending = pending(last, format!("removing the parked row of {} failed: {e}", parked.event_id));
                             return drained;
                         }
@@ -511,16 +514,6 @@ where
                     return drained;
                 }
             }
-        }
-    }
-
-    /// Removes `own`, the parked copy of the invocation's event, which this delivery settled; a
-    /// failure is only logged (`ordering parked` lists the row; its event is applied, so a later
-    /// drain finds it a duplicate).
-    async fn unpark_own(&self, own: &ParkedEvent, span: &tracing::Span) {
-        let unparked: BoxFuture<'_, _> = Box::pin(self.inner.store.unpark(own));
-        if let Err(e) = unparked.await {
-            tracing::warn!(parent: span, error = %e, "could not remove the event's own parked row; `ordering parked` lists it");
         }
     }
 
@@ -596,7 +589,7 @@ where
             if let Some(parked) = self.park(payload, *expected).await {
                 return Ok(parked);
             }
-            crate::inbox::report_gap(self.inner.store.consumer(), gap);
+            crate::ordering::report_gap(self.inner.store.consumer(), gap);
         }
         if error.is_retryable() {
             tracing::error!(error_type = error.error_type(), error = %error, "event failed; Lambda retries it");
@@ -623,12 +616,9 @@ where
     /// Parks the event of `payload`, which waits for sequence `waits_for`, when the store parks;
     /// `None` when it did not (the invocation then fails as before).
     async fn park(&self, payload: &RawValue, waits_for: u64) -> Option<ConsumerResponse<O>> {
-        if !self.inner.store.parks() {
-            return None;
-        }
+        let ordering = self.inner.store.ordering()?;
         let metadata = metadata_of(payload)?;
-        let parked: BoxFuture<'_, _> = Box::pin(self.inner.store.park(&metadata, waits_for, payload.get()));
-        match parked.await {
+        match ordering.park(&metadata, waits_for, payload.get()).await {
             Ok(true) => {
                 metrics::parked();
                 tracing::debug!(sequence = metadata.sequence, waits_for, "event parked: it waits for its predecessor");
@@ -655,7 +645,7 @@ where
     }
 
     /// One attempt at the event of `payload`: its handler and transaction. Also answers whether
-    /// the commit proved nothing parked on the aggregate ([`InboxStore::apply_checking_parked`]).
+    /// the commit proved nothing parked on the aggregate ([`Ordered::apply_checking_parked`](crate::ordering::Ordered::apply_checking_parked)).
     async fn process(&self, payload: &RawValue, delivery: Delivery) -> Result<(EventMetadata, Handled<O>, bool), ConsumerError> {
         let envelope = decode_envelope(payload)?;
         #[cfg(feature = "claim-check")]
@@ -750,11 +740,8 @@ where
                 Err(e) => return Err(HandlerError::retry(e).into()),
             }
             let (items, batch) = pending.into_parts();
-            let recorded = RecordedOutcome::new(outcome_text(&outcome)).unparking(delivery.unparks());
-            // Boxed: the SDK's futures are deeply nested, and without a box the future of a whole
-            // Lambda `main` exceeds rustc's default query depth when computing its layout.
-            let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.apply_checking_parked(metadata, hash, items, &recorded));
-            match applied.await? {
+            let recorded = RecordedOutcome::new(outcome_text(&outcome));
+            match self.apply(metadata, hash, items, &recorded, delivery).await? {
                 (InboxOutcome::Applied, none_parked) => return Ok((Handled::Applied(outcome), none_parked)),
                 (InboxOutcome::Duplicate, _) => return Ok((Handled::Duplicate, false)),
                 (InboxOutcome::BusinessConditionFailed { index, item }, _) => {
@@ -775,6 +762,28 @@ where
         }
     }
 
+    /// The event's transaction: through the ordering layer when the store has one (the drain's
+    /// event also deletes its parked row, [`Delivery::unparks`]), answering whether the commit
+    /// proved nothing parked on the aggregate; else the inbox claim alone (`false`).
+    async fn apply(
+        &self,
+        metadata: &EventMetadata,
+        hash: &PayloadHash,
+        items: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
+        recorded: &RecordedOutcome,
+        delivery: Delivery,
+    ) -> Result<(InboxOutcome, bool), InboxError> {
+        match self.inner.store.ordering() {
+            Some(ordering) => ordering.apply(metadata, hash, items, recorded, delivery.unparks()).await,
+            None => {
+                // Boxed: the SDK's futures are deeply nested, and without a box the future of a
+                // whole Lambda `main` exceeds rustc's default query depth when computing its layout.
+                let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.apply_recording(metadata, hash, items, recorded));
+                Ok((applied.await?, false))
+            }
+        }
+    }
+
     /// Records the event with nothing to do (`reason`): the inbox claim and the aggregate's
     /// sequence, none of the handler's writes.
     async fn nothing_to_do(
@@ -784,9 +793,8 @@ where
         reason: String,
         delivery: Delivery,
     ) -> Result<(Handled<O>, bool), ConsumerError> {
-        let recorded = RecordedOutcome::nothing_to_do(reason.clone()).unparking(delivery.unparks());
-        let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.apply_checking_parked(metadata, hash, Vec::new(), &recorded));
-        match applied.await? {
+        let recorded = RecordedOutcome::nothing_to_do(reason.clone());
+        match self.apply(metadata, hash, Vec::new(), &recorded, delivery).await? {
             (InboxOutcome::Applied, none_parked) => Ok((Handled::NothingToDo(reason), none_parked)),
             // Another delivery of the same event recorded it meanwhile.
             (InboxOutcome::Duplicate, _) => Ok((Handled::Duplicate, false)),
@@ -806,10 +814,10 @@ enum Delivery {
     /// The invocation's own event.
     Event,
     /// A parked event applied after its predecessor ([`Consumer::drain`]), its row waiting for
-    /// `waits_for`: its transaction also deletes that row ([`RecordedOutcome::unparks`]), so a
-    /// crash right after the commit cannot strand the row (the retried invocation drains from
-    /// the new `last_sequence` and would never read it again), and no separate `DeleteItem` is
-    /// needed ([`InboxStore::unparks_in_transaction`]).
+    /// `waits_for`: its transaction also deletes that row ([`Advance::Unpark`](crate::ordering::Advance::Unpark)),
+    /// so a crash right after the commit cannot strand the row (the retried invocation drains
+    /// from the new `last_sequence` and would never read it again), and no separate
+    /// `DeleteItem` is needed.
     Parked {
         /// The sequence the parked row waits for (its key).
         waits_for: u64,
@@ -890,7 +898,7 @@ where
     /// Ordering: the most parked events one invocation applies after their predecessor (default
     /// [`DEFAULT_PARKED_BUDGET`]; the invocation's deadline less the retry policy's margin bounds
     /// it too). Beyond it the invocation fails with [`ConsumerError::ParkedPending`] and the
-    /// redelivery of its event carries on ([`ParkedEvent`](crate::inbox::ParkedEvent)).
+    /// redelivery of its event carries on ([`ParkedEvent`](crate::ordering::ParkedEvent)).
     pub fn parked_budget(mut self, events: u32) -> Self {
         self.parked_budget = events;
         self

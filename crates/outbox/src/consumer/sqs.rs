@@ -26,7 +26,7 @@
 //!
 //! Messages of one batch are handled one after another, in the batch's order, so two events
 //! of one aggregate in a batch are applied in order (or the later one is parked,
-//! [`ParkedEvent`](crate::inbox::ParkedEvent)). A message not started before the invocation's deadline nears is
+//! [`ParkedEvent`](crate::ordering::ParkedEvent)). A message not started before the invocation's deadline nears is
 //! reported failed, not attempted: it comes back after the visibility timeout.
 
 use std::time::Instant;
