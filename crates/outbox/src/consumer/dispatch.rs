@@ -13,13 +13,12 @@ use serde::de::DeserializeOwned;
 use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
 
-use super::dead_letters::{event_id_of, span_of};
 use super::handler::FnHandler;
+use super::message::Message;
 use super::metrics;
 use super::tx::SETTLED_ELSEWHERE;
 use super::{
-    decode_envelope, decode_event, ConsumerError, DeadLetterSink, DeliveredEvent, EventHandler, Fallback, HandlerError, MalformedEvent,
-    RawEventBridgeEvent, Tx,
+    decode_event, ConsumerError, DeadLetterSink, DeliveredEvent, EventHandler, Fallback, HandlerError, MalformedEvent, RawEventBridgeEvent, Tx,
 };
 use crate::envelope::EventMetadata;
 use crate::inbox::{InboxError, InboxOutcome, InboxStore, PayloadHash, RecordedOutcome};
@@ -83,16 +82,6 @@ impl Drained {
         let aggregate = format!("{}#{}", metadata.aggregate_type, metadata.subject);
         Self { pending: Some(ConsumerError::ParkedPending { aggregate, after: metadata.sequence, why }), ..Self::default() }
     }
-}
-
-/// `detail.metadata` of an invocation payload, when it decodes.
-fn metadata_of(payload: &RawValue) -> Option<EventMetadata> {
-    #[derive(serde::Deserialize)]
-    struct Detail {
-        metadata: EventMetadata,
-    }
-    let envelope = decode_envelope(payload).ok()?;
-    serde_json::from_str::<Detail>(envelope.detail.get()).ok().map(|d| d.metadata)
 }
 
 impl<O: Serialize> Serialize for Handled<O> {
@@ -204,7 +193,11 @@ impl RetryPolicy {
 /// whose payload was not fetched.
 #[cfg(feature = "claim-check")]
 enum Claimed {
-    Event(RawEventBridgeEvent),
+    /// The payload is inline (or decoding reports what is wrong).
+    Inline,
+    /// The event with the payload fetched in place of its reference.
+    Fetched(RawEventBridgeEvent),
+    /// Applied before: nothing fetched.
     Duplicate(EventMetadata),
 }
 
@@ -363,14 +356,14 @@ where
         // deep enough that a caller's own `async fn` holding it inline overflows rustc's default
         // query depth when its layout is computed; one allocation per event keeps callers' futures
         // shallow.
-        Box::pin(self.handle_one(payload, deadline, true)).await
+        Box::pin(self.handle_one(&Message::read(payload.get()), deadline, true)).await
     }
 
     /// One event and the parked events it unblocks; the summary line at INFO for an invocation
     /// of its own (`summary`), at DEBUG for a message of a batch (the batch logs its own).
-    pub(crate) async fn handle_one(&self, payload: &RawValue, deadline: Instant, summary: bool) -> Result<ConsumerResponse<O>, ConsumerError> {
-        let span = span_of(payload);
-        let response = match self.deliver(payload, Delivery::Event, deadline, &span).instrument(span.clone()).await {
+    pub(crate) async fn handle_one(&self, message: &Message<'_>, deadline: Instant, summary: bool) -> Result<ConsumerResponse<O>, ConsumerError> {
+        let span = message.span();
+        let response = match self.deliver(message, Delivery::Event, deadline, &span).instrument(span.clone()).await {
             Ok(response) => response,
             Err(error) => {
                 if summary {
@@ -384,7 +377,7 @@ where
         // Ordering: what waits for this event (or, after a park, for the predecessor that may
         // have been applied meanwhile) is applied now.
         let ordering = self.inner.store.ordering();
-        let drained = match (&response.outcome, metadata_of(payload), ordering) {
+        let drained = match (&response.outcome, message.metadata.as_ref(), ordering) {
             (Handled::DeadLettered, _, _) | (_, None, _) | (_, _, None) => Drained::default(),
             // Its commit proved nothing parked: no event waits for it, no parked copy of it.
             _ if response.none_parked => Drained::default(),
@@ -397,7 +390,7 @@ where
                 // that sequence is this event's (set by its own transaction); a duplicate reads
                 // it. All read together, after the commit.
                 let applied = matches!(outcome, Handled::Applied(_) | Handled::NothingToDo(_)).then_some(m.sequence);
-                match ordering.parked_around(&m, applied).await {
+                match ordering.parked_around(m, applied).await {
                     Ok(around) => {
                         if let Some(own) = around.own {
                             if let Err(e) = ordering.unpark(&own).await {
@@ -409,7 +402,7 @@ where
                         let first = Some((around.last, around.next));
                         self.drain(ordering, &m.aggregate_type, &m.subject, first, deadline).instrument(span.clone()).await
                     }
-                    Err(e) => Drained::unread(&m, e),
+                    Err(e) => Drained::unread(m, e),
                 }
             }
         };
@@ -479,16 +472,17 @@ where
                 drained.pending = pending(last, "the invocation's time ran out".into());
                 return drained;
             }
-            let settled = match RawValue::from_string(parked.payload.clone()) {
-                Ok(payload) => {
-                    let span = span_of(&payload);
+            let message = Message::read(&parked.payload);
+            let settled = match &message.not_json {
+                None => {
+                    let span = message.span();
                     tracing::debug!(parent: &span, waits_for = parked.waits_for, "applying a parked event");
                     let delivered: BoxFuture<'_, _> =
-                        Box::pin(self.deliver(&payload, Delivery::Parked { waits_for: parked.waits_for }, deadline, &span).instrument(span.clone()));
+                        Box::pin(self.deliver(&message, Delivery::Parked { waits_for: parked.waits_for }, deadline, &span).instrument(span.clone()));
                     delivered.await
                 }
                 // The row holds what a RawValue once was, so this is a corrupted row: it can never succeed.
-                Err(e) => self.dead_letter_text(&parked.payload, &format!("parked event {} is not JSON: {e}", parked.event_id)).await,
+                Some(e) => self.dead_letter_text(&parked.payload, &format!("parked event {} is not JSON: {e}", parked.event_id)).await,
             };
             match settled {
                 // Parked again: its predecessor moved meanwhile; whoever moved it drains.
@@ -535,7 +529,7 @@ where
     /// dead-lettered when it can never succeed.
     async fn deliver(
         &self,
-        payload: &RawValue,
+        message: &Message<'_>,
         delivery: Delivery,
         deadline: Instant,
         span: &tracing::Span,
@@ -544,7 +538,7 @@ where
         let mut attempt = 1u32;
         let error = loop {
             span.record("attempt", attempt);
-            let error = match self.process(payload, delivery).await {
+            let error = match self.process(message, delivery).await {
                 Ok((metadata, outcome, none_parked)) => {
                     let kind = match &outcome {
                         Handled::Applied(_) => {
@@ -584,9 +578,9 @@ where
             tokio::time::sleep(wait).await;
             attempt += 1;
         };
-        let event_id = event_id_of(payload).unwrap_or_default();
+        let event_id = message.event_id().unwrap_or_default().to_owned();
         if let ConsumerError::Inbox(gap @ InboxError::SequenceGap { expected, .. }) = &error {
-            if let Some(parked) = self.park(payload, *expected).await {
+            if let Some(parked) = self.park(message, *expected).await {
                 return Ok(parked);
             }
             crate::ordering::report_gap(self.inner.store.consumer(), gap);
@@ -598,8 +592,13 @@ where
         }
         tracing::error!(error_type = error.error_type(), error = %error, "event can never be processed; dead-lettering it now");
         let reason = error.to_string();
+        // The queue keeps the payload verbatim (a RawValue); read again only on this path.
+        let payload = match RawValue::from_string(message.text.to_owned()) {
+            Ok(payload) => payload,
+            Err(e) => return self.dead_letter_text(message.text, &format!("{reason} (the payload is not JSON: {e})")).await,
+        };
         // Boxed for the same reason as the store's `apply` in `commit`.
-        let sent: BoxFuture<'_, _> = Box::pin(self.inner.dead_letters.send(payload, error.error_type(), &reason));
+        let sent: BoxFuture<'_, _> = Box::pin(self.inner.dead_letters.send(&payload, error.error_type(), &reason));
         match sent.await {
             Ok(()) => {
                 metrics::dead_lettered(error.error_type());
@@ -615,16 +614,16 @@ where
 
     /// Parks the event of `payload`, which waits for sequence `waits_for`, when the store parks;
     /// `None` when it did not (the invocation then fails as before).
-    async fn park(&self, payload: &RawValue, waits_for: u64) -> Option<ConsumerResponse<O>> {
+    async fn park(&self, message: &Message<'_>, waits_for: u64) -> Option<ConsumerResponse<O>> {
         let ordering = self.inner.store.ordering()?;
-        let metadata = metadata_of(payload)?;
-        match ordering.park(&metadata, waits_for, payload.get()).await {
+        let metadata = message.metadata.as_ref()?;
+        match ordering.park(metadata, waits_for, message.text).await {
             Ok(true) => {
                 metrics::parked();
                 tracing::debug!(sequence = metadata.sequence, waits_for, "event parked: it waits for its predecessor");
                 Some(ConsumerResponse {
                     outcome: Handled::Parked { waits_for },
-                    event_id: metadata.id,
+                    event_id: metadata.id.clone(),
                     parked_applied: Vec::new(),
                     none_parked: false,
                 })
@@ -646,11 +645,17 @@ where
 
     /// One attempt at the event of `payload`: its handler and transaction. Also answers whether
     /// the commit proved nothing parked on the aggregate ([`Ordered::apply_checking_parked`](crate::ordering::Ordered::apply_checking_parked)).
-    async fn process(&self, payload: &RawValue, delivery: Delivery) -> Result<(EventMetadata, Handled<O>, bool), ConsumerError> {
-        let envelope = decode_envelope(payload)?;
+    async fn process(&self, message: &Message<'_>, delivery: Delivery) -> Result<(EventMetadata, Handled<O>, bool), ConsumerError> {
+        let envelope = message.envelope.as_ref().map_err(Clone::clone)?;
+        #[cfg(feature = "claim-check")]
+        let fetched;
         #[cfg(feature = "claim-check")]
         let envelope = match self.claimed(envelope).await? {
-            Claimed::Event(envelope) => envelope,
+            Claimed::Inline => envelope,
+            Claimed::Fetched(event) => {
+                fetched = event;
+                &fetched
+            }
             Claimed::Duplicate(metadata) => return Ok((metadata, Handled::Duplicate, false)),
         };
         let Some(route) = self.inner.routes.get(&envelope.detail_type) else {
@@ -658,7 +663,7 @@ where
             return Err(MalformedEvent(format!("detail-type {:?} is not handled here ({})", envelope.detail_type, known.join(", "))).into());
         };
         let tx = Tx::new(self.inner.writer.clone());
-        let called = route.call(&envelope, tx.clone()).await?;
+        let called = route.call(envelope, tx.clone()).await?;
         let outcome = called.result?;
         let (handled, none_parked) = self.commit(&called.metadata, &called.hash, tx, outcome, delivery).await?;
         Ok((called.metadata, handled, none_parked))
@@ -671,7 +676,7 @@ where
     /// is a duplicate: nothing is fetched. Any other answer, or a failed read, fetches: the
     /// transaction's claim decides, as for an inline event.
     #[cfg(feature = "claim-check")]
-    async fn claimed(&self, mut envelope: RawEventBridgeEvent) -> Result<Claimed, ConsumerError> {
+    async fn claimed(&self, envelope: &RawEventBridgeEvent) -> Result<Claimed, ConsumerError> {
         #[derive(serde::Deserialize)]
         struct Parts<'a> {
             #[serde(borrow)]
@@ -683,7 +688,7 @@ where
         }
         let Ok(Parts { metadata: Some(metadata), data: None, data_ref: Some(data_ref) }) = serde_json::from_str::<Parts<'_>>(envelope.detail.get())
         else {
-            return Ok(Claimed::Event(envelope));
+            return Ok(Claimed::Inline);
         };
         let reference: crate::envelope::PayloadRef =
             serde_json::from_str(data_ref.get()).map_err(|e| MalformedEvent(format!("detail.data_ref: {e}")))?;
@@ -711,8 +716,9 @@ where
             .map_err(|_| MalformedEvent(format!("the payload in s3://{}/{} is not UTF-8 text", reference.bucket, reference.key)))?;
         let detail = RawValue::from_string(format!(r#"{{"metadata":{},"data":{data}}}"#, metadata.get()))
             .map_err(|e| MalformedEvent(format!("the payload in s3://{}/{} is not JSON: {e}", reference.bucket, reference.key)))?;
+        let mut envelope = envelope.clone();
         envelope.detail = detail;
-        Ok(Claimed::Event(envelope))
+        Ok(Claimed::Fetched(envelope))
     }
 
     /// Commits `tx` with the inbox claim (recording the outcome on it); on a false business

@@ -31,7 +31,6 @@
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 
 use super::dispatch::{Consumer, Handled};
 use super::{metrics, DeadLetterSink};
@@ -213,7 +212,10 @@ where
                 return Recovery::Waiting;
             }
         };
-        let Ok(payload) = RawValue::from_string(row.payload.clone()) else { return Recovery::Waiting };
+        let message = super::message::Message::read(&row.payload);
+        if message.not_json.is_some() {
+            return Recovery::Waiting;
+        }
         tracing::warn!(
             consumer = store.consumer(),
             event_id = %row.event_id,
@@ -223,7 +225,7 @@ where
             last_sequence = last,
             "parked check: a parked event's predecessor is already applied; applying it now (the parking protocol should have)"
         );
-        let handled = Box::pin(self.handle_one(&payload, deadline, false)).await;
+        let handled = Box::pin(self.handle_one(&message, deadline, false)).await;
         match handled {
             Ok(response) if matches!(response.outcome, Handled::Parked { .. }) => Recovery::Waiting,
             Ok(_) => {

@@ -1,5 +1,5 @@
 //! [`OrderingStore`] on the DynamoDB inbox table ([`Inbox`]): the ordering row and the parked
-//! rows live in the inbox's own table, beside the claims (keys in [`super::parked`]). Each
+//! rows live in the inbox's own table, beside the claims (keys in `ordering/parked.rs`). Each
 //! [`Step`] is rendered as one `TransactWriteItems` whose condition on the ordering row is
 //! [`Step::admits`] written as a condition expression, and whose cancellation reasons are read
 //! back as a [`StepAnswer`]. Source for the transaction semantics: the `TransactWriteItems` API
