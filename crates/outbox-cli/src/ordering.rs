@@ -308,7 +308,7 @@ pub async fn release(
         if found.item.is_none() {
             return Err(Error::NotFound(format!(
                 "no ordering row {key:?} in {table}: check --consumer (the function's CONSUMER_NAME) and --aggregate (<aggregate_type>#<aggregate_id>, \
-                 case matters, as the gap's log line prints them); if no event of the aggregate was parked since the parked count and you mean it, pass --create"
+                 case matters, as the gap's log line prints them); if the waiting event has not arrived yet and you mean it, pass --create"
             )));
         }
     }

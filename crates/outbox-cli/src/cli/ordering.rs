@@ -52,8 +52,7 @@ pub enum OrderingCommand {
         table: Option<String>,
         /// Create the aggregate's ordering row when it does not exist. Parking an event creates
         /// it (a gap at the aggregate's first event included), so it is missing only when the
-        /// waiting event was parked by a version before the parked count, or has not arrived
-        /// yet; without it, a missing row means a mistyped --consumer or --aggregate, and
+        /// waiting event has not arrived yet; without it, a missing row means a mistyped --consumer or --aggregate, and
         /// nothing is written.
         #[arg(long)]
         create: bool,
