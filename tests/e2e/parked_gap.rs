@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use outbox::consumer::{Consumer, Handled, HandlerError, InvocationAnswer, MemoryDeadLetters, ParkedCheck};
 use outbox::inbox::Inbox;
+use outbox::ordering::Ordered;
 use outbox_cli::aws::{sdk_config, Target, EMULATOR_ACCOUNT};
 use outbox_template::Template;
 use serde_json::{json, Value};
@@ -17,8 +18,12 @@ use serde_json::{json, Value};
 use crate::common;
 
 /// An ordered consumer named `name` on `table`, whose handler answers the event's sequence.
-fn ordered_consumer(dynamodb: &aws_sdk_dynamodb::Client, table: &str, name: &str) -> (Inbox, Consumer<Inbox, MemoryDeadLetters, u64>) {
-    let inbox = Inbox::new(dynamodb.clone(), table, name, Duration::from_secs(3600)).ordered();
+fn ordered_consumer(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    name: &str,
+) -> (Ordered<Inbox>, Consumer<Ordered<Inbox>, MemoryDeadLetters, u64>) {
+    let inbox = Ordered::new(Inbox::new(dynamodb.clone(), table, name, Duration::from_secs(3600)));
     let handler = |event: outbox::consumer::DeliveredEvent<Value>, _tx| async move { Ok::<_, HandlerError>(event.metadata.sequence) };
     let consumer = Consumer::builder(inbox.clone(), MemoryDeadLetters::new())
         .on::<Value, _, _>("OrderCreated", handler)
@@ -84,7 +89,7 @@ async fn a_real_gap_is_found_by_the_parked_check_and_listed_from_the_index_witho
     // `ordering parked` from the index: one Query, which reads the one parked row (the claim
     // and ordering rows are not in the sparse index).
     let index = outbox_cli::ordering::parked_index(&dynamodb, &table).await.expect("DescribeTable").expect("the kit's table has the index");
-    assert_eq!(index, outbox::inbox::PARKED_INDEX);
+    assert_eq!(index, outbox::ordering::PARKED_INDEX);
     let listed = outbox_cli::ordering::parked_by_index(&dynamodb, &table, &index, &[consumer_name.to_owned()], Some(100)).await.expect("Query");
     assert_eq!((listed.read, listed.complete), (1, true), "{listed:?}");
     let gap = &listed.parked[0];
@@ -101,61 +106,4 @@ async fn a_real_gap_is_found_by_the_parked_check_and_listed_from_the_index_witho
     assert_eq!((report.parked, report.gaps, report.oldest_age_seconds), (0, 0, 0), "{report:?}");
     let consumed = consumer.handle_payload_until(&raw(&order_event("o-1", "OrderCancelled", 3)), deadline()).await;
     assert!(matches!(consumed.expect("parked again").outcome, Handled::Parked { waits_for: 2 }), "still waiting for 2");
-}
-
-/// A row parked by a version before the ordering row counted parked rows (no `counted`, no
-/// count) is one the count cannot see: the predecessor's commit proves "nothing parked" past
-/// it. The kit's parked check then applies it (its predecessor is applied) and removes the row,
-/// so it is neither stranded nor listed again; the count stays exact.
-#[tokio::test]
-async fn a_row_parked_before_the_count_is_applied_and_removed_by_the_parked_check() {
-    use aws_sdk_dynamodb::types::AttributeValue;
-    let local = common::Local::start().await;
-    let table = local.table("ConsumerKit/InboxTable");
-    let consumer_name = "legacy-parked";
-    let (_, consumer) = ordered_consumer(&local.dynamodb, &table, consumer_name);
-    let deadline = || Instant::now() + Duration::from_secs(20);
-    consumer.handle_payload_until(&raw(&order_event("o-L", "OrderCreated", 1)), deadline()).await.expect("applied");
-
-    // Sequence 3, parked waiting for 2 the way the version before the count wrote it.
-    let s = |v: &str| AttributeValue::S(v.to_owned());
-    let n = |v: u64| AttributeValue::N(v.to_string());
-    let three = order_event("o-L", "OrderCancelled", 3);
-    let put = local.dynamodb.put_item().table_name(&table);
-    put.item("pk", s(&format!("{consumer_name}#parked#Order#o-L#2")))
-        .item("kind", s(outbox::inbox::PARKED_KIND))
-        .item(outbox::inbox::PARKED_CONSUMER, s(consumer_name))
-        .item("consumer", s(consumer_name))
-        .item("event_id", s("o-L-3"))
-        .item("event_type", s("OrderCancelled"))
-        .item("aggregate_type", s("Order"))
-        .item("subject", s("o-L"))
-        .item("sequence", n(3))
-        .item("waits_for", n(2))
-        .item("payload", s(&three.to_string()))
-        .item(outbox::inbox::PARKED_AT, s("2026-12-02T06:00:00.000Z"))
-        .send()
-        .await
-        .expect("the old row written");
-
-    // Sequence 2: the count (0) says nothing is parked, so its commit does not drain 3.
-    let two = consumer.handle_payload_until(&raw(&order_event("o-L", "OrderPaid", 2)), deadline()).await.expect("applied");
-    assert!(two.parked_applied.is_empty(), "the count cannot see an uncounted row: {two:?}");
-
-    // The check applies 3 (its predecessor is applied) and removes its row; the next finds nothing.
-    let report = consumer.check_parked(&ParkedCheck::new(Duration::ZERO), deadline()).await;
-    assert_eq!((report.parked, report.recovered, report.error.as_deref()), (0, 1, None), "none left parked, one recovered: {report:?}");
-    let rows = local.scan(&table).await;
-    let pk = |row: &std::collections::HashMap<String, AttributeValue>| common::s(row, "pk").to_owned();
-    assert!(rows.iter().any(|r| pk(r) == format!("{consumer_name}#o-L-3")), "3 applied: its inbox claim");
-    assert!(!rows.iter().any(|r| pk(r).starts_with(&format!("{consumer_name}#parked#"))), "its parked row removed");
-    let ordering = rows.iter().find(|r| pk(r) == format!("{consumer_name}#aggregate#Order#o-L")).expect("the ordering row");
-    assert_eq!(
-        (ordering.get("last_sequence"), ordering.get(outbox::inbox::PARKED_COUNT)),
-        (Some(&n(3)), Some(&AttributeValue::N("0".into()))),
-        "{ordering:?}"
-    );
-    let again = consumer.check_parked(&ParkedCheck::new(Duration::ZERO), deadline()).await;
-    assert_eq!((again.parked, again.recovered), (0, 0), "{again:?}");
-    local.shutdown().await;
 }

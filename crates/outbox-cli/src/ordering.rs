@@ -1,16 +1,16 @@
 //! `outbox ordering parked|release`: the operator's view of an ordered consumer's waiting
 //! events, and the way out of a sequence gap that will never close. An ordered consumer
-//! ([`outbox::inbox::Inbox::ordered_by_types`]) applies an aggregate's events in sequence order; an
+//! ([`outbox::ordering::Ordered::by_types`]) applies an aggregate's events in sequence order; an
 //! event that arrives before its predecessor is **parked** in the inbox table
-//! (`outbox::inbox::ParkedEvent`) and applied when the predecessor is. Transient reordering
+//! (`outbox::ordering::ParkedEvent`) and applied when the predecessor is. Transient reordering
 //! (a backlog drained at once) parks events for milliseconds. When a sequence never comes (the
 //! relay dead-lettered that event, or it is skipped on purpose), its successor stays parked:
 //! `ordering parked` lists every parked event with its age and flags those parked longer than
 //! the gap limit (exit status 1 when there is one). It reads them from the inbox table's sparse
-//! parked index ([`outbox::inbox::PARKED_INDEX`]: one `Query` per consumer, reading parked rows
+//! parked index ([`outbox::ordering::PARKED_INDEX`]: one `Query` per consumer, reading parked rows
 //! only), and falls back to a filtered `Scan` of the whole table only for a table without the
 //! index (and says so). Releasing moves the consumer's
-//! `last_sequence` for the aggregate up to `N` ([`outbox::inbox::Inbox::release_through`]) and
+//! `last_sequence` for the aggregate up to `N` ([`outbox::ordering::Ordered::release_through`]) and
 //! re-publishes the events parked behind it to the bus, so the consumer applies them.
 //!
 //! It talks to the emulator with `--endpoint`/`AWS_ENDPOINT_URL`, else to AWS with your
@@ -19,7 +19,7 @@
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use outbox::inbox::ParkedEvent;
+use outbox::ordering::{Ordered, ParkedEvent};
 
 use crate::{Error, Result};
 
@@ -65,7 +65,7 @@ pub async fn parked_of(dynamodb: &aws_sdk_dynamodb::Client, table: &str, consume
 async fn with_payloads(dynamodb: &aws_sdk_dynamodb::Client, table: &str, listed: Vec<Parked>) -> Result<Vec<Parked>> {
     let mut found = Vec::with_capacity(listed.len());
     for p in listed {
-        let inbox = outbox::inbox::Inbox::new(dynamodb.clone(), table, &p.consumer, Duration::ZERO);
+        let inbox = Ordered::new(outbox::inbox::Inbox::new(dynamodb.clone(), table, &p.consumer, Duration::ZERO));
         let row = inbox.parked(&p.event.aggregate_type, &p.event.aggregate_id, p.event.waits_for).await;
         let row = row.map_err(Error::library(format!("reading parked event {} in {table}", p.event.event_id)))?;
         if let Some(event) = row.filter(|r| r.event_id == p.event.event_id) {
@@ -76,12 +76,12 @@ async fn with_payloads(dynamodb: &aws_sdk_dynamodb::Client, table: &str, listed:
 }
 
 /// The name of the parked index of `table` (partition key
-/// [`outbox::inbox::PARKED_CONSUMER`]), if it has one.
+/// [`outbox::ordering::PARKED_CONSUMER`]), if it has one.
 ///
 /// # Errors
 /// [`Error::Aws`]: `DescribeTable` failed.
 pub async fn parked_index(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Result<Option<String>> {
-    crate::lookup::index_keyed_by(dynamodb, table, outbox::inbox::PARKED_CONSUMER).await
+    crate::lookup::index_keyed_by(dynamodb, table, outbox::ordering::PARKED_CONSUMER).await
 }
 
 /// The parked events in `table`'s parked index `index`, oldest first, without their payload:
@@ -119,7 +119,7 @@ pub async fn parked_by_index(
                 .table_name(table)
                 .index_name(index)
                 .key_condition_expression("#c = :c")
-                .expression_attribute_names("#c", outbox::inbox::PARKED_CONSUMER)
+                .expression_attribute_names("#c", outbox::ordering::PARKED_CONSUMER)
                 .expression_attribute_values(":c", AttributeValue::S(consumer.clone()))
                 .limit(i32::try_from(left).unwrap_or(1_000))
                 .set_exclusive_start_key(start.take())
@@ -142,9 +142,11 @@ fn listing(items: &[crate::lookup::Item]) -> Vec<Parked> {
     let now = chrono::Utc::now();
     let mut found = Vec::new();
     for item in items {
-        let Some(event) = outbox::inbox::parked_from_item(item) else { continue };
-        let consumer =
-            [outbox::inbox::PARKED_CONSUMER, "consumer"].iter().find_map(|k| item.get(*k).and_then(|v| v.as_s().ok()).cloned()).unwrap_or_default();
+        let Some(event) = outbox::ordering::parked_from_item(item) else { continue };
+        let consumer = [outbox::ordering::PARKED_CONSUMER, "consumer"]
+            .iter()
+            .find_map(|k| item.get(*k).and_then(|v| v.as_s().ok()).cloned())
+            .unwrap_or_default();
         found.push(Parked { consumer, age_secs: event.age(now).as_secs(), event });
     }
     found.sort_by_key(|p| std::cmp::Reverse(p.age_secs));
@@ -175,7 +177,7 @@ pub async fn parked_bounded(
     limit: Option<u64>,
     progress: impl FnMut(u64, usize),
 ) -> Result<ParkedScan> {
-    let values = vec![(":parked", AttributeValue::S(outbox::inbox::PARKED_KIND.into()))];
+    let values = vec![(":parked", AttributeValue::S(outbox::ordering::PARKED_KIND.into()))];
     let request = crate::lookup::ScanRequest { table, filter: "kind = :parked", values, limit, consistent: true, ..Default::default() };
     let scanned = crate::lookup::scan(dynamodb, &request, progress).await?;
     Ok(ParkedScan { parked: listing(&scanned.items), read: scanned.read, complete: scanned.complete })
@@ -227,7 +229,7 @@ pub async fn republish_parked(
     through: u64,
     bus: &str,
 ) -> Result<usize> {
-    let inbox = outbox::inbox::Inbox::new(dynamodb.clone(), table, consumer, Duration::ZERO);
+    let inbox = Ordered::new(outbox::inbox::Inbox::new(dynamodb.clone(), table, consumer, Duration::ZERO));
     let mut sent = 0;
     for p in parked_of(dynamodb, table, consumer).await? {
         if p.event.aggregate() != aggregate || p.event.waits_for > through {
@@ -272,7 +274,7 @@ pub struct Released {
 /// `create`: a mistyped `--consumer` or `--aggregate` would otherwise "succeed" by creating a
 /// row nobody reads while the waiting event stays stuck. Parking creates the row (a gap at the
 /// aggregate's first event included); `create` is for a row that does not exist: the waiting
-/// event parked by a version before the parked count, or not arrived yet.
+/// event has not arrived yet.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] when `aggregate` is not `<type>#<id>` or `through` is 0,
@@ -306,12 +308,12 @@ pub async fn release(
         if found.item.is_none() {
             return Err(Error::NotFound(format!(
                 "no ordering row {key:?} in {table}: check --consumer (the function's CONSUMER_NAME) and --aggregate (<aggregate_type>#<aggregate_id>, \
-                 case matters, as the gap's log line prints them); if no event of the aggregate was parked since the parked count and you mean it, pass --create"
+                 case matters, as the gap's log line prints them); if the waiting event has not arrived yet and you mean it, pass --create"
             )));
         }
     }
     // The retention only concerns claim rows, which a release does not write.
-    let inbox = outbox::inbox::Inbox::new(dynamodb.clone(), table, consumer, Duration::ZERO);
+    let inbox = Ordered::new(outbox::inbox::Inbox::new(dynamodb.clone(), table, consumer, Duration::ZERO));
     let before = inbox.release_through(aggregate, through).await.map_err(Error::library(format!("releasing {aggregate} in {table}")))?;
     Ok(Released { before, after: before.max(through) })
 }

@@ -376,7 +376,7 @@ async fn inbox_state(dynamodb: &aws_sdk_dynamodb::Client, table: &str, key: &str
 }
 
 /// The state of `event_id` when `consumer` parked it (it arrived before its predecessor;
-/// [`outbox::inbox::ParkedEvent`]): by the table's parked index, else by key or scan (`lookup`).
+/// [`outbox::ordering::ParkedEvent`]): by the table's parked index, else by key or scan (`lookup`).
 async fn parked_state(
     dynamodb: &aws_sdk_dynamodb::Client,
     table: &str,
@@ -398,12 +398,12 @@ async fn parked_state(
         }
         Lookup::Scan => scan_parked(dynamodb, table, consumer, event_id).await?,
     };
-    Ok(found.and_then(|item| outbox::inbox::parked_from_item(&item)).map(parked_line))
+    Ok(found.and_then(|item| outbox::ordering::parked_from_item(&item)).map(parked_line))
 }
 
 /// The state of an event of an ordered consumer that has no inbox row of it but whose aggregate
 /// moved past its sequence (`last_sequence` ≥ the event's sequence, one consistent read of the
-/// ordering row by [`outbox::inbox::Inbox::last_sequence`]): a late copy, e.g. a predecessor
+/// ordering row by [`outbox::ordering::Ordered::last_sequence`]): a late copy, e.g. a predecessor
 /// that arrived after an operator released the aggregate past it, which the inbox absorbed as a
 /// duplicate without writing a row. Needs the aggregate and sequence (`lookup` is
 /// [`Lookup::Key`]: given, or read from the outbox item); `None` otherwise, or when the
@@ -412,7 +412,7 @@ async fn absorbed_state(dynamodb: &aws_sdk_dynamodb::Client, table: &str, consum
     let Lookup::Key { aggregate, sequence } = lookup else { return Ok(None) };
     let Some((aggregate_type, aggregate_id)) = aggregate.split_once('#') else { return Ok(None) };
     // Reads only; the retention concerns claims, which this never writes.
-    let inbox = outbox::inbox::Inbox::new(dynamodb.clone(), table, consumer, std::time::Duration::ZERO);
+    let inbox = outbox::ordering::Ordered::new(outbox::inbox::Inbox::new(dynamodb.clone(), table, consumer, std::time::Duration::ZERO));
     let last = inbox
         .last_sequence(aggregate_type, aggregate_id)
         .await
@@ -425,7 +425,7 @@ async fn absorbed_state(dynamodb: &aws_sdk_dynamodb::Client, table: &str, consum
 }
 
 /// `trace`'s state of a parked event: what it waits for and since when.
-fn parked_line(p: outbox::inbox::ParkedEvent) -> (String, Option<String>) {
+fn parked_line(p: outbox::ordering::ParkedEvent) -> (String, Option<String>) {
     let age = p.age(chrono::Utc::now()).as_secs();
     (
         format!("parked: sequence {} waits for sequence {} of {} (for {age} s; `outbox ordering parked`)", p.sequence, p.waits_for, p.aggregate()),
@@ -441,7 +441,7 @@ async fn scan_parked(
     consumer: &str,
     event_id: &str,
 ) -> Result<Option<HashMap<String, AttributeValue>>> {
-    let values = [(":parked", outbox::inbox::PARKED_KIND), (":id", event_id), (":consumer", consumer)];
+    let values = [(":parked", outbox::ordering::PARKED_KIND), (":id", event_id), (":consumer", consumer)];
     first_match(dynamodb, table, "kind = :parked AND event_id = :id AND consumer = :consumer", &values).await
 }
 

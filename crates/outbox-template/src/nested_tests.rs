@@ -295,11 +295,11 @@ fn the_consumer_kit_schedules_the_parked_check_with_a_queue_and_a_function() {
 
     let tables = with.tables(&r).unwrap();
     let index = &tables.iter().find(|t| t.logical_id == "Kit/InboxTable").unwrap().global_indexes[0];
-    assert_eq!(index.name, outbox::inbox::PARKED_INDEX, "the name the library queries");
-    let key = [(outbox::inbox::PARKED_CONSUMER.to_owned(), "HASH".to_owned()), (outbox::inbox::PARKED_AT.to_owned(), "RANGE".to_owned())];
+    assert_eq!(index.name, outbox::ordering::PARKED_INDEX, "the name the library queries");
+    let key = [(outbox::ordering::PARKED_CONSUMER.to_owned(), "HASH".to_owned()), (outbox::ordering::PARKED_AT.to_owned(), "RANGE".to_owned())];
     assert_eq!(index.key_schema, key);
     assert_eq!(index.projection, "INCLUDE");
-    assert_eq!(index.non_key_attributes, outbox::inbox::PARKED_INDEX_ATTRIBUTES, "what parked_from_item reads, not the payload");
+    assert_eq!(index.non_key_attributes, outbox::ordering::PARKED_INDEX_ATTRIBUTES, "what parked_from_item reads, not the payload");
     assert_eq!(crate::rate_period("rate(1 hour)"), Some(std::time::Duration::from_secs(3600)));
     assert_eq!(crate::rate_period("cron(0 12 * * ? *)"), None);
 }

@@ -54,7 +54,7 @@
 //!   retries are for what may pass).
 //! * An ordered consumer's event that arrives **before its predecessor** is parked in the inbox
 //!   table and answered `{"outcome": "parked"}`; it is applied, in its own transaction, right
-//!   after its predecessor ([`ParkedEvent`](crate::inbox::ParkedEvent)).
+//!   after its predecessor ([`ParkedEvent`](crate::ordering::ParkedEvent)).
 //! * A fallback that finds **nothing to do** ([`Fallback::Duplicate`], [`Fallback::NothingToDo`])
 //!   still records the event (inbox row with the outcome and reason, the aggregate's sequence)
 //!   and answers `{"outcome": "nothing_to_do"}`.
@@ -78,6 +78,12 @@
 //! anything is wrong. Such an event is *malformed*: no retry can fix it, so
 //! [`Consumer`] sends it to the dead-letter queue on the first attempt instead of
 //! letting Lambda retry it (the asynchronous-invocation retries are for failures that may pass).
+//!
+//! Each message body is read once (`consumer/message.rs`): the envelope, `detail.metadata`, the
+//! event id and the span's fields come from that one value, which the SQS batch, the delivery,
+//! parking, the drain and the dead-letter path share; only `detail.data` is decoded again, into
+//! the handler's own type. The parked check's message is told apart from an event by a
+//! substring test before any parse ([`ParkedCheck::recognise`]).
 
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use serde::de::DeserializeOwned;
@@ -90,6 +96,7 @@ mod dead_letters;
 mod dispatch;
 mod error;
 mod handler;
+mod message;
 mod metrics;
 mod parked_check;
 mod sqs;

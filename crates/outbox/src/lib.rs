@@ -31,7 +31,7 @@
 //! | feature | brings | needs |
 //! |---|---|---|
 //! | `writer` | [`Event`], [`OutboxWriter`], [`OutboxTransaction`], [`CommitError`], [`transact_write`], [`AwsError`] | `aws-sdk-dynamodb` |
-//! | `inbox` | [`consumer`] ([`consumer::Consumer`], [`consumer::Tx`]), [`inbox`] ([`inbox::Inbox`], [`inbox::MemoryInbox`], [`inbox::InboxStore`], [`inbox::PayloadHash`]) | `writer`, `aws-sdk-sqs`, `serde_json_canonicalizer` |
+//! | `inbox` | [`consumer`] ([`consumer::Consumer`], [`consumer::Tx`]), [`inbox`] ([`inbox::Inbox`], [`inbox::MemoryInbox`], [`inbox::InboxStore`], [`inbox::PayloadHash`]), [`ordering`] ([`ordering::Ordered`]) | `writer`, `aws-sdk-sqs`, `serde_json_canonicalizer` |
 //! | `relay` | [`relay`] | `aws-sdk-eventbridge`, `aws-sdk-sqs` |
 //! | `claim-check` | `claim_check`, `ClaimCheck`: payloads too large for an outbox item or a `PutEvents` entry stored in S3, fetched and verified by consumers | `writer`, `aws-sdk-s3` |
 //! | `metrics` | counts through the `metrics` facade (a recorder is the application's: `outbox-lambda` installs CloudWatch EMF) | `metrics` |
@@ -56,6 +56,8 @@ pub mod dead_letter;
 pub mod envelope;
 #[cfg(feature = "inbox")]
 pub mod inbox;
+#[cfg(feature = "inbox")]
+pub mod ordering;
 #[cfg(feature = "relay")]
 pub mod relay;
 #[cfg(any(all(test, feature = "writer"), feature = "test-util"))]

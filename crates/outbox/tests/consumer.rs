@@ -17,6 +17,7 @@ use outbox::consumer::{ConsumerResponse, DeadLetterSink, MemoryDeadLetters, RawE
 use outbox::inbox::Injected;
 use outbox::inbox::RecordedOutcome;
 use outbox::inbox::{InboxStore, MemoryInbox, PayloadHash};
+use outbox::ordering::Ordered;
 use outbox::{ConditionFailed, Event, OutboxWriter};
 use serde_json::{json, Value};
 
@@ -382,8 +383,17 @@ async fn the_consumer_counts_its_outcomes_as_metrics() {
 
 /// An ordered consumer that handles `types` (its handlers write nothing: the inbox's
 /// committed transactions are the record of what was applied).
-fn ordered_consumer(inbox: &MemoryInbox, types: &[&'static str]) -> Consumer<MemoryInbox, MemoryDeadLetters, u64> {
-    let mut builder = Consumer::builder(inbox.clone(), MemoryDeadLetters::new());
+fn ordered_consumer(inbox: &MemoryInbox, types: &[&'static str]) -> Consumer<Ordered<MemoryInbox>, MemoryDeadLetters, u64> {
+    consumer_of(Ordered::new(inbox.clone()), types)
+}
+
+/// [`ordered_consumer`], ordered by the `types` it handles (`Ordered::by_types`).
+fn by_types_consumer(inbox: &MemoryInbox, types: &[&'static str]) -> Consumer<Ordered<MemoryInbox>, MemoryDeadLetters, u64> {
+    consumer_of(Ordered::by_types(inbox.clone(), types.iter().copied()), types)
+}
+
+fn consumer_of(store: Ordered<MemoryInbox>, types: &[&'static str]) -> Consumer<Ordered<MemoryInbox>, MemoryDeadLetters, u64> {
+    let mut builder = Consumer::builder(store, MemoryDeadLetters::new());
     for &t in types {
         builder = builder.on::<Value, _, _>(t, |event, _tx| async move { Ok::<_, HandlerError>(event.metadata.sequence) });
     }
@@ -416,8 +426,8 @@ fn sequenced(detail_type: &str, sequence: u64, previous: Value) -> Invocation {
 /// 1, 2, 3, each in its own transaction with its inbox claim.
 #[tokio::test]
 async fn events_delivered_3_1_2_are_applied_1_2_3() {
-    let inbox = MemoryInbox::new("ordered").ordered_by_types(["OrderCreated", "OrderUpdated"]);
-    let consumer = ordered_consumer(&inbox, &["OrderCreated", "OrderUpdated"]);
+    let inbox = MemoryInbox::new("ordered");
+    let consumer = by_types_consumer(&inbox, &["OrderCreated", "OrderUpdated"]);
     let one = || sequenced("OrderCreated", 1, json!({}));
     let two = || sequenced("OrderUpdated", 2, json!({"OrderCreated": 1}));
     let three = || sequenced("OrderUpdated", 3, json!({"OrderCreated": 1, "OrderUpdated": 2}));
@@ -434,7 +444,7 @@ async fn events_delivered_3_1_2_are_applied_1_2_3() {
     assert!(inbox.parked_events().is_empty());
     assert!(matches!(consumer.handle(two()).await.unwrap().outcome, Handled::Duplicate), "a late copy of 2 is a duplicate");
     assert!(matches!(consumer.handle(three()).await.unwrap().outcome, Handled::Duplicate), "a late copy of 3 is a duplicate");
-    assert_eq!(inbox.last_sequence("Order#o-1"), Some(3));
+    assert_eq!(inbox.last_sequence_of("Order#o-1"), Some(3));
     assert!(consumer.dead_letters().messages().is_empty());
 }
 
@@ -444,8 +454,8 @@ async fn events_delivered_3_1_2_are_applied_1_2_3() {
 #[tokio::test]
 async fn a_consumer_of_2_of_3_types_applies_in_order_without_waiting_for_the_third() {
     let types = ["OrderCreated", "OrderCancelled"];
-    let inbox = MemoryInbox::new("two-of-three").ordered_by_types(types);
-    let consumer = ordered_consumer(&inbox, &types);
+    let inbox = MemoryInbox::new("two-of-three");
+    let consumer = by_types_consumer(&inbox, &types);
     let cancelled = || sequenced("OrderCancelled", 3, json!({"OrderCreated": 1, "OrderShipped": 2}));
 
     assert_eq!(consumer.handle(cancelled()).await.unwrap().outcome, Handled::Parked { waits_for: 1 }, "the cancellation waits for the creation only");
@@ -454,7 +464,7 @@ async fn a_consumer_of_2_of_3_types_applies_in_order_without_waiting_for_the_thi
 
     // The same deliveries to a consumer ordered over every sequence (the old rule) would wait
     // for 2 forever.
-    let dense = MemoryInbox::new("dense").ordered();
+    let dense = MemoryInbox::new("dense");
     let dense_consumer = ordered_consumer(&dense, &types);
     dense_consumer.handle(sequenced("OrderCreated", 1, json!({}))).await.expect("1 applies");
     assert_eq!(dense_consumer.handle(cancelled()).await.unwrap().outcome, Handled::Parked { waits_for: 2 });
@@ -465,7 +475,7 @@ async fn a_consumer_of_2_of_3_types_applies_in_order_without_waiting_for_the_thi
 /// before it is re-applied.
 #[tokio::test]
 async fn a_permanently_missing_sequence_is_released_by_the_operator() {
-    let inbox = MemoryInbox::new("ordered").ordered();
+    let inbox = MemoryInbox::new("ordered");
     let consumer = ordered_consumer(&inbox, &["OrderCreated", "OrderUpdated"]);
     consumer.handle(sequenced("OrderCreated", 1, json!({}))).await.expect("1 applies");
     // Sequence 2 was dead-lettered at the relay: it never comes.
@@ -475,12 +485,12 @@ async fn a_permanently_missing_sequence_is_released_by_the_operator() {
     }
     assert_eq!(inbox.parked_events().len(), 1);
     assert!(consumer.dead_letters().messages().is_empty(), "a gap is not poison");
-    assert_eq!(inbox.release_through("Order#o-1", 2), 1);
+    assert_eq!(inbox.release_through_now("Order#o-1", 2), 1);
     consumer.handle(three()).await.expect("3 applies once 2 is released");
     assert_eq!(applied(&inbox), ["evt-1", "evt-3"]);
     assert!(inbox.parked_events().is_empty());
-    assert_eq!(inbox.release_through("Order#o-1", 2), 3, "a release never moves the sequence back");
-    assert_eq!(inbox.last_sequence("Order#o-1"), Some(3));
+    assert_eq!(inbox.release_through_now("Order#o-1", 2), 3, "a release never moves the sequence back");
+    assert_eq!(inbox.last_sequence_of("Order#o-1"), Some(3));
 }
 
 /// 100 events of one aggregate, three types repeating, one of them settled by its fallback
@@ -489,9 +499,9 @@ async fn a_permanently_missing_sequence_is_released_by_the_operator() {
 #[tokio::test]
 async fn a_hot_aggregate_with_a_duplicate_fallback_applies_all_100_in_order() {
     let types = ["OrderCreated", "OrderUpdated", "OrderNoted"];
-    let inbox = MemoryInbox::new("hot").ordered();
+    let inbox = MemoryInbox::new("hot");
     let dead_letters = MemoryDeadLetters::new();
-    let mut builder = Consumer::builder(inbox.clone(), dead_letters.clone());
+    let mut builder = Consumer::builder(Ordered::new(inbox.clone()), dead_letters.clone());
     for t in types {
         builder = builder.on::<Value, _, _>(t, |event, tx| async move {
             tx.write(stock_check("SKU-1"));
@@ -512,7 +522,7 @@ async fn a_hot_aggregate_with_a_duplicate_fallback_applies_all_100_in_order() {
     assert_eq!(ids, (1..=100).map(|s| format!("evt-{s}")).collect::<Vec<_>>(), "all 100, in sequence order");
     assert_eq!(inbox.outcome("evt-3").map(|o| o.outcome), Some("nothing_to_do".into()));
     assert_eq!(inbox.outcome("evt-4"), Some(RecordedOutcome::new("4")));
-    assert_eq!(inbox.last_sequence("Order#o-1"), Some(100));
+    assert_eq!(inbox.last_sequence_of("Order#o-1"), Some(100));
     assert!(dead_letters.messages().is_empty() && inbox.parked_events().is_empty());
 }
 
@@ -521,7 +531,7 @@ async fn a_hot_aggregate_with_a_duplicate_fallback_applies_all_100_in_order() {
 #[tokio::test]
 async fn shuffled_duplicated_deliveries_are_applied_once_each_in_order() {
     let types = ["OrderCreated", "OrderUpdated", "OrderNoted"];
-    let inbox = MemoryInbox::new("shuffled").ordered();
+    let inbox = MemoryInbox::new("shuffled");
     let consumer = ordered_consumer(&inbox, &types);
     let mut deliveries: Vec<u64> = (1..=100u64).chain(1..=100u64).collect();
     // Fisher–Yates with a fixed xorshift seed: the same shuffle on every run.
@@ -545,8 +555,8 @@ async fn shuffled_duplicated_deliveries_are_applied_once_each_in_order() {
 #[tokio::test]
 async fn parked_events_beyond_the_budget_are_applied_by_the_redelivery() {
     let types = ["OrderCreated", "OrderUpdated"];
-    let inbox = MemoryInbox::new("budget").ordered();
-    let consumer = Consumer::builder(inbox.clone(), MemoryDeadLetters::new())
+    let inbox = MemoryInbox::new("budget");
+    let consumer = Consumer::builder(Ordered::new(inbox.clone()), MemoryDeadLetters::new())
         .parked_budget(2)
         .on::<Value, _, _>(types[0], |event, _tx| async move { Ok::<_, HandlerError>(event.metadata.sequence) })
         .on::<Value, _, _>(types[1], |event, _tx| async move { Ok::<_, HandlerError>(event.metadata.sequence) })
@@ -574,7 +584,7 @@ async fn parked_events_beyond_the_budget_are_applied_by_the_redelivery() {
 #[tokio::test]
 async fn a_crash_after_a_parked_events_commit_leaves_no_parked_row() {
     let types = ["OrderCreated", "OrderUpdated"];
-    let inbox = MemoryInbox::new("crash").ordered();
+    let inbox = MemoryInbox::new("crash");
     let consumer = ordered_consumer(&inbox, &types);
     for sequence in [3u64, 2] {
         assert_eq!(consumer.handle(sequenced(types[1], sequence, json!({}))).await.unwrap().outcome, Handled::Parked { waits_for: sequence - 1 });
@@ -587,7 +597,7 @@ async fn a_crash_after_a_parked_events_commit_leaves_no_parked_row() {
     assert_eq!(consumer.handle(sequenced(types[0], 1, json!({}))).await.unwrap().outcome, Handled::Duplicate, "the redelivery drains 3");
     assert_eq!(applied(&inbox), ["evt-1", "evt-2", "evt-3"]);
     assert!(inbox.parked_events().is_empty());
-    assert_eq!(inbox.last_sequence("Order#o-1"), Some(3));
+    assert_eq!(inbox.last_sequence_of("Order#o-1"), Some(3));
 }
 
 /// A parked event the drain applies loses its parked row in its own transaction: the drain makes
@@ -596,7 +606,7 @@ async fn a_crash_after_a_parked_events_commit_leaves_no_parked_row() {
 #[tokio::test]
 async fn a_drained_events_row_goes_with_its_transaction_without_a_separate_unpark() {
     let types = ["OrderCreated", "OrderUpdated"];
-    let inbox = MemoryInbox::new("one-delete").ordered();
+    let inbox = MemoryInbox::new("one-delete");
     let consumer = ordered_consumer(&inbox, &types);
     assert_eq!(consumer.handle(sequenced(types[1], 2, json!({}))).await.unwrap().outcome, Handled::Parked { waits_for: 1 });
     inbox.fail_next_unparks(1);
@@ -654,9 +664,9 @@ fn sqs_batch(bodies: &[Invocation]) -> Box<serde_json::value::RawValue> {
 /// the visibility timeout), a malformed body dead-lettered (and deleted), the rest settled.
 #[tokio::test]
 async fn an_sqs_batch_reports_only_what_may_pass_later_as_item_failures() {
-    let inbox = MemoryInbox::new("queued").ordered();
+    let inbox = MemoryInbox::new("queued");
     let handler = |event: outbox::consumer::DeliveredEvent<Value>, _tx| async move { Ok::<_, HandlerError>(event.metadata.sequence) };
-    let consumer: Consumer<MemoryInbox, MemoryDeadLetters, u64> = Consumer::builder(inbox.clone(), MemoryDeadLetters::new())
+    let consumer: Consumer<Ordered<MemoryInbox>, MemoryDeadLetters, u64> = Consumer::builder(Ordered::new(inbox.clone()), MemoryDeadLetters::new())
         .retry(RetryPolicy::none())
         .on::<Value, _, _>("OrderCreated", handler)
         .on::<Value, _, _>("OrderUpdated", handler)
@@ -856,7 +866,7 @@ async fn a_consumer_emits_consecutive_sequences_of_one_aggregate() {
 #[tokio::test]
 async fn the_parked_check_finds_a_real_gap_warns_and_is_acknowledged() {
     let captured = logs::Captured::global();
-    let inbox = MemoryInbox::new("gap-check").ordered();
+    let inbox = MemoryInbox::new("gap-check");
     let consumer = ordered_consumer(&inbox, &["OrderCreated", "OrderUpdated"]);
     let deadline = Instant::now() + Duration::from_secs(10);
     // Sequence 2 of o-1 never comes: 3 parks and stays parked; 1 applies.
@@ -904,12 +914,12 @@ async fn the_parked_check_finds_a_real_gap_warns_and_is_acknowledged() {
 /// by the operator without re-publishing) is applied by the check, with what waited behind it.
 #[tokio::test]
 async fn the_parked_check_applies_a_parked_event_whose_predecessor_is_applied() {
-    let inbox = MemoryInbox::new("gap-recover").ordered();
+    let inbox = MemoryInbox::new("gap-recover");
     let consumer = ordered_consumer(&inbox, &["OrderCreated", "OrderUpdated"]);
     consumer.handle(sequenced("OrderCreated", 1, json!({}))).await.expect("applied");
     consumer.handle(sequenced("OrderUpdated", 3, json!({}))).await.expect("parked");
     consumer.handle(sequenced("OrderUpdated", 4, json!({}))).await.expect("parked");
-    inbox.release_through("Order#o-1", 2);
+    inbox.release_through_now("Order#o-1", 2);
     let report = consumer.check_parked(&outbox::consumer::ParkedCheck::default(), Instant::now() + Duration::from_secs(10)).await;
     assert_eq!((report.parked, report.recovered, report.gaps), (0, 1, 0), "{report:?}");
     assert_eq!(applied(&inbox), ["evt-1", "evt-3", "evt-4"], "3 by the check, 4 drained behind it");
@@ -925,7 +935,7 @@ async fn the_parked_check_emits_the_gauges_the_alarm_reads() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _guard = metrics::set_default_local_recorder(&recorder);
-    let inbox = MemoryInbox::new("gap-gauge").ordered();
+    let inbox = MemoryInbox::new("gap-gauge");
     let consumer = ordered_consumer(&inbox, &["OrderCreated", "OrderUpdated"]);
     consumer.handle(sequenced("OrderUpdated", 3, json!({}))).await.expect("parked");
     inbox.backdate_parked("evt-3", Duration::from_secs(600));

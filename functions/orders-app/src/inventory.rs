@@ -10,7 +10,7 @@
 //! cancellation releases exactly what was reserved (`InventoryReleased`), and only for a
 //! reservation in status `RESERVED`; an `OrderCancelled` that arrives before its `OrderCreated`
 //! was applied is parked in the inbox table and applied right after it (`outbox::inbox::parked`).
-//! The ordering is by [`HANDLED_TYPES`] (`Inbox::ordered_by_types`): an `OrderCancelled` waits
+//! The ordering is by [`HANDLED_TYPES`] (`Ordered::by_types`): an `OrderCancelled` waits
 //! for the `OrderCreated` its `metadata.previous` names, never for other order event types this
 //! consumer does not receive; the ordering row never expires; a gap that never closes stays
 //! parked, listed by `outbox-local ordering parked` and released with `outbox-local ordering
@@ -37,6 +37,7 @@ use outbox::consumer::Tx;
 use outbox::consumer::{Consumer, ConsumerDeadLetterQueue, DeliveredEvent, EventHandler, Fallback, HandlerError};
 use outbox::consumer::{ConsumerResponse, InvocationAnswer, MalformedEvent, RawEvent};
 use outbox::inbox::Inbox;
+use outbox::ordering::Ordered;
 use outbox::{ConditionFailed, Event};
 use outbox::{OutboxWriter, WriteError};
 use outbox_lambda::{inbox_retention, ConfigError, Env, DEFAULT_RETENTION};
@@ -96,7 +97,7 @@ pub struct OrderCancelledData {
 /// The reserve-inventory function, built once per cold start.
 #[derive(Debug, Clone)]
 pub struct InventoryConsumer {
-    consumer: Consumer<Inbox, Option<ConsumerDeadLetterQueue>, Outcome>,
+    consumer: Consumer<Ordered<Inbox>, Option<ConsumerDeadLetterQueue>, Outcome>,
 }
 
 impl InventoryConsumer {
@@ -119,7 +120,7 @@ impl InventoryConsumer {
             url if url.is_empty() => None,
             url => Some(ConsumerDeadLetterQueue::new(aws_sdk_sqs::Client::new(sdk), url, name.clone())),
         };
-        let inbox = Inbox::new(client.clone(), env.required("INBOX_TABLE")?, name, inbox_retention(env)?).ordered_by_types(HANDLED_TYPES);
+        let inbox = Ordered::by_types(Inbox::new(client.clone(), env.required("INBOX_TABLE")?, name, inbox_retention(env)?), HANDLED_TYPES);
         let outbox = OutboxWriter::new(env.required("OUTBOX_TABLE")?, env.retention("OUTBOX_RETENTION_SECONDS", DEFAULT_RETENTION)?);
         let source = env.optional("EVENT_SOURCE", "example.inventory");
         let claim_check = outbox_lambda::claim_check(sdk, env)?;
@@ -131,7 +132,7 @@ impl InventoryConsumer {
     /// fetching payloads carried by reference (`detail.data_ref`) through `claim_check`.
     pub fn new(
         client: aws_sdk_dynamodb::Client,
-        inbox: Inbox,
+        inbox: Ordered<Inbox>,
         dead_letters: Option<ConsumerDeadLetterQueue>,
         inventory_table: String,
         source: String,
@@ -483,7 +484,7 @@ mod tests {
         let client = mock_client!(aws_sdk_dynamodb, RuleMode::MatchAny, [&inbox_read, &inbox_batch_read, &get, &transact], |c| {
             c.retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
         });
-        let inbox = Inbox::new(client.clone(), "inbox", "reserve-inventory", DEFAULT_RETENTION).ordered();
+        let inbox = Ordered::new(Inbox::new(client.clone(), "inbox", "reserve-inventory", DEFAULT_RETENTION));
         InventoryConsumer::new(
             client,
             inbox,

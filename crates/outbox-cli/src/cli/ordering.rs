@@ -52,8 +52,7 @@ pub enum OrderingCommand {
         table: Option<String>,
         /// Create the aggregate's ordering row when it does not exist. Parking an event creates
         /// it (a gap at the aggregate's first event included), so it is missing only when the
-        /// waiting event was parked by a version before the parked count, or has not arrived
-        /// yet; without it, a missing row means a mistyped --consumer or --aggregate, and
+        /// waiting event has not arrived yet; without it, a missing row means a mistyped --consumer or --aggregate, and
         /// nothing is written.
         #[arg(long)]
         create: bool,
@@ -81,7 +80,7 @@ pub async fn run(context: &Context, command: &OrderingCommand) -> Result<ExitCod
                         ordering::parked_by_index(&dynamodb, table, &index, &consumers, limit.bound()).await?
                     }
                     None => {
-                        eprintln!("{table} has no parked index ({}): scanning the whole table", outbox::inbox::PARKED_INDEX);
+                        eprintln!("{table} has no parked index ({}): scanning the whole table", outbox::ordering::PARKED_INDEX);
                         limit.announce(&format!("looking for parked events in {table}"));
                         let found = ordering::parked_bounded(&dynamodb, table, limit.bound(), |read, kept| scan_progress(table, read, kept)).await?;
                         limit.finish(found.read, found.complete);

@@ -39,8 +39,11 @@ pub trait DeadLetterSink: Send + Sync {
 type Text<'a> = Option<std::borrow::Cow<'a, str>>;
 
 /// Whatever of `detail.metadata` an invocation payload has, read leniently (a malformed event
-/// still gives what it carries); `data` is skipped without being built.
+/// still gives what it carries); `data` is skipped without being built. Only `id` is used (the
+/// dead-letter record's); the other fields are read for their types, so a metadata whose
+/// fields are of the wrong type gives no id, as the consumer's span gives none.
 #[derive(Deserialize, Default)]
+#[allow(dead_code)]
 struct LooseMetadata<'a> {
     #[serde(borrow)]
     id: Text<'a>,
@@ -71,14 +74,6 @@ fn loose_metadata(event: &RawValue) -> LooseMetadata<'_> {
 /// `detail.metadata.id` of an invocation payload, if it has one.
 pub(crate) fn event_id_of(event: &RawValue) -> Option<String> {
     loose_metadata(event).id.map(std::borrow::Cow::into_owned)
-}
-
-/// The [`event_span`](crate::envelope::event_span) of an invocation payload, from whatever of
-/// `detail.metadata` it has (a malformed event's span still carries its id when it has one).
-pub(crate) fn span_of(event: &RawValue) -> tracing::Span {
-    let m = loose_metadata(event);
-    let text = |t: &Text<'_>| t.as_deref().unwrap_or_default().to_owned();
-    crate::envelope::event_span(&text(&m.id), &text(&m.event_type), &text(&m.aggregate_type), &text(&m.subject), &text(&m.correlation_id))
 }
 
 /// A consumer's own route to its SQS dead-letter queue.

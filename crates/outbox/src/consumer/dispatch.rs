@@ -13,16 +13,16 @@ use serde::de::DeserializeOwned;
 use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
 
-use super::dead_letters::{event_id_of, span_of};
 use super::handler::FnHandler;
+use super::message::Message;
 use super::metrics;
 use super::tx::SETTLED_ELSEWHERE;
 use super::{
-    decode_envelope, decode_event, ConsumerError, DeadLetterSink, DeliveredEvent, EventHandler, Fallback, HandlerError, MalformedEvent,
-    RawEventBridgeEvent, Tx,
+    decode_event, ConsumerError, DeadLetterSink, DeliveredEvent, EventHandler, Fallback, HandlerError, MalformedEvent, RawEventBridgeEvent, Tx,
 };
 use crate::envelope::EventMetadata;
-use crate::inbox::{InboxError, InboxOutcome, InboxStore, ParkedEvent, PayloadHash, RecordedOutcome};
+use crate::inbox::{InboxError, InboxOutcome, InboxStore, PayloadHash, RecordedOutcome};
+use crate::ordering::{ParkedEvent, Sequencing};
 use crate::writer::OutboxWriter;
 use tracing::Instrument;
 
@@ -41,7 +41,7 @@ pub enum Handled<O> {
     Duplicate,
     /// Ordering: the event arrived before its predecessor (sequence `waits_for`) was applied; it
     /// was parked in the inbox table and is applied when the predecessor is
-    /// ([`ParkedEvent`](crate::inbox::ParkedEvent)).
+    /// ([`ParkedEvent`](crate::ordering::ParkedEvent)).
     Parked {
         /// The sequence it waits for.
         waits_for: u64,
@@ -84,16 +84,6 @@ impl Drained {
     }
 }
 
-/// `detail.metadata` of an invocation payload, when it decodes.
-fn metadata_of(payload: &RawValue) -> Option<EventMetadata> {
-    #[derive(serde::Deserialize)]
-    struct Detail {
-        metadata: EventMetadata,
-    }
-    let envelope = decode_envelope(payload).ok()?;
-    serde_json::from_str::<Detail>(envelope.detail.get()).ok().map(|d| d.metadata)
-}
-
 impl<O: Serialize> Serialize for Handled<O> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
@@ -116,11 +106,11 @@ pub struct ConsumerResponse<O> {
     /// `detail.metadata.id` (empty when the event had none).
     pub event_id: String,
     /// Ordering: the events parked behind this one that this invocation applied after it, in
-    /// sequence ([`ParkedEvent`](crate::inbox::ParkedEvent)); omitted when none.
+    /// sequence ([`ParkedEvent`](crate::ordering::ParkedEvent)); omitted when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub parked_applied: Vec<SettledEvent>,
     /// Ordering: the event's own commit proved that nothing is parked on its aggregate
-    /// ([`InboxStore::apply_checking_parked`]), so no read of parked rows follows.
+    /// ([`Ordered::apply_checking_parked`](crate::ordering::Ordered::apply_checking_parked)), so no read of parked rows follows.
     #[serde(skip)]
     pub(crate) none_parked: bool,
 }
@@ -203,7 +193,11 @@ impl RetryPolicy {
 /// whose payload was not fetched.
 #[cfg(feature = "claim-check")]
 enum Claimed {
-    Event(RawEventBridgeEvent),
+    /// The payload is inline (or decoding reports what is wrong).
+    Inline,
+    /// The event with the payload fetched in place of its reference.
+    Fetched(RawEventBridgeEvent),
+    /// Applied before: nothing fetched.
     Duplicate(EventMetadata),
 }
 
@@ -362,14 +356,14 @@ where
         // deep enough that a caller's own `async fn` holding it inline overflows rustc's default
         // query depth when its layout is computed; one allocation per event keeps callers' futures
         // shallow.
-        Box::pin(self.handle_one(payload, deadline, true)).await
+        Box::pin(self.handle_one(&Message::read(payload.get()), deadline, true)).await
     }
 
     /// One event and the parked events it unblocks; the summary line at INFO for an invocation
     /// of its own (`summary`), at DEBUG for a message of a batch (the batch logs its own).
-    pub(crate) async fn handle_one(&self, payload: &RawValue, deadline: Instant, summary: bool) -> Result<ConsumerResponse<O>, ConsumerError> {
-        let span = span_of(payload);
-        let response = match self.deliver(payload, Delivery::Event, deadline, &span).instrument(span.clone()).await {
+    pub(crate) async fn handle_one(&self, message: &Message<'_>, deadline: Instant, summary: bool) -> Result<ConsumerResponse<O>, ConsumerError> {
+        let span = message.span();
+        let response = match self.deliver(message, Delivery::Event, deadline, &span).instrument(span.clone()).await {
             Ok(response) => response,
             Err(error) => {
                 if summary {
@@ -382,32 +376,35 @@ where
         };
         // Ordering: what waits for this event (or, after a park, for the predecessor that may
         // have been applied meanwhile) is applied now.
-        let drained = match (&response.outcome, metadata_of(payload)) {
-            (Handled::DeadLettered, _) | (_, None) => Drained::default(),
+        let ordering = self.inner.store.ordering();
+        let drained = match (&response.outcome, message.metadata.as_ref(), ordering) {
+            (Handled::DeadLettered, _, _) | (_, None, _) | (_, _, None) => Drained::default(),
             // Its commit proved nothing parked: no event waits for it, no parked copy of it.
             _ if response.none_parked => Drained::default(),
-            (Handled::Parked { .. }, Some(m)) if self.inner.store.parks() => {
-                self.drain(&m.aggregate_type, &m.subject, None, deadline).instrument(span.clone()).await
+            (Handled::Parked { .. }, Some(m), Some(ordering)) => {
+                self.drain(ordering, &m.aggregate_type, &m.subject, None, deadline).instrument(span.clone()).await
             }
-            (outcome, Some(m)) if self.inner.store.parks() => {
+            (outcome, Some(m), Some(ordering)) => {
                 // Settled by this delivery: a parked copy of it (from an earlier delivery) goes,
                 // and what waits behind the aggregate's last sequence is applied. Applied here,
                 // that sequence is this event's (set by its own transaction); a duplicate reads
                 // it. All read together, after the commit.
                 let applied = matches!(outcome, Handled::Applied(_) | Handled::NothingToDo(_)).then_some(m.sequence);
-                let around: BoxFuture<'_, _> = Box::pin(self.inner.store.parked_around(&m, applied));
-                match around.await {
+                match ordering.parked_around(m, applied).await {
                     Ok(around) => {
                         if let Some(own) = around.own {
-                            self.unpark_own(&own, &span).await;
+                            if let Err(e) = ordering.unpark(&own).await {
+                                // `ordering parked` lists the row; its event is applied, so a
+                                // later drain finds it a duplicate.
+                                tracing::warn!(parent: &span, error = %e, "could not remove the event's own parked row; `ordering parked` lists it");
+                            }
                         }
                         let first = Some((around.last, around.next));
-                        self.drain(&m.aggregate_type, &m.subject, first, deadline).instrument(span.clone()).await
+                        self.drain(ordering, &m.aggregate_type, &m.subject, first, deadline).instrument(span.clone()).await
                     }
-                    Err(e) => Drained::unread(&m, e),
+                    Err(e) => Drained::unread(m, e),
                 }
             }
-            _ => Drained::default(),
         };
         if summary {
             tracing::info!(
@@ -435,29 +432,29 @@ where
     /// inbox claim), until none waits, the parked budget is spent or the deadline nears.
     ///
     /// `first`: the aggregate's last sequence and the event parked behind it, as read after this
-    /// invocation's event was settled ([`InboxStore::parked_around`]: the sequence its own
+    /// invocation's event was settled ([`Ordered::parked_around`](crate::ordering::Ordered::parked_around): the sequence its own
     /// transaction applied, or the one read for a duplicate); the drain then starts from it
     /// without reading the aggregate's ordering row or the parked row again. Safe when the row has moved further meanwhile: sequences only move forward, a
     /// parked event behind the applied sequence is then applied or found a duplicate by its own
     /// transaction, and whoever moved the row further drains behind it.
-    async fn drain(&self, aggregate_type: &str, aggregate_id: &str, first: Option<(u64, Option<ParkedEvent>)>, deadline: Instant) -> Drained {
-        let store = &self.inner.store;
+    async fn drain(
+        &self,
+        ordering: &dyn Sequencing,
+        aggregate_type: &str,
+        aggregate_id: &str,
+        first: Option<(u64, Option<ParkedEvent>)>,
+        deadline: Instant,
+    ) -> Drained {
         let aggregate = format!("{aggregate_type}#{aggregate_id}");
         let mut drained = Drained::default();
         let mut known_last = None;
         let mut read = first;
         loop {
             let (known, read_before) = (known_last.take(), read.take());
-            let next: BoxFuture<'_, Result<(u64, Option<ParkedEvent>), InboxError>> = Box::pin(async move {
-                if let Some(read) = read_before {
-                    return Ok(read);
-                }
-                let last = match known {
-                    Some(last) => last,
-                    None => store.last_sequence(aggregate_type, aggregate_id).await?,
-                };
-                Ok((last, store.parked(aggregate_type, aggregate_id, last).await?))
-            });
+            let next: BoxFuture<'_, Result<(u64, Option<ParkedEvent>), InboxError>> = match read_before {
+                Some(read) => Box::pin(std::future::ready(Ok(read))),
+                None => ordering.next_parked(aggregate_type, aggregate_id, known),
+            };
             let pending = |after: u64, why: String| Some(ConsumerError::ParkedPending { aggregate: aggregate.clone(), after, why });
             let (last, parked) = match next.await {
                 Ok((_, None)) => return drained,
@@ -475,27 +472,27 @@ where
                 drained.pending = pending(last, "the invocation's time ran out".into());
                 return drained;
             }
-            let settled = match RawValue::from_string(parked.payload.clone()) {
-                Ok(payload) => {
-                    let span = span_of(&payload);
+            let message = Message::read(&parked.payload);
+            let settled = match &message.not_json {
+                None => {
+                    let span = message.span();
                     tracing::debug!(parent: &span, waits_for = parked.waits_for, "applying a parked event");
                     let delivered: BoxFuture<'_, _> =
-                        Box::pin(self.deliver(&payload, Delivery::Parked { waits_for: parked.waits_for }, deadline, &span).instrument(span.clone()));
+                        Box::pin(self.deliver(&message, Delivery::Parked { waits_for: parked.waits_for }, deadline, &span).instrument(span.clone()));
                     delivered.await
                 }
                 // The row holds what a RawValue once was, so this is a corrupted row: it can never succeed.
-                Err(e) => self.dead_letter_text(&parked.payload, &format!("parked event {} is not JSON: {e}", parked.event_id)).await,
+                Some(e) => self.dead_letter_text(&parked.payload, &format!("parked event {} is not JSON: {e}", parked.event_id)).await,
             };
             match settled {
                 // Parked again: its predecessor moved meanwhile; whoever moved it drains.
                 Ok(ConsumerResponse { outcome: Handled::Parked { .. }, .. }) => return drained,
                 Ok(response) => {
                     let committed = matches!(response.outcome, Handled::Applied(_) | Handled::NothingToDo(_));
-                    // A committed transaction deleted the row already when the store honours
-                    // `RecordedOutcome::unparks`; a duplicate or a dead-lettered event's did not.
-                    if !(committed && store.unparks_in_transaction()) {
-                        let unparked: BoxFuture<'_, _> = Box::pin(store.unpark(&parked));
-                        if let Err(e) = unparked.await {
+                    // A committed transaction deleted the row already (Advance::Unpark); a
+                    // duplicate or a dead-lettered event's did not.
+                    if !committed {
+                        if let Err(e) = ordering.unpark(&parked).await {
                             drained.pending = pending(last, format!("removing the parked row of {} failed: {e}", parked.event_id));
                             return drained;
                         }
@@ -511,16 +508,6 @@ where
                     return drained;
                 }
             }
-        }
-    }
-
-    /// Removes `own`, the parked copy of the invocation's event, which this delivery settled; a
-    /// failure is only logged (`ordering parked` lists the row; its event is applied, so a later
-    /// drain finds it a duplicate).
-    async fn unpark_own(&self, own: &ParkedEvent, span: &tracing::Span) {
-        let unparked: BoxFuture<'_, _> = Box::pin(self.inner.store.unpark(own));
-        if let Err(e) = unparked.await {
-            tracing::warn!(parent: span, error = %e, "could not remove the event's own parked row; `ordering parked` lists it");
         }
     }
 
@@ -542,7 +529,7 @@ where
     /// dead-lettered when it can never succeed.
     async fn deliver(
         &self,
-        payload: &RawValue,
+        message: &Message<'_>,
         delivery: Delivery,
         deadline: Instant,
         span: &tracing::Span,
@@ -551,7 +538,7 @@ where
         let mut attempt = 1u32;
         let error = loop {
             span.record("attempt", attempt);
-            let error = match self.process(payload, delivery).await {
+            let error = match self.process(message, delivery).await {
                 Ok((metadata, outcome, none_parked)) => {
                     let kind = match &outcome {
                         Handled::Applied(_) => {
@@ -591,12 +578,12 @@ where
             tokio::time::sleep(wait).await;
             attempt += 1;
         };
-        let event_id = event_id_of(payload).unwrap_or_default();
+        let event_id = message.event_id().unwrap_or_default().to_owned();
         if let ConsumerError::Inbox(gap @ InboxError::SequenceGap { expected, .. }) = &error {
-            if let Some(parked) = self.park(payload, *expected).await {
+            if let Some(parked) = self.park(message, *expected).await {
                 return Ok(parked);
             }
-            crate::inbox::report_gap(self.inner.store.consumer(), gap);
+            crate::ordering::report_gap(self.inner.store.consumer(), gap);
         }
         if error.is_retryable() {
             tracing::error!(error_type = error.error_type(), error = %error, "event failed; Lambda retries it");
@@ -605,8 +592,13 @@ where
         }
         tracing::error!(error_type = error.error_type(), error = %error, "event can never be processed; dead-lettering it now");
         let reason = error.to_string();
+        // The queue keeps the payload verbatim (a RawValue); read again only on this path.
+        let payload = match RawValue::from_string(message.text.to_owned()) {
+            Ok(payload) => payload,
+            Err(e) => return self.dead_letter_text(message.text, &format!("{reason} (the payload is not JSON: {e})")).await,
+        };
         // Boxed for the same reason as the store's `apply` in `commit`.
-        let sent: BoxFuture<'_, _> = Box::pin(self.inner.dead_letters.send(payload, error.error_type(), &reason));
+        let sent: BoxFuture<'_, _> = Box::pin(self.inner.dead_letters.send(&payload, error.error_type(), &reason));
         match sent.await {
             Ok(()) => {
                 metrics::dead_lettered(error.error_type());
@@ -622,19 +614,16 @@ where
 
     /// Parks the event of `payload`, which waits for sequence `waits_for`, when the store parks;
     /// `None` when it did not (the invocation then fails as before).
-    async fn park(&self, payload: &RawValue, waits_for: u64) -> Option<ConsumerResponse<O>> {
-        if !self.inner.store.parks() {
-            return None;
-        }
-        let metadata = metadata_of(payload)?;
-        let parked: BoxFuture<'_, _> = Box::pin(self.inner.store.park(&metadata, waits_for, payload.get()));
-        match parked.await {
+    async fn park(&self, message: &Message<'_>, waits_for: u64) -> Option<ConsumerResponse<O>> {
+        let ordering = self.inner.store.ordering()?;
+        let metadata = message.metadata.as_ref()?;
+        match ordering.park(metadata, waits_for, message.text).await {
             Ok(true) => {
                 metrics::parked();
                 tracing::debug!(sequence = metadata.sequence, waits_for, "event parked: it waits for its predecessor");
                 Some(ConsumerResponse {
                     outcome: Handled::Parked { waits_for },
-                    event_id: metadata.id,
+                    event_id: metadata.id.clone(),
                     parked_applied: Vec::new(),
                     none_parked: false,
                 })
@@ -655,12 +644,18 @@ where
     }
 
     /// One attempt at the event of `payload`: its handler and transaction. Also answers whether
-    /// the commit proved nothing parked on the aggregate ([`InboxStore::apply_checking_parked`]).
-    async fn process(&self, payload: &RawValue, delivery: Delivery) -> Result<(EventMetadata, Handled<O>, bool), ConsumerError> {
-        let envelope = decode_envelope(payload)?;
+    /// the commit proved nothing parked on the aggregate ([`Ordered::apply_checking_parked`](crate::ordering::Ordered::apply_checking_parked)).
+    async fn process(&self, message: &Message<'_>, delivery: Delivery) -> Result<(EventMetadata, Handled<O>, bool), ConsumerError> {
+        let envelope = message.envelope.as_ref().map_err(Clone::clone)?;
+        #[cfg(feature = "claim-check")]
+        let fetched;
         #[cfg(feature = "claim-check")]
         let envelope = match self.claimed(envelope).await? {
-            Claimed::Event(envelope) => envelope,
+            Claimed::Inline => envelope,
+            Claimed::Fetched(event) => {
+                fetched = event;
+                &fetched
+            }
             Claimed::Duplicate(metadata) => return Ok((metadata, Handled::Duplicate, false)),
         };
         let Some(route) = self.inner.routes.get(&envelope.detail_type) else {
@@ -668,7 +663,7 @@ where
             return Err(MalformedEvent(format!("detail-type {:?} is not handled here ({})", envelope.detail_type, known.join(", "))).into());
         };
         let tx = Tx::new(self.inner.writer.clone());
-        let called = route.call(&envelope, tx.clone()).await?;
+        let called = route.call(envelope, tx.clone()).await?;
         let outcome = called.result?;
         let (handled, none_parked) = self.commit(&called.metadata, &called.hash, tx, outcome, delivery).await?;
         Ok((called.metadata, handled, none_parked))
@@ -681,7 +676,7 @@ where
     /// is a duplicate: nothing is fetched. Any other answer, or a failed read, fetches: the
     /// transaction's claim decides, as for an inline event.
     #[cfg(feature = "claim-check")]
-    async fn claimed(&self, mut envelope: RawEventBridgeEvent) -> Result<Claimed, ConsumerError> {
+    async fn claimed(&self, envelope: &RawEventBridgeEvent) -> Result<Claimed, ConsumerError> {
         #[derive(serde::Deserialize)]
         struct Parts<'a> {
             #[serde(borrow)]
@@ -693,7 +688,7 @@ where
         }
         let Ok(Parts { metadata: Some(metadata), data: None, data_ref: Some(data_ref) }) = serde_json::from_str::<Parts<'_>>(envelope.detail.get())
         else {
-            return Ok(Claimed::Event(envelope));
+            return Ok(Claimed::Inline);
         };
         let reference: crate::envelope::PayloadRef =
             serde_json::from_str(data_ref.get()).map_err(|e| MalformedEvent(format!("detail.data_ref: {e}")))?;
@@ -721,8 +716,9 @@ where
             .map_err(|_| MalformedEvent(format!("the payload in s3://{}/{} is not UTF-8 text", reference.bucket, reference.key)))?;
         let detail = RawValue::from_string(format!(r#"{{"metadata":{},"data":{data}}}"#, metadata.get()))
             .map_err(|e| MalformedEvent(format!("the payload in s3://{}/{} is not JSON: {e}", reference.bucket, reference.key)))?;
+        let mut envelope = envelope.clone();
         envelope.detail = detail;
-        Ok(Claimed::Event(envelope))
+        Ok(Claimed::Fetched(envelope))
     }
 
     /// Commits `tx` with the inbox claim (recording the outcome on it); on a false business
@@ -750,11 +746,8 @@ where
                 Err(e) => return Err(HandlerError::retry(e).into()),
             }
             let (items, batch) = pending.into_parts();
-            let recorded = RecordedOutcome::new(outcome_text(&outcome)).unparking(delivery.unparks());
-            // Boxed: the SDK's futures are deeply nested, and without a box the future of a whole
-            // Lambda `main` exceeds rustc's default query depth when computing its layout.
-            let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.apply_checking_parked(metadata, hash, items, &recorded));
-            match applied.await? {
+            let recorded = RecordedOutcome::new(outcome_text(&outcome));
+            match self.apply(metadata, hash, items, &recorded, delivery).await? {
                 (InboxOutcome::Applied, none_parked) => return Ok((Handled::Applied(outcome), none_parked)),
                 (InboxOutcome::Duplicate, _) => return Ok((Handled::Duplicate, false)),
                 (InboxOutcome::BusinessConditionFailed { index, item }, _) => {
@@ -775,6 +768,28 @@ where
         }
     }
 
+    /// The event's transaction: through the ordering layer when the store has one (the drain's
+    /// event also deletes its parked row, [`Delivery::unparks`]), answering whether the commit
+    /// proved nothing parked on the aggregate; else the inbox claim alone (`false`).
+    async fn apply(
+        &self,
+        metadata: &EventMetadata,
+        hash: &PayloadHash,
+        items: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
+        recorded: &RecordedOutcome,
+        delivery: Delivery,
+    ) -> Result<(InboxOutcome, bool), InboxError> {
+        match self.inner.store.ordering() {
+            Some(ordering) => ordering.apply(metadata, hash, items, recorded, delivery.unparks()).await,
+            None => {
+                // Boxed: the SDK's futures are deeply nested, and without a box the future of a
+                // whole Lambda `main` exceeds rustc's default query depth when computing its layout.
+                let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.apply_recording(metadata, hash, items, recorded));
+                Ok((applied.await?, false))
+            }
+        }
+    }
+
     /// Records the event with nothing to do (`reason`): the inbox claim and the aggregate's
     /// sequence, none of the handler's writes.
     async fn nothing_to_do(
@@ -784,9 +799,8 @@ where
         reason: String,
         delivery: Delivery,
     ) -> Result<(Handled<O>, bool), ConsumerError> {
-        let recorded = RecordedOutcome::nothing_to_do(reason.clone()).unparking(delivery.unparks());
-        let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.apply_checking_parked(metadata, hash, Vec::new(), &recorded));
-        match applied.await? {
+        let recorded = RecordedOutcome::nothing_to_do(reason.clone());
+        match self.apply(metadata, hash, Vec::new(), &recorded, delivery).await? {
             (InboxOutcome::Applied, none_parked) => Ok((Handled::NothingToDo(reason), none_parked)),
             // Another delivery of the same event recorded it meanwhile.
             (InboxOutcome::Duplicate, _) => Ok((Handled::Duplicate, false)),
@@ -806,10 +820,10 @@ enum Delivery {
     /// The invocation's own event.
     Event,
     /// A parked event applied after its predecessor ([`Consumer::drain`]), its row waiting for
-    /// `waits_for`: its transaction also deletes that row ([`RecordedOutcome::unparks`]), so a
-    /// crash right after the commit cannot strand the row (the retried invocation drains from
-    /// the new `last_sequence` and would never read it again), and no separate `DeleteItem` is
-    /// needed ([`InboxStore::unparks_in_transaction`]).
+    /// `waits_for`: its transaction also deletes that row ([`Advance::Unpark`](crate::ordering::Advance::Unpark)),
+    /// so a crash right after the commit cannot strand the row (the retried invocation drains
+    /// from the new `last_sequence` and would never read it again), and no separate
+    /// `DeleteItem` is needed.
     Parked {
         /// The sequence the parked row waits for (its key).
         waits_for: u64,
@@ -890,7 +904,7 @@ where
     /// Ordering: the most parked events one invocation applies after their predecessor (default
     /// [`DEFAULT_PARKED_BUDGET`]; the invocation's deadline less the retry policy's margin bounds
     /// it too). Beyond it the invocation fails with [`ConsumerError::ParkedPending`] and the
-    /// redelivery of its event carries on ([`ParkedEvent`](crate::inbox::ParkedEvent)).
+    /// redelivery of its event carries on ([`ParkedEvent`](crate::ordering::ParkedEvent)).
     pub fn parked_budget(mut self, events: u32) -> Self {
         self.parked_budget = events;
         self

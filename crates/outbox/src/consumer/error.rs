@@ -76,7 +76,7 @@ pub enum ConsumerError {
     Handler(HandlerError),
     /// Ordering: this invocation's event was settled, but events parked behind it on its
     /// aggregate are still waiting (the invocation's budget ended, or one failed transiently;
-    /// see [`ParkedEvent`](crate::inbox::ParkedEvent)). Retryable: the redelivery of this event finds it a
+    /// see [`ParkedEvent`](crate::ordering::ParkedEvent)). Retryable: the redelivery of this event finds it a
     /// duplicate and applies the parked events.
     #[error("events parked on {aggregate} still wait after sequence {after}: {why}")]
     ParkedPending {

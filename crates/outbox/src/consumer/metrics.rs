@@ -10,7 +10,7 @@
 //! | `NothingToDo` | count | a fallback found nothing to do: the event was recorded (inbox row, sequence) without the handler's writes |
 //! | `EventsDeadLettered` | count | sent to the dead-letter queue (never succeeds) |
 //! | `DeadLetteredByReason` (dimension `reason`: the error type, e.g. `MalformedEvent`) | count | the same, by cause |
-//! | `EventsParked` | count | an ordered event arrived before its predecessor and was parked ([`ParkedEvent`](crate::inbox::ParkedEvent)) |
+//! | `EventsParked` | count | an ordered event arrived before its predecessor and was parked ([`ParkedEvent`](crate::ordering::ParkedEvent)) |
 //! | `EventsRetried` | count | a transient failure retried inside the invocation |
 //! | `EventsFailed` | count | the invocation failed (Lambda retries it) |
 //! | `SequenceGaps` | count | an ordered event arrived before its predecessor and a store that does not park failed it (counted by the inbox, [`crate::inbox`]) |

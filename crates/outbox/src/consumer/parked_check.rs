@@ -1,7 +1,7 @@
 //! The parked check: how a real sequence gap pages someone instead of waiting unseen.
 //!
 //! An ordered consumer parks an event that arrives before its predecessor
-//! ([`ParkedEvent`](crate::inbox::ParkedEvent)); transient reordering unparks it within
+//! ([`ParkedEvent`](crate::ordering::ParkedEvent)); transient reordering unparks it within
 //! milliseconds. A predecessor that never comes leaves it parked, and nothing in the event flow
 //! notices. So the consumer kit (`blocks/consumer-kit`) schedules a check: an EventBridge
 //! schedule rule (`rate(5 minutes)`) sends the constant message
@@ -10,7 +10,7 @@
 //! ([`ParkedCheck::recognise`]), runs [`Consumer::check_parked`]:
 //!
 //! 1. one `Query` of the inbox table's parked index for its own parked rows, oldest first
-//!    ([`InboxStore::parked_oldest`], at most [`CHECK_LIMIT`]);
+//!    ([`Ordered::parked_oldest`](crate::ordering::Ordered::parked_oldest), at most [`CHECK_LIMIT`]);
 //! 2. the gauges `OldestParkedAgeSeconds` and `EventsParkedNow` (namespace `OutboxConsumer`,
 //!    dimension `function`): the kit's `ParkedGapAlarm` fires when the oldest age reaches
 //!    `SequenceGapAlarmSeconds`;
@@ -18,19 +18,19 @@
 //!    the sequence it waits for, age, and the release command);
 //! 4. a safety net: a parked event whose predecessor is already applied (the aggregate's
 //!    `last_sequence` ≥ `waits_for`) is applied now, as a delivery of its own, its row removed,
-//!    and counted in `ParkedRecovered`. The parking protocol leaves none, except a row parked by
-//!    a version before the ordering row's count ([`crate::inbox::PARKED_COUNT`]), which an
-//!    event's commit can pass by after a deploy.
+//!    and counted in `ParkedRecovered`. The parking protocol leaves none (the ordering row's
+//!    count, [`crate::ordering::PARKED_COUNT`], makes every commit see them): the net is for a
+//!    row the protocol did not foresee, never for a stranded event.
 //!
 //! The message is always acknowledged, even when the check fails (a throttled `Query`, a table
 //! without the index: logged at ERROR): the next one comes with the next period, and a check
 //! message must never reach the dead-letter queue. A failed check emits no gauge, so the alarm
-//! (`TreatMissingData: notBreaching`) stays as it was.
+//! (`TreatMissingData: notBreaching`) stays as it was. A consumer without ordering
+//! ([`InboxStore::ordering`] `None`) parks nothing: its check finds nothing.
 
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 
 use super::dispatch::{Consumer, Handled};
 use super::{metrics, DeadLetterSink};
@@ -121,11 +121,15 @@ where
     pub async fn check_parked(&self, check: &ParkedCheck, deadline: Instant) -> ParkedReport {
         let store = self.store();
         let consumer = store.consumer().to_owned();
-        let list = match store.parked_oldest(CHECK_LIMIT).await {
+        let listed = match store.ordering() {
+            Some(ordering) => ordering.parked_oldest(CHECK_LIMIT).await,
+            None => Ok(crate::ordering::ParkedList { events: Vec::new(), complete: true }),
+        };
+        let list = match listed {
             Ok(list) => list,
             Err(e) => {
                 let hint = if e.is_missing_index() {
-                    format!("the inbox table has no index {} (the consumer kit's template defines it)", crate::inbox::PARKED_INDEX)
+                    format!("the inbox table has no index {} (the consumer kit's template defines it)", crate::ordering::PARKED_INDEX)
                 } else {
                     "the next check retries".to_owned()
                 };
@@ -138,7 +142,7 @@ where
         // In sequence order per aggregate, not the listing's age order: events parked in the same
         // millisecond tie on `parked_at`, and a later one checked first would count as waiting
         // although recovering its predecessor drains it a moment later.
-        let mut events: Vec<&crate::inbox::ParkedEvent> = list.events.iter().collect();
+        let mut events: Vec<&crate::ordering::ParkedEvent> = list.events.iter().collect();
         events.sort_by(|a, b| (&a.aggregate_type, &a.aggregate_id, a.sequence).cmp(&(&b.aggregate_type, &b.aggregate_id, b.sequence)));
         for parked in events {
             if Instant::now() + self.retry_policy().margin < deadline {
@@ -186,9 +190,10 @@ where
 
     /// The safety net: applies `parked` (and what waits behind it) when its predecessor is
     /// already applied.
-    async fn recover(&self, parked: &crate::inbox::ParkedEvent, deadline: Instant) -> Recovery {
+    async fn recover(&self, parked: &crate::ordering::ParkedEvent, deadline: Instant) -> Recovery {
         let store = self.store();
-        let last = match store.last_sequence(&parked.aggregate_type, &parked.aggregate_id).await {
+        let Some(ordering) = store.ordering() else { return Recovery::Waiting };
+        let last = match ordering.last_sequence(&parked.aggregate_type, &parked.aggregate_id).await {
             Ok(last) => last,
             Err(e) => {
                 tracing::warn!(event_id = %parked.event_id, error = %e, "parked check: reading the ordering row failed");
@@ -199,7 +204,7 @@ where
             return Recovery::Waiting;
         }
         // The listing has no payload: read the row itself (consistent).
-        let row = match store.parked(&parked.aggregate_type, &parked.aggregate_id, parked.waits_for).await {
+        let row = match ordering.parked(&parked.aggregate_type, &parked.aggregate_id, parked.waits_for).await {
             Ok(Some(row)) if row.event_id == parked.event_id => row,
             Ok(_) => return Recovery::Settled,
             Err(e) => {
@@ -207,7 +212,10 @@ where
                 return Recovery::Waiting;
             }
         };
-        let Ok(payload) = RawValue::from_string(row.payload.clone()) else { return Recovery::Waiting };
+        let message = super::message::Message::read(&row.payload);
+        if message.not_json.is_some() {
+            return Recovery::Waiting;
+        }
         tracing::warn!(
             consumer = store.consumer(),
             event_id = %row.event_id,
@@ -217,14 +225,14 @@ where
             last_sequence = last,
             "parked check: a parked event's predecessor is already applied; applying it now (the parking protocol should have)"
         );
-        let handled = Box::pin(self.handle_one(&payload, deadline, false)).await;
+        let handled = Box::pin(self.handle_one(&message, deadline, false)).await;
         match handled {
             Ok(response) if matches!(response.outcome, Handled::Parked { .. }) => Recovery::Waiting,
             Ok(_) => {
-                // Applied as a delivery of its own, its row may be left: a row parked before the
-                // count existed is not counted, so the delivery's commit can prove "nothing
-                // parked" past it. Removed here (nothing when it is gone).
-                let unparked = Box::pin(store.unpark(&row)).await;
+                // Applied as a delivery of its own, its row may be left (its delivery settled it
+                // as the invocation's own event, whose parked copy it removes only after a read
+                // that succeeded). Removed here (nothing when it is gone).
+                let unparked = ordering.unpark(&row).await;
                 if let Err(e) = unparked {
                     tracing::warn!(event_id = %row.event_id, error = %e, "parked check: removing the applied event's parked row failed; the next check finds it a duplicate");
                 }

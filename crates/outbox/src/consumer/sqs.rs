@@ -26,7 +26,7 @@
 //!
 //! Messages of one batch are handled one after another, in the batch's order, so two events
 //! of one aggregate in a batch are applied in order (or the later one is parked,
-//! [`ParkedEvent`](crate::inbox::ParkedEvent)). A message not started before the invocation's deadline nears is
+//! [`ParkedEvent`](crate::ordering::ParkedEvent)). A message not started before the invocation's deadline nears is
 //! reported failed, not attempted: it comes back after the visibility timeout.
 
 use std::time::Instant;
@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::dispatch::{Consumer, ConsumerResponse, SettledEvent};
+use super::message::Message;
 use super::parked_check::{ParkedCheck, ParkedReport};
 use super::{ConsumerError, DeadLetterSink};
 use crate::inbox::InboxStore;
@@ -87,6 +88,9 @@ struct Batch {
     records: Vec<Record>,
 }
 
+/// Why an SQS event's `Records` do not decode.
+type BatchError = serde_json::Error;
+
 #[derive(Deserialize)]
 struct Record {
     #[serde(rename = "messageId", default)]
@@ -109,8 +113,12 @@ where
     /// Only for a single event, as [`Consumer::handle_payload_until`]; a batch reports its
     /// failures per message.
     pub async fn handle_invocation(&self, payload: &RawValue, deadline: Instant) -> Result<InvocationAnswer<O>, ConsumerError> {
+        // One read of the payload: its `Records` (kept raw, decoded once below), else the event.
         match serde_json::from_str::<Probe<'_>>(payload.get()) {
-            Ok(Probe { records: Some(_) }) => Ok(InvocationAnswer::Batch(self.handle_sqs_until(payload, deadline).await)),
+            Ok(Probe { records: Some(records) }) => {
+                let records = serde_json::from_str::<Vec<Record>>(records.get());
+                Ok(InvocationAnswer::Batch(self.handle_records(records, deadline).await))
+            }
             _ => self.handle_payload_until(payload, deadline).await.map(InvocationAnswer::Event),
         }
     }
@@ -119,9 +127,14 @@ where
     /// one message after another: what may succeed later is reported in `batchItemFailures`, what
     /// can never succeed is dead-lettered (and deleted), everything else is settled.
     pub async fn handle_sqs_until(&self, payload: &RawValue, deadline: Instant) -> SqsBatchAnswer {
+        self.handle_records(serde_json::from_str::<Batch>(payload.get()).map(|b| b.records), deadline).await
+    }
+
+    /// The messages of one SQS event (`records`, or why they do not decode), one after another.
+    async fn handle_records(&self, records: Result<Vec<Record>, BatchError>, deadline: Instant) -> SqsBatchAnswer {
         let mut answer = SqsBatchAnswer::default();
-        let batch: Batch = match serde_json::from_str(payload.get()) {
-            Ok(batch) => batch,
+        let records = match records {
+            Ok(records) => records,
             Err(e) => {
                 // Not an SqsEvent at all: nothing to name in batchItemFailures, so an invalid
                 // identifier makes Lambda keep the whole batch.
@@ -132,7 +145,7 @@ where
         };
         let margin = self.retry_policy().margin;
         let (mut settled, mut failed) = (0usize, 0usize);
-        for record in batch.records {
+        for record in records {
             let id = record.message_id.unwrap_or_default();
             if Instant::now() + margin >= deadline {
                 failed += 1;
@@ -145,10 +158,12 @@ where
                 answer.parked_check = Some(self.check_parked(&check, deadline).await);
                 continue;
             }
-            let result = match RawValue::from_string(body.clone()) {
+            // The body read once: every later step takes what it needs from this value.
+            let message = Message::read(&body);
+            let result = match &message.not_json {
                 // Boxed like `handle_payload_until`: keeps the caller's future shallow.
-                Ok(event) => Box::pin(self.handle_one(&event, deadline, false)).await,
-                Err(e) => self.dead_letter_text(&body, &format!("SQS message {id}: the body is not JSON: {e}")).await,
+                None => Box::pin(self.handle_one(&message, deadline, false)).await,
+                Some(e) => self.dead_letter_text(&body, &format!("SQS message {id}: the body is not JSON: {e}")).await,
             };
             match result {
                 Ok(response) => {

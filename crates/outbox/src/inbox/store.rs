@@ -1,5 +1,6 @@
-//! The inbox storage interface, as Powertools' `persistence/base.py`: what the consumer and the
-//! guarded mode need from a store, with the DynamoDB table ([`Inbox`]) and an in-memory store
+//! The inbox storage interface, as Powertools' `persistence/base.py`: five operations a store
+//! must have (its consumer name, the transactional claim, and guarded mode's claim, completion
+//! and release), everything else provided on top of them, with the DynamoDB table ([`Inbox`]) and an in-memory store
 //! ([`MemoryInbox`](super::MemoryInbox), for your unit tests) behind it.
 //!
 //! # Why a generic trait (not `Arc<dyn InboxStore>`)
@@ -20,8 +21,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::guarded::{self, Guarded, GuardedError};
-use super::{Claim, Inbox, InboxError, InboxOutcome, Lease, ParkedAround, ParkedEvent, ParkedList, PayloadHash, RecordedOutcome};
+use super::{Claim, Inbox, InboxError, InboxOutcome, Lease, PayloadHash, RecordedOutcome};
 use crate::envelope::EventMetadata;
+use crate::ordering::Sequencing;
 
 /// Where a consumer records the events it applied. See the [module docs](crate::inbox) for why it is
 /// generic, and [`crate::inbox`] for the states and the AWS behaviour the DynamoDB store relies on.
@@ -38,7 +40,8 @@ pub trait InboxStore: Send + Sync {
     /// # Errors
     /// [`InboxError::PayloadMismatch`] when the id was applied with another payload (one whose
     /// stored hash does not match: [`PayloadHash::matches`]);
-    /// [`InboxError::SequenceGap`] for an ordered store; [`InboxError::Transaction`] otherwise
+    /// [`InboxError::SequenceGap`] for an ordered store ([`crate::ordering::Ordered`]);
+    /// [`InboxError::Transaction`] otherwise
     /// (see [`InboxError::is_retryable`]).
     fn apply(
         &self,
@@ -63,26 +66,6 @@ pub trait InboxStore: Send + Sync {
         self.apply(metadata, payload_hash, writes)
     }
 
-    /// Ordering: [`InboxStore::apply_recording`], answering also whether the commit itself proved
-    /// that nothing is parked on the event's aggregate — no event waiting for it, no earlier
-    /// parked copy of it — so the consumer skips [`InboxStore::parked_around`] and its reads:
-    /// `true` only when the event was applied. The DynamoDB table proves it from the ordering
-    /// row's count of parked rows, read by the same transaction ([`Inbox::apply_checking_parked`]):
-    /// an ordered event that finds nothing parked costs its transaction alone. The default
-    /// answers `false` (the consumer reads).
-    ///
-    /// # Errors
-    /// As [`InboxStore::apply`].
-    fn apply_checking_parked(
-        &self,
-        metadata: &EventMetadata,
-        payload_hash: &PayloadHash,
-        writes: Vec<TransactWriteItem>,
-        outcome: &RecordedOutcome,
-    ) -> impl Future<Output = Result<(InboxOutcome, bool), InboxError>> + Send {
-        async move { Ok((self.apply_recording(metadata, payload_hash, writes, outcome).await?, false)) }
-    }
-
     /// The SHA-256 (hex, 64 characters) of the payload bytes `event_id` was applied with
     /// ([`PayloadHash::sha256`]), when the store holds a live record of it (applied, or completed
     /// in guarded mode; not expired, not in progress): `None` otherwise.
@@ -96,119 +79,6 @@ pub trait InboxStore: Send + Sync {
     fn applied_sha256(&self, event_id: &str) -> impl Future<Output = Result<Option<String>, InboxError>> + Send {
         let _ = event_id;
         std::future::ready(Ok(None))
-    }
-
-    /// Whether this store parks events that arrive before their predecessor ([`ParkedEvent`](super::ParkedEvent)):
-    /// an ordered store that implements the three parking methods. Default `false`.
-    fn parks(&self) -> bool {
-        false
-    }
-
-    /// Ordering: whether [`InboxStore::apply_recording`] deletes the parked row named by
-    /// [`RecordedOutcome::unparks`] in the event's own transaction (the DynamoDB table and the
-    /// memory store, when ordered). Then the consumer's drain makes no separate
-    /// [`InboxStore::unpark`] after a parked event it applied. Default `false`: a store that
-    /// ignores `unparks` (the trait's default `apply_recording`) gets the separate call.
-    fn unparks_in_transaction(&self) -> bool {
-        false
-    }
-
-    /// Ordering: stores `payload` (the invocation payload, verbatim) of the event of `metadata`,
-    /// which waits for sequence `waits_for` of its aggregate. Idempotent for the same event.
-    /// Returns `false` when it did not park it (the default: the store does not park; or another
-    /// event id already waits for `waits_for`), and the consumer then fails the invocation as
-    /// for any retryable error.
-    ///
-    /// # Errors
-    /// [`InboxError::Sdk`] if the store fails.
-    fn park(&self, metadata: &EventMetadata, waits_for: u64, payload: &str) -> impl Future<Output = Result<bool, InboxError>> + Send {
-        let _ = (metadata, waits_for, payload);
-        std::future::ready(Ok(false))
-    }
-
-    /// Ordering: the event parked on the aggregate that waits for sequence `waits_for`, if any
-    /// (a strongly consistent read).
-    ///
-    /// # Errors
-    /// [`InboxError::Sdk`] if the store fails.
-    fn parked(
-        &self,
-        aggregate_type: &str,
-        aggregate_id: &str,
-        waits_for: u64,
-    ) -> impl Future<Output = Result<Option<ParkedEvent>, InboxError>> + Send {
-        let _ = (aggregate_type, aggregate_id, waits_for);
-        std::future::ready(Ok(None))
-    }
-
-    /// Ordering: removes `parked` once its event is settled (only if that event still holds the row).
-    ///
-    /// # Errors
-    /// [`InboxError::Sdk`] if the store fails.
-    fn unpark(&self, parked: &ParkedEvent) -> impl Future<Output = Result<(), InboxError>> + Send {
-        let _ = parked;
-        std::future::ready(Ok(()))
-    }
-
-    /// Ordering: removes the parked row of the event of `metadata` if it still holds one — the
-    /// event was settled by a delivery of its own rather than by the drain (e.g. redelivered
-    /// after an operator's release). One consistent read; a delete only when the row is there.
-    ///
-    /// # Errors
-    /// [`InboxError::Sdk`] if the store fails.
-    fn unpark_settled(&self, metadata: &EventMetadata) -> impl Future<Output = Result<(), InboxError>> + Send {
-        let _ = metadata;
-        std::future::ready(Ok(()))
-    }
-
-    /// Ordering, after the event of `metadata` was settled by its own delivery (applied: its
-    /// transaction moved the aggregate's `last_sequence` to `metadata.sequence`, pass
-    /// `Some(metadata.sequence)`; or found a duplicate: pass `None`, the store reads
-    /// `last_sequence` too): what the consumer reads next, with strongly consistent reads — the
-    /// event's own parked copy, if an earlier delivery parked it and it still holds the row (to
-    /// remove), the aggregate's `last_sequence`, and the event parked waiting for it (to apply
-    /// now). The DynamoDB table reads them in one `BatchGetItem` ([`Inbox::parked_around`]); the
-    /// default removes the own row with [`InboxStore::unpark_settled`] (a failure only logged, as
-    /// the consumer did before), then reads with [`InboxStore::last_sequence`] (when `last` is
-    /// `None`) and [`InboxStore::parked`], answering `own: None`.
-    ///
-    /// # Errors
-    /// [`InboxError::Sdk`] if the store fails, or cannot read a key within its retries: a key
-    /// it could not read is never answered as absent.
-    fn parked_around(&self, metadata: &EventMetadata, last: Option<u64>) -> impl Future<Output = Result<ParkedAround, InboxError>> + Send {
-        async move {
-            if let Err(e) = self.unpark_settled(metadata).await {
-                tracing::warn!(error = %e, "could not remove the event's own parked row; `ordering parked` lists it");
-            }
-            let last = match last {
-                Some(last) => last,
-                None => self.last_sequence(&metadata.aggregate_type, &metadata.subject).await?,
-            };
-            let next = self.parked(&metadata.aggregate_type, &metadata.subject, last).await?;
-            Ok(ParkedAround::new(None, last, next))
-        }
-    }
-
-    /// Ordering: this consumer's parked events, oldest first, at most `limit`, without their
-    /// payload (the parked check and the operator's listing; read one with
-    /// [`InboxStore::parked`] for its payload). The default lists none (a store that does not
-    /// park).
-    ///
-    /// # Errors
-    /// [`InboxError::Sdk`] if the store fails (for the DynamoDB table, also when it lacks the
-    /// parked index: [`InboxError::is_missing_index`]).
-    fn parked_oldest(&self, limit: usize) -> impl Future<Output = Result<ParkedList, InboxError>> + Send {
-        let _ = limit;
-        std::future::ready(Ok(ParkedList { events: Vec::new(), complete: true }))
-    }
-
-    /// Ordering: the aggregate's `last_sequence` (0: none), a strongly consistent read.
-    ///
-    /// # Errors
-    /// [`InboxError::Sdk`] if the store fails.
-    fn last_sequence(&self, aggregate_type: &str, aggregate_id: &str) -> impl Future<Output = Result<u64, InboxError>> + Send {
-        let _ = (aggregate_type, aggregate_id);
-        std::future::ready(Ok(0))
     }
 
     /// Guarded mode: claims `metadata.id` with a lease until `lease_until`.
@@ -281,6 +151,13 @@ pub trait InboxStore: Send + Sync {
     {
         guarded::run(self, metadata, payload_hash, lease_until, effect)
     }
+
+    /// The ordering layer, when this store is one ([`crate::ordering::Ordered`] answers
+    /// itself): how the consumer parks, drains and checks parked events. Default `None`: the
+    /// consumer applies events as they come.
+    fn ordering(&self) -> Option<&dyn Sequencing> {
+        None
+    }
 }
 
 impl InboxStore for Inbox {
@@ -306,59 +183,9 @@ impl InboxStore for Inbox {
     ) -> impl Future<Output = Result<InboxOutcome, InboxError>> + Send {
         Inbox::apply_recording(self, metadata, payload_hash, writes, Some(outcome))
     }
-    fn apply_checking_parked(
-        &self,
-        metadata: &EventMetadata,
-        payload_hash: &PayloadHash,
-        writes: Vec<TransactWriteItem>,
-        outcome: &RecordedOutcome,
-    ) -> impl Future<Output = Result<(InboxOutcome, bool), InboxError>> + Send {
-        Inbox::apply_checking_parked(self, metadata, payload_hash, writes, Some(outcome))
-    }
 
     fn applied_sha256(&self, event_id: &str) -> impl Future<Output = Result<Option<String>, InboxError>> + Send {
         Inbox::applied_sha256(self, event_id)
-    }
-
-    fn parks(&self) -> bool {
-        self.is_ordered()
-    }
-
-    fn unparks_in_transaction(&self) -> bool {
-        self.is_ordered()
-    }
-
-    fn park(&self, metadata: &EventMetadata, waits_for: u64, payload: &str) -> impl Future<Output = Result<bool, InboxError>> + Send {
-        Inbox::park(self, metadata, waits_for, payload)
-    }
-
-    fn parked(
-        &self,
-        aggregate_type: &str,
-        aggregate_id: &str,
-        waits_for: u64,
-    ) -> impl Future<Output = Result<Option<ParkedEvent>, InboxError>> + Send {
-        Inbox::parked(self, aggregate_type, aggregate_id, waits_for)
-    }
-
-    fn unpark(&self, parked: &ParkedEvent) -> impl Future<Output = Result<(), InboxError>> + Send {
-        Inbox::unpark(self, parked)
-    }
-
-    fn last_sequence(&self, aggregate_type: &str, aggregate_id: &str) -> impl Future<Output = Result<u64, InboxError>> + Send {
-        Inbox::last_sequence(self, aggregate_type, aggregate_id)
-    }
-
-    fn parked_oldest(&self, limit: usize) -> impl Future<Output = Result<ParkedList, InboxError>> + Send {
-        Inbox::parked_oldest(self, limit)
-    }
-
-    fn unpark_settled(&self, metadata: &EventMetadata) -> impl Future<Output = Result<(), InboxError>> + Send {
-        Inbox::unpark_settled(self, metadata)
-    }
-
-    fn parked_around(&self, metadata: &EventMetadata, last: Option<u64>) -> impl Future<Output = Result<ParkedAround, InboxError>> + Send {
-        Inbox::parked_around(self, metadata, last)
     }
 
     fn begin(
@@ -403,59 +230,8 @@ impl<S: InboxStore> InboxStore for Arc<S> {
         (**self).apply_recording(metadata, payload_hash, writes, outcome)
     }
 
-    fn apply_checking_parked(
-        &self,
-        metadata: &EventMetadata,
-        payload_hash: &PayloadHash,
-        writes: Vec<TransactWriteItem>,
-        outcome: &RecordedOutcome,
-    ) -> impl Future<Output = Result<(InboxOutcome, bool), InboxError>> + Send {
-        (**self).apply_checking_parked(metadata, payload_hash, writes, outcome)
-    }
-
     fn applied_sha256(&self, event_id: &str) -> impl Future<Output = Result<Option<String>, InboxError>> + Send {
         (**self).applied_sha256(event_id)
-    }
-
-    fn parks(&self) -> bool {
-        (**self).parks()
-    }
-
-    fn unparks_in_transaction(&self) -> bool {
-        (**self).unparks_in_transaction()
-    }
-
-    fn park(&self, metadata: &EventMetadata, waits_for: u64, payload: &str) -> impl Future<Output = Result<bool, InboxError>> + Send {
-        (**self).park(metadata, waits_for, payload)
-    }
-
-    fn parked(
-        &self,
-        aggregate_type: &str,
-        aggregate_id: &str,
-        waits_for: u64,
-    ) -> impl Future<Output = Result<Option<ParkedEvent>, InboxError>> + Send {
-        (**self).parked(aggregate_type, aggregate_id, waits_for)
-    }
-
-    fn unpark(&self, parked: &ParkedEvent) -> impl Future<Output = Result<(), InboxError>> + Send {
-        (**self).unpark(parked)
-    }
-
-    fn last_sequence(&self, aggregate_type: &str, aggregate_id: &str) -> impl Future<Output = Result<u64, InboxError>> + Send {
-        (**self).last_sequence(aggregate_type, aggregate_id)
-    }
-
-    fn parked_oldest(&self, limit: usize) -> impl Future<Output = Result<ParkedList, InboxError>> + Send {
-        (**self).parked_oldest(limit)
-    }
-
-    fn unpark_settled(&self, metadata: &EventMetadata) -> impl Future<Output = Result<(), InboxError>> + Send {
-        (**self).unpark_settled(metadata)
-    }
-
-    fn parked_around(&self, metadata: &EventMetadata, last: Option<u64>) -> impl Future<Output = Result<ParkedAround, InboxError>> + Send {
-        (**self).parked_around(metadata, last)
     }
 
     fn begin(
@@ -473,5 +249,9 @@ impl<S: InboxStore> InboxStore for Arc<S> {
 
     fn release(&self, lease: &Lease) -> impl Future<Output = Result<(), InboxError>> + Send {
         (**self).release(lease)
+    }
+
+    fn ordering(&self) -> Option<&dyn Sequencing> {
+        (**self).ordering()
     }
 }

@@ -389,7 +389,7 @@ pub async fn run(
     let mut inboxes: BTreeMap<&str, Vec<HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>> = BTreeMap::new();
     for c in &names.consumers {
         if !inboxes.contains_key(c.inbox.as_str()) {
-            inboxes.insert(&c.inbox, scan(&dynamodb, &c.inbox, &["pk", "event_id", "status", "kind", outbox::inbox::PARKED_COUNT]).await?);
+            inboxes.insert(&c.inbox, scan(&dynamodb, &c.inbox, &["pk", "event_id", "status", "kind", outbox::ordering::PARKED_COUNT]).await?);
         }
     }
     if let Some(hot) = &hot {
@@ -424,7 +424,7 @@ pub async fn run(
     // A row per event and consumer: claimed in the effect's own transaction (no status), or
     // COMPLETED. Parked rows (an event waiting for its predecessor) are not claims.
     let all_rows = || inboxes.values().flatten();
-    let parked: Vec<String> = all_rows().filter(|i| text(i, "kind") == outbox::inbox::PARKED_KIND).map(|i| text(i, "event_id")).collect();
+    let parked: Vec<String> = all_rows().filter(|i| text(i, "kind") == outbox::ordering::PARKED_KIND).map(|i| text(i, "event_id")).collect();
     // The ordering rows' counts of parked rows (what lets an ordered event's commit prove that
     // nothing is parked and skip its reads) equal the parked rows of their aggregate, whatever
     // was lost, retried or crashed on the way: a count below the rows would let a commit skip
@@ -442,7 +442,7 @@ pub async fn run(
         .filter_map(|row| {
             let pk = text(row, "pk");
             let (consumer, aggregate) = pk.split_once("#aggregate#")?;
-            let count = row.get(outbox::inbox::PARKED_COUNT).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<i64>().ok()).unwrap_or(0);
+            let count = row.get(outbox::ordering::PARKED_COUNT).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<i64>().ok()).unwrap_or(0);
             let rows = parked_by_aggregate.get(&format!("{consumer}#parked#{aggregate}")).copied().unwrap_or(0);
             (count != rows).then(|| format!("{pk}: count {count}, {rows} parked"))
         })
@@ -470,7 +470,7 @@ pub async fn run(
             .into_iter()
             .flatten()
             .filter(|i| prefix.as_ref().is_none_or(|p| text(i, "pk").starts_with(p.as_str())))
-            .filter(|i| !text(i, "event_id").is_empty() && text(i, "kind") != outbox::inbox::PARKED_KIND)
+            .filter(|i| !text(i, "event_id").is_empty() && text(i, "kind") != outbox::ordering::PARKED_KIND)
             .filter(|i| matches!(text(i, "status").as_str(), "" | "COMPLETED"))
             .map(|i| text(i, "event_id"))
             .collect();

@@ -11,11 +11,11 @@
 //!
 //! | row | key (`pk`) | attributes |
 //! |---|---|---|
-//! | ordering | `<consumer>#aggregate#<aggregate_type>#<aggregate_id>` | `last_sequence`, `parked_count` (the aggregate's counted parked rows) |
-//! | parked | `<consumer>#parked#<aggregate_type>#<aggregate_id>#<waits_for>` | `kind` = `parked`, `parked_consumer` = `<consumer>`, `event_id`, `event_type`, `sequence`, `waits_for`, `payload`, `parked_at`, `counted` = true |
+//! | ordering | `<consumer>#aggregate#<aggregate_type>#<aggregate_id>` | `last_sequence`, `parked_count` (the aggregate's parked rows) |
+//! | parked | `<consumer>#parked#<aggregate_type>#<aggregate_id>#<waits_for>` | `kind` = `parked`, `parked_consumer` = `<consumer>`, `event_id`, `event_type`, `sequence`, `waits_for`, `payload`, `parked_at` |
 //!
 //! The parked row is keyed by the sequence it waits for (the event's required predecessor,
-//! [`super::required_predecessor`]), so "what waits for sequence n" is one consistent `GetItem`,
+//! [`Ordered::required_predecessor`](super::Ordered::required_predecessor)), so "what waits for sequence n" is one consistent `GetItem`,
 //! with no index. Parked rows never expire (no `expires_at`): they are deleted once their event is
 //! settled (applied, found a duplicate, or dead-lettered as never-succeeding).
 //!
@@ -27,7 +27,7 @@
 //! are strongly consistent, so whichever comes second sees the other's write and applies the
 //! parked event (if both do, the inbox claim lets one win and the other is a duplicate). With
 //! nothing parked, the predecessor's commit proves it and no read follows
-//! ([`Inbox::apply_checking_parked`](super::Inbox::apply_checking_parked)).
+//! ([`Ordered::apply_checking_parked`](super::Ordered::apply_checking_parked)).
 //! When the invocation's budget ends before every parked successor is applied (or one of them
 //! fails transiently), the invocation fails with
 //! [`ConsumerError::ParkedPending`](crate::consumer::ConsumerError::ParkedPending): its event is
@@ -41,7 +41,7 @@
 //!   inbox table's global secondary index [`PARKED_INDEX`] (partition key `parked_consumer`, sort
 //!   key `parked_at`, projecting the listing's attributes, not the payload) is *sparse*: it holds
 //!   the parked rows only, and "this consumer's parked events, oldest first" is one `Query`
-//!   ([`Inbox::parked_oldest`](super::Inbox::parked_oldest)), however many claim rows the table
+//!   ([`Ordered::parked_oldest`](super::Ordered::parked_oldest)), however many claim rows the table
 //!   holds. Its cost: one index write when an event is parked and one when it is unparked (the
 //!   row is deleted); ordinary events write nothing to it. All of one consumer's parked rows
 //!   share one index partition: fine because parked rows are rare and short-lived (a
@@ -108,7 +108,7 @@ impl ParkedEvent {
         }
     }
 
-    /// `<aggregate_type>#<aggregate_id>`, as [`super::InboxError::SequenceGap`] names it.
+    /// `<aggregate_type>#<aggregate_id>`, as [`InboxError::SequenceGap`](crate::inbox::InboxError::SequenceGap) names it.
     pub fn aggregate(&self) -> String {
         format!("{}#{}", self.aggregate_type, self.aggregate_id)
     }
@@ -124,7 +124,7 @@ impl ParkedEvent {
 
 /// What an ordered event's delivery finds parked around it once it is settled (its transaction
 /// committed, or it was found a duplicate;
-/// [`InboxStore::parked_around`](super::InboxStore::parked_around)): the rows read with strongly
+/// [`Ordered::parked_around`](super::Ordered::parked_around)): the rows read with strongly
 /// consistent reads, after the commit.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -132,7 +132,7 @@ pub struct ParkedAround {
     /// The event's own parked row, when an earlier delivery parked it and it still holds the
     /// row: the event is settled now, by this delivery rather than by the drain (e.g. redelivered
     /// after an operator's release), so the row is to be removed
-    /// ([`InboxStore::unpark`](super::InboxStore::unpark)).
+    /// ([`Ordered::unpark`](super::Ordered::unpark)).
     pub own: Option<ParkedEvent>,
     /// The aggregate's `last_sequence` (0: none) `next` is read for.
     pub last: u64,
@@ -168,7 +168,7 @@ pub const PARKED_INDEX: &str = "parked-by-consumer";
 /// (read it from the row by its key).
 pub const PARKED_INDEX_ATTRIBUTES: [&str; 6] = ["event_id", "event_type", "aggregate_type", "subject", "sequence", "waits_for"];
 
-/// One page of a consumer's parked events, oldest first ([`Inbox::parked_oldest`](super::Inbox::parked_oldest)).
+/// One page of a consumer's parked events, oldest first ([`Ordered::parked_oldest`](super::Ordered::parked_oldest)).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct ParkedList {
