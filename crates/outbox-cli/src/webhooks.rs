@@ -115,6 +115,12 @@ pub struct Bound<'a> {
     pub progress: Progress<'a>,
 }
 
+impl std::fmt::Debug for Bound<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bound").field("limit", &self.limit).finish_non_exhaustive()
+    }
+}
+
 impl Bound<'_> {
     /// Every item, quietly.
     pub fn whole() -> Self {
@@ -127,6 +133,12 @@ pub struct Operator {
     dynamodb: aws_sdk_dynamodb::Client,
     sqs: aws_sdk_sqs::Client,
     stack: WebhookStack,
+}
+
+impl std::fmt::Debug for Operator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Operator").field("stack", &self.stack).finish_non_exhaustive()
+    }
 }
 
 impl Operator {

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-pub use outbox::envelope::MAX_RETENTION;
+pub(crate) use outbox::envelope::MAX_RETENTION;
 
 /// A missing or unusable setting.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -30,7 +30,7 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
 /// Error codes (the service's `__type`, without namespace) after which a later attempt can
 /// succeed.
-pub const RETRYABLE_CODES: [&str; 19] = [
+pub(crate) const RETRYABLE_CODES: [&str; 19] = [
     "ThrottlingException",
     "Throttling",
     "ThrottledException",
@@ -65,13 +65,13 @@ pub const RETRYABLE_CANCELLATION_CODES: [&str; 6] = [
 ];
 
 /// Whether an error code (with or without its `namespace#` prefix) is retryable.
-pub fn is_retryable_code(code: &str) -> bool {
+pub(crate) fn is_retryable_code(code: &str) -> bool {
     let code = code.rsplit('#').next().unwrap_or(code);
     RETRYABLE_CODES.contains(&code)
 }
 
 /// Whether a cancellation reason code is retryable (see [`RETRYABLE_CANCELLATION_CODES`]).
-pub fn is_retryable_cancellation(code: &str) -> bool {
+pub(crate) fn is_retryable_cancellation(code: &str) -> bool {
     RETRYABLE_CANCELLATION_CODES.contains(&code)
 }
 
@@ -209,7 +209,7 @@ impl AwsError {
 /// `[0, min(max, base × 2^attempt)]` ("full jitter",
 /// <https://aws.amazon.com/blogs/architecture/exponential-backoff-and-jitter/>).
 #[cfg(any(feature = "relay", feature = "inbox"))]
-pub fn full_jitter(base: std::time::Duration, max: std::time::Duration, attempt: u32) -> std::time::Duration {
+pub(crate) fn full_jitter(base: std::time::Duration, max: std::time::Duration, attempt: u32) -> std::time::Duration {
     use rand::Rng;
     let ceiling = base.saturating_mul(2u32.saturating_pow(attempt.min(20))).min(max);
     let millis = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);

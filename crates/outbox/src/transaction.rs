@@ -189,7 +189,7 @@ fn classify(reasons: &[CancellationReason], message: Option<String>, status: Opt
 }
 
 /// A DynamoDB item: attribute name → value.
-pub type Item = HashMap<String, AttributeValue>;
+pub(crate) type Item = HashMap<String, AttributeValue>;
 
 /// Which write of a transaction had a false condition expression.
 #[derive(Debug, Clone, PartialEq)]

@@ -20,12 +20,12 @@ mod support {
     use outbox::relay::{Relay, RelayConfig, RelayOutcome};
     use serde_json::{json, Value};
 
-    pub const BUS: &str = "test-bus";
-    pub const DLQ_URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/relay-dlq";
-    pub const STREAM_ARN: &str = "arn:aws:dynamodb:us-east-1:123456789012:table/outbox/stream/2026-01-01T00:00:00.000";
+    pub(crate) const BUS: &str = "test-bus";
+    pub(crate) const DLQ_URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/relay-dlq";
+    pub(crate) const STREAM_ARN: &str = "arn:aws:dynamodb:us-east-1:123456789012:table/outbox/stream/2026-01-01T00:00:00.000";
 
     /// Outbox item `sequence` of aggregate `Order#<aggregate_id>`; event id `evt-<id>-<seq>`.
-    pub fn item(aggregate_id: &str, sequence: u64) -> OutboxItem {
+    pub(crate) fn item(aggregate_id: &str, sequence: u64) -> OutboxItem {
         let payload = format!(r#"{{"order_id":"{aggregate_id}","n":{sequence}}}"#);
         let mut item = OutboxItem::new(
             format!("evt-{aggregate_id}-{sequence}"),
@@ -42,18 +42,18 @@ mod support {
     }
 
     /// The item as a stream image (DynamoDB JSON).
-    pub fn image(item: &OutboxItem) -> Value {
+    pub(crate) fn image(item: &OutboxItem) -> Value {
         let attrs: serde_dynamo::Item = item.to_item().expect("an OutboxItem converts");
         serde_json::to_value(attrs).expect("DynamoDB JSON")
     }
 
     /// Stream sequence number of the record at position `n` (distinct, increasing).
-    pub fn seq(n: usize) -> String {
+    pub(crate) fn seq(n: usize) -> String {
         format!("{:021}", 4_200_000 + n)
     }
 
     /// One stream record; `new_image` = `Value::Null` leaves `NewImage` out.
-    pub fn record(event_name: &str, sequence_number: &str, new_image: Value) -> Value {
+    pub(crate) fn record(event_name: &str, sequence_number: &str, new_image: Value) -> Value {
         let keys = match &new_image {
             Value::Object(m) => m.iter().filter(|(k, _)| *k == "pk" || *k == "sk").map(|(k, v)| (k.clone(), v.clone())).collect(),
             _ => serde_json::Map::new(),
@@ -80,22 +80,22 @@ mod support {
     }
 
     /// An `INSERT` record of `item`.
-    pub fn insert(sequence_number: &str, item: &OutboxItem) -> Value {
+    pub(crate) fn insert(sequence_number: &str, item: &OutboxItem) -> Value {
         record("INSERT", sequence_number, image(item))
     }
 
     /// The batch as the relay function reads Lambda's payload: decoded from its text.
-    pub fn batch(records: Vec<Value>) -> StreamBatch {
+    pub(crate) fn batch(records: Vec<Value>) -> StreamBatch {
         serde_json::from_str(&json!({ "Records": records }).to_string()).expect("a DynamoDB stream event")
     }
 
     /// One `INSERT` per item; record `i` has sequence number `seq(i)`.
-    pub fn inserts(items: &[OutboxItem]) -> StreamBatch {
+    pub(crate) fn inserts(items: &[OutboxItem]) -> StreamBatch {
         batch(items.iter().enumerate().map(|(i, it)| insert(&seq(i), it)).collect())
     }
 
     /// Tiny backoffs, no safety margin.
-    pub fn config() -> RelayConfig {
+    pub(crate) fn config() -> RelayConfig {
         let mut config = RelayConfig::new(BUS, DLQ_URL);
         config.base_backoff = Duration::from_millis(1);
         config.max_backoff = Duration::from_millis(5);
@@ -106,13 +106,13 @@ mod support {
 
     /// The mocked EventBridge: answers each entry by `policy` (an error code, or accepted) and
     /// records every request's entries.
-    pub struct Bus {
+    pub(crate) struct Bus {
         pub rule: Rule,
         calls: Arc<Mutex<Vec<Vec<PutEventsRequestEntry>>>>,
     }
 
     impl Bus {
-        pub fn new(policy: impl Fn(&PutEventsRequestEntry) -> Option<&'static str> + Send + Sync + 'static) -> Self {
+        pub(crate) fn new(policy: impl Fn(&PutEventsRequestEntry) -> Option<&'static str> + Send + Sync + 'static) -> Self {
             let calls: Arc<Mutex<Vec<Vec<PutEventsRequestEntry>>>> = Default::default();
             let log = calls.clone();
             let accepted = AtomicUsize::new(0);
@@ -133,44 +133,44 @@ mod support {
         }
 
         /// Accepts everything.
-        pub fn ok() -> Self {
+        pub(crate) fn ok() -> Self {
             Self::new(|_| None)
         }
 
         /// Every request fails as a whole with HTTP 500 (requests are not recorded).
-        pub fn http_500() -> Self {
+        pub(crate) fn http_500() -> Self {
             let rule = mock!(aws_sdk_eventbridge::Client::put_events).sequence().http_status(500, None).repeatedly().build();
             Self { rule, calls: Default::default() }
         }
 
         /// Entries of every request, in call order.
-        pub fn calls(&self) -> Vec<Vec<PutEventsRequestEntry>> {
+        pub(crate) fn calls(&self) -> Vec<Vec<PutEventsRequestEntry>> {
             self.calls.lock().unwrap().clone()
         }
 
-        pub fn entry_counts(&self) -> Vec<usize> {
+        pub(crate) fn entry_counts(&self) -> Vec<usize> {
             self.calls().iter().map(Vec::len).collect()
         }
 
         /// Every entry sent, in order, as (aggregate id, sequence).
-        pub fn sent(&self) -> Vec<(String, u64)> {
+        pub(crate) fn sent(&self) -> Vec<(String, u64)> {
             self.calls().iter().flatten().map(|e| (subject(e), sequence(e))).collect()
         }
 
         /// How often the entry of (aggregate, sequence) was sent.
-        pub fn times_sent(&self, aggregate_id: &str, seq: u64) -> usize {
+        pub(crate) fn times_sent(&self, aggregate_id: &str, seq: u64) -> usize {
             self.sent().iter().filter(|(a, s)| a == aggregate_id && *s == seq).count()
         }
     }
 
     /// The mocked relay dead-letter queue: records each message body, or always fails.
-    pub struct Dlq {
+    pub(crate) struct Dlq {
         pub rule: Rule,
         messages: Arc<Mutex<Vec<(String, String)>>>,
     }
 
     impl Dlq {
-        pub fn ok() -> Self {
+        pub(crate) fn ok() -> Self {
             let messages: Arc<Mutex<Vec<(String, String)>>> = Default::default();
             let log = messages.clone();
             let rule = mock!(aws_sdk_sqs::Client::send_message).then_compute_output(move |input| {
@@ -180,30 +180,30 @@ mod support {
             Self { rule, messages }
         }
 
-        pub fn failing() -> Self {
+        pub(crate) fn failing() -> Self {
             let rule = mock!(aws_sdk_sqs::Client::send_message)
                 .then_error(|| SendMessageError::QueueDoesNotExist(QueueDoesNotExist::builder().message("queue is gone").build()));
             Self { rule, messages: Default::default() }
         }
 
         /// Queue URLs the messages were sent to.
-        pub fn queue_urls(&self) -> Vec<String> {
+        pub(crate) fn queue_urls(&self) -> Vec<String> {
             self.messages.lock().unwrap().iter().map(|(url, _)| url.clone()).collect()
         }
 
         /// Message bodies, as sent.
-        pub fn texts(&self) -> Vec<String> {
+        pub(crate) fn texts(&self) -> Vec<String> {
             self.messages.lock().unwrap().iter().map(|(_, body)| body.clone()).collect()
         }
 
         /// Message bodies, parsed.
-        pub fn bodies(&self) -> Vec<Value> {
+        pub(crate) fn bodies(&self) -> Vec<Value> {
             self.messages.lock().unwrap().iter().map(|(_, body)| serde_json::from_str(body).expect("JSON body")).collect()
         }
     }
 
     /// A relay over the two mocks; the SDK's own retries are off so each mock call is one attempt.
-    pub fn relay(bus: &Bus, dlq: &Dlq, config: RelayConfig) -> Relay {
+    pub(crate) fn relay(bus: &Bus, dlq: &Dlq, config: RelayConfig) -> Relay {
         let events = mock_client!(aws_sdk_eventbridge, RuleMode::MatchAny, [&bus.rule], |c| {
             c.retry_config(aws_sdk_eventbridge::config::retry::RetryConfig::disabled())
         });
@@ -213,26 +213,26 @@ mod support {
     }
 
     /// Relays with a deadline an hour away.
-    pub async fn run(relay: &Relay, batch: &StreamBatch) -> RelayOutcome {
+    pub(crate) async fn run(relay: &Relay, batch: &StreamBatch) -> RelayOutcome {
         relay.relay_batch(batch.clone(), Instant::now() + Duration::from_secs(3600)).await.expect("the relay answers per record")
     }
 
     /// `batchItemFailures[*].itemIdentifier`.
-    pub fn failures(outcome: &RelayOutcome) -> Vec<String> {
+    pub(crate) fn failures(outcome: &RelayOutcome) -> Vec<String> {
         outcome.response.batch_item_failures.iter().map(|f| f.item_identifier.clone().expect("itemIdentifier is set")).collect()
     }
 
-    pub fn detail(entry: &PutEventsRequestEntry) -> Value {
+    pub(crate) fn detail(entry: &PutEventsRequestEntry) -> Value {
         serde_json::from_str(entry.detail().expect("Detail is set")).expect("Detail is JSON")
     }
 
     /// `detail.metadata.subject`: the aggregate id.
-    pub fn subject(entry: &PutEventsRequestEntry) -> String {
+    pub(crate) fn subject(entry: &PutEventsRequestEntry) -> String {
         detail(entry)["metadata"]["subject"].as_str().expect("subject").to_owned()
     }
 
     /// `detail.metadata.sequence`.
-    pub fn sequence(entry: &PutEventsRequestEntry) -> u64 {
+    pub(crate) fn sequence(entry: &PutEventsRequestEntry) -> u64 {
         detail(entry)["metadata"]["sequence"].as_u64().expect("sequence")
     }
 }

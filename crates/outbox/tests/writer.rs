@@ -122,7 +122,7 @@ async fn events_serialise_their_payload_and_take_the_builders_settings() {
     }
     mod rust_decimal_free {
         /// A decimal kept as text, as a money type would serialise it.
-        pub struct Decimal(pub &'static str);
+        pub(crate) struct Decimal(pub &'static str);
         impl serde::Serialize for Decimal {
             fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 s.serialize_str(self.0)

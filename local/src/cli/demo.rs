@@ -11,7 +11,7 @@ use super::Invocation;
 
 /// `demo`'s arguments.
 #[derive(Debug, clap::Args)]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// Generated orders on top of the samples in events/.
     #[arg(long, default_value_t = 20)]
     pub orders: usize,
@@ -32,7 +32,7 @@ pub struct DemoArgs {
 ///
 /// # Errors
 /// What failed, as text.
-pub async fn run(inv: &Invocation, template: Template, args: &DemoArgs) -> outbox_local::Result<ExitCode> {
+pub(crate) async fn run(inv: &Invocation, template: Template, args: &DemoArgs) -> outbox_local::Result<ExitCode> {
     let cli = &inv.cli;
     let root = inv.root.as_path();
     let stack_name = inv.stack_name.as_str();

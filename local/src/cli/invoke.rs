@@ -10,7 +10,7 @@ use super::Invocation;
 
 /// `invoke`'s arguments.
 #[derive(Debug, clap::Args)]
-pub struct InvokeArgs {
+pub(crate) struct InvokeArgs {
     /// Logical id of the function in the template, e.g. ProducerFunction.
     pub logical_id: String,
     /// Event file (JSON), e.g. events/create-order.json; `-` reads stdin.
@@ -22,7 +22,7 @@ pub struct InvokeArgs {
 ///
 /// # Errors
 /// What failed, as text.
-pub async fn run(inv: &Invocation, template: Template, args: &InvokeArgs) -> outbox_local::Result<ExitCode> {
+pub(crate) async fn run(inv: &Invocation, template: Template, args: &InvokeArgs) -> outbox_local::Result<ExitCode> {
     let cli = &inv.cli;
     let root = inv.root.as_path();
     let stack_name = inv.stack_name.as_str();

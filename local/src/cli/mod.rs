@@ -1,13 +1,13 @@
 //! `outbox-local`'s command line: one file per verb; [`session`] holds what they share.
 
-pub mod demo;
-pub mod invoke;
-pub mod operator;
-pub mod proof;
-pub mod provision;
-pub mod session;
-pub mod token;
-pub mod up;
+pub(crate) mod demo;
+pub(crate) mod invoke;
+pub(crate) mod operator;
+pub(crate) mod proof;
+pub(crate) mod provision;
+pub(crate) mod session;
+pub(crate) mod token;
+pub(crate) mod up;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -22,7 +22,7 @@ use operator::LocalDlq;
 
 #[derive(Debug, Parser)]
 #[command(name = "outbox-local", version, about = "Run the outbox pipeline of template.yaml locally on the moto AWS emulator")]
-pub struct Cli {
+pub(crate) struct Cli {
     /// SAM template to read (default: template.yaml in this directory or the nearest parent).
     #[arg(long, global = true)]
     pub template: Option<PathBuf>,
@@ -66,7 +66,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run the whole pipeline on the sample inputs and report each stage.
     Demo(demo::DemoArgs),
     /// Provision the stack, serve the HTTP API and run the pipelines until Ctrl-C.
@@ -107,7 +107,7 @@ pub enum Command {
 }
 
 /// One run of the command: its arguments, the template and the stack name.
-pub struct Invocation {
+pub(crate) struct Invocation {
     /// The arguments.
     pub cli: Cli,
     /// The template.
@@ -122,7 +122,7 @@ impl Invocation {
     /// The command its hints print to run this program again on the same template and stack,
     /// with `AWS_ENDPOINT_URL=<endpoint>` when given: [`outbox_local::hint::command`] with the
     /// `--template` and `--stack-name` the user passed (the verb follows).
-    pub fn hint(&self, endpoint: Option<&str>) -> String {
+    pub(crate) fn hint(&self, endpoint: Option<&str>) -> String {
         outbox_local::hint::command(&outbox_local::hint::program(), self.cli.template.as_deref(), self.cli.stack_name.as_deref(), endpoint)
     }
 }
@@ -131,7 +131,7 @@ impl Invocation {
 ///
 /// # Errors
 /// What failed, as text.
-pub async fn run(cli: Cli) -> outbox_local::Result<ExitCode> {
+pub(crate) async fn run(cli: Cli) -> outbox_local::Result<ExitCode> {
     if let Some(endpoint) = &cli.endpoint {
         check_endpoint(endpoint)?;
     }

@@ -15,7 +15,7 @@ use super::Invocation;
 /// `dlq`: the operator's verbs (the `outbox` binary's) and `practice`, which makes a dead letter
 /// on a running local stack.
 #[derive(Debug, Subcommand)]
-pub enum LocalDlq {
+pub(crate) enum LocalDlq {
     #[command(flatten)]
     Operator(outbox_cli::cli::dlq::DlqCommand),
     /// Make one real dead letter to practise on: put a malformed event on the bus of a running
@@ -35,7 +35,7 @@ pub enum LocalDlq {
 ///
 /// # Errors
 /// What failed, as text.
-pub async fn practice(inv: &Invocation, template: Template, allow_aws: bool, timeout: u64) -> outbox_local::Result<ExitCode> {
+pub(crate) async fn practice(inv: &Invocation, template: Template, allow_aws: bool, timeout: u64) -> outbox_local::Result<ExitCode> {
     let cli = &inv.cli;
     let stack_name = inv.stack_name.as_str();
     if !allow_aws && cli.endpoint.is_none() {
@@ -51,7 +51,7 @@ pub async fn practice(inv: &Invocation, template: Template, allow_aws: bool, tim
 
 /// Runs one of the operator's verbs on this template's stack (`--endpoint`: the emulator; else
 /// AWS with the ordinary configuration).
-pub async fn operate(inv: &Invocation, template: Template, command: Operator) -> outbox_local::Result<ExitCode> {
+pub(crate) async fn operate(inv: &Invocation, template: Template, command: Operator) -> outbox_local::Result<ExitCode> {
     let (sdk, stack) = existing_stack(&inv.cli, template, &inv.stack_name).await?;
     let resources = outbox_cli::resources::Resources::from_stack(&stack).map_err(outbox_local::Error::other("the stack's resources"))?;
     Ok(outbox_cli::cli::run(&Context { sdk, resources, yes: inv.cli.yes }, &command).await?)

@@ -15,7 +15,7 @@ use super::Invocation;
 
 /// `proof`'s arguments.
 #[derive(Debug, clap::Args)]
-pub struct ProofArgs {
+pub(crate) struct ProofArgs {
     /// Requests sent (orders, for the sample), as the books file says.
     #[arg(long, default_value_t = 200)]
     pub orders: usize,
@@ -63,7 +63,7 @@ pub struct ProofArgs {
 ///
 /// # Errors
 /// What failed, as text.
-pub async fn run(inv: &Invocation, template: Template, args: &ProofArgs) -> outbox_local::Result<ExitCode> {
+pub(crate) async fn run(inv: &Invocation, template: Template, args: &ProofArgs) -> outbox_local::Result<ExitCode> {
     let cli = &inv.cli;
     let root = inv.root.as_path();
     let stack_name = inv.stack_name.as_str();

@@ -11,7 +11,7 @@ use super::Invocation;
 ///
 /// # Errors
 /// What failed, as text.
-pub async fn run(inv: &Invocation, template: Template) -> outbox_local::Result<ExitCode> {
+pub(crate) async fn run(inv: &Invocation, template: Template) -> outbox_local::Result<ExitCode> {
     let cli = &inv.cli;
     let stack_name = inv.stack_name.as_str();
     let (_emulator, endpoint, _sdk, s) = provisioned(cli, template, stack_name, false).await?;

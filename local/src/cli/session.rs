@@ -16,7 +16,7 @@ use outbox_template::Template;
 use super::{Cli, Command};
 
 /// The stack, on the endpoint given or on an emulator of our own (kept alive with the value).
-pub struct Local {
+pub(crate) struct Local {
     pub runtime: Arc<Runtime>,
     pub _emulator: Option<Emulator>,
     pub endpoint: String,
@@ -24,7 +24,7 @@ pub struct Local {
 
 /// A [`Local`] stack running: its HTTP API on a free loopback port and its pipelines, until
 /// [`Running::stop`] (what `demo` and `proof` both start with).
-pub struct Running {
+pub(crate) struct Running {
     pub api: std::net::SocketAddr,
     pub stopped: tokio::sync::watch::Receiver<bool>,
     pub tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -34,7 +34,7 @@ pub struct Running {
 
 impl Local {
     /// Serves the HTTP API on a free loopback port and starts the pipelines.
-    pub async fn start(&self) -> outbox_local::Result<Running> {
+    pub(crate) async fn start(&self) -> outbox_local::Result<Running> {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
         let (api, server) = outbox_local::runtime::http_api::serve(&self.runtime, loopback, stopped.clone())
@@ -47,7 +47,7 @@ impl Local {
 
 impl Running {
     /// Stops the HTTP API and the pipelines (each given 3 s), then the functions' instances.
-    pub async fn stop(self, runtime: &Runtime) {
+    pub(crate) async fn stop(self, runtime: &Runtime) {
         let _ = self.stop.send(true);
         for t in self.tasks {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(3), t).await;
@@ -59,18 +59,25 @@ impl Running {
 /// The emulator (when none is given), the provisioned stack, and the template's binaries built
 /// and ready to run — only function `only`'s when given (`invoke`); otherwise functions without
 /// a `Binary` are skipped with a warning.
-pub async fn local(cli: &Cli, template: Template, root: &Path, stack_name: &str, announce: bool, only: Option<&str>) -> outbox_local::Result<Local> {
+pub(crate) async fn local(
+    cli: &Cli,
+    template: Template,
+    root: &Path,
+    stack_name: &str,
+    announce: bool,
+    only: Option<&str>,
+) -> outbox_local::Result<Local> {
     Ok(local_with_faults(cli, template, root, stack_name, announce, only, None).await?.0)
 }
 
 /// Where the runtime keeps state for `stack_name` across restarts (checkpoints, the local
 /// issuer's key).
-pub fn state_dir(root: &Path, stack_name: &str) -> PathBuf {
+pub(crate) fn state_dir(root: &Path, stack_name: &str) -> PathBuf {
     root.join(".local").join(stack_name)
 }
 
 /// [`local`] with `faults` injected between the functions and the emulator.
-pub async fn local_with_faults(
+pub(crate) async fn local_with_faults(
     cli: &Cli,
     template: Template,
     root: &Path,
@@ -116,7 +123,7 @@ pub async fn local_with_faults(
 }
 
 /// The emulator (ours unless `--endpoint`), its endpoint, and the stack provisioned on it.
-pub async fn provisioned(
+pub(crate) async fn provisioned(
     cli: &Cli,
     template: Template,
     stack_name: &str,
@@ -140,7 +147,7 @@ pub async fn provisioned(
 
 /// Builds the stack's function binaries (only `only`'s when given), each in its CodeUri's Cargo
 /// workspace (unless `--no-build`); returns where each one is.
-pub async fn build_functions(cli: &Cli, stack: &Stack, only: Option<&str>) -> outbox_local::Result<binaries::BinDirs> {
+pub(crate) async fn build_functions(cli: &Cli, stack: &Stack, only: Option<&str>) -> outbox_local::Result<binaries::BinDirs> {
     let functions: Vec<_> = stack.functions.iter().filter(|f| only.is_none_or(|id| f.logical_id == id)).cloned().collect();
     // Relative to where we run, not to the workspaces' roots where cargo runs.
     let target_dir = cli.target_dir.as_deref().map(std::path::absolute).transpose().map_err(outbox_local::Error::other("--target-dir"))?;
@@ -153,7 +160,7 @@ pub async fn build_functions(cli: &Cli, stack: &Stack, only: Option<&str>) -> ou
 
 /// Where `scripts/venv` (the emulator's virtualenv) is: the template's directory or its nearest
 /// parent that has it, else this project's root.
-pub fn emulator_root(template: &Path) -> PathBuf {
+pub(crate) fn emulator_root(template: &Path) -> PathBuf {
     template
         .ancestors()
         .skip(1)
@@ -162,7 +169,7 @@ pub fn emulator_root(template: &Path) -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
 }
 
-pub fn find_template(explicit: Option<&Path>) -> outbox_local::Result<PathBuf> {
+pub(crate) fn find_template(explicit: Option<&Path>) -> outbox_local::Result<PathBuf> {
     if let Some(p) = explicit {
         return p.canonicalize().map_err(outbox_local::Error::io(p));
     }
@@ -174,7 +181,7 @@ pub fn find_template(explicit: Option<&Path>) -> outbox_local::Result<PathBuf> {
 }
 
 /// Ctrl-C (SIGINT) or SIGTERM, whichever comes first.
-pub async fn wait_for_stop_signal() -> outbox_local::Result<()> {
+pub(crate) async fn wait_for_stop_signal() -> outbox_local::Result<()> {
     #[cfg(unix)]
     {
         let mut term =
@@ -194,7 +201,7 @@ pub async fn wait_for_stop_signal() -> outbox_local::Result<()> {
 /// sample's: stock for its SKUs) whose key is not in their table yet, so requests sent to `up`
 /// or `invoke` find their reference data. Existing items are left alone; without a books file,
 /// nothing.
-pub async fn seed_sample_stock(runtime: &Runtime) {
+pub(crate) async fn seed_sample_stock(runtime: &Runtime) {
     use outbox_local::scenarios::books::{self, Books};
     let template = &runtime.stack.template.path;
     if !books::path_for(template, None).exists() {
@@ -213,13 +220,13 @@ pub async fn seed_sample_stock(runtime: &Runtime) {
 
 /// The SDK configuration of the verbs that read an existing stack: `--endpoint` (the emulator),
 /// else AWS with the ordinary configuration.
-pub async fn target_sdk(cli: &Cli) -> SdkConfig {
+pub(crate) async fn target_sdk(cli: &Cli) -> SdkConfig {
     sdk_config(&Target { endpoint: cli.endpoint.clone(), region: region_from_env() }).await
 }
 
 /// The account id names are resolved with when looking a stack up: the emulator's, or a
 /// placeholder on AWS (queue URLs are looked up by name there).
-pub fn lookup_account(cli: &Cli) -> &'static str {
+pub(crate) fn lookup_account(cli: &Cli) -> &'static str {
     if cli.endpoint.is_some() {
         EMULATOR_ACCOUNT
     } else {
@@ -229,7 +236,7 @@ pub fn lookup_account(cli: &Cli) -> &'static str {
 
 /// The SDK configuration and the names of a stack that already exists: on `--endpoint` (the
 /// emulator), else on AWS with the ordinary configuration.
-pub async fn existing_stack(cli: &Cli, template: Template, stack_name: &str) -> outbox_local::Result<(SdkConfig, Stack)> {
+pub(crate) async fn existing_stack(cli: &Cli, template: Template, stack_name: &str) -> outbox_local::Result<(SdkConfig, Stack)> {
     let sdk = target_sdk(cli).await;
     let stack = Stack::look_up(&sdk, template, stack_name, lookup_account(cli)).await.map_err(|e| {
         let hint = match &cli.endpoint {

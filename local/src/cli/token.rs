@@ -12,7 +12,7 @@ use super::Invocation;
 
 /// `token`'s arguments.
 #[derive(Debug, clap::Args)]
-pub struct TokenArgs {
+pub(crate) struct TokenArgs {
     /// The token's subject (`sub`): the caller, who owns the orders it creates.
     #[arg(long)]
     pub sub: String,
@@ -28,7 +28,7 @@ pub struct TokenArgs {
 ///
 /// # Errors
 /// What failed, as text.
-pub async fn run(inv: &Invocation, _template: Template, args: &TokenArgs) -> outbox_local::Result<ExitCode> {
+pub(crate) async fn run(inv: &Invocation, _template: Template, args: &TokenArgs) -> outbox_local::Result<ExitCode> {
     let root = inv.root.as_path();
     let stack_name = inv.stack_name.as_str();
     let TokenArgs { sub, scope, ttl } = args;

@@ -17,7 +17,7 @@ use super::Invocation;
 
 /// `up`'s arguments.
 #[derive(Debug, clap::Args)]
-pub struct UpArgs {
+pub(crate) struct UpArgs {
     /// Port of the local HTTP API.
     #[arg(long, default_value_t = 3000)]
     pub port: u16,
@@ -27,7 +27,7 @@ pub struct UpArgs {
 ///
 /// # Errors
 /// What failed, as text.
-pub async fn run(inv: &Invocation, template: Template, args: &UpArgs) -> outbox_local::Result<ExitCode> {
+pub(crate) async fn run(inv: &Invocation, template: Template, args: &UpArgs) -> outbox_local::Result<ExitCode> {
     let cli = &inv.cli;
     let root = inv.root.as_path();
     let stack_name = inv.stack_name.as_str();

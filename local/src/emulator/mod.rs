@@ -64,6 +64,7 @@ impl Emulator {
             .kill_on_drop(true);
         // Stopped with us even when we are killed (SIGTERM, SIGKILL) and never drop the handle.
         #[cfg(target_os = "linux")]
+        #[allow(unsafe_code)]
         // SAFETY: prctl is async-signal-safe and only sets a flag of the child being spawned.
         unsafe {
             command.pre_exec(|| {

@@ -108,6 +108,12 @@ pub struct Pending {
     pub fetched: oneshot::Receiver<()>,
 }
 
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending").field("request_id", &self.request_id).finish_non_exhaustive()
+    }
+}
+
 /// The Runtime API of one instance; the server stops when this is dropped.
 pub struct RuntimeApi {
     /// Where it listens (`AWS_LAMBDA_RUNTIME_API`).

@@ -142,6 +142,7 @@ impl Sandbox {
         }
         // Stopped with us even when we are killed (SIGTERM, SIGKILL) and never drop the handle.
         #[cfg(target_os = "linux")]
+        #[allow(unsafe_code)]
         // SAFETY: prctl is async-signal-safe and only sets a flag of the child being spawned.
         unsafe {
             command.pre_exec(|| {

@@ -56,6 +56,12 @@ pub struct RuleDelivery {
     options: RuntimeOptions,
 }
 
+impl std::fmt::Debug for RuleDelivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuleDelivery").field("rule", &self.rule).finish_non_exhaustive()
+    }
+}
+
 impl RuleDelivery {
     /// Sets up delivery for `rule`.
     ///

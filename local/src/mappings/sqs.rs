@@ -202,6 +202,12 @@ pub struct SqsMapping {
     retry_visibility: Option<Duration>,
 }
 
+impl std::fmt::Debug for SqsMapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqsMapping").field("spec", &self.spec).finish_non_exhaustive()
+    }
+}
+
 impl SqsMapping {
     /// Sets up the mapping `spec` of `function`.
     ///

@@ -87,6 +87,12 @@ pub struct StreamMapping {
     options: RuntimeOptions,
 }
 
+impl std::fmt::Debug for StreamMapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamMapping").field("spec", &self.spec).field("stream_arn", &self.stream_arn).finish_non_exhaustive()
+    }
+}
+
 struct Buffered {
     shard_id: String,
     record: Value,

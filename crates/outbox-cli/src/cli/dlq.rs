@@ -309,6 +309,12 @@ pub struct FailedBatches {
     pub buckets: Vec<String>,
 }
 
+impl std::fmt::Debug for FailedBatches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FailedBatches").field("buckets", &self.buckets).field("replays", &self.replayer.is_some()).finish_non_exhaustive()
+    }
+}
+
 /// Where `dlq redrive` looks for its redriven events afterwards, and for how long.
 pub struct Watch {
     /// DynamoDB.
@@ -317,6 +323,12 @@ pub struct Watch {
     pub inboxes: Vec<(String, String)>,
     /// Zero: no watching.
     pub timeout: Duration,
+}
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watch").field("inboxes", &self.inboxes).field("timeout", &self.timeout).finish_non_exhaustive()
+    }
 }
 
 /// `dlq redrive`: exit code 2 when anything was left in a queue or bucket, 1 when a redriven

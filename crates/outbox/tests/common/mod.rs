@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use metrics_util::debugging::{DebugValue, Snapshotter};
 
 /// Every metric recorded so far, keyed `Name[labels]` (e.g. `DeadLetteredByReason["reason=Rejected"]`).
-pub fn recorded(snapshotter: &Snapshotter) -> HashMap<String, DebugValue> {
+pub(crate) fn recorded(snapshotter: &Snapshotter) -> HashMap<String, DebugValue> {
     snapshotter
         .snapshot()
         .into_vec()
@@ -18,7 +18,7 @@ pub fn recorded(snapshotter: &Snapshotter) -> HashMap<String, DebugValue> {
 }
 
 /// The counter `name` of `values`; panics naming what was recorded instead.
-pub fn counter(values: &HashMap<String, DebugValue>, name: &str) -> u64 {
+pub(crate) fn counter(values: &HashMap<String, DebugValue>, name: &str) -> u64 {
     match values.get(name) {
         Some(DebugValue::Counter(n)) => *n,
         other => panic!("{name}: {other:?} in {:?}", values.keys().collect::<Vec<_>>()),

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 /// What the subscriber wrote; a `MakeWriter` for it.
 #[derive(Clone, Default)]
-pub struct Captured(Arc<Mutex<Vec<u8>>>);
+pub(crate) struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl std::io::Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -34,14 +34,14 @@ impl Captured {
     /// whether anyone listens, and a test thread without a subscriber would switch off the call
     /// sites of a test with a thread-local one. Tests pick their lines by their own event ids.
     #[allow(dead_code)]
-    pub fn global() -> &'static Self {
+    pub(crate) fn global() -> &'static Self {
         Self::global_at(tracing::Level::INFO)
     }
 
     /// [`Captured::global`] with the lines at `level` and above (each line's `level` says which
     /// it is). The first call in a test binary fixes the level.
     #[allow(dead_code)]
-    pub fn global_at(level: tracing::Level) -> &'static Self {
+    pub(crate) fn global_at(level: tracing::Level) -> &'static Self {
         static GLOBAL: OnceLock<Captured> = OnceLock::new();
         GLOBAL.get_or_init(|| {
             let captured = Self::default();
@@ -57,7 +57,7 @@ impl Captured {
     /// ([`Captured::global_at`], DEBUG), so the other tests keep theirs. For a
     /// `current_thread` runtime (`#[tokio::test]`'s), where every future runs on this thread.
     #[allow(dead_code)]
-    pub fn this_thread_at(level: tracing::Level) -> (Self, tracing::subscriber::DefaultGuard) {
+    pub(crate) fn this_thread_at(level: tracing::Level) -> (Self, tracing::subscriber::DefaultGuard) {
         Self::global_at(tracing::Level::DEBUG);
         let captured = Self::default();
         let subscriber = tracing_subscriber::fmt().json().without_time().with_max_level(level).with_writer(captured.clone()).finish();
@@ -66,17 +66,17 @@ impl Captured {
     }
 
     /// The lines so far, as text.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
     }
 
     /// The lines so far, parsed.
-    pub fn lines(&self) -> Vec<Value> {
+    pub(crate) fn lines(&self) -> Vec<Value> {
         self.text().lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
     }
 
     /// `(message, span.attempt)` of the lines inside the span of `event_id`.
-    pub fn attempts_of(&self, event_id: &str) -> Vec<(String, u64)> {
+    pub(crate) fn attempts_of(&self, event_id: &str) -> Vec<(String, u64)> {
         self.lines()
             .iter()
             .filter(|l| l["span"]["event_id"] == event_id)

@@ -53,6 +53,12 @@ pub struct SubscriberServer {
     shared: Arc<Mutex<Shared>>,
 }
 
+impl std::fmt::Debug for SubscriberServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubscriberServer").field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
 impl SubscriberServer {
     /// Starts the server on a free loopback port.
     ///

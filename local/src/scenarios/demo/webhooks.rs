@@ -27,9 +27,9 @@ use outbox_cli::dlq;
 use outbox_template::stack::QueueInfo;
 
 /// The partner of the demo's inbound webhook.
-pub const PARTNER: &str = "acme-payments";
+pub(super) const PARTNER: &str = "acme-payments";
 /// The event type the demo's subscribers subscribe to (produced by the partner's payment).
-pub const EVENT_TYPE: &str = "OrderPaid";
+pub(super) const EVENT_TYPE: &str = "OrderPaid";
 /// Inbox consumer name of the sample's partner webhook receiver (`orders_app::partner::CONSUMER`).
 const PARTNER_CONSUMER: &str = "partner-webhooks";
 
