@@ -127,6 +127,7 @@ impl HttpConnector for CountingConnector {
     }
 }
 
+#[allow(unsafe_code)]
 fn cpu_time() -> Duration {
     // SAFETY: getrusage writes into the zeroed struct we own; RUSAGE_SELF is always valid.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };

@@ -18,43 +18,43 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 /// Bytes hashed per round.
-pub const BUFFER: usize = 64 * 1024;
+pub(crate) const BUFFER: usize = 64 * 1024;
 
 /// Hashes of [`BUFFER`] per measurement of the reference (~0.5 s of CPU in a `dev` build).
-pub const ROUNDS: usize = 256;
+pub(crate) const ROUNDS: usize = 256;
 
 /// The reference measured before a workload and after it, CPU ms per SHA-256 of [`BUFFER`].
 #[derive(Debug, Clone, Copy)]
-pub struct Reference {
+pub(crate) struct Reference {
     before_ms: f64,
     after_ms: f64,
 }
 
 impl Reference {
     /// Measures the reference before the workload; [`Reference::after`] measures it again.
-    pub fn before() -> Reference {
+    pub(crate) fn before() -> Reference {
         let ms = measure();
         Reference { before_ms: ms, after_ms: ms }
     }
 
     /// Measures the reference again, after the workload.
-    pub fn after(mut self) -> Reference {
+    pub(crate) fn after(mut self) -> Reference {
         self.after_ms = measure();
         self
     }
 
     /// The reference for the run: the mean of before and after, CPU ms per hash.
-    pub fn ms(&self) -> f64 {
+    pub(crate) fn ms(&self) -> f64 {
         (self.before_ms + self.after_ms) / 2.0
     }
 
     /// `figure_ms` (a CPU time in ms) ÷ the reference.
-    pub fn ratio(&self, figure_ms: f64) -> f64 {
+    pub(crate) fn ratio(&self, figure_ms: f64) -> f64 {
         figure_ms / self.ms()
     }
 
     /// One line saying what the reference is and its values in this run.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!(
             "reference (SHA-256 of a fixed {} KiB buffer, {ROUNDS} times, this thread's CPU, the bench's build): {:.3} ms per hash before, {:.3} after, mean {:.3}; \"÷ ref\" = the figure's CPU ms ÷ that mean",
             BUFFER / 1024,
@@ -76,6 +76,7 @@ fn measure() -> f64 {
 }
 
 /// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`).
+#[allow(unsafe_code)]
 fn thread_cpu() -> Duration {
     let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes into the timespec we own.

@@ -32,7 +32,7 @@ use super::{order_created, root, CONSUMER, RELAY};
 
 /// Of this process's child named `comm`: its peak resident set (`VmHWM`, kB) and the CPU time
 /// all its threads have spent (the first field of each `/proc/PID/task/TID/schedstat`, ns).
-pub fn child_figures(comm: &str) -> Option<(u64, Duration)> {
+pub(crate) fn child_figures(comm: &str) -> Option<(u64, Duration)> {
     let me = std::process::id().to_string();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
@@ -234,7 +234,7 @@ fn mix_batch(mix: usize, batch: usize, run: usize) -> Value {
 /// The relay's batch shape: records per invocation (the stream mapping's `BatchSize`, the relay
 /// block's parameter) and `RELAY_MAX_CALLS_IN_FLIGHT` (`None`: the template's value).
 #[derive(Clone, Copy, Debug)]
-pub struct RelayShape {
+pub(crate) struct RelayShape {
     /// Records per invocation.
     pub batch: usize,
     /// `PutEvents` calls in flight at once; `None` keeps the template's environment.
@@ -269,7 +269,7 @@ fn header(instance: &Instance, program: &Path, endpoint: &str, what: &str) {
 /// invocation ÷ the invocation's wall time, median of `runs`) for [`mixes`] at 0, 10, 30 and
 /// 100 ms of added `PutEvents` latency, the order on the bus checked; at 0 ms the process's CPU
 /// per `PutEvents` call and its log bytes per event.
-pub async fn relay(program: &Path, runs: usize, shape: RelayShape) {
+pub(crate) async fn relay(program: &Path, runs: usize, shape: RelayShape) {
     let (endpoint, aws) = FakeAws::start().await;
     // The table of `outbox::testing::insert_record`'s stream ARN (a relay that reads
     // `OUTBOX_TABLE` skips any other table's records).
@@ -363,7 +363,7 @@ fn sqs_batch(events: &[Value]) -> Value {
 /// `OrderCreated` events, delivered one per invocation (EventBridge) and ten per invocation (an
 /// SQS batch) when the binary takes SQS batches; per delivery shape the process's CPU per
 /// `TransactWriteItems` (the fake commits every one) and its log bytes per event.
-pub async fn consumer(program: &Path, runs: usize) {
+pub(crate) async fn consumer(program: &Path, runs: usize) {
     let (endpoint, aws) = FakeAws::start().await;
     let variables = [
         ("INBOX_TABLE", "bench-inbox".to_owned()),

@@ -29,10 +29,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// Longest wait for any condition of a test.
-pub const WAIT: Duration = Duration::from_secs(30);
+pub(crate) const WAIT: Duration = Duration::from_secs(30);
 
 /// The project root (where `template.yaml`, `events/` and `scripts/` are).
-pub fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
@@ -41,7 +41,7 @@ static BIN_DIR: OnceLock<PathBuf> = OnceLock::new();
 
 /// The directory of the template's function binaries, built on first use (once per test
 /// process; cargo's progress on stderr) unless `OUTBOX_LOCAL_NO_BUILD` is set.
-pub fn bin_dir() -> &'static PathBuf {
+pub(crate) fn bin_dir() -> &'static PathBuf {
     BIN_DIR.get_or_init(|| {
         let template = Template::load(&root().join("template.yaml")).unwrap_or_else(|e| panic!("template.yaml: {e}"));
         let functions = template.functions().unwrap_or_else(|e| panic!("the template's functions: {e}"));
@@ -51,7 +51,7 @@ pub fn bin_dir() -> &'static PathBuf {
 }
 
 /// Endpoint of this test binary's moto emulator, started on first use.
-pub fn endpoint() -> &'static str {
+pub(crate) fn endpoint() -> &'static str {
     ENDPOINT.get_or_init(|| {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::Builder::new()
@@ -122,19 +122,19 @@ fn child_with_port_argument(parent: u32, port: &str) -> Option<u32> {
 }
 
 /// A fresh stack name: `t-<8 hex digits>`.
-pub fn stack_name() -> String {
+pub(crate) fn stack_name() -> String {
     format!("t-{}", short_id())
 }
 
 /// 8 random hex digits.
-pub fn short_id() -> String {
+pub(crate) fn short_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
 }
 
 /// `template.yaml` and the building blocks it reads (`blocks/…`), copied to a fresh directory
 /// with each `(file, from, to)` applied (`from` replaced by `to` in `file`, a path from the root;
 /// it must be there), and read from that copy: a test's variant of the sample's settings.
-pub fn sample_template_with(changes: &[(&str, &str, &str)]) -> Template {
+pub(crate) fn sample_template_with(changes: &[(&str, &str, &str)]) -> Template {
     let root = root();
     let sample = Template::load(&root.join("template.yaml")).expect("template.yaml loads");
     let dir = std::env::temp_dir().join(format!("sample-{}", uuid::Uuid::new_v4()));
@@ -159,7 +159,7 @@ pub fn sample_template_with(changes: &[(&str, &str, &str)]) -> Template {
 /// Short delays, so retries and polls take milliseconds (retry waits compressed explicitly:
 /// the runtime's default is Lambda's ~1 min, 2 min); the functions' local settings of
 /// `local/env.json` (as `outbox-local` runs them: e.g. the webhook dispatcher's short backoff).
-pub fn fast_options() -> RuntimeOptions {
+pub(crate) fn fast_options() -> RuntimeOptions {
     let template = Template::load(&root().join("template.yaml")).expect("template.yaml loads");
     let environment =
         outbox_local::lambda::env_vars::load(&root().join("local/env.json"), &template.function_ids()).unwrap_or_else(|e| panic!("{e}"));
@@ -174,7 +174,7 @@ pub fn fast_options() -> RuntimeOptions {
 }
 
 /// One test's stack on the shared emulator, with the functions' binaries ready to run.
-pub struct Local {
+pub(crate) struct Local {
     /// Stack name.
     pub stack_name: String,
     /// The runtime (stack, functions, stats).
@@ -190,7 +190,7 @@ pub struct Local {
 impl Local {
     /// Registers a webhook subscriber of `OrderCreated` in the stack's subscriber table (the
     /// `PutItem` docs/webhooks.md's "Adding a subscriber" gives): `url`, its secret `secret_name`.
-    pub async fn add_webhook_subscriber(&self, id: &str, url: &str, secret_name: &str) {
+    pub(crate) async fn add_webhook_subscriber(&self, id: &str, url: &str, secret_name: &str) {
         let table = self.env_of("Webhooks/WebhookDispatcherFunction")["WEBHOOK_SUBSCRIBERS_TABLE"].clone();
         self.dynamodb
             .put_item()
@@ -206,7 +206,7 @@ impl Local {
     }
 
     /// Provisions the template as a fresh stack on the emulator and builds its functions.
-    pub async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let template = Template::load(&root().join("template.yaml")).expect("template.yaml loads");
         Self::start_with(template, endpoint(), fast_options(), None).await
     }
@@ -214,7 +214,7 @@ impl Local {
     /// [`Local::start`] with a template of the test's own, `endpoint` in place of the emulator's
     /// (e.g. a proxy in front of it), `options`, and the stack `stack_name` when given (an
     /// existing stack: a second runtime on it, as after a restart).
-    pub async fn start_with(template: Template, endpoint: &str, options: RuntimeOptions, stack_name: Option<String>) -> Self {
+    pub(crate) async fn start_with(template: Template, endpoint: &str, options: RuntimeOptions, stack_name: Option<String>) -> Self {
         let target = Target { endpoint: Some(endpoint.to_owned()), region: "us-east-1".into() };
         let sdk = sdk_config(&target).await;
         let stack_name = stack_name.unwrap_or_else(self::stack_name);
@@ -235,18 +235,18 @@ impl Local {
     }
 
     /// A receiver of the shutdown signal (for the HTTP API, pipelines, demo).
-    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+    pub(crate) fn shutdown_signal(&self) -> watch::Receiver<bool> {
         self.stop.subscribe()
     }
 
     /// Starts the stream mapping(s) and rule delivery.
-    pub fn spawn_pipelines(&mut self) {
+    pub(crate) fn spawn_pipelines(&mut self) {
         let tasks = self.runtime.spawn_pipelines(self.stop.subscribe()).unwrap_or_else(|e| panic!("spawn_pipelines: {e}"));
         self.tasks.extend(tasks);
     }
 
     /// Serves the HTTP API on a free loopback port; returns its address.
-    pub async fn serve_http(&mut self) -> SocketAddr {
+    pub(crate) async fn serve_http(&mut self) -> SocketAddr {
         let (addr, task) = outbox_local::runtime::http_api::serve(&self.runtime, SocketAddr::from(([127, 0, 0, 1], 0)), self.stop.subscribe())
             .await
             .expect("the HTTP API binds a loopback port");
@@ -255,12 +255,12 @@ impl Local {
     }
 
     /// A token of the runtime's local issuer for `sub` (the HTTP API's JWT authorizer accepts it).
-    pub fn token(&self, sub: &str) -> String {
+    pub(crate) fn token(&self, sub: &str) -> String {
         self.runtime.issuer.token(sub, &[], 3600)
     }
 
     /// Stops the pipelines and the HTTP API.
-    pub async fn shutdown(mut self) {
+    pub(crate) async fn shutdown(mut self) {
         let _ = self.stop.send(true);
         for task in self.tasks.drain(..) {
             let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
@@ -268,18 +268,18 @@ impl Local {
     }
 
     /// A function's resolved `Environment.Variables`.
-    pub fn env_of(&self, logical_id: &str) -> HashMap<String, String> {
+    pub(crate) fn env_of(&self, logical_id: &str) -> HashMap<String, String> {
         let function = self.runtime.function(logical_id).unwrap_or_else(|e| panic!("{e}"));
         self.runtime.stack.environment(&function.spec).unwrap_or_else(|e| panic!("environment of {logical_id}: {e}"))
     }
 
     /// Physical name of the table `logical_id`.
-    pub fn table(&self, logical_id: &str) -> String {
+    pub(crate) fn table(&self, logical_id: &str) -> String {
         self.runtime.stack.table(logical_id).unwrap_or_else(|| panic!("no table {logical_id} in the stack")).name.clone()
     }
 
     /// Every item of `table` (consistent scan).
-    pub async fn scan(&self, table: &str) -> Vec<HashMap<String, AttributeValue>> {
+    pub(crate) async fn scan(&self, table: &str) -> Vec<HashMap<String, AttributeValue>> {
         let mut items = Vec::new();
         let mut pages = self.dynamodb.scan().table_name(table).consistent_read(true).into_paginator().items().send();
         while let Some(item) = pages.next().await {
@@ -291,7 +291,7 @@ impl Local {
     /// A spy on the bus `bus`: a fresh queue `<stack>-spy` and a rule `{"source": [source]}`
     /// targeting it; returns the queue URL. Tests use a source of their own, so no consumer rule
     /// of the template matches what they publish.
-    pub async fn spy_on_bus(&self, bus: &str, source: &str) -> String {
+    pub(crate) async fn spy_on_bus(&self, bus: &str, source: &str) -> String {
         let name = format!("{}-spy", self.stack_name);
         let url = self.sqs.create_queue().queue_name(&name).send().await.expect("CreateQueue spy").queue_url.expect("a queue URL");
         let arn = self
@@ -313,7 +313,7 @@ impl Local {
     }
 
     /// Items of `table` with partition key `pk` = `value` (consistent query).
-    pub async fn query_pk(&self, table: &str, value: &str) -> Vec<HashMap<String, AttributeValue>> {
+    pub(crate) async fn query_pk(&self, table: &str, value: &str) -> Vec<HashMap<String, AttributeValue>> {
         self.dynamodb
             .query()
             .table_name(table)
@@ -329,25 +329,25 @@ impl Local {
 }
 
 /// A string attribute of an item, or "".
-pub fn s<'a>(item: &'a HashMap<String, AttributeValue>, name: &str) -> &'a str {
+pub(crate) fn s<'a>(item: &'a HashMap<String, AttributeValue>, name: &str) -> &'a str {
     item.get(name).and_then(|v| v.as_s().ok()).map(String::as_str).unwrap_or("")
 }
 
 /// A bounded wait: `tick` sleeps briefly, or panics saying what was not reached once the time
 /// is up. Never used to assert timings, only to wait for conditions.
-pub struct Deadline {
+pub(crate) struct Deadline {
     what: String,
     until: Instant,
 }
 
 impl Deadline {
     /// Waits at most [`WAIT`] for `what`.
-    pub fn new(what: impl Into<String>) -> Self {
+    pub(crate) fn new(what: impl Into<String>) -> Self {
         Self { what: what.into(), until: Instant::now() + WAIT }
     }
 
     /// Sleeps 50 ms; panics with `what` and `state` when the deadline has passed.
-    pub async fn tick(&self, state: impl FnOnce() -> String) {
+    pub(crate) async fn tick(&self, state: impl FnOnce() -> String) {
         if Instant::now() > self.until {
             panic!("not reached within {} s: {} (last seen: {})", WAIT.as_secs(), self.what, state());
         }
@@ -357,7 +357,7 @@ impl Deadline {
 
 /// Every violation of `detail` against `schemas/<event_type>.v<version>.json` (JSON Schema
 /// 2020-12), as messages naming the place.
-pub fn schema_violations(event_type: &str, version: u64, detail: &serde_json::Value) -> Vec<String> {
+pub(crate) fn schema_violations(event_type: &str, version: u64, detail: &serde_json::Value) -> Vec<String> {
     let path = root().join(format!("schemas/{event_type}.v{version}.json"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let schema: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
