@@ -11,9 +11,9 @@
 
 use std::path::PathBuf;
 
-/// An error of any other library, kept as the source of an [`Error`] (the operator's crate's
-/// [`outbox_cli::error::BoxError`]).
-pub use outbox_cli::error::BoxError as Source;
+/// An error of any other library, kept as the source of an [`Error`] (the same type as the
+/// operator's crate's [`outbox_cli::error::BoxError`], so its errors convert as they are).
+pub type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// What went wrong in the local runtime. The message says what was being done (the AWS
 /// operation and its resource, the file, the function, the request) and why, as the commands

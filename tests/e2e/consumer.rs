@@ -147,7 +147,7 @@ async fn settle(local: &Local, what: &str, settled: impl Fn(&outbox_local::stats
 }
 
 /// The consumer dead-letter queue's message about `event_id` (waits for it, bounded).
-async fn dead_letter_of(local: &Local, event_id: &str) -> outbox_cli::dlq::DlqMessage {
+async fn dead_letter_of(local: &Local, event_id: &str) -> outbox_cli::message::DlqMessage {
     let dlq = local.runtime.stack.queue("ConsumerKit/ConsumerDeadLetterQueue").cloned().expect("ConsumerKit/ConsumerDeadLetterQueue");
     let deadline = Deadline::new(format!("event {event_id} in {}", dlq.name));
     loop {

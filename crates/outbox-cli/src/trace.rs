@@ -35,8 +35,9 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Serialize;
 
-use crate::dlq::{self, DlqMessage};
+use crate::dlq;
 use crate::lookup::{self, ById, ScanRequest};
+use crate::message::DlqMessage;
 use crate::resources::{FunctionInfo, Resources};
 use crate::{Error, Result};
 

@@ -52,7 +52,7 @@ use crate::{ConfigError, Env, InvocationError};
 /// # }
 /// ```
 ///
-/// A consumer whose inbox is ordered (`Inbox::ordered_by_types`) or that has no dead-letter queue
+/// A consumer whose inbox is ordered (`Ordered::by_types(inbox, types)`) or that has no dead-letter queue
 /// builds the two itself from the same functions (`functions/orders-app/src/inventory.rs`).
 ///
 /// # Errors

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use aws_config::SdkConfig;
 use serde_json::json;
 
-use outbox_cli::dlq::{self, DlqMessage};
+use outbox_cli::dlq;
+use outbox_cli::message::DlqMessage;
 use outbox_template::stack::{QueueInfo, Stack};
 
 /// The dead letter the verb made.

@@ -9,7 +9,7 @@ use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use outbox::dead_letter::DeadLetter;
 use serde::Serialize;
 
-pub use crate::message::DlqMessage;
+use crate::message::DlqMessage;
 use crate::{Error, Result};
 use outbox_template::stack::QueueInfo;
 

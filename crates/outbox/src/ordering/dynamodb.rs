@@ -361,10 +361,14 @@ impl OrderingStore for Inbox {
             .update_item()
             .table_name(self.table())
             .key("pk", AttributeValue::S(format!("{}#aggregate#{aggregate}", self.consumer())))
-            .update_expression("SET last_sequence = :through, released_through = :through, released_at = :now")
+            // The count too (0 on a row this release creates), so every ordering row has one.
+            .update_expression(
+                "SET last_sequence = :through, parked_count = if_not_exists(parked_count, :zero), released_through = :through, released_at = :now",
+            )
             // A row parking created has a count and no sequence yet.
             .condition_expression("attribute_not_exists(last_sequence) OR last_sequence < :through")
             .expression_attribute_values(":through", n(through))
+            .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":now", AttributeValue::S(now_text()))
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
             .return_values_on_condition_check_failure(aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld)

@@ -16,7 +16,8 @@ pub struct OrderingRow {
     /// The sequence of the last event applied or released (`None`: parking created the row and
     /// no event was applied yet; read as 0).
     pub last_sequence: Option<u64>,
-    /// [`PARKED_COUNT`] (`None`: a row an operator's release created, before any event).
+    /// [`PARKED_COUNT`] (`None` only on a row no store wrote: parking, every commit and an
+    /// operator's release all write it).
     pub parked_count: Option<i64>,
 }
 
@@ -42,12 +43,12 @@ impl OrderingRow {
         Some(OrderingRow { last_sequence, parked_count: Some(count.unwrap_or(0) + by) })
     }
 
-    /// The row after an operator's release through `through` (never down): `None` when the
-    /// row stands at or beyond it already.
+    /// The row after an operator's release through `through` (never down), with a count (0 on a
+    /// row the release creates): `None` when the row stands at or beyond it already.
     pub fn released(row: Option<&OrderingRow>, through: u64) -> Option<OrderingRow> {
         match row.and_then(|r| r.last_sequence) {
             Some(last) if last >= through => None,
-            _ => Some(OrderingRow { last_sequence: Some(through), parked_count: row.and_then(|r| r.parked_count) }),
+            _ => Some(OrderingRow { last_sequence: Some(through), parked_count: Some(row.and_then(|r| r.parked_count).unwrap_or(0)) }),
         }
     }
 }

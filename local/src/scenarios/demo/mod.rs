@@ -404,7 +404,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
     let dead = dlq::peek(&sqs, &consumer_dlq).await.map_err(crate::Error::Operator)?;
     let poison = dead.iter().find(|m| m.event_id.as_deref() == Some(poison_id.as_str()));
     let gap = parked_gap.as_ref().filter(|_| !dead.iter().any(|m| m.event_id.as_deref() == Some(gap_id.as_str())));
-    let reason = |m: Option<&dlq::DlqMessage>| m.map(|m| m.reason.clone()).unwrap_or_else(|| "(not found)".into());
+    let reason = |m: Option<&outbox_cli::message::DlqMessage>| m.map(|m| m.reason.clone()).unwrap_or_else(|| "(not found)".into());
     say.line(format!(
         "6. poison     event {poison_id} (detail.data.lines is a string) → dead-lettered by the consumer on the first attempt → {}: {}",
         consumer_dlq.name,

@@ -69,7 +69,7 @@ pub(crate) struct Outbound {
     /// Verified requests answered 408, 429 or 5xx.
     pub(crate) retries: usize,
     /// Messages in `WebhookDeadLetterQueue`.
-    pub(crate) dead_lettered: Vec<dlq::DlqMessage>,
+    pub(crate) dead_lettered: Vec<outbox_cli::message::DlqMessage>,
     /// Requests whose signature did not verify.
     pub(crate) unverified: usize,
     /// Per subscriber, the statuses it answered, in order.

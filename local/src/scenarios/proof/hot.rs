@@ -24,7 +24,7 @@ use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 
 use super::Invariant;
 use crate::scenarios::books::{number, scan, text, HotAggregate};
-use outbox_cli::dlq::DlqMessage as Message;
+use outbox_cli::message::DlqMessage as Message;
 
 /// Puts the aggregate's events on `bus` in an order shuffled by `seed` (the plan's), 10 a call;
 /// an entry the bus refuses is put again.
