@@ -2,7 +2,10 @@
 //! an aggregate's events in sequence order; a consumer that needs no order never touches it.
 //! Every ordering rule is here, once, and runs unchanged on the DynamoDB table and on the
 //! in-memory store: both implement [`OrderingStore`] (one transaction per [`Step`], the parked
-//! rows, the ordering row) and nothing more.
+//! rows, the ordering row) and nothing more. The consumer only decides when to call the layer
+//! (it delivers through the handlers): it parks what the layer refuses with
+//! [`SequenceGap`](crate::inbox::InboxError::SequenceGap) and, after a commit, drains the parked
+//! successors the layer reads, each applied through it with [`Advance::Unpark`].
 //!
 //! ```text
 //! Consumer ──▶ Ordered<S> ──rules──▶ S: OrderingStore ──▶ S: InboxStore (claims, guarded mode)
