@@ -79,10 +79,11 @@
 //! [`Consumer`] sends it to the dead-letter queue on the first attempt instead of
 //! letting Lambda retry it (the asynchronous-invocation retries are for failures that may pass).
 //!
-//! Each message body is read once (`consumer/message.rs`): the envelope, `detail.metadata`, the
-//! event id and the span's fields come from that one value, which the SQS batch, the delivery,
-//! parking, the drain and the dead-letter path share; only `detail.data` is decoded again, into
-//! the handler's own type. The parked check's message is told apart from an event by a
+//! Each message body is read once (`consumer/message.rs`): the envelope, `detail` split into
+//! its raw parts (`metadata`, `data`, `data_ref`), `detail.metadata` decoded, the event id and
+//! the span's fields come from that one read, which the SQS batch, the delivery, parking, the
+//! drain and the dead-letter path share; the handler's route decodes only `detail.data`, once,
+//! into the handler's own type (a claim-checked event: the payload fetched in its place). The parked check's message is told apart from an event by a
 //! substring test before any parse ([`ParkedCheck::recognise`]).
 
 use aws_lambda_events::eventbridge::EventBridgeEvent;
@@ -148,12 +149,15 @@ pub struct DeliveredEvent<T> {
 #[error("{0}")]
 pub struct MalformedEvent(pub String);
 
+/// `detail`'s parts, as raw JSON (`None`: missing, or `null`).
 #[derive(Deserialize)]
-struct DetailParts<'a> {
+pub(crate) struct DetailParts<'a> {
     #[serde(borrow)]
-    metadata: Option<&'a RawValue>,
+    pub(crate) metadata: Option<&'a RawValue>,
     #[serde(borrow)]
-    data: Option<&'a RawValue>,
+    pub(crate) data: Option<&'a RawValue>,
+    #[serde(borrow)]
+    pub(crate) data_ref: Option<&'a RawValue>,
 }
 
 /// Decodes `event` into [`DeliveredEvent<T>`].
@@ -163,22 +167,56 @@ struct DetailParts<'a> {
 /// `detail.metadata` or `detail.data`, a metadata field missing or of the wrong type,
 /// `detail-type` different from `detail.metadata.type`, or `data` not matching `T`.
 pub fn decode_event<T: DeserializeOwned>(event: &RawEventBridgeEvent) -> Result<DeliveredEvent<T>, MalformedEvent> {
-    let detail = event.detail.get();
+    let parts = split_detail(event.detail.get())?;
+    let metadata = parts.metadata.map(|m| decode_metadata(m.get()));
+    let (metadata, raw_data) = checked(&event.detail_type, metadata.as_ref(), parts.data.map(RawValue::get))?;
+    let data = decode_data(raw_data)?;
+    Ok(DeliveredEvent { metadata: metadata.clone(), data, raw_data: raw_data.to_owned(), envelope_id: event.id.clone() })
+}
+
+/// Splits `detail` (JSON text) into its raw parts: the one parse of `detail`.
+///
+/// # Errors
+/// `detail` is not a JSON object.
+pub(crate) fn split_detail(detail: &str) -> Result<DetailParts<'_>, MalformedEvent> {
     if !detail.trim_start().starts_with('{') {
         return Err(MalformedEvent(format!("detail must be a JSON object, got {}", json_kind(detail))));
     }
-    let parts: DetailParts<'_> = serde_json::from_str(detail).map_err(|e| MalformedEvent(format!("detail: {e}")))?;
-    let metadata = parts.metadata.ok_or_else(|| MalformedEvent("detail.metadata is missing".into()))?;
-    let data = parts.data.ok_or_else(|| MalformedEvent("detail.data is missing".into()))?;
-    let metadata: EventMetadata = decode_at("detail.metadata", metadata.get())?;
+    message::counted(message::Part::Detail);
+    serde_json::from_str(detail).map_err(|e| MalformedEvent(format!("detail: {e}")))
+}
+
+/// Decodes `detail.metadata` (raw JSON), naming the offending field.
+pub(crate) fn decode_metadata(metadata: &str) -> Result<EventMetadata, MalformedEvent> {
+    message::counted(message::Part::Metadata);
+    decode_at("detail.metadata", metadata)
+}
+
+/// Decodes `detail.data` (raw JSON) into `T`, naming the offending field.
+pub(crate) fn decode_data<T: DeserializeOwned>(data: &str) -> Result<T, MalformedEvent> {
+    message::counted(message::Part::Data);
+    decode_at("detail.data", data)
+}
+
+/// The checks of an event whose `detail` was split, in [`decode_event`]'s order (so the first
+/// error is the same): `detail.metadata` present, `detail.data` present, the metadata decoded
+/// (`metadata`: its decoding, `None` when missing), its id not empty, `detail-type` equal to
+/// `detail.metadata.type`. Answers the metadata and `detail.data` (raw JSON).
+pub(crate) fn checked<'m, 'd>(
+    detail_type: &str,
+    metadata: Option<&'m Result<EventMetadata, MalformedEvent>>,
+    data: Option<&'d str>,
+) -> Result<(&'m EventMetadata, &'d str), MalformedEvent> {
+    let metadata = metadata.ok_or_else(|| MalformedEvent("detail.metadata is missing".into()))?;
+    let data = data.ok_or_else(|| MalformedEvent("detail.data is missing".into()))?;
+    let metadata = metadata.as_ref().map_err(Clone::clone)?;
     if metadata.id.trim().is_empty() {
         return Err(MalformedEvent("detail.metadata.id is empty".into()));
     }
-    if event.detail_type != metadata.event_type {
-        return Err(MalformedEvent(format!("detail-type {:?} differs from detail.metadata.type {:?}", event.detail_type, metadata.event_type)));
+    if detail_type != metadata.event_type {
+        return Err(MalformedEvent(format!("detail-type {:?} differs from detail.metadata.type {:?}", detail_type, metadata.event_type)));
     }
-    let decoded: T = decode_at("detail.data", data.get())?;
-    Ok(DeliveredEvent { metadata, data: decoded, raw_data: data.get().to_owned(), envelope_id: event.id.clone() })
+    Ok((metadata, data))
 }
 
 fn decode_at<T: DeserializeOwned>(prefix: &str, json: &str) -> Result<T, MalformedEvent> {

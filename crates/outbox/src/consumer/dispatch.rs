@@ -17,9 +17,7 @@ use super::handler::FnHandler;
 use super::message::Message;
 use super::metrics;
 use super::tx::SETTLED_ELSEWHERE;
-use super::{
-    decode_event, ConsumerError, DeadLetterSink, DeliveredEvent, EventHandler, Fallback, HandlerError, MalformedEvent, RawEventBridgeEvent, Tx,
-};
+use super::{checked, decode_data, ConsumerError, DeadLetterSink, DeliveredEvent, EventHandler, Fallback, HandlerError, MalformedEvent, Tx};
 use crate::envelope::EventMetadata;
 use crate::inbox::{InboxError, InboxOutcome, InboxStore, PayloadHash, RecordedOutcome};
 use crate::ordering::{ParkedEvent, Sequencing};
@@ -195,22 +193,30 @@ impl RetryPolicy {
 enum Claimed {
     /// The payload is inline (or decoding reports what is wrong).
     Inline,
-    /// The event with the payload fetched in place of its reference.
-    Fetched(RawEventBridgeEvent),
+    /// The payload fetched in place of its reference (`detail.data`, JSON text).
+    Fetched(String),
     /// Applied before: nothing fetched.
     Duplicate(EventMetadata),
 }
 
-/// A decoded event and what its handler answered.
+/// What the handler of a decoded event answered.
 struct Called<O> {
-    metadata: EventMetadata,
     hash: PayloadHash,
     result: Result<O, HandlerError>,
 }
 
 /// One event type's handler with its data type erased, so one consumer holds many.
+///
+/// The route is given the event checked ([`checked`]: its metadata, decoded once by
+/// [`Message::read`], and `detail.data` as raw JSON); it decodes only `detail.data`, into `T`.
 trait Route<O>: Send + Sync {
-    fn call<'a>(&'a self, event: &'a RawEventBridgeEvent, tx: Tx<O>) -> BoxFuture<'a, Result<Called<O>, MalformedEvent>>;
+    fn call<'a>(
+        &'a self,
+        metadata: &'a EventMetadata,
+        data: &'a str,
+        envelope_id: Option<&'a str>,
+        tx: Tx<O>,
+    ) -> BoxFuture<'a, Result<Called<O>, MalformedEvent>>;
 }
 
 struct Typed<T, H> {
@@ -224,15 +230,23 @@ where
     O: Send + 'static,
     H: EventHandler<T, O>,
 {
-    fn call<'a>(&'a self, event: &'a RawEventBridgeEvent, tx: Tx<O>) -> BoxFuture<'a, Result<Called<O>, MalformedEvent>> {
+    fn call<'a>(
+        &'a self,
+        metadata: &'a EventMetadata,
+        data: &'a str,
+        envelope_id: Option<&'a str>,
+        tx: Tx<O>,
+    ) -> BoxFuture<'a, Result<Called<O>, MalformedEvent>> {
         Box::pin(async move {
-            let delivered: DeliveredEvent<T> = decode_event(event)?;
-            let metadata = delivered.metadata.clone();
+            let decoded: T = decode_data(data)?;
             // The hashes of `detail.data` as delivered: a copy re-serialised by any hop (other
-            // whitespace, other member order) is the same payload (PayloadHash::matches).
-            let hash = PayloadHash::of(&delivered.raw_data);
+            // whitespace, other member order) is the same payload (PayloadHash::matches). Its
+            // canonical form is a parse of `detail.data` of its own, for the hash only.
+            let hash = PayloadHash::of(data);
+            let delivered =
+                DeliveredEvent { metadata: metadata.clone(), data: decoded, raw_data: data.to_owned(), envelope_id: envelope_id.map(str::to_owned) };
             let result = self.handler.handle(delivered, tx).await;
-            Ok(Called { metadata, hash, result })
+            Ok(Called { hash, result })
         })
     }
 }
@@ -377,7 +391,7 @@ where
         // Ordering: what waits for this event (or, after a park, for the predecessor that may
         // have been applied meanwhile) is applied now.
         let ordering = self.inner.store.ordering();
-        let drained = match (&response.outcome, message.metadata.as_ref(), ordering) {
+        let drained = match (&response.outcome, message.metadata(), ordering) {
             (Handled::DeadLettered, _, _) | (_, None, _) | (_, _, None) => Drained::default(),
             // Its commit proved nothing parked: no event waits for it, no parked copy of it.
             _ if response.none_parked => Drained::default(),
@@ -616,7 +630,7 @@ where
     /// `None` when it did not (the invocation then fails as before).
     async fn park(&self, message: &Message<'_>, waits_for: u64) -> Option<ConsumerResponse<O>> {
         let ordering = self.inner.store.ordering()?;
-        let metadata = message.metadata.as_ref()?;
+        let metadata = message.metadata()?;
         match ordering.park(metadata, waits_for, message.text).await {
             Ok(true) => {
                 metrics::parked();
@@ -648,57 +662,50 @@ where
     async fn process(&self, message: &Message<'_>, delivery: Delivery) -> Result<(EventMetadata, Handled<O>, bool), ConsumerError> {
         let envelope = message.envelope.as_ref().map_err(Clone::clone)?;
         #[cfg(feature = "claim-check")]
-        let fetched;
-        #[cfg(feature = "claim-check")]
-        let envelope = match self.claimed(envelope).await? {
-            Claimed::Inline => envelope,
-            Claimed::Fetched(event) => {
-                fetched = event;
-                &fetched
-            }
+        let fetched = match self.claimed(message).await? {
+            Claimed::Inline => None,
+            Claimed::Fetched(data) => Some(data),
             Claimed::Duplicate(metadata) => return Ok((metadata, Handled::Duplicate, false)),
         };
         let Some(route) = self.inner.routes.get(&envelope.detail_type) else {
             let known: Vec<&str> = self.inner.routes.keys().map(String::as_str).collect();
             return Err(MalformedEvent(format!("detail-type {:?} is not handled here ({})", envelope.detail_type, known.join(", "))).into());
         };
+        // `detail` as split by Message::read, its metadata as decoded there: checked as
+        // decode_event checks them, in its order.
+        let parts = message.parts()?;
+        #[cfg(feature = "claim-check")]
+        let data = fetched.as_deref().or(parts.data);
+        #[cfg(not(feature = "claim-check"))]
+        let data = parts.data;
+        let (metadata, data) = checked(&envelope.detail_type, message.decoded_metadata(), data)?;
         let tx = Tx::new(self.inner.writer.clone());
-        let called = route.call(envelope, tx.clone()).await?;
+        let called = route.call(metadata, data, envelope.id.as_deref(), tx.clone()).await?;
         let outcome = called.result?;
-        let (handled, none_parked) = self.commit(&called.metadata, &called.hash, tx, outcome, delivery).await?;
-        Ok((called.metadata, handled, none_parked))
+        let (handled, none_parked) = self.commit(metadata, &called.hash, tx, outcome, delivery).await?;
+        Ok((metadata.clone(), handled, none_parked))
     }
 
-    /// `envelope` with `detail.data` in place of `detail.data_ref`: the payload fetched from S3
-    /// and verified (size, SHA-256). Events with `detail.data` (or without either, which decoding
-    /// reports) pass unchanged. An event the inbox already holds as applied with the reference's
-    /// SHA-256 ([`InboxStore::applied_sha256`]: the SHA-256 of the bytes it was applied with)
-    /// is a duplicate: nothing is fetched. Any other answer, or a failed read, fetches: the
-    /// transaction's claim decides, as for an inline event.
+    /// `detail.data` for `detail.data_ref`: the payload fetched from S3 and verified (size,
+    /// SHA-256). Events with `detail.data` (or without either, which the checks report) pass
+    /// unchanged. An event the inbox already holds as applied with the reference's SHA-256
+    /// ([`InboxStore::applied_sha256`]: the SHA-256 of the bytes it was applied with) is a
+    /// duplicate: nothing is fetched. Any other answer, or a failed read, fetches: the
+    /// transaction's claim decides, as for an inline event. `detail`'s parts and its metadata
+    /// are the message's (split and decoded once, by [`Message::read`]).
     #[cfg(feature = "claim-check")]
-    async fn claimed(&self, envelope: &RawEventBridgeEvent) -> Result<Claimed, ConsumerError> {
-        #[derive(serde::Deserialize)]
-        struct Parts<'a> {
-            #[serde(borrow)]
-            metadata: Option<&'a RawValue>,
-            #[serde(borrow)]
-            data: Option<&'a RawValue>,
-            #[serde(borrow)]
-            data_ref: Option<&'a RawValue>,
-        }
-        let Ok(Parts { metadata: Some(metadata), data: None, data_ref: Some(data_ref) }) = serde_json::from_str::<Parts<'_>>(envelope.detail.get())
-        else {
+    async fn claimed(&self, message: &Message<'_>) -> Result<Claimed, ConsumerError> {
+        let Ok(super::message::Parts { metadata: Some(_), data: None, data_ref: Some(data_ref) }) = message.parts() else {
             return Ok(Claimed::Inline);
         };
-        let reference: crate::envelope::PayloadRef =
-            serde_json::from_str(data_ref.get()).map_err(|e| MalformedEvent(format!("detail.data_ref: {e}")))?;
-        // Metadata that does not decode is reported by decoding, after the fetch, as before.
-        if let Ok(decoded) = serde_json::from_str::<EventMetadata>(metadata.get()) {
+        let reference: crate::envelope::PayloadRef = serde_json::from_str(data_ref).map_err(|e| MalformedEvent(format!("detail.data_ref: {e}")))?;
+        // Metadata that does not decode is reported by the checks, after the fetch, as before.
+        if let Some(decoded) = message.metadata() {
             let applied: BoxFuture<'_, _> = Box::pin(self.inner.store.applied_sha256(&decoded.id));
             match applied.await {
                 Ok(Some(hash)) if hash.eq_ignore_ascii_case(&reference.sha256) => {
                     tracing::debug!("claim-checked event already applied; its payload is not fetched");
-                    return Ok(Claimed::Duplicate(decoded));
+                    return Ok(Claimed::Duplicate(decoded.clone()));
                 }
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "could not read the inbox before fetching the payload; fetching it"),
@@ -712,13 +719,18 @@ where
             .into());
         };
         let bytes = claim_check.fetch(&reference).await?;
-        let data = String::from_utf8(bytes)
+        let mut data = String::from_utf8(bytes)
             .map_err(|_| MalformedEvent(format!("the payload in s3://{}/{} is not UTF-8 text", reference.bucket, reference.key)))?;
-        let detail = RawValue::from_string(format!(r#"{{"metadata":{},"data":{data}}}"#, metadata.get()))
+        // The fetched bytes must be one JSON value (the route's decoding of `detail.data` does
+        // not reject trailing text); no envelope is rebuilt around them. `detail.data` is the
+        // value without the whitespace around it, as when it was read from a rebuilt detail.
+        let value = serde_json::from_str::<&RawValue>(&data)
             .map_err(|e| MalformedEvent(format!("the payload in s3://{}/{} is not JSON: {e}", reference.bucket, reference.key)))?;
-        let mut envelope = envelope.clone();
-        envelope.detail = detail;
-        Ok(Claimed::Fetched(envelope))
+        let start = value.get().as_ptr() as usize - data.as_ptr() as usize;
+        let end = start + value.get().len();
+        data.truncate(end);
+        data.drain(..start);
+        Ok(Claimed::Fetched(data))
     }
 
     /// Commits `tx` with the inbox claim (recording the outcome on it); on a false business
