@@ -515,12 +515,7 @@ impl Inbox {
 mod tests {
     use super::*;
 
-    fn metadata() -> EventMetadata {
-        serde_json::from_str(
-            r#"{"id":"e-1","type":"OrderCreated","version":1,"source":"s","time":"2026-12-01T00:00:00Z","subject":"o-1","aggregate_type":"Order","sequence":1,"correlation_id":"c"}"#,
-        )
-        .unwrap()
-    }
+    use crate::fixtures::first_event as metadata;
 
     fn expires_at(item: &TransactWriteItem) -> i64 {
         item.put().and_then(|p| p.item().get("expires_at")).and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap()

@@ -54,6 +54,8 @@ pub mod consumer;
 pub mod contract;
 pub mod dead_letter;
 pub mod envelope;
+#[cfg(all(test, feature = "inbox"))]
+mod fixtures;
 #[cfg(feature = "inbox")]
 pub mod inbox;
 #[cfg(feature = "inbox")]

@@ -303,20 +303,7 @@ mod tests {
     use super::*;
     use crate::inbox::{Guarded, GuardedError};
 
-    fn metadata(id: &str, sequence: u64) -> EventMetadata {
-        EventMetadata {
-            id: id.into(),
-            event_type: "OrderCreated".into(),
-            version: 1,
-            source: "s".into(),
-            time: "2026-11-29T08:00:00.000Z".into(),
-            subject: "o-1".into(),
-            aggregate_type: "Order".into(),
-            sequence,
-            correlation_id: "c".into(),
-            previous: Default::default(),
-        }
-    }
+    use crate::fixtures::metadata;
 
     #[tokio::test]
     async fn guarded_runs_once_replays_and_releases_on_failure() {

@@ -391,12 +391,7 @@ mod tests {
     use crate::ordering::Ordered;
     use aws_sdk_dynamodb::Client;
 
-    fn metadata() -> EventMetadata {
-        serde_json::from_str(
-            r#"{"id":"e-1","type":"OrderCreated","version":1,"source":"s","time":"2026-12-01T00:00:00Z","subject":"o-1","aggregate_type":"Order","sequence":1,"correlation_id":"c"}"#,
-        )
-        .unwrap()
-    }
+    use crate::fixtures::first_event as metadata;
 
     /// A parked row as [`OrderingStore::park`] writes it, for event `id` (sequence `sequence`, waiting
     /// for `waits_for`) of aggregate `Order#o-1`, consumer `c`.

@@ -169,20 +169,7 @@ mod tests {
     use crate::inbox::{InboxOutcome, InboxStore, Injected};
     use crate::ordering::Ordered;
 
-    fn metadata(id: &str, sequence: u64) -> EventMetadata {
-        EventMetadata {
-            id: id.into(),
-            event_type: "OrderCreated".into(),
-            version: 1,
-            source: "s".into(),
-            time: "2026-11-29T08:00:00.000Z".into(),
-            subject: "o-1".into(),
-            aggregate_type: "Order".into(),
-            sequence,
-            correlation_id: "c".into(),
-            previous: Default::default(),
-        }
-    }
+    use crate::fixtures::metadata;
 
     #[tokio::test]
     async fn duplicates_mismatches_ordering_and_injected_answers() {
