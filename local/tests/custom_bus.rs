@@ -130,6 +130,15 @@ async fn until(env: &Env, what: &str, check: impl Fn(&outbox_local::custom_bus::
     }
 }
 
+/// Waits until the bus has delivered `n` events and has nothing waiting.
+async fn until_delivered(emulator: &Emulator, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while emulator.custom_bus.stats().delivered < n || emulator.custom_bus.backlog() > 0 {
+        assert!(Instant::now() < deadline, "{:?}", emulator.custom_bus.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_groups_events_arrive_in_publish_order_across_calls_and_duplicates_once() {
     let env = env(FifoBlocking::Group).await;
@@ -199,7 +208,13 @@ async fn blocked(blocking: FifoBlocking) -> (Vec<String>, Vec<String>) {
         .sqs_parameters(SqsParameters::builder().message_group_id(GROUP_ID).message_deduplication_id(EVENT_ID).build())
         .build()
         .expect("an invoke configuration");
-    env.bus.update_subscriber().subscriber_arn(sub.subscriber_arn().expect("an ARN")).invoke_configuration(fixed).send().await.expect("UpdateSubscriber");
+    env.bus
+        .update_subscriber()
+        .subscriber_arn(sub.subscriber_arn().expect("an ARN"))
+        .invoke_configuration(fixed)
+        .send()
+        .await
+        .expect("UpdateSubscriber");
     let late = labels(&receive(&env.sqs, &url, 4 - early.len()).await);
     (early, late)
 }
@@ -314,7 +329,12 @@ async fn unordered_filters_and_replay_from_a_point_in_time() {
         .invoke_configuration(InvokeConfiguration::builder().target_arn(&replay_arn).role_arn(ROLE).build().expect("invoke"))
         .starting_position(StartingPosition::PointInTime)
         .point_in_time_configuration(
-            PointInTimeConfiguration::builder().point_type(PointType::Timestamp).starting_point(since).end_point(aws_smithy_types::DateTime::from(std::time::SystemTime::now())).build().expect("a point in time"),
+            PointInTimeConfiguration::builder()
+                .point_type(PointType::Timestamp)
+                .starting_point(since)
+                .end_point(aws_smithy_types::DateTime::from(std::time::SystemTime::now()))
+                .build()
+                .expect("a point in time"),
         )
         .send()
         .await
@@ -355,7 +375,15 @@ async fn the_sdk_sees_per_entry_faults_throttling_and_clear_errors_through_a_pro
     assert_eq!(aws_smithy_types::retry::ProvideErrorKind::retryable_error_kind(service), Some(aws_smithy_types::retry::ErrorKind::ThrottlingError));
 
     // Entries failed by position, the others published.
-    let out = relay.put_events().event_bus_arn(&env.bus_arn).entries(order("A", 1)).entries(order("A", 2)).entries(order("A", 3)).send().await.expect("PutEvents");
+    let out = relay
+        .put_events()
+        .event_bus_arn(&env.bus_arn)
+        .entries(order("A", 1))
+        .entries(order("A", 2))
+        .entries(order("A", 3))
+        .send()
+        .await
+        .expect("PutEvents");
     assert_eq!(out.failed_entry_count(), 2);
     let codes: Vec<Option<&str>> = out.entries().iter().map(|e| e.error_code()).collect();
     assert_eq!(codes, [Some("InternalFailure"), Some("InternalFailure"), None]);
@@ -372,4 +400,109 @@ async fn the_sdk_sees_per_entry_faults_throttling_and_clear_errors_through_a_pro
     assert!(format!("{}", aws_sdk_eventbridgev2::error::DisplayErrorContext(&err)).contains("1-100"), "{err:?}");
     // Everything else still reaches moto unchanged through the same endpoint.
     queue(&env.sqs, "still-moto").await;
+}
+
+const TEMPLATE: &str = r#"
+AWSTemplateFormatVersion: "2010-09-09"
+Parameters:
+  EventBusType:
+    Type: String
+    AllowedValues: [Classic, Custom]
+    Default: Classic
+  EventRetentionDays:
+    Type: Number
+    Default: 7
+Conditions:
+  UseCustomBus: !Equals [!Ref EventBusType, Custom]
+Resources:
+  Bus:
+    Type: AWS::EventsV2::EventBus
+    Condition: UseCustomBus
+    Properties:
+      Name: !Sub "${AWS::StackName}-bus"
+      StorageConfiguration:
+        RetentionPeriodInDays: !Ref EventRetentionDays
+  DeliveryQueue:
+    Type: AWS::SQS::Queue
+    Properties:
+      FifoQueue: true
+      QueueName: !Sub "${AWS::StackName}-delivery.fifo"
+  FailureQueue:
+    Type: AWS::SQS::Queue
+    Properties:
+      FifoQueue: true
+      QueueName: !Sub "${AWS::StackName}-bus-failures.fifo"
+  DeliveryRole:
+    Type: AWS::IAM::Role
+    Properties:
+      AssumeRolePolicyDocument: {}
+  Subscriber:
+    Type: AWS::EventsV2::Subscriber
+    Condition: UseCustomBus
+    Properties:
+      Name: !Sub "${AWS::StackName}-kit"
+      EventBusArn: !GetAtt Bus.EventBusArn
+      Type: FIFO
+      InvokeConfiguration:
+        TargetArn: !GetAtt DeliveryQueue.Arn
+        RoleArn: !GetAtt DeliveryRole.Arn
+        SqsParameters:
+          MessageGroupId: "{% $events.SystemMetadata.EventGroupId %}"
+          MessageDeduplicationId: "{% $events.SystemMetadata.'aws:EventId' %}"
+      FilterConfiguration:
+        Filters:
+          - Scope: DATA
+            Pattern: '{"source": ["shop.orders"]}'
+      RetryPolicy:
+        MaxRetryAttempts: 3
+        MaxEventAgeInSeconds: "600"
+      OnFailureConfiguration:
+        Arn: !GetAtt FailureQueue.Arn
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_templates_custom_bus_and_subscriber_are_provisioned_with_parameter_overrides() {
+    let dir = std::env::temp_dir().join(format!("custom-bus-template-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let path = dir.join("template.yaml");
+    std::fs::write(&path, TEMPLATE).expect("the template");
+    let emulator = Emulator::start(&root()).await.expect("the moto emulator starts");
+    emulator.custom_bus.configure(BusOptions::default().compressed());
+    let sdk = sdk_config(&Target { endpoint: Some(emulator.endpoint.clone()), region: "us-east-1".into() }).await;
+
+    // The default (Classic): no Custom bus resource.
+    let classic = outbox_template::Template::load(&path).expect("the template");
+    let stack = outbox_local::provision::provision(&sdk, classic, "shop", "123456789012").await.expect("provisioned");
+    assert!(stack.custom_buses.is_empty() && stack.subscribers.is_empty());
+    // An override outside AllowedValues, or of no parameter, is refused with the choices.
+    let err = outbox_template::Template::load_with_overrides(&path, &[("EventBusType".into(), "Kafka".into())]).expect_err("not allowed");
+    assert!(err.to_string().contains("Classic, Custom"), "{err}");
+    let err = outbox_template::Template::load_with_overrides(&path, &[("BusKind".into(), "Custom".into())]).expect_err("no parameter");
+    assert!(err.to_string().contains("BusKind is not a parameter"), "{err}");
+
+    let overrides = [("EventBusType".to_owned(), "Custom".to_owned()), ("EventRetentionDays".to_owned(), "3".to_owned())];
+    let custom = || outbox_template::Template::load_with_overrides(&path, &overrides).expect("the template");
+    let stack = outbox_local::provision::provision(&sdk, custom(), "shop", "123456789012").await.expect("provisioned");
+    let bus_arn = stack.custom_buses[0].arn.clone().expect("its ARN");
+    assert_eq!(stack.custom_buses[0].spec.retention_days, Some(3));
+    let queue = stack.queues.iter().find(|q| q.logical_id == "DeliveryQueue").expect("the delivery queue").clone();
+    let sub = stack.subscriber_for_queue(&queue.url).expect("found by its delivery queue's URL");
+    assert_eq!((sub.name.as_str(), sub.bus_arn.as_str(), sub.target_arn.as_str()), ("shop-kit", bus_arn.as_str(), queue.arn.as_str()));
+    assert_eq!(stack.subscriber_for_queue("DeliveryQueue").map(|s| &s.name), Some(&sub.name), "or its logical id");
+    assert!(stack.subscriber_for_queue("FailureQueue").is_none());
+    assert_eq!(sub.request["RetryPolicy"]["MaxEventAgeInSeconds"], 600, "numbers as the API takes them");
+    // Provisioning again leaves what exists: the same ARNs.
+    let again = outbox_local::provision::provision(&sdk, custom(), "shop", "123456789012").await.expect("provisioned again");
+    assert_eq!((again.custom_buses[0].arn.as_deref(), again.subscribers[0].arn.as_deref()), (Some(bus_arn.as_str()), sub.arn.as_deref()));
+
+    let bus = aws_sdk_eventbridgev2::Client::new(&sdk);
+    let described = bus.describe_subscriber().subscriber_arn(sub.arn.clone().expect("its ARN")).send().await.expect("DescribeSubscriber");
+    assert_eq!(described.retry_policy().and_then(|r| r.max_retry_attempts()), Some(3));
+    let other = PutEventsRequestEntry::builder().source("shop.billing").detail_type("T").detail("{}").build().expect("an entry");
+    bus.put_events().event_bus_arn(&bus_arn).entries(order("Order#9", 1)).entries(other).send().await.expect("PutEvents");
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    assert_eq!(labels(&receive(&sqs, &queue.url, 1).await), ["Order#9-1"], "the filter keeps shop.orders only");
+    until_delivered(&emulator, 1).await;
+    assert!(empty(&sqs, &queue.url).await, "shop.billing left out");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -57,6 +57,17 @@ pub(crate) struct Cli {
     /// Lambda's ~1 min, 2 min). `demo` and `proof` always compress, and say so.
     #[arg(long, global = true, env = "OUTBOX_LOCAL_COMPRESS_RETRIES", value_parser = clap::builder::FalseyValueParser::new())]
     pub compress_retries: bool,
+    /// Override the root template's parameters, as `sam deploy --parameter-overrides`:
+    /// `Key=Value` pairs, checked against each parameter's AllowedValues (e.g.
+    /// `--parameter-overrides EventBusType=Custom`).
+    #[arg(long, global = true, value_name = "KEY=VALUE", num_args = 1.., value_parser = parse_override)]
+    pub parameter_overrides: Vec<(String, String)>,
+    /// What a FIFO subscriber of the Custom Event Bus holds up when a delivery fails: the later
+    /// events of its event group (`group`, "Within a FIFO subscriber, an event that cannot be
+    /// delivered holds up the later events in its own group while other groups continue", user
+    /// guide eb-custom-bus-ordering) or every later event of the subscriber (`subscriber`).
+    #[arg(long, global = true, value_enum, default_value_t = outbox_local::custom_bus::FifoBlocking::Group)]
+    pub fifo_blocking: outbox_local::custom_bus::FifoBlocking,
     /// The operator's destructive verbs (`dlq redrive|purge|archive`, `ordering release`,
     /// `webhooks resend|recover|enable`, `replay`) do not ask.
     #[arg(long, short = 'y', global = true)]
@@ -106,6 +117,14 @@ pub(crate) enum Command {
     Proof(proof::ProofArgs),
 }
 
+/// `Key=Value` of `--parameter-overrides`.
+fn parse_override(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("{text:?}: expected Key=Value (as sam deploy --parameter-overrides)")),
+    }
+}
+
 /// One run of the command: its arguments, the template and the stack name.
 pub(crate) struct Invocation {
     /// The arguments.
@@ -141,7 +160,7 @@ pub(crate) async fn run(cli: Cli) -> outbox_local::Result<ExitCode> {
     // Before anything starts or is written (the emulator, the issuer's key under .local/<stack>/):
     // a name CloudFormation refuses is refused here, for every command.
     outbox_template::names::check_stack_name(&stack_name)?;
-    let template = Template::load(&template_path)?;
+    let template = Template::load_with_overrides(&template_path, &cli.parameter_overrides)?;
     let inv = Invocation { cli, template_path, root, stack_name };
     match &inv.cli.command {
         Command::Token(args) => token::run(&inv, template, args).await,

@@ -138,7 +138,8 @@ impl CustomBus {
         // the end point are the backlog; LATEST: nothing before now.
         let mut pending = std::collections::VecDeque::new();
         if let Some(pit) = &config.point_in_time {
-            let start = pit.get("StartingPoint").and_then(Value::as_f64).filter(|_| pit.get("PointType").and_then(Value::as_str) == Some("TIMESTAMP"));
+            let start =
+                pit.get("StartingPoint").and_then(Value::as_f64).filter(|_| pit.get("PointType").and_then(Value::as_str) == Some("TIMESTAMP"));
             for event in &bus.events {
                 let from = start.is_none_or(|s| event.ingested >= s);
                 let until = config.end_point.is_none_or(|e| event.ingested <= e);
@@ -356,7 +357,8 @@ struct Checked {
 fn entry_size(entry: &Value) -> usize {
     let s = |k: &str| entry.get(k).and_then(Value::as_str).map_or(0, str::len);
     let resources: usize = entry.get("Resources").and_then(Value::as_array).map_or(0, |r| r.iter().filter_map(Value::as_str).map(str::len).sum());
-    let meta = entry.get("SystemMetadata").map_or(0, |m| ["EventGroupId", "DeduplicationId"].iter().filter_map(|k| m.get(*k)?.as_str()).map(str::len).sum());
+    let meta =
+        entry.get("SystemMetadata").map_or(0, |m| ["EventGroupId", "DeduplicationId"].iter().filter_map(|k| m.get(*k)?.as_str()).map(str::len).sum());
     let time = if entry.get("Time").is_some() { 14 } else { 0 };
     s("Source") + s("DetailType") + s("Detail") + resources + meta + time
 }
@@ -366,7 +368,8 @@ fn check_entry(entry: &Value) -> Result<Checked, (&'static str, String)> {
     let invalid = |m: String| ("InvalidArgument", m);
     let text = |k: &str| entry.get(k).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
     let source = text("Source").ok_or_else(|| invalid("Parameter Source is not valid. Reason: Source is a required argument.".into()))?;
-    let detail_type = text("DetailType").ok_or_else(|| invalid("Parameter DetailType is not valid. Reason: DetailType is a required argument.".into()))?;
+    let detail_type =
+        text("DetailType").ok_or_else(|| invalid("Parameter DetailType is not valid. Reason: DetailType is a required argument.".into()))?;
     let detail = match text("Detail") {
         None => json!({}),
         Some(d) => match serde_json::from_str::<Value>(&d) {
@@ -374,14 +377,25 @@ fn check_entry(entry: &Value) -> Result<Checked, (&'static str, String)> {
             _ => return Err(("MalformedDetail", "Detail is malformed: it must be a JSON object.".into())),
         },
     };
-    let resources = entry.get("Resources").and_then(Value::as_array).map(|r| r.iter().filter_map(Value::as_str).map(str::to_owned).collect()).unwrap_or_default();
+    let resources =
+        entry.get("Resources").and_then(Value::as_array).map(|r| r.iter().filter_map(Value::as_str).map(str::to_owned).collect()).unwrap_or_default();
     let meta = entry.get("SystemMetadata");
     let id = |k: &str| -> Result<Option<String>, (&'static str, String)> {
         match meta.and_then(|m| m.get(k)) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) if (1..=MAX_ID_CHARS).contains(&s.chars().count()) => Ok(Some(s.clone())),
-            Some(v) => Err(invalid(format!("SystemMetadata.{k} must be 1-{MAX_ID_CHARS} characters, got {}", v.as_str().map_or(0, |s| s.chars().count())))),
+            Some(v) => {
+                Err(invalid(format!("SystemMetadata.{k} must be 1-{MAX_ID_CHARS} characters, got {}", v.as_str().map_or(0, |s| s.chars().count()))))
+            }
         }
     };
-    Ok(Checked { source, detail_type, detail, resources, time: entry.get("Time").and_then(Value::as_f64), group: id("EventGroupId")?, dedup: id("DeduplicationId")? })
+    Ok(Checked {
+        source,
+        detail_type,
+        detail,
+        resources,
+        time: entry.get("Time").and_then(Value::as_f64),
+        group: id("EventGroupId")?,
+        dedup: id("DeduplicationId")?,
+    })
 }

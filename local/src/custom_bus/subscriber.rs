@@ -226,10 +226,11 @@ impl Config {
         } else if create {
             return Err(WireError::invalid("InvokeConfiguration.RoleArn is required"));
         }
-        let other: Vec<&str> = ["LambdaParameters", "SnsParameters", "KinesisParameters", "StepFunctionsParameters", "HttpParameters", "UniversalTargetParameters"]
-            .into_iter()
-            .filter(|k| invoke.get(*k).is_some())
-            .collect();
+        let other: Vec<&str> =
+            ["LambdaParameters", "SnsParameters", "KinesisParameters", "StepFunctionsParameters", "HttpParameters", "UniversalTargetParameters"]
+                .into_iter()
+                .filter(|k| invoke.get(*k).is_some())
+                .collect();
         if !other.is_empty() {
             return Err(WireError::invalid(format!("InvokeConfiguration.{}: the local runtime plays SQS targets only", other.join(", "))));
         }

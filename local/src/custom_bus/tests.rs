@@ -18,10 +18,16 @@ fn entry(group: &str, dedup: &str) -> Value {
 async fn put_events_numbers_each_group_and_deduplicates_within_the_window() {
     let bus = bus().await;
     let arn = bus.call("CreateEventBus", &json!({"Name": "orders"})).expect("created")["EventBusArn"].as_str().expect("an ARN").to_owned();
-    assert!(arn.starts_with("arn:aws:events:us-east-1:123456789012:event-busv2/orders/") && arn.rsplit('/').next().map(str::len) == Some(25), "{arn}");
-    let first = bus.call("PutEvents", &json!({"EventBusArn": arn, "Entries": [entry("Order#1", "e1"), entry("Order#1", "e2"), entry("Order#2", "e3")]})).expect("put");
+    assert!(
+        arn.starts_with("arn:aws:events:us-east-1:123456789012:event-busv2/orders/") && arn.rsplit('/').next().map(str::len) == Some(25),
+        "{arn}"
+    );
+    let first = bus
+        .call("PutEvents", &json!({"EventBusArn": arn, "Entries": [entry("Order#1", "e1"), entry("Order#1", "e2"), entry("Order#2", "e3")]}))
+        .expect("put");
     assert_eq!(first["FailedEntryCount"], 0);
-    let seqs: Vec<&str> = first["Entries"].as_array().expect("entries").iter().map(|e| e["SequenceNumber"].as_str().expect("a sequence number")).collect();
+    let seqs: Vec<&str> =
+        first["Entries"].as_array().expect("entries").iter().map(|e| e["SequenceNumber"].as_str().expect("a sequence number")).collect();
     assert!(seqs[0] < seqs[1], "one group's numbers grow: {seqs:?}");
     assert_eq!(seqs[0], seqs[2], "each group has its own numbers");
     let again = bus.call("PutEvents", &json!({"EventBusArn": arn, "Entries": [entry("Order#1", "e2"), entry("Order#1", "e4")]})).expect("put");
@@ -54,7 +60,10 @@ async fn bad_entries_fail_alone_and_bad_calls_whole() {
     assert!(err.code == "InvalidInputException" && err.message.contains("1-100"), "{err}");
     let big = json!({"Source": "s", "DetailType": "T", "Detail": format!("{{\"a\":\"{}\"}}", "x".repeat(ops::MAX_REQUEST_BYTES))});
     assert_eq!(bus.call("PutEvents", &json!({"EventBusArn": arn, "Entries": [big]})).expect_err("too big").code, "InvalidInputException");
-    assert_eq!(bus.call("PutEvents", &json!({"EventBusArn": format!("{arn}x"), "Entries": [entry("g", "d")]})).expect_err("no bus").code, "ResourceNotFoundException");
+    assert_eq!(
+        bus.call("PutEvents", &json!({"EventBusArn": format!("{arn}x"), "Entries": [entry("g", "d")]})).expect_err("no bus").code,
+        "ResourceNotFoundException"
+    );
     let err = bus.call("PutRawEvents", &json!({})).expect_err("not played");
     assert!(err.message.contains("PutRawEvents") && err.message.contains("not played"), "{err}");
 }
@@ -62,7 +71,8 @@ async fn bad_entries_fail_alone_and_bad_calls_whole() {
 #[tokio::test]
 async fn subscribers_are_checked_and_only_sqs_targets_are_played() {
     let bus = bus().await;
-    let arn = bus.call("CreateEventBus", &json!({"Name": "orders", "StorageConfiguration": {"RetentionPeriodInDays": 3}})).expect("created")["EventBusArn"]
+    let arn = bus.call("CreateEventBus", &json!({"Name": "orders", "StorageConfiguration": {"RetentionPeriodInDays": 3}})).expect("created")
+        ["EventBusArn"]
         .as_str()
         .expect("an ARN")
         .to_owned();
@@ -91,7 +101,9 @@ async fn subscribers_are_checked_and_only_sqs_targets_are_played() {
         let err = bus.call("CreateSubscriber", &sub(fifo.clone(), extra)).expect_err(needle);
         assert!(err.code == "InvalidInputException" && err.message.contains(needle), "{needle}: {err}");
     }
-    let created = bus.call("CreateSubscriber", &sub(fifo.clone(), json!({"RetryPolicy": {"MaxRetryAttempts": 2, "MaxEventAgeInSeconds": 60}}))).expect("created");
+    let created = bus
+        .call("CreateSubscriber", &sub(fifo.clone(), json!({"RetryPolicy": {"MaxRetryAttempts": 2, "MaxEventAgeInSeconds": 60}})))
+        .expect("created");
     let sub_arn = created["SubscriberArn"].as_str().expect("an ARN");
     assert_eq!(bus.call("CreateSubscriber", &sub(fifo, json!({}))).expect_err("twice").code, "ResourceAlreadyExistsException");
     let described = bus.call("DescribeSubscriber", &json!({"SubscriberArn": sub_arn})).expect("described");
