@@ -622,6 +622,8 @@ mod tests {
             rules: Vec::new(),
             queue_rules: Vec::new(),
             schedules: Vec::new(),
+            custom_buses: Vec::new(),
+            subscribers: Vec::new(),
         };
         assert_eq!(stack.pipelines(), ["stream of T → Relay"]);
         stack.rules.push(LocalRule {
