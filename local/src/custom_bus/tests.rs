@@ -116,3 +116,38 @@ async fn subscribers_are_checked_and_only_sqs_targets_are_played() {
     bus.call("DeleteSubscriber", &json!({"SubscriberArn": sub_arn})).expect("deleted");
     bus.call("DeleteEventBus", &json!({"EventBusArn": arn})).expect("deleted");
 }
+
+#[tokio::test]
+async fn retention_drops_events_older_than_the_buses_period_and_a_horizon_replay_starts_after_them() {
+    let bus = bus().await;
+    let arn = bus.call("CreateEventBus", &json!({"Name": "orders", "StorageConfiguration": {"RetentionPeriodInDays": 1}})).expect("created")
+        ["EventBusArn"]
+        .as_str()
+        .expect("an ARN")
+        .to_owned();
+    assert_eq!(
+        bus.call("CreateEventBus", &json!({"Name": "x", "StorageConfiguration": {"RetentionPeriodInDays": 366}})).expect_err("366").code,
+        "InvalidInputException"
+    );
+    bus.call("PutEvents", &json!({"EventBusArn": arn, "Entries": [entry("A", "old")]})).expect("put");
+    // That event was ingested two days ago.
+    {
+        let mut state = bus.lock();
+        let stored = state.buses.get_mut(&arn).expect("the bus");
+        let old = stored.events.pop().expect("the event");
+        stored.events.push(Arc::new(StoredEvent {
+            id: old.id.clone(),
+            group: old.group.clone(),
+            ingested: old.ingested - 2.0 * 86_400.0,
+            data: old.data.clone(),
+            system_metadata: old.system_metadata.clone(),
+        }));
+    }
+    bus.call("PutEvents", &json!({"EventBusArn": arn, "Entries": [entry("A", "new")]})).expect("put");
+    let replay = json!({"Name": "replay", "EventBusArn": arn, "StartingPosition": "POINT_IN_TIME", "PointInTimeConfiguration": {"PointType": "HORIZON"},
+        "InvokeConfiguration": {"TargetArn": "arn:aws:sqs:us-east-1:123456789012:q", "RoleArn": "arn:aws:iam::123456789012:role/r"}});
+    let sub = bus.call("CreateSubscriber", &replay).expect("created")["SubscriberArn"].as_str().expect("an ARN").to_owned();
+    let state = bus.lock();
+    let waiting: Vec<&str> = state.subscribers[&sub].pending.iter().filter_map(|p| p.event.system_metadata["DeduplicationId"].as_str()).collect();
+    assert_eq!(waiting, ["new"], "the event past retention is gone");
+}

@@ -180,3 +180,98 @@ pub(super) fn subscribers(template: &Template, r: &Resolver) -> Result<Vec<Subsc
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::super::{Backend, Stack, StackError};
+    use super::{CustomBusSpec, SubscriberInfo};
+    use crate::{ArchiveSpec, BucketSpec, BusSpec, QueueSpec, TableSpec, Template};
+
+    /// A backend that knows the Custom bus's ARN only when `creates` (a provisioner), not on a
+    /// look-up.
+    struct Fake {
+        creates: bool,
+    }
+
+    impl Backend for Fake {
+        async fn table(&self, _: &TableSpec) -> Result<Option<String>, StackError> {
+            Ok(None)
+        }
+        async fn bus(&self, _: &BusSpec) -> Result<(), StackError> {
+            Ok(())
+        }
+        async fn archive(&self, _: &ArchiveSpec) -> Result<(), StackError> {
+            Ok(())
+        }
+        async fn queue(&self, spec: &QueueSpec) -> Result<String, StackError> {
+            Ok(format!("http://q/123456789012/{}", spec.name))
+        }
+        async fn bucket(&self, _: &BucketSpec) -> Result<(), StackError> {
+            Ok(())
+        }
+        async fn custom_bus(&self, bus: &CustomBusSpec) -> Result<Option<String>, StackError> {
+            Ok(self.creates.then(|| format!("arn:aws:events:us-east-1:123456789012:event-busv2/{}/abc", bus.name)))
+        }
+        async fn subscriber(&self, s: &SubscriberInfo) -> Result<Option<String>, StackError> {
+            Ok(self.creates.then(|| format!("arn:sub/{}", s.name)))
+        }
+    }
+
+    const TEMPLATE: &str = r#"
+Resources:
+  Bus:
+    Type: AWS::EventsV2::EventBus
+    Properties: {Name: !Sub "${AWS::StackName}-bus", StorageConfiguration: {RetentionPeriodInDays: 30}}
+  Queue:
+    Type: AWS::SQS::Queue
+    Properties: {QueueName: kit.fifo, FifoQueue: true}
+  Role:
+    Type: AWS::IAM::Role
+    Properties: {AssumeRolePolicyDocument: {}}
+  Sub:
+    Type: AWS::EventsV2::Subscriber
+    Properties:
+      Name: kit
+      EventBusArn: !GetAtt Bus.EventBusArn
+      Type: FIFO
+      InvokeConfiguration: {TargetArn: !GetAtt Queue.Arn, RoleArn: !GetAtt Role.Arn}
+      RetryPolicy: {MaxRetryAttempts: "7", MaxEventAgeInSeconds: 900}
+      PointInTimeConfiguration: {PointType: TIMESTAMP, StartingPoint: 1700000000}
+"#;
+
+    #[tokio::test]
+    async fn subscribers_resolve_into_the_apis_request_and_are_found_by_their_queue() {
+        let template = Template::parse(Path::new("t.yaml"), TEMPLATE).expect("a template");
+        let stack = Stack::resolve(template.clone(), "shop", "us-east-1", "123456789012", &Fake { creates: true }).await.expect("resolved");
+        let bus_arn = "arn:aws:events:us-east-1:123456789012:event-busv2/shop-bus/abc";
+        assert_eq!((stack.custom_buses[0].arn.as_deref(), stack.custom_buses[0].spec.retention_days), (Some(bus_arn), Some(30)));
+        let sub = stack.subscriber_for_queue("arn:aws:sqs:us-east-1:123456789012:kit.fifo").expect("by ARN");
+        assert_eq!(sub.bus_arn, bus_arn);
+        assert_eq!(sub.arn.as_deref(), Some("arn:sub/kit"));
+        assert_eq!(sub.target_queue_url.as_deref(), Some("http://q/123456789012/kit.fifo"));
+        assert_eq!(sub.request["RetryPolicy"], serde_json::json!({"MaxRetryAttempts": 7, "MaxEventAgeInSeconds": 900}));
+        assert_eq!(sub.request["PointInTimeConfiguration"]["StartingPoint"], 1_700_000_000);
+        assert!(sub.request["InvokeConfiguration"]["RoleArn"].as_str().is_some_and(|r| r.starts_with("arn:aws:iam::123456789012:role/shop-Role-")));
+        assert!(stack.subscriber_for_queue("kit.fifo").is_some() && stack.subscriber_for_queue("Role").is_none());
+
+        // A looked-up stack knows names, not the ARNs' suffixes.
+        let looked_up = Stack::resolve(template, "shop", "us-east-1", "123456789012", &Fake { creates: false }).await.expect("resolved");
+        assert_eq!(looked_up.custom_buses[0].arn, None);
+        assert_eq!(looked_up.subscribers[0].bus_arn, "arn:aws:events:us-east-1:123456789012:event-busv2/shop-bus");
+        assert_eq!(looked_up.subscribers[0].arn, None);
+    }
+
+    #[test]
+    fn overrides_replace_defaults_and_are_checked() {
+        let text = "Parameters:\n  Kind: {Type: String, AllowedValues: [A, B], Default: A}\nConditions:\n  IsB: !Equals [!Ref Kind, B]\nResources:\n  Q:\n    Type: AWS::SQS::Queue\n    Condition: IsB\n";
+        let path = Path::new("t.yaml");
+        assert!(Template::parse(path, text).expect("parsed").resources_of("AWS::SQS::Queue").is_empty());
+        let b = Template::parse_with_overrides(path, text, &[("Kind".into(), "B".into())]).expect("parsed");
+        assert_eq!(b.resources_of("AWS::SQS::Queue").len(), 1, "the condition sees the override");
+        assert_eq!(b.parameter_defaults(), [("Kind".to_owned(), "B".to_owned())]);
+        let err = Template::parse_with_overrides(path, text, &[("Kind".into(), "C".into())]).expect_err("not allowed").to_string();
+        assert!(err.contains("--parameter-overrides Kind=C") && err.contains("A, B"), "{err}");
+    }
+}
