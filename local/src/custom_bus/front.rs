@@ -1,5 +1,9 @@
 //! The runtime's one AWS endpoint: Custom Event Bus operations answered by [`CustomBus`], every
 //! other request forwarded to moto unchanged (method, path, query, headers, body).
+//!
+//! The endpoint and the bus's deliveries run on a runtime of their own (a thread with two
+//! workers), so a caller that blocks its own thread (a test waiting on a child process that
+//! calls the endpoint) never stalls them, as it never stalled moto's process.
 
 use std::sync::Arc;
 
@@ -20,35 +24,63 @@ struct Front {
     client: reqwest::Client,
 }
 
-/// The served endpoint; stops when dropped.
+/// The served endpoint and its bus; both stop when dropped.
 #[derive(Debug)]
 pub struct Served {
     /// `http://127.0.0.1:PORT`.
     pub endpoint: String,
-    task: tokio::task::JoinHandle<()>,
+    /// The bus it plays.
+    pub bus: Arc<CustomBus>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Drop for Served {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
     }
 }
 
-/// Serves `bus` in front of moto at `upstream` on a free loopback port.
+/// Starts a Custom Event Bus in `region` and `account` and serves it in front of moto at
+/// `upstream` on a free loopback port, on a runtime of its own.
 ///
 /// # Errors
-/// When no loopback port can be bound.
-pub async fn serve(bus: Arc<CustomBus>, upstream: &str) -> std::io::Result<Served> {
-    let front = Arc::new(Front { bus, upstream: upstream.trim_end_matches('/').to_owned(), client: reqwest::Client::new() });
-    let app = axum::Router::new().fallback(handle).with_state(front);
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
-    let endpoint = format!("http://{}", listener.local_addr()?);
-    let task = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "the runtime's AWS endpoint stopped");
-        }
-    });
-    Ok(Served { endpoint, task })
+/// When the thread or its runtime cannot start, or no loopback port can be bound.
+pub async fn serve(upstream: &str, region: &str, account: &str) -> std::io::Result<Served> {
+    let (ready, started) = tokio::sync::oneshot::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (upstream, region, account) = (upstream.trim_end_matches('/').to_owned(), region.to_owned(), account.to_owned());
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("custom-bus").enable_all().build()?;
+    std::thread::Builder::new().name("custom-bus".into()).spawn(move || {
+        runtime.block_on(async move {
+            let bus = CustomBus::new(&upstream, &region, &account).await;
+            let front = Arc::new(Front { bus: bus.clone(), upstream, client: reqwest::Client::new() });
+            let app = axum::Router::new().fallback(handle).with_state(front);
+            let bound = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.and_then(|l| Ok((l.local_addr()?, l)));
+            let listener = match bound {
+                Ok((address, listener)) => {
+                    let _ = ready.send(Ok((format!("http://{address}"), bus)));
+                    listener
+                }
+                Err(e) => {
+                    let _ = ready.send(Err(e));
+                    return;
+                }
+            };
+            tokio::select! {
+                served = axum::serve(listener, app) => {
+                    if let Err(e) = served {
+                        tracing::error!(error = %e, "the runtime's AWS endpoint stopped");
+                    }
+                }
+                _ = stopped => {}
+            }
+        });
+        // The runtime drops here: the bus's delivery tasks end with it.
+    })?;
+    let (endpoint, bus) = started.await.map_err(|_| std::io::Error::other("the Custom Event Bus thread ended before serving"))??;
+    Ok(Served { endpoint, bus, stop: Some(stop) })
 }
 
 async fn handle(State(front): State<Arc<Front>>, request: Request) -> Response {

@@ -91,11 +91,10 @@ impl Emulator {
         loop {
             if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
                 let region = outbox_cli::aws::region_from_env();
-                let custom_bus = crate::custom_bus::CustomBus::new(&moto_endpoint, &region, outbox_cli::aws::EMULATOR_ACCOUNT).await;
-                let front = crate::custom_bus::front::serve(custom_bus.clone(), &moto_endpoint)
+                let front = crate::custom_bus::front::serve(&moto_endpoint, &region, outbox_cli::aws::EMULATOR_ACCOUNT)
                     .await
                     .map_err(|e| EmulatorError::Start(format!("the runtime's endpoint: {e}")))?;
-                return Ok(Self { child, endpoint: front.endpoint.clone(), moto_endpoint, custom_bus, _front: front });
+                return Ok(Self { child, endpoint: front.endpoint.clone(), moto_endpoint, custom_bus: front.bus.clone(), _front: front });
             }
             if let Ok(Some(status)) = child.try_wait() {
                 return Err(EmulatorError::Start(format!("{} exited with {status}", program.display())));
