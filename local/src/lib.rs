@@ -24,6 +24,7 @@
 
 #![warn(missing_docs)]
 
+pub mod custom_bus;
 pub mod emulator;
 pub mod error;
 pub mod faults;

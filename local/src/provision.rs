@@ -6,6 +6,10 @@
 //! the way Lambda's asynchronous invocation would), the standalone rules targeting queues of the
 //! template, and the `rate(…)` schedules' sends.
 //!
+//! The Custom Event Bus's resources (`AWS::EventsV2::EventBus`, `AWS::EventsV2::Subscriber`) are
+//! created through its own API (`CreateEventBus`, `CreateSubscriber`, RPC v2 CBOR) on the
+//! runtime's endpoint, which plays that bus ([`crate::custom_bus`]); moto does not have it.
+//!
 //! Provisioning is idempotent: what exists is left as it is, so running it twice against one
 //! endpoint is a no-op.
 
@@ -15,7 +19,7 @@ use aws_sdk_dynamodb::types::{
     StreamSpecification, StreamViewType, TimeToLiveSpecification,
 };
 use outbox_template::names;
-use outbox_template::stack::{region_of, Backend, LocalRule, QueueInfo, QueueRule, ScheduledSend, Stack, StackError};
+use outbox_template::stack::{region_of, Backend, CustomBusSpec, LocalRule, QueueInfo, QueueRule, ScheduledSend, Stack, StackError, SubscriberInfo};
 use outbox_template::{physical_name, rate_period, ArchiveSpec, BucketSpec, BusSpec, FunctionEvent, QueueSpec, TableSpec, Template, TemplateError};
 
 /// Provisions the template's resources as stack `stack_name` on the emulator `sdk` points at
@@ -41,6 +45,9 @@ pub struct Emulator {
     sqs: aws_sdk_sqs::Client,
     s3: aws_sdk_s3::Client,
     region: String,
+    /// The endpoint (`None`: AWS itself, where the Custom bus is not created by this runtime).
+    endpoint: Option<String>,
+    http: reqwest::Client,
 }
 
 impl Emulator {
@@ -52,7 +59,44 @@ impl Emulator {
             sqs: aws_sdk_sqs::Client::new(sdk),
             s3: aws_sdk_s3::Client::new(sdk),
             region: region_of(sdk),
+            endpoint: sdk.endpoint_url().map(|e| e.trim_end_matches('/').to_owned()),
+            http: reqwest::Client::new(),
         }
+    }
+
+    /// Calls Custom Event Bus operation `op` with `request` on the endpoint (RPC v2 CBOR).
+    async fn custom_bus_call(&self, op: &str, request: &serde_json::Value) -> Result<serde_json::Value, StackError> {
+        use crate::custom_bus::wire;
+        let action = format!("{op} (Custom Event Bus)");
+        let fail = |reason: String| StackError::Aws { action: action.clone(), reason };
+        let endpoint = self
+            .endpoint
+            .as_deref()
+            .ok_or_else(|| fail("the Custom Event Bus resources are provisioned on the local runtime's endpoint only".into()))?;
+        let answer = self
+            .http
+            .post(format!("{endpoint}{}{op}", wire::PATH_PREFIX))
+            .header("content-type", "application/cbor")
+            .header("accept", "application/cbor")
+            .header("smithy-protocol", "rpc-v2-cbor")
+            .body(wire::encode(request))
+            .send()
+            .await
+            .map_err(|e| fail(format!("{endpoint} did not answer: {e}")))?;
+        let status = answer.status();
+        let cbor = answer.headers().get("smithy-protocol").is_some();
+        let body = answer.bytes().await.map_err(|e| fail(e.to_string()))?;
+        if !cbor {
+            return Err(fail(format!(
+                "{endpoint} does not play the Custom Event Bus (HTTP {status}): it is played by outbox-local's own endpoint (the one `outbox-local up` prints), not by moto itself"
+            )));
+        }
+        let value = wire::decode(&body).map_err(|e| fail(e.message))?;
+        if !status.is_success() {
+            let code = value.get("__type").and_then(serde_json::Value::as_str).unwrap_or_default().rsplit('#').next().unwrap_or_default().to_owned();
+            return Err(fail(format!("{code}: {}", value.get("message").and_then(serde_json::Value::as_str).unwrap_or_default())));
+        }
+        Ok(value)
     }
 
     /// Each function's EventBridge rules (SAM's `EventBridgeRule` events), each with a delivery
@@ -208,6 +252,46 @@ impl Backend for Emulator {
         }
         let out = request.send().await.map_err(StackError::aws(format!("CreateQueue {}", spec.name)))?;
         out.queue_url.ok_or_else(|| StackError::Aws { action: format!("CreateQueue {}", spec.name), reason: "no QueueUrl in the answer".into() })
+    }
+
+    /// Creates the bus unless one of its name exists (`ListEventBuses`): its ARN.
+    async fn custom_bus(&self, bus: &CustomBusSpec) -> Result<Option<String>, StackError> {
+        let listed = self.custom_bus_call("ListEventBuses", &serde_json::json!({ "NamePrefix": bus.name })).await?;
+        let existing = listed["EventBuses"].as_array().into_iter().flatten().find(|b| b["Name"] == bus.name.as_str());
+        let answer = match existing {
+            Some(b) => b.clone(),
+            None => {
+                let mut request = serde_json::json!({ "Name": bus.name });
+                if let Some(days) = bus.retention_days {
+                    request["StorageConfiguration"] = serde_json::json!({ "RetentionPeriodInDays": days });
+                }
+                self.custom_bus_call("CreateEventBus", &request).await?
+            }
+        };
+        let arn = answer["EventBusArn"]
+            .as_str()
+            .ok_or_else(|| StackError::Aws { action: format!("CreateEventBus {}", bus.name), reason: "no EventBusArn in the answer".into() })?;
+        Ok(Some(arn.to_owned()))
+    }
+
+    /// Creates the subscriber unless one of its name is on its bus (`ListSubscribers`): its ARN.
+    async fn subscriber(&self, subscriber: &SubscriberInfo) -> Result<Option<String>, StackError> {
+        let listed = self.custom_bus_call("ListSubscribers", &serde_json::json!({ "EventBusArn": subscriber.bus_arn })).await?;
+        let existing = listed["Subscribers"].as_array().into_iter().flatten().find(|s| s["Name"] == subscriber.name.as_str());
+        let answer = match existing {
+            Some(s) => s.clone(),
+            None => self.custom_bus_call("CreateSubscriber", &subscriber.request).await.map_err(|e| match e {
+                StackError::Aws { reason, .. } => {
+                    StackError::Aws { action: format!("{}: CreateSubscriber {}", subscriber.logical_id, subscriber.name), reason }
+                }
+                other => other,
+            })?,
+        };
+        let arn = answer["SubscriberArn"].as_str().ok_or_else(|| StackError::Aws {
+            action: format!("CreateSubscriber {}", subscriber.name),
+            reason: "no SubscriberArn in the answer".into(),
+        })?;
+        Ok(Some(arn.to_owned()))
     }
 
     async fn bucket(&self, bucket: &BucketSpec) -> Result<(), StackError> {

@@ -125,7 +125,29 @@ impl Template {
     /// # Errors
     /// [`TemplateError`] naming what cannot be read: YAML, a condition, a nested application.
     pub fn parse(path: &Path, text: &str) -> Result<Self, TemplateError> {
-        let doc = parse_yaml(path, text)?;
+        Self::parse_with_overrides(path, text, &[])
+    }
+
+    /// [`Template::load`] with the root template's parameters overridden (`sam deploy
+    /// --parameter-overrides Key=Value ...`): conditions, nested applications' parameters and
+    /// `!Ref <Parameter>` see the given values.
+    ///
+    /// # Errors
+    /// What [`Template::parse_with_overrides`] returns.
+    pub fn load_with_overrides(path: &Path, overrides: &[(String, String)]) -> Result<Self, TemplateError> {
+        let text = read(path)?;
+        Self::parse_with_overrides(path, &text, overrides)
+    }
+
+    /// [`Template::parse`] with `overrides` `(name, value)` replacing the parameters' defaults.
+    ///
+    /// # Errors
+    /// [`TemplateError::Unsupported`] naming an override that is not a parameter of the template
+    /// or whose value is not one of the parameter's `AllowedValues`; what [`Template::parse`]
+    /// returns.
+    pub fn parse_with_overrides(path: &Path, text: &str, overrides: &[(String, String)]) -> Result<Self, TemplateError> {
+        let mut doc = parse_yaml(path, text)?;
+        apply_overrides(path, &mut doc, overrides)?;
         let parameters = doc.get("Parameters").and_then(Value::as_mapping).cloned().unwrap_or_default();
         let flat = nested::flatten_root(path, &doc)?;
         Ok(Self { path: path.to_owned(), resources: flat.resources, parameters, nested: flat.nested })
@@ -159,6 +181,31 @@ impl Template {
     pub fn parameter_defaults(&self) -> Vec<(String, String)> {
         self.parameters.iter().filter_map(|(name, p)| Some((name.as_str()?.to_owned(), intrinsics::scalar(p.get("Default")?)?))).collect()
     }
+}
+
+/// Sets each override as its parameter's `Default` in `doc`, checked against `AllowedValues`.
+fn apply_overrides(path: &Path, doc: &mut Value, overrides: &[(String, String)]) -> Result<(), TemplateError> {
+    if overrides.is_empty() {
+        return Ok(());
+    }
+    let Some(parameters) = doc.get_mut("Parameters").and_then(Value::as_mapping_mut) else {
+        return Err(unsupported("--parameter-overrides", format!("{} has no Parameters", path.display())));
+    };
+    let names: Vec<String> = parameters.keys().filter_map(Value::as_str).map(str::to_owned).collect();
+    for (name, value) in overrides {
+        let at = format!("--parameter-overrides {name}={value}");
+        let Some(parameter) = parameters.get_mut(name.as_str()).and_then(Value::as_mapping_mut) else {
+            return Err(unsupported(at, format!("{name} is not a parameter of {} (its parameters: {})", path.display(), names.join(", "))));
+        };
+        if let Some(allowed) = parameter.get("AllowedValues").and_then(Value::as_sequence) {
+            let allowed: Vec<String> = allowed.iter().filter_map(intrinsics::scalar).collect();
+            if !allowed.contains(value) {
+                return Err(unsupported(at, format!("{value:?} is not one of {name}'s AllowedValues: {}", allowed.join(", "))));
+            }
+        }
+        parameter.insert(Value::from("Default"), Value::from(value.as_str()));
+    }
+    Ok(())
 }
 
 fn read(path: &Path) -> Result<String, TemplateError> {

@@ -57,6 +57,18 @@ pub(crate) struct Cli {
     /// Lambda's ~1 min, 2 min). `demo` and `proof` always compress, and say so.
     #[arg(long, global = true, env = "OUTBOX_LOCAL_COMPRESS_RETRIES", value_parser = clap::builder::FalseyValueParser::new())]
     pub compress_retries: bool,
+    /// Override the root template's parameters, as `sam deploy --parameter-overrides`:
+    /// `Key=Value`, checked against each parameter's AllowedValues (e.g. `--parameter-overrides
+    /// EventBusType=Custom`); several in one quoted value (`"A=1 B=2"`) or by repeating the flag
+    /// (one value per flag, so a verb may follow).
+    #[arg(long, global = true, value_name = "KEY=VALUE", action = clap::ArgAction::Append, value_parser = parse_overrides)]
+    pub parameter_overrides: Vec<Vec<(String, String)>>,
+    /// What a FIFO subscriber of the Custom Event Bus holds up when a delivery fails: the later
+    /// events of its event group (`group`, "Within a FIFO subscriber, an event that cannot be
+    /// delivered holds up the later events in its own group while other groups continue", user
+    /// guide eb-custom-bus-ordering) or every later event of the subscriber (`subscriber`).
+    #[arg(long, global = true, value_enum, default_value_t = outbox_local::custom_bus::FifoBlocking::Group)]
+    pub fifo_blocking: outbox_local::custom_bus::FifoBlocking,
     /// The operator's destructive verbs (`dlq redrive|purge|archive`, `ordering release`,
     /// `webhooks resend|recover|enable`, `replay`) do not ask.
     #[arg(long, short = 'y', global = true)]
@@ -106,6 +118,16 @@ pub(crate) enum Command {
     Proof(proof::ProofArgs),
 }
 
+/// The `Key=Value` pairs of one `--parameter-overrides` value (separated by spaces).
+fn parse_overrides(text: &str) -> Result<Vec<(String, String)>, String> {
+    text.split_whitespace()
+        .map(|pair| match pair.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+            _ => Err(format!("{pair:?}: expected Key=Value (as sam deploy --parameter-overrides)")),
+        })
+        .collect()
+}
+
 /// One run of the command: its arguments, the template and the stack name.
 pub(crate) struct Invocation {
     /// The arguments.
@@ -141,7 +163,8 @@ pub(crate) async fn run(cli: Cli) -> outbox_local::Result<ExitCode> {
     // Before anything starts or is written (the emulator, the issuer's key under .local/<stack>/):
     // a name CloudFormation refuses is refused here, for every command.
     outbox_template::names::check_stack_name(&stack_name)?;
-    let template = Template::load(&template_path)?;
+    let overrides: Vec<(String, String)> = cli.parameter_overrides.iter().flatten().cloned().collect();
+    let template = Template::load_with_overrides(&template_path, &overrides)?;
     let inv = Invocation { cli, template_path, root, stack_name };
     match &inv.cli.command {
         Command::Token(args) => token::run(&inv, template, args).await,
@@ -156,5 +179,27 @@ pub(crate) async fn run(cli: Cli) -> outbox_local::Result<ExitCode> {
         Command::Webhooks { command } => operator::operate(&inv, template, Operator::Webhooks { command: command.clone() }).await,
         Command::Ordering { command } => operator::operate(&inv, template, Operator::Ordering { command: command.clone() }).await,
         Command::Replay(args) => operator::operate(&inv, template, Operator::Replay(args.clone())).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, Command};
+
+    #[test]
+    fn parameter_overrides_take_one_value_per_flag_so_a_verb_follows() {
+        let cli =
+            Cli::try_parse_from(["outbox-local", "--parameter-overrides", "EventBusType=Custom", "--parameter-overrides", "A=1 B=2", "provision"])
+                .expect("parsed");
+        let overrides: Vec<(String, String)> = cli.parameter_overrides.into_iter().flatten().collect();
+        assert_eq!(overrides, [("EventBusType".into(), "Custom".into()), ("A".into(), "1".into()), ("B".into(), "2".into())]);
+        assert!(matches!(cli.command, Command::Provision));
+        assert_eq!(cli.fifo_blocking, outbox_local::custom_bus::FifoBlocking::Group);
+        let err = Cli::try_parse_from(["outbox-local", "--parameter-overrides", "Custom", "provision"]).expect_err("no =").to_string();
+        assert!(err.contains("expected Key=Value"), "{err}");
+        let cli = Cli::try_parse_from(["outbox-local", "--fifo-blocking", "subscriber", "provision"]).expect("parsed");
+        assert_eq!(cli.fifo_blocking, outbox_local::custom_bus::FifoBlocking::Subscriber);
     }
 }

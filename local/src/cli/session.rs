@@ -117,8 +117,18 @@ pub(crate) async fn local_with_faults(
     } else {
         Default::default()
     };
+    // The Custom Event Bus our endpoint plays: the same retry timing, the chosen FIFO blocking,
+    // the plan's delivery faults, and its figures in the runtime's stats.
+    if let Some(emulator) = &emulator {
+        let bus_options = outbox_local::custom_bus::BusOptions::default().with_blocking(cli.fifo_blocking);
+        emulator.custom_bus.configure(if compress { bus_options.compressed() } else { bus_options });
+        emulator.custom_bus.set_faults(injector.clone());
+    }
     let options = RuntimeOptions { environment, ..options };
     let runtime = Runtime::with_functions(sdk, stack, options, &bin_dirs, only)?;
+    if let Some(emulator) = &emulator {
+        runtime.stats.watch_custom_bus(emulator.custom_bus.clone());
+    }
     Ok((Local { runtime: Arc::new(runtime), _emulator: emulator, endpoint }, injector))
 }
 

@@ -6,6 +6,10 @@
 //! cancelled transaction key by key (moto copies every table it touches on each transaction) and
 //! lets moto free the model objects it no longer uses (the script says why).
 //! `OUTBOX_MOTO_SERVER` names another executable taking `-H HOST -p PORT`.
+//!
+//! The endpoint handed out ([`Emulator::endpoint`]) is the runtime's own: it answers the Custom
+//! Event Bus's operations itself ([`crate::custom_bus`], which moto does not have) and forwards
+//! every other request to moto ([`Emulator::moto_endpoint`]) unchanged.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -29,12 +33,18 @@ pub enum EmulatorError {
     Start(String),
 }
 
-/// A running moto server; stopped when dropped.
+/// A running moto server behind the runtime's endpoint; stopped when dropped.
 #[derive(Debug)]
 pub struct Emulator {
     child: Child,
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT`: the endpoint every SDK client is given (Custom Event Bus
+    /// operations answered by [`Emulator::custom_bus`], the rest forwarded to moto).
     pub endpoint: String,
+    /// `http://127.0.0.1:PORT` of moto itself.
+    pub moto_endpoint: String,
+    /// The Custom Event Bus played at [`Emulator::endpoint`].
+    pub custom_bus: std::sync::Arc<crate::custom_bus::CustomBus>,
+    _front: crate::custom_bus::front::Served,
 }
 
 impl Emulator {
@@ -75,13 +85,18 @@ impl Emulator {
             });
         }
         let child = command.spawn().map_err(|e| EmulatorError::Start(format!("{}: {e}", program.display())))?;
-        let mut emulator = Self { child, endpoint: format!("http://127.0.0.1:{port}") };
+        let mut child = child;
+        let moto_endpoint = format!("http://127.0.0.1:{port}");
         let started = Instant::now();
         loop {
             if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-                return Ok(emulator);
+                let region = outbox_cli::aws::region_from_env();
+                let front = crate::custom_bus::front::serve(&moto_endpoint, &region, outbox_cli::aws::EMULATOR_ACCOUNT)
+                    .await
+                    .map_err(|e| EmulatorError::Start(format!("the runtime's endpoint: {e}")))?;
+                return Ok(Self { child, endpoint: front.endpoint.clone(), moto_endpoint, custom_bus: front.bus.clone(), _front: front });
             }
-            if let Ok(Some(status)) = emulator.child.try_wait() {
+            if let Ok(Some(status)) = child.try_wait() {
                 return Err(EmulatorError::Start(format!("{} exited with {status}", program.display())));
             }
             if started.elapsed() > Duration::from_secs(30) {

@@ -29,6 +29,8 @@ pub const DELIVERIES_PER_EVENT: usize = 8;
 #[derive(Debug, Default)]
 pub struct Stats {
     inner: Mutex<Counts>,
+    /// The Custom Event Bus the runtime's endpoint plays, when it is ours ([`Stats::watch_custom_bus`]).
+    custom_bus: Mutex<Option<std::sync::Arc<crate::custom_bus::CustomBus>>>,
 }
 
 /// One successful consumer delivery.
@@ -90,6 +92,9 @@ pub struct Counts {
     /// Every event's successful deliveries (at most [`DELIVERIES_PER_EVENT`] each), by event id;
     /// `None` unless [`Stats::record_every_event`] asked for it.
     pub per_event: Option<HashMap<String, Vec<Delivery>>>,
+    /// What the Custom Event Bus did (published, deduplicated, delivered, retried, sent to
+    /// on-failure) and its delivery backlog; `None` when the runtime does not play it.
+    pub custom_bus: Option<(crate::custom_bus::BusStats, usize)>,
 }
 
 impl Counts {
@@ -141,9 +146,18 @@ impl Stats {
         f(&mut guard);
     }
 
-    /// A copy of the counters.
+    /// A copy of the counters, with the Custom Event Bus's when it is watched.
     pub fn snapshot(&self) -> Counts {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        let mut counts = self.inner.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(bus) = self.custom_bus.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            counts.custom_bus = Some((bus.stats(), bus.backlog()));
+        }
+        counts
+    }
+
+    /// From now on, [`Stats::snapshot`] includes what `bus` did ([`Counts::custom_bus`]).
+    pub fn watch_custom_bus(&self, bus: std::sync::Arc<crate::custom_bus::CustomBus>) {
+        *self.custom_bus.lock().unwrap_or_else(|p| p.into_inner()) = Some(bus);
     }
 
     /// From now on, also record every event's deliveries in [`Counts::per_event`] (memory grows

@@ -99,6 +99,18 @@ pub fn functions_failed_calls(counts: &Counts) -> String {
     }
 }
 
+/// What the Custom Event Bus did, once it published anything: ` · Custom bus: 12 published, 1
+/// deduplicated, 11 delivered, 2 retried, 0 to on-failure, 0 dropped, 0 waiting`.
+pub fn custom_bus(counts: &Counts) -> String {
+    match &counts.custom_bus {
+        Some((s, backlog)) if s.published + s.deduplicated + s.failed_entries > 0 => format!(
+            " · Custom bus: {} published, {} deduplicated, {} delivered, {} retried, {} to on-failure, {} dropped, {backlog} waiting",
+            s.published, s.deduplicated, s.delivered, s.retried, s.sent_to_on_failure, s.dropped
+        ),
+        _ => String::new(),
+    }
+}
+
 /// The status line of `up`: events published per second since `before` (taken `secs` ago),
 /// consumer outcomes (the consumers' EMF metrics), the latest commit → effect latency window, what the SQS event source
 /// mappings did (once they invoked anything), the functions' failing AWS calls per service
@@ -121,7 +133,7 @@ pub fn status_line(before: &Counts, now: &Counts, secs: f64, dlq_depths: &[(Stri
         String::new()
     };
     format!(
-        "[up] {rate:.1} events/s published ({} total) · applied {} · duplicates {} · parked {} · dead-lettered {} · commit→effect p50 {p50}{sqs}{}{} · DLQs: {}",
+        "[up] {rate:.1} events/s published ({} total) · applied {} · duplicates {} · parked {} · dead-lettered {} · commit→effect p50 {p50}{sqs}{}{}{} · DLQs: {}",
         total(now, "EventsPublished") as u64,
         // The consumers' own EMF figures, whichever way their events arrive (a rule of their
         // own, or the consumer kit's queue through an SQS mapping); dead-lettered adds what the
@@ -130,6 +142,7 @@ pub fn status_line(before: &Counts, now: &Counts, secs: f64, dlq_depths: &[(Stri
         total(now, "DuplicatesAbsorbed") as u64,
         total(now, "EventsParked") as u64,
         now.consumer_dead_lettered as u64 + total(now, "EventsDeadLettered") as u64,
+        custom_bus(now),
         failing_calls(health),
         functions_failed_calls(now),
         if depths.is_empty() { "none".to_owned() } else { depths.join(", ") },

@@ -152,6 +152,8 @@ mod tests {
             rules: Vec::new(),
             queue_rules: Vec::new(),
             schedules: Vec::new(),
+            custom_buses: Vec::new(),
+            subscribers: Vec::new(),
         }
     }
 

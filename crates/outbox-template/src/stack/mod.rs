@@ -14,8 +14,10 @@ use std::path::Path;
 
 use aws_config::SdkConfig;
 
+mod custom_bus;
 mod deliveries;
 
+pub use custom_bus::{CustomBusInfo, CustomBusSpec, SubscriberInfo};
 pub use deliveries::Delivery;
 
 use crate::names;
@@ -149,6 +151,11 @@ pub struct Stack {
     pub queue_rules: Vec<QueueRule>,
     /// Schedule rules' sends to queues of the template (empty when not provisioned).
     pub schedules: Vec<ScheduledSend>,
+    /// Custom Event Buses (`AWS::EventsV2::EventBus`).
+    pub custom_buses: Vec<CustomBusInfo>,
+    /// Custom Event Bus subscribers (`AWS::EventsV2::Subscriber`); find a consumer's by its
+    /// delivery queue with [`Stack::subscriber_for_queue`].
+    pub subscribers: Vec<SubscriberInfo>,
 }
 
 /// What only AWS knows about a stack's resources, asked as [`Stack::resolve`] walks the template:
@@ -184,6 +191,24 @@ pub trait Backend {
     /// # Errors
     /// [`StackError::Aws`] naming the call that failed.
     fn bucket(&self, bucket: &BucketSpec) -> impl Future<Output = Result<(), StackError>> + Send;
+    /// Custom Event Bus `bus` (`AWS::EventsV2::EventBus`): its `EventBusArn`, when known (the
+    /// default, a look-up: `None`, the ARN's random suffix is not derivable from the name).
+    ///
+    /// # Errors
+    /// [`StackError::Aws`] naming the call that failed.
+    fn custom_bus(&self, bus: &CustomBusSpec) -> impl Future<Output = Result<Option<String>, StackError>> + Send {
+        let _ = bus;
+        async { Ok(None) }
+    }
+    /// Subscriber `subscriber` (`AWS::EventsV2::Subscriber`, its `request` resolved): its
+    /// `SubscriberArn`, when known (the default, a look-up: `None`).
+    ///
+    /// # Errors
+    /// [`StackError::Aws`] naming the call that failed.
+    fn subscriber(&self, subscriber: &SubscriberInfo) -> impl Future<Output = Result<Option<String>, StackError>> + Send {
+        let _ = subscriber;
+        async { Ok(None) }
+    }
 }
 
 /// The [`Backend`] of a deployed stack: creates nothing; a queue's URL is looked up by its name
@@ -305,6 +330,18 @@ impl Stack {
             backend.bus(bus).await?;
         }
 
+        let mut custom_buses = Vec::new();
+        for spec in template.custom_buses(&resolver)? {
+            let arn = backend.custom_bus(&spec).await?;
+            // A looked-up stack knows the name, not the ARN's suffix: references resolve to the
+            // ARN without it.
+            let known = arn.clone().unwrap_or_else(|| format!("arn:aws:events:{region}:{account}:event-busv2/{}", spec.name));
+            resolver.set_ref(&spec.logical_id, &known);
+            resolver.set_attr(&spec.logical_id, "EventBusArn", &known);
+            resolver.set_attr(&spec.logical_id, "Name", &spec.name);
+            custom_buses.push(CustomBusInfo { spec, arn });
+        }
+
         let archives = template.archives(&resolver)?;
         for archive in &archives {
             resolver.set_ref(&archive.logical_id, &archive.name);
@@ -340,6 +377,17 @@ impl Stack {
             backend.bucket(bucket).await?;
         }
 
+        custom_bus::declare_roles(&template, &mut resolver);
+        let mut subscribers = custom_bus::subscribers(&template, &resolver)?;
+        for s in &mut subscribers {
+            s.target_queue_url = queues.iter().find(|q| q.arn == s.target_arn).map(|q| q.url.clone());
+            s.arn = backend.subscriber(s).await?;
+            if let Some(arn) = &s.arn {
+                resolver.set_ref(&s.logical_id, arn);
+                resolver.set_attr(&s.logical_id, "SubscriberArn", arn);
+            }
+        }
+
         let (functions, skipped_functions) = template.runnable_functions()?;
         // A function's own FunctionName is checked against Lambda's limit; locally every function
         // is named as CloudFormation names an unnamed one (`<stack>-<LogicalId>-<SUFFIX>`).
@@ -364,6 +412,8 @@ impl Stack {
             rules: Vec::new(),
             queue_rules: Vec::new(),
             schedules: Vec::new(),
+            custom_buses,
+            subscribers,
         })
     }
 
@@ -572,6 +622,8 @@ mod tests {
             rules: Vec::new(),
             queue_rules: Vec::new(),
             schedules: Vec::new(),
+            custom_buses: Vec::new(),
+            subscribers: Vec::new(),
         };
         assert_eq!(stack.pipelines(), ["stream of T → Relay"]);
         stack.rules.push(LocalRule {

@@ -458,7 +458,9 @@ async fn handle(State(instance): State<Arc<Instance>>, request: Request) -> Resp
     let body = body.to_vec();
     let injector = &instance.injector;
     injector.calls.fetch_add(1, Ordering::SeqCst);
-    let op = operation(&parts.headers, &body);
+    // A Custom Event Bus call (`/service/AWSEventsV2/operation/<Op>`) is `events:<Op>`: the two
+    // buses share the `events:` IAM namespace, so a plan's `events:PutEvents` faults hit both.
+    let op = custom_bus::operation_of(&parts).map_or_else(|| operation(&parts.headers, &body), |op| format!("events:{op}"));
     let nth = instance.calls.fetch_add(1, Ordering::SeqCst) + 1;
     let response = decided(&instance, &op, nth, parts, body).await;
     injector.observe(&op, is_failure(&response));
@@ -468,6 +470,8 @@ async fn handle(State(instance): State<Arc<Instance>>, request: Request) -> Resp
 async fn decided(instance: &Arc<Instance>, op: &str, nth: u64, parts: axum::http::request::Parts, body: Vec<u8>) -> Response {
     let injector = &instance.injector;
     let op = op.to_owned();
+    let v2 = custom_bus::operation_of(&parts).is_some();
+    let error_answer = |op: &str, code: ErrorCode, request: &[u8]| if v2 { custom_bus::error_answer(code) } else { error_answer(op, code, request) };
     let upstream_failed = |e: crate::Error| {
         tracing::warn!(error = %e, %op, "fault proxy: the emulator did not answer");
         error_answer(&op, ErrorCode::ServiceUnavailable, b"")
@@ -491,6 +495,7 @@ async fn decided(instance: &Arc<Instance>, op: &str, nth: u64, parts: axum::http
             (instance.kill)();
             error_answer(&op, ErrorCode::InternalServerError, b"")
         }
+        Decision::FailEntries(faults) if v2 => custom_bus::put_events_in_part(injector, &parts, body, &faults).await.unwrap_or_else(upstream_failed),
         Decision::FailEntries(faults) => put_events_in_part(injector, &parts, body, &faults).await.unwrap_or_else(upstream_failed),
     }
 }
@@ -562,5 +567,6 @@ async fn put_events_in_part(
     Ok(response)
 }
 
+mod custom_bus;
 #[cfg(test)]
 mod tests;
