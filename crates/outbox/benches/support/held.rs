@@ -40,6 +40,7 @@ impl Held {
     }
 
     /// Also calls `watch` around each request.
+    #[allow(dead_code)] // tests/relay.rs watches; the bench does not
     pub(crate) fn watched(delay: Duration, watch: Watch) -> Self {
         Self { watch: Some(watch), ..Self::new(delay) }
     }
