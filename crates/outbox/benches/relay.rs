@@ -132,7 +132,11 @@ fn held_relay(bus: BusType, delay: Duration) -> (Relay, Arc<AtomicUsize>) {
             use aws_sdk_eventbridgev2::types::{PutEventsResultEntry as Entry, SuccessCode};
             let put = mock!(aws_sdk_eventbridgev2::Client::put_events).then_compute_output(move |input| {
                 c.fetch_add(1, Ordering::Relaxed);
-                let entries = input.entries().iter().enumerate().map(|(i, _)| Entry::builder().event_id(format!("ev-{i}")).success_code(SuccessCode::Published).build());
+                let entries = input
+                    .entries()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, _)| Entry::builder().event_id(format!("ev-{i}")).success_code(SuccessCode::Published).build());
                 Output::builder().failed_entry_count(0).set_entries(Some(entries.collect())).build()
             });
             let events = mock_client!(aws_sdk_eventbridgev2, RuleMode::MatchAny, [&put], |b| b.http_client(transport.clone().shared()));

@@ -1212,15 +1212,18 @@ mod custom_bus {
         Fail(&'static str),
     }
 
+    /// Each request's `EventBusArn` and entries, in call order.
+    type Requests = Arc<Mutex<Vec<(Option<String>, Vec<PutEventsRequestEntry>)>>>;
+
     /// The mocked Custom bus: answers each entry by `policy` and records every request.
     struct Bus {
         rule: Rule,
-        calls: Arc<Mutex<Vec<(Option<String>, Vec<PutEventsRequestEntry>)>>>,
+        calls: Requests,
     }
 
     impl Bus {
         fn new(policy: impl Fn(&PutEventsRequestEntry) -> Answer + Send + Sync + 'static) -> Self {
-            let calls: Arc<Mutex<Vec<(Option<String>, Vec<PutEventsRequestEntry>)>>> = Default::default();
+            let calls: Requests = Default::default();
             let log = calls.clone();
             let n = AtomicUsize::new(0);
             let rule = mock!(aws_sdk_eventbridgev2::Client::put_events).then_compute_output(move |input| {
