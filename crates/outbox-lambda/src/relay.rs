@@ -17,7 +17,8 @@
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
-//! | `EVENT_BUS_NAME` | name or ARN of the bus to publish to | required |
+//! | `EVENT_BUS_TYPE` | `Classic` or `Custom` (the EventBridge Custom Event Bus: feature `custom-bus`, [`outbox::relay::bus`]); anything else is a configuration error naming the variable | `Classic` |
+//! | `EVENT_BUS_NAME` | the bus to publish to: with `Classic` its name or ARN; with `Custom` its `event-busv2` ARN (`arn:aws:events:<region>:<account>:event-busv2/<name>/<id>`; anything else is a configuration error) | required |
 //! | `RELAY_DLQ_URL` | SQS queue URL for poison records | required |
 //! | `PUT_EVENTS_MAX_REQUEST_BYTES` | most bytes in one `PutEvents` request, at most 1048576 (the API's limit; 262144 where the old limit holds) | 1048576 |
 //! | `RELAY_MAX_ATTEMPTS` | `PutEvents` attempts per entry within one invocation | 5 |
@@ -37,7 +38,7 @@ use lambda_runtime::LambdaEvent;
 use crate::config::{ConfigError, Env};
 use outbox::envelope::DEFAULT_MAX_PUT_EVENTS_BYTES;
 use outbox::relay::stream::StreamBatch;
-use outbox::relay::{Relay, RelayConfig, RelayError, RelayOutcome};
+use outbox::relay::{BusType, Relay, RelayConfig, RelayError, RelayOutcome};
 
 use crate::InvocationError;
 
@@ -58,8 +59,16 @@ impl RelayFunction {
     /// Reads the variables of the module docs.
     ///
     /// # Errors
-    /// [`ConfigError`] naming the variable.
+    /// [`ConfigError`] naming the variable: `EVENT_BUS_TYPE` neither `Classic` nor `Custom` (or
+    /// `Custom` in a build without feature `custom-bus`), `EVENT_BUS_NAME` not an `event-busv2`
+    /// ARN with `Custom`, a missing or unparsable setting.
     pub fn from_env(sdk: &aws_config::SdkConfig, env: &Env) -> Result<Self, ConfigError> {
+        let bus_type = env.optional(outbox::contract::env::EVENT_BUS_TYPE, BusType::Classic.as_str());
+        let bus_type: BusType = bus_type.parse().map_err(|e: outbox::relay::BusTypeError| ConfigError::Invalid {
+            name: outbox::contract::env::EVENT_BUS_TYPE,
+            value: bus_type.clone(),
+            reason: e.to_string(),
+        })?;
         let mut config = RelayConfig::new(env.required(outbox::contract::env::EVENT_BUS_NAME)?, env.required(outbox::contract::env::RELAY_DLQ_URL)?);
         config.max_request_bytes = env.bytes_at_most("PUT_EVENTS_MAX_REQUEST_BYTES", DEFAULT_MAX_PUT_EVENTS_BYTES, DEFAULT_MAX_PUT_EVENTS_BYTES)?;
         config.max_attempts = env.count("RELAY_MAX_ATTEMPTS", config.max_attempts)?;
@@ -74,7 +83,33 @@ impl RelayFunction {
             value: names.clone(),
             reason: e.to_string(),
         })?;
-        Ok(Self { relay: Relay::new(aws_sdk_eventbridge::Client::new(sdk), aws_sdk_sqs::Client::new(sdk), config) })
+        let sqs = aws_sdk_sqs::Client::new(sdk);
+        let relay = match bus_type {
+            BusType::Custom => Self::custom_relay(sdk, sqs, config)?,
+            _ => Relay::new(aws_sdk_eventbridge::Client::new(sdk), sqs, config),
+        };
+        Ok(Self { relay })
+    }
+
+    /// The relay on the Custom Event Bus `config.event_bus_name`.
+    #[cfg(feature = "custom-bus")]
+    fn custom_relay(sdk: &aws_config::SdkConfig, sqs: aws_sdk_sqs::Client, config: RelayConfig) -> Result<Relay, ConfigError> {
+        let value = config.event_bus_name.clone();
+        Relay::custom(aws_sdk_eventbridgev2::Client::new(sdk), sqs, config).map_err(|e| ConfigError::Invalid {
+            name: outbox::contract::env::EVENT_BUS_NAME,
+            value,
+            reason: format!("{e} (EVENT_BUS_TYPE=Custom)"),
+        })
+    }
+
+    /// Without feature `custom-bus` there is no Custom Event Bus client: a configuration error.
+    #[cfg(not(feature = "custom-bus"))]
+    fn custom_relay(_: &aws_config::SdkConfig, _: aws_sdk_sqs::Client, _: RelayConfig) -> Result<Relay, ConfigError> {
+        Err(ConfigError::Invalid {
+            name: outbox::contract::env::EVENT_BUS_TYPE,
+            value: BusType::Custom.as_str().into(),
+            reason: "this relay was built without the Custom Event Bus (outbox-lambda feature `custom-bus`)".into(),
+        })
     }
 
     /// The relay.
@@ -147,5 +182,38 @@ mod tests {
 
         let err = RelayFunction::from_env(&sdk, &env(&[("RELAY_MAX_CALLS_IN_FLIGHT", "0")])).unwrap_err();
         assert!(err.to_string().contains("RELAY_MAX_CALLS_IN_FLIGHT"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn the_bus_type_is_classic_unless_set_and_anything_else_is_refused() {
+        let sdk = aws_config::SdkConfig::builder().behavior_version(aws_config::BehaviorVersion::latest()).build();
+        assert_eq!(RelayFunction::from_env(&sdk, &env(&[])).unwrap().relay().bus_type(), BusType::Classic);
+        let classic = env(&[("EVENT_BUS_TYPE", "Classic")]);
+        assert_eq!(RelayFunction::from_env(&sdk, &classic).unwrap().relay().bus_type(), BusType::Classic);
+        let err = RelayFunction::from_env(&sdk, &env(&[("EVENT_BUS_TYPE", "v2")])).unwrap_err();
+        assert_eq!(err.to_string(), r#"environment variable EVENT_BUS_TYPE="v2" is invalid: "v2" is not a bus type: use Classic or Custom"#);
+    }
+
+    #[cfg(feature = "custom-bus")]
+    #[tokio::test]
+    async fn the_custom_bus_needs_an_event_busv2_arn() {
+        let sdk = aws_config::SdkConfig::builder().behavior_version(aws_config::BehaviorVersion::latest()).build();
+        let arn = "arn:aws:events:us-east-1:123456789012:event-busv2/orders/abcdefghij0123456789klmno";
+        let custom = env(&[("EVENT_BUS_TYPE", "Custom"), ("EVENT_BUS_NAME", arn)]);
+        let function = RelayFunction::from_env(&sdk, &custom).unwrap();
+        assert_eq!((function.relay().bus_type(), function.relay().config().event_bus_name.as_str()), (BusType::Custom, arn));
+        // The base environment's EVENT_BUS_NAME is a bus name: refused with Custom.
+        let err = RelayFunction::from_env(&sdk, &env(&[("EVENT_BUS_TYPE", "Custom")])).unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with(r#"environment variable EVENT_BUS_NAME="bus" is invalid: "bus" is not a Custom Event Bus ARN"#), "{text}");
+        assert!(text.ends_with("(EVENT_BUS_TYPE=Custom)"), "{text}");
+    }
+
+    #[cfg(not(feature = "custom-bus"))]
+    #[tokio::test]
+    async fn a_build_without_the_custom_bus_refuses_it() {
+        let sdk = aws_config::SdkConfig::builder().behavior_version(aws_config::BehaviorVersion::latest()).build();
+        let err = RelayFunction::from_env(&sdk, &env(&[("EVENT_BUS_TYPE", "Custom")])).unwrap_err();
+        assert!(err.to_string().contains("built without the Custom Event Bus"), "{err}");
     }
 }

@@ -180,6 +180,9 @@ pub mod env {
     pub const AWS_LAMBDA_FUNCTION_NAME: &str = "AWS_LAMBDA_FUNCTION_NAME";
     /// The EventBridge bus the relay publishes to (the dispatcher announces on it).
     pub const EVENT_BUS_NAME: &str = "EVENT_BUS_NAME";
+    /// Which bus the relay publishes to: `Classic` (the default when unset) or `Custom` (then
+    /// [`EVENT_BUS_NAME`] holds the Custom Event Bus's `event-busv2` ARN).
+    pub const EVENT_BUS_TYPE: &str = "EVENT_BUS_TYPE";
     /// The relay's dead-letter queue URL.
     pub const RELAY_DLQ_URL: &str = "RELAY_DLQ_URL";
     /// An inbox table.

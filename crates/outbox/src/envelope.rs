@@ -478,6 +478,28 @@ impl BusEvent {
             .set_trace_header(self.trace_header.clone())
             .build()
     }
+
+    /// The Custom Event Bus's `PutEvents` request entry (feature `custom-bus`): `Source`,
+    /// `DetailType`, `Detail` and `Time` as [`BusEvent::to_entry`], and `SystemMetadata {
+    /// EventGroupId: group_id, DeduplicationId: deduplication_id }` (each 1-128 characters, the
+    /// caller checks). The entry has no `TraceHeader` field: [`BusEvent::trace_header`] is not
+    /// sent (the event's `detail.metadata.correlation_id` still links it to its request).
+    /// Source: the Custom Event Bus API reference, `PutEventsRequestEntry` and
+    /// `PutEventsSystemMetadata`.
+    #[cfg(feature = "custom-bus")]
+    pub fn to_custom_entry(&self, group_id: &str, deduplication_id: &str) -> aws_sdk_eventbridgev2::types::PutEventsRequestEntry {
+        let metadata =
+            aws_sdk_eventbridgev2::types::PutEventsSystemMetadata::builder().event_group_id(group_id).deduplication_id(deduplication_id).build();
+        let entry = aws_sdk_eventbridgev2::types::PutEventsRequestEntry::builder()
+            .source(&self.source)
+            .detail_type(&self.detail_type)
+            .time(aws_smithy_types::DateTime::from_millis(self.time.timestamp_millis()))
+            .detail(&self.detail)
+            .system_metadata(metadata)
+            .build();
+        // `build` fails only when `Source` or `DetailType` is unset, and both are set above.
+        entry.unwrap_or_else(|_| unreachable!("Source and DetailType are set"))
+    }
 }
 
 #[cfg(test)]

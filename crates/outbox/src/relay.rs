@@ -9,8 +9,8 @@
 //!    are skipped and counted. An outbox item that breaks the contract, or whose event is larger
 //!    than one `PutEvents` request may be, is a *poison record*.
 //! 2. **Publish in full calls, many in flight, each aggregate in order.** The batch's events are
-//!    cut into `PutEvents` calls of at most [`MAX_ENTRIES_PER_CALL`] entries and at most
-//!    `max_request_bytes` (counted as [`BusEvent::entry_size`] does). An aggregate's events stay
+//!    cut into `PutEvents` calls of at most [`MAX_ENTRIES_PER_CALL`] entries (100 on the Custom
+//!    bus) and at most `max_request_bytes` (counted as [`BusEvent::entry_size`] does). An aggregate's events stay
 //!    together, in sequence order: an aggregate that fits in one call joins the first call with
 //!    room for all of it, so calls share no aggregate; a *hot* aggregate with more events than
 //!    one call holds gets a chain of full calls of its own (100 records of one aggregate take 10
@@ -50,6 +50,16 @@
 //! the failed one, or in a call in flight beside it — count as published and are published again
 //! on re-delivery: duplicates, absorbed by the consumers' inbox.
 //!
+//! **Two buses.** [`Relay::new`] publishes to a classic event bus, [`Relay::custom`] (feature
+//! `custom-bus`) to the Custom Event Bus; what differs (the client, 10 or 100 entries a call,
+//! the Custom bus's `EventGroupId` = the aggregate and `DeduplicationId` = the event id, its
+//! `DEDUPLICATED` answer, the missing `TraceHeader`) lives in [`bus`] alone. On the Custom bus
+//! a FIFO subscriber delivers each event group in publish order, and the plan above already
+//! keeps one aggregate's calls from overlapping, so an aggregate reaches its consumers in
+//! sequence order, with one exception kept from the classic bus: an entry that failed
+//! transiently and is resent alone lands after the later entries of its aggregate that its call
+//! published (the ordered inbox applies them in order all the same).
+//!
 //! **Logs.** One line per batch (`relay batch done`: records, events, published, `PutEvents`
 //! calls, most calls in flight, retries, failures, dead letters, deferred, duration): INFO, or
 //! WARN when records are reported for re-delivery. One DEBUG line per event and attempt
@@ -66,6 +76,7 @@
 //! use the ordered inbox ([`crate::consumer`]), which applies them by `detail.metadata.sequence`
 //! whatever order they arrive in.
 
+pub mod bus;
 mod entry_warnings;
 pub mod stream;
 
@@ -82,11 +93,14 @@ use serde::Serialize;
 use crate::dead_letter::{RelayFailureRecord, RELAY_FAILURE_KIND};
 use crate::envelope::DEFAULT_MAX_PUT_EVENTS_BYTES;
 use crate::envelope::{BusEvent, OutboxItem};
+use bus::{Accepted, Publisher};
+pub use bus::{BusType, BusTypeError, CustomBusArnError};
 pub use entry_warnings::MAX_FAILED_ENTRY_WARNINGS;
 use entry_warnings::{EntryWarnings, Next};
 use stream::{StreamBatch, StreamRecord};
 
-/// Most entries in one `PutEvents` call (AWS limit).
+/// Most entries in one classic `PutEvents` call (AWS limit; the Custom bus takes
+/// [`bus::MAX_ENTRIES_PER_CUSTOM_CALL`]).
 pub const MAX_ENTRIES_PER_CALL: usize = 10;
 
 /// Entry error codes that no retry can fix. Any other code is treated as transient.
@@ -96,7 +110,8 @@ pub const PERMANENT_ERROR_CODES: [&str; 2] = ["MalformedDetail", "InvalidArgumen
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct RelayConfig {
-    /// Name or ARN of the target event bus.
+    /// The target bus: a classic bus's name or ARN, or ([`Relay::custom`]) a Custom Event Bus's
+    /// `event-busv2` ARN.
     pub event_bus_name: String,
     /// URL of the relay's dead-letter queue (poison records).
     pub dead_letter_queue_url: String,
@@ -271,8 +286,12 @@ pub struct RelayReport {
     pub events: usize,
     /// Records that were not events, by reason.
     pub skipped: HashMap<SkipReason, usize>,
-    /// Events accepted by EventBridge.
+    /// Events accepted by EventBridge (deduplicated ones included).
     pub published: usize,
+    /// Of [`RelayReport::published`], entries the Custom bus answered `DEDUPLICATED`: it had
+    /// seen their `DeduplicationId` (the event id) within 300 s, so they were not published
+    /// again (always 0 on the classic bus).
+    pub deduplicated: usize,
     /// Entry resends after a transient failure.
     pub retried: usize,
     /// Poison records written to the relay dead-letter queue.
@@ -314,6 +333,7 @@ impl RelayReport {
                     records = self.records,
                     events = self.events,
                     published = self.published,
+                    deduplicated = self.deduplicated,
                     put_events_calls = self.put_events_calls,
                     max_calls_in_flight = self.max_calls_in_flight,
                     retried = self.retried,
@@ -397,14 +417,20 @@ pub struct EntryFailure {
     pub code: String,
     /// `ErrorMessage`.
     pub message: String,
-    /// Whether a resend can succeed: false only for [`PERMANENT_ERROR_CODES`] on an entry.
+    /// Whether a resend can succeed: false only for [`PERMANENT_ERROR_CODES`] on an entry (on
+    /// the Custom bus, [`bus::PERMANENT_CUSTOM_ERROR_CODES`]).
     pub retryable: bool,
 }
 
 impl EntryFailure {
-    /// The failure of a response entry with `ErrorCode` = `code`.
+    /// The failure of a classic response entry with `ErrorCode` = `code`.
     pub fn entry(code: &str, message: &str) -> Self {
         Self { code: code.into(), message: message.into(), retryable: !PERMANENT_ERROR_CODES.contains(&code) }
+    }
+
+    /// The failure of a Custom bus response entry with `ErrorCode` = `code`.
+    pub fn custom_entry(code: &str, message: &str) -> Self {
+        Self { code: code.into(), message: message.into(), retryable: !bus::PERMANENT_CUSTOM_ERROR_CODES.contains(&code) }
     }
 
     /// Whether a resend can succeed.
@@ -520,6 +546,7 @@ enum CallState {
 struct CallResult {
     call: usize,
     published: Vec<Pending>,
+    deduplicated: usize,
     /// Batch positions of the records that failed.
     failed: Vec<usize>,
     dead_lettered: usize,
@@ -530,15 +557,37 @@ struct CallResult {
 /// Publishes outbox records to EventBridge (see the module docs).
 #[derive(Debug, Clone)]
 pub struct Relay {
-    events: aws_sdk_eventbridge::Client,
+    events: Publisher,
     sqs: aws_sdk_sqs::Client,
     config: RelayConfig,
 }
 
 impl Relay {
-    /// A relay that publishes with `events` and dead-letters with `sqs`.
+    /// A relay that publishes to the classic bus [`RelayConfig::event_bus_name`] with `events`
+    /// and dead-letters with `sqs`.
     pub fn new(events: aws_sdk_eventbridge::Client, sqs: aws_sdk_sqs::Client, config: RelayConfig) -> Self {
-        Self { events, sqs, config }
+        Self { events: Publisher::Classic(events), sqs, config }
+    }
+
+    /// A relay that publishes to the Custom Event Bus whose ARN is
+    /// [`RelayConfig::event_bus_name`] with `events` (feature `custom-bus`; module [`bus`]:
+    /// 100 entries a call, each aggregate an event group, the event id its deduplication id).
+    ///
+    /// # Errors
+    /// [`CustomBusArnError`] when `event_bus_name` is not an `event-busv2` ARN.
+    #[cfg(feature = "custom-bus")]
+    pub fn custom(events: aws_sdk_eventbridgev2::Client, sqs: aws_sdk_sqs::Client, config: RelayConfig) -> Result<Self, CustomBusArnError> {
+        bus::check_custom_bus_arn(&config.event_bus_name)?;
+        Ok(Self { events: Publisher::Custom(events), sqs, config })
+    }
+
+    /// The bus this relay publishes to.
+    pub fn bus_type(&self) -> BusType {
+        match self.events {
+            Publisher::Classic(_) => BusType::Classic,
+            #[cfg(feature = "custom-bus")]
+            Publisher::Custom(_) => BusType::Custom,
+        }
     }
 
     /// The configuration.
@@ -661,7 +710,10 @@ impl Relay {
             Ok(event) => event,
             Err(e) => return poison("MalformedOutboxItem", e.to_string()),
         };
-        let size = event.entry_size();
+        if let Some((code, reason)) = self.events.refuses(&item) {
+            return poison(code, reason);
+        }
+        let size = self.events.entry_size(&item, &event);
         if size > self.config.max_request_bytes {
             return poison(
                 "EventTooLarge",
@@ -680,9 +732,11 @@ impl Relay {
     /// ([`RelayConfig::call_budget`]); one that cannot moves the checkpoint to its earliest record.
     async fn publish(&self, records: &[StreamRecord], pending: Vec<Pending>, deadline: Instant, report: &mut RelayReport, checkpoint: &mut usize) {
         let plan = {
-            let events: Vec<((&str, &str), usize)> =
-                pending.iter().map(|p| ((p.item.aggregate_type.as_str(), p.item.aggregate_id.as_str()), p.event.entry_size())).collect();
-            plan_calls(&events, MAX_ENTRIES_PER_CALL, self.config.max_request_bytes)
+            let events: Vec<((&str, &str), usize)> = pending
+                .iter()
+                .map(|p| ((p.item.aggregate_type.as_str(), p.item.aggregate_id.as_str()), self.events.entry_size(&p.item, &p.event)))
+                .collect();
+            plan_calls(&events, self.events.max_entries(), self.config.max_request_bytes)
         };
         let mut slots: Vec<Option<Pending>> = pending.into_iter().map(Some).collect();
         let mut calls: Vec<Vec<Pending>> = Vec::with_capacity(plan.len());
@@ -735,6 +789,7 @@ impl Relay {
             report.put_events_calls += result.put_events_calls;
             report.retried += result.retried;
             report.dead_lettered += result.dead_lettered;
+            report.deduplicated += result.deduplicated;
             report.failed += result.failed.len();
             if let Some(&earliest) = result.failed.iter().min() {
                 *checkpoint = (*checkpoint).min(earliest);
@@ -765,7 +820,10 @@ impl Relay {
         let mut result = CallResult { call, ..Default::default() };
         for (work, outcome) in self.put_with_retries(works, deadline, &mut result, warnings).await {
             match outcome {
-                Ok(()) => result.published.push(work),
+                Ok(accepted) => {
+                    result.deduplicated += usize::from(accepted == Accepted::Deduplicated);
+                    result.published.push(work);
+                }
                 Err(failure) if !failure.is_retryable() => {
                     let reason = format!("PutEvents rejected the entry: {}", failure.message);
                     let event_id = Some(work.item.event_id.clone());
@@ -790,7 +848,7 @@ impl Relay {
         deadline: Instant,
         result: &mut CallResult,
         warnings: &EntryWarnings,
-    ) -> Vec<(Pending, Result<(), EntryFailure>)> {
+    ) -> Vec<(Pending, Result<Accepted, EntryFailure>)> {
         let mut done = Vec::with_capacity(works.len());
         let mut pending = works;
         let mut attempt = 0u32;
@@ -808,12 +866,13 @@ impl Relay {
                     let span = work.item.span();
                     span.record("attempt", attempt);
                     span.in_scope(|| match &outcome {
-                        Ok(()) => tracing::debug!("event published"),
+                        Ok(Accepted::Published) => tracing::debug!("event published"),
+                        Ok(Accepted::Deduplicated) => tracing::debug!("event deduplicated by the bus (already published)"),
                         Err(failure) => tracing::debug!(error_code = %failure.code, error_message = %failure.message, "PutEvents entry failed"),
                     });
                 }
                 match outcome {
-                    Ok(()) => done.push((work, Ok(()))),
+                    Ok(accepted) => done.push((work, Ok(accepted))),
                     Err(failure) if failure.is_retryable() => retry.push((work, failure)),
                     Err(failure) => {
                         warnings.failed(&work.item, &failure, attempt, Next::DeadLetter);
@@ -843,40 +902,10 @@ impl Relay {
         done
     }
 
-    /// One `PutEvents` call; the result of each entry, by position.
-    async fn put_events(&self, works: &[Pending]) -> Vec<Result<(), EntryFailure>> {
-        let entries = works.iter().map(|w| w.event.to_entry(&self.config.event_bus_name)).collect::<Vec<_>>();
-        let n = entries.len();
-        match self.events.put_events().set_entries(Some(entries)).send().await {
-            Ok(output) => {
-                let results = output.entries();
-                if results.len() != n {
-                    let failure = EntryFailure::entry("InternalFailure", &format!("PutEvents answered {} entries for {n}", results.len()));
-                    return vec![Err(failure); n];
-                }
-                results
-                    .iter()
-                    .map(|r| match (r.error_code(), r.event_id()) {
-                        (None, Some(_)) => Ok(()),
-                        (code, _) => Err(EntryFailure::entry(code.unwrap_or("InternalFailure"), r.error_message().unwrap_or("entry has no EventId"))),
-                    })
-                    .collect()
-            }
-            Err(err) => {
-                // The whole request failed after the SDK's own retries. Its entries are never
-                // poison: a transient failure ([`AwsError`](crate::AwsError)) is resent; a permanent one
-                // (access denied, a missing bus) is a configuration error that would otherwise
-                // dead-letter every event, so the records fail instead and the event source
-                // mapping retries them until the configuration is fixed.
-                let aws = crate::aws_error::AwsError::from_sdk("PutEvents", &err);
-                if !aws.is_retryable() {
-                    tracing::error!(error = %aws, "PutEvents failed permanently; failing the records (a configuration error?)");
-                }
-                let failure =
-                    EntryFailure { code: aws.code.clone().unwrap_or_else(|| "RequestFailed".into()), message: aws.to_string(), retryable: true };
-                vec![Err(failure); n]
-            }
-        }
+    /// One `PutEvents` call on the relay's bus ([`bus`]); the result of each entry, by position.
+    async fn put_events(&self, works: &[Pending]) -> Vec<Result<Accepted, EntryFailure>> {
+        let events: Vec<(&OutboxItem, &BusEvent)> = works.iter().map(|w| (&*w.item, &w.event)).collect();
+        self.events.put(&self.config.event_bus_name, &events).await
     }
 
     /// Whether a `PutEvents` call starting after `wait` can finish, with its whole

@@ -1170,3 +1170,365 @@ async fn an_unreadable_record_is_dead_lettered_and_the_batch_goes_on() {
     assert_eq!(body["sequence_number"], seq(1));
     assert_eq!(body["record"]["eventName"], json!(["INSERT"]));
 }
+
+#[cfg(feature = "custom-bus")]
+#[path = "../benches/support/held.rs"]
+mod held;
+
+/// The relay on the Custom Event Bus (feature `custom-bus`): 100 entries a call, each aggregate
+/// an event group whose calls never overlap, the event id as deduplication id, per-entry
+/// failures handled as on the classic bus, `DEDUPLICATED` a success, an event group id over 128
+/// characters dead-lettered, whole-call throttling retried.
+#[cfg(feature = "custom-bus")]
+mod custom_bus {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use aws_sdk_eventbridgev2::operation::put_events::{PutEventsError, PutEventsOutput};
+    use aws_sdk_eventbridgev2::types::error::ThrottlingException;
+    use aws_sdk_eventbridgev2::types::{PutEventsRequestEntry, PutEventsResultEntry, SuccessCode};
+    use aws_smithy_mocks::{mock, mock_client, Rule, RuleMode};
+    use outbox::relay::{BusType, Relay, RelayConfig};
+    use serde_json::Value;
+
+    use super::held::Held;
+    use super::support::{failures, inserts, item, run, seq, Dlq, DLQ_URL};
+
+    const ARN: &str = "arn:aws:events:us-east-1:123456789012:event-busv2/orders/abcdefghij0123456789klmno";
+
+    fn config() -> RelayConfig {
+        let mut config = super::support::config();
+        config.event_bus_name = ARN.into();
+        config
+    }
+
+    /// What an entry's policy answers.
+    #[derive(Clone, Copy)]
+    enum Answer {
+        Published,
+        Deduplicated,
+        Fail(&'static str),
+    }
+
+    /// Each request's `EventBusArn` and entries, in call order.
+    type Requests = Arc<Mutex<Vec<(Option<String>, Vec<PutEventsRequestEntry>)>>>;
+
+    /// The mocked Custom bus: answers each entry by `policy` and records every request.
+    struct Bus {
+        rule: Rule,
+        calls: Requests,
+    }
+
+    impl Bus {
+        fn new(policy: impl Fn(&PutEventsRequestEntry) -> Answer + Send + Sync + 'static) -> Self {
+            let calls: Requests = Default::default();
+            let log = calls.clone();
+            let n = AtomicUsize::new(0);
+            let rule = mock!(aws_sdk_eventbridgev2::Client::put_events).then_compute_output(move |input| {
+                log.lock().unwrap().push((input.event_bus_arn().map(str::to_owned), input.entries().to_vec()));
+                let results: Vec<PutEventsResultEntry> = input
+                    .entries()
+                    .iter()
+                    .map(|entry| {
+                        let id = format!("ev-{}", n.fetch_add(1, Ordering::SeqCst));
+                        match policy(entry) {
+                            Answer::Published => PutEventsResultEntry::builder().event_id(id).success_code(SuccessCode::Published).build(),
+                            Answer::Deduplicated => PutEventsResultEntry::builder().event_id(id).success_code(SuccessCode::Deduplicated).build(),
+                            Answer::Fail(code) => PutEventsResultEntry::builder().error_code(code).error_message(format!("mock {code}")).build(),
+                        }
+                    })
+                    .collect();
+                let failed = results.iter().filter(|r| r.error_code().is_some()).count() as i32;
+                PutEventsOutput::builder().failed_entry_count(failed).set_entries(Some(results)).build()
+            });
+            Self { rule, calls }
+        }
+
+        fn ok() -> Self {
+            Self::new(|_| Answer::Published)
+        }
+
+        fn entries(&self) -> Vec<Vec<PutEventsRequestEntry>> {
+            self.calls.lock().unwrap().iter().map(|(_, e)| e.clone()).collect()
+        }
+
+        fn entry_counts(&self) -> Vec<usize> {
+            self.entries().iter().map(Vec::len).collect()
+        }
+
+        /// Every entry sent, in order, as (aggregate id, sequence).
+        fn sent(&self) -> Vec<(String, u64)> {
+            self.entries()
+                .iter()
+                .flatten()
+                .map(|e| (meta(e)["subject"].as_str().unwrap().to_owned(), meta(e)["sequence"].as_u64().unwrap()))
+                .collect()
+        }
+    }
+
+    fn meta(entry: &PutEventsRequestEntry) -> Value {
+        let detail: Value = serde_json::from_str(entry.detail().unwrap()).unwrap();
+        detail["metadata"].clone()
+    }
+
+    fn group(entry: &PutEventsRequestEntry) -> String {
+        entry.system_metadata().and_then(|m| m.event_group_id()).unwrap_or_default().to_owned()
+    }
+
+    /// Calls in flight, overall and per event group, as the transport sees them.
+    #[derive(Default)]
+    struct Overlap {
+        now: Mutex<(usize, HashMap<String, usize>)>,
+        most: Mutex<(usize, HashMap<String, usize>)>,
+    }
+
+    impl Overlap {
+        /// The event groups of a Custom bus `PutEvents` request (Smithy RPC v2 CBOR).
+        fn groups(body: &[u8]) -> Vec<String> {
+            let value: ciborium::Value = ciborium::from_reader(body).expect("a CBOR request");
+            let get = |v: &ciborium::Value, key: &str| -> Option<ciborium::Value> {
+                v.as_map()?.iter().find(|(k, _)| k.as_text() == Some(key)).map(|(_, v)| v.clone())
+            };
+            let entries = get(&value, "Entries").and_then(|e| e.into_array().ok()).unwrap_or_default();
+            let mut groups: Vec<String> = entries
+                .iter()
+                .filter_map(|e| get(e, "SystemMetadata").and_then(|m| get(&m, "EventGroupId")).and_then(|g| g.into_text().ok()))
+                .collect();
+            groups.sort();
+            groups.dedup();
+            groups
+        }
+
+        fn transport(self: &Arc<Self>, delay: Duration) -> Held {
+            let overlap = self.clone();
+            Held::watched(
+                delay,
+                Arc::new(move |body: &[u8]| {
+                    let groups = Self::groups(body);
+                    {
+                        let (mut now, mut most) = (overlap.now.lock().unwrap(), overlap.most.lock().unwrap());
+                        now.0 += 1;
+                        most.0 = most.0.max(now.0);
+                        for g in &groups {
+                            let n = now.1.entry(g.clone()).or_default();
+                            *n += 1;
+                            let m = most.1.entry(g.clone()).or_default();
+                            *m = (*m).max(*n);
+                        }
+                    }
+                    let overlap = overlap.clone();
+                    Box::new(move || {
+                        let mut now = overlap.now.lock().unwrap();
+                        now.0 -= 1;
+                        for g in &groups {
+                            *now.1.get_mut(g).expect("counted when sent") -= 1;
+                        }
+                    })
+                }),
+            )
+        }
+
+        fn most_overall(&self) -> usize {
+            self.most.lock().unwrap().0
+        }
+
+        fn most_per_group(&self) -> usize {
+            self.most.lock().unwrap().1.values().copied().max().unwrap_or(0)
+        }
+    }
+
+    /// A Custom-bus relay over the mocks, the SDK's own retries off, each call held `delay`.
+    fn relay_held(bus: &Bus, dlq: &Dlq, config: RelayConfig, transport: Option<Held>) -> Relay {
+        let events = mock_client!(aws_sdk_eventbridgev2, RuleMode::MatchAny, [&bus.rule], |c| {
+            let c = c.retry_config(aws_sdk_eventbridgev2::config::retry::RetryConfig::disabled());
+            match &transport {
+                Some(t) => c.http_client(t.clone().shared()),
+                None => c,
+            }
+        });
+        let sqs =
+            mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&dlq.rule], |c| { c.retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled()) });
+        Relay::custom(events, sqs, config).expect("an event-busv2 ARN")
+    }
+
+    fn relay(bus: &Bus, dlq: &Dlq) -> Relay {
+        relay_held(bus, dlq, config(), None)
+    }
+
+    #[tokio::test]
+    async fn calls_carry_up_to_100_entries_with_the_group_and_deduplication_ids() {
+        let (bus, dlq) = (Bus::ok(), Dlq::ok());
+        let overlap = Arc::new(Overlap::default());
+        let relay = relay_held(&bus, &dlq, config(), Some(overlap.transport(Duration::from_millis(20))));
+        assert_eq!(relay.bus_type(), BusType::Custom);
+        let items: Vec<_> = (0..250).map(|i| item(&format!("o-{i}"), 1)).collect();
+        let outcome = run(&relay, &inserts(&items)).await;
+
+        assert!(failures(&outcome).is_empty());
+        assert_eq!((outcome.report.published, outcome.report.put_events_calls, outcome.report.deduplicated), (250, 3, 0));
+        assert_eq!(bus.entry_counts(), [100, 100, 50]);
+        assert_eq!(overlap.most_overall(), 3, "distinct aggregates' calls run concurrently");
+        assert!(bus.calls.lock().unwrap().iter().all(|(arn, _)| arn.as_deref() == Some(ARN)), "EventBusArn on every request");
+        for entry in bus.entries().iter().flatten() {
+            let m = meta(entry);
+            let metadata = entry.system_metadata().expect("SystemMetadata is set");
+            assert_eq!(metadata.event_group_id(), Some(format!("Order#{}", m["subject"].as_str().unwrap()).as_str()));
+            assert_eq!(metadata.deduplication_id(), m["id"].as_str(), "the event id deduplicates");
+            assert_eq!((entry.source(), entry.detail_type()), ("example.orders", "OrderCreated"));
+            assert!(entry.time().is_some());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_hot_aggregate_of_250_goes_in_calls_of_100_100_50_that_never_overlap() {
+        let (bus, dlq) = (Bus::ok(), Dlq::ok());
+        let overlap = Arc::new(Overlap::default());
+        let relay = relay_held(&bus, &dlq, config(), Some(overlap.transport(Duration::from_millis(20))));
+        // The hot aggregate's 250 events, with 20 single events of others among them.
+        let mut items: Vec<_> = (1..=250).map(|s| item("hot", s)).collect();
+        for i in 0..20 {
+            items.insert(i * 12, item(&format!("cold-{i}"), 1));
+        }
+        let outcome = run(&relay, &inserts(&items)).await;
+
+        assert!(failures(&outcome).is_empty());
+        assert_eq!(outcome.report.published, 270);
+        let hot_calls: Vec<usize> = bus.entries().iter().map(|c| c.iter().filter(|e| group(e) == "Order#hot").count()).filter(|&n| n > 0).collect();
+        assert_eq!(hot_calls, [100, 100, 50]);
+        assert_eq!(overlap.most_per_group(), 1, "one event group's calls never overlap");
+        assert!(overlap.most_overall() > 1, "the other aggregates' call runs beside the chain");
+        let hot: Vec<u64> = bus.sent().into_iter().filter(|(a, _)| a == "hot").map(|(_, s)| s).collect();
+        assert_eq!(hot, (1..=250).collect::<Vec<_>>(), "in sequence order within and across calls");
+    }
+
+    /// Overlap must be seen when it happens: without the chain (two calls of one group at once)
+    /// the recorder reports 2. Guards the test above against a recorder that sees nothing.
+    #[tokio::test]
+    async fn the_overlap_recorder_sees_concurrent_calls_of_one_group() {
+        let overlap = Arc::new(Overlap::default());
+        let rule = mock!(aws_sdk_eventbridgev2::Client::put_events).then_output(|| PutEventsOutput::builder().failed_entry_count(0).build());
+        let transport = overlap.transport(Duration::from_millis(20));
+        let client = mock_client!(aws_sdk_eventbridgev2, RuleMode::MatchAny, [&rule], |c| c.http_client(transport.clone().shared()));
+        let entry = outbox::envelope::OutboxItem::new("e", "T", "s", ("Order", "g"), 1, "2026-11-29T08:00:00Z", "{}")
+            .to_bus_event()
+            .unwrap()
+            .to_custom_entry("Order#g", "e");
+        let call = || client.put_events().event_bus_arn(ARN).entries(entry.clone()).send();
+        let (a, b) = tokio::join!(call(), call());
+        assert!(a.is_ok() && b.is_ok());
+        assert_eq!(overlap.most_per_group(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_transient_entry_failure_is_resent_alone_and_reported_as_on_the_classic_bus() {
+        let failed_once = Mutex::new(false);
+        let bus = Bus::new(move |e| {
+            let m = meta(e);
+            if m["subject"] == "a" && m["sequence"] == 2 && !std::mem::replace(&mut *failed_once.lock().unwrap(), true) {
+                Answer::Fail("ThrottlingException")
+            } else {
+                Answer::Published
+            }
+        });
+        let dlq = Dlq::ok();
+        let relay = relay(&bus, &dlq);
+        let outcome = run(&relay, &inserts(&[item("a", 1), item("a", 2), item("a", 3), item("b", 1)])).await;
+
+        assert!(failures(&outcome).is_empty());
+        assert_eq!((outcome.report.published, outcome.report.retried, outcome.report.put_events_calls), (4, 1, 2));
+        assert_eq!(bus.entry_counts(), [4, 1], "the failed entry alone");
+        assert_eq!(bus.sent()[4], ("a".to_owned(), 2));
+    }
+
+    #[tokio::test]
+    async fn an_entry_that_keeps_failing_reports_its_record_and_nothing_after_it_is_acknowledged() {
+        let bus = Bus::new(|e| if meta(e)["subject"] == "b" { Answer::Fail("InternalException") } else { Answer::Published });
+        let dlq = Dlq::ok();
+        let relay = relay(&bus, &dlq);
+        let outcome = run(&relay, &inserts(&[item("a", 1), item("b", 1), item("c", 1)])).await;
+
+        assert_eq!(failures(&outcome), [seq(1)], "the earliest failed record is the checkpoint");
+        assert_eq!((outcome.report.published, outcome.report.failed, outcome.report.dead_lettered), (2, 1, 0));
+        assert_eq!(bus.rule.num_calls(), relay.config().max_attempts as usize);
+    }
+
+    #[tokio::test]
+    async fn a_permanent_entry_failure_is_dead_lettered() {
+        let bus = Bus::new(|e| if meta(e)["subject"] == "b" { Answer::Fail("InvalidArgument") } else { Answer::Published });
+        let dlq = Dlq::ok();
+        let relay = relay(&bus, &dlq);
+        let outcome = run(&relay, &inserts(&[item("a", 1), item("b", 1)])).await;
+
+        assert!(failures(&outcome).is_empty());
+        assert_eq!((outcome.report.published, outcome.report.dead_lettered, bus.rule.num_calls()), (1, 1, 1));
+        assert_eq!(dlq.bodies()[0]["error_code"], "InvalidArgument");
+    }
+
+    #[tokio::test]
+    async fn a_deduplicated_entry_counts_as_published() {
+        let bus = Bus::new(|e| if meta(e)["subject"] == "a" { Answer::Deduplicated } else { Answer::Published });
+        let dlq = Dlq::ok();
+        let relay = relay(&bus, &dlq);
+        let outcome = run(&relay, &inserts(&[item("a", 1), item("a", 2), item("b", 1)])).await;
+
+        assert!(failures(&outcome).is_empty());
+        assert_eq!((outcome.report.published, outcome.report.deduplicated, outcome.report.retried, outcome.report.failed), (3, 2, 0, 0));
+        assert_eq!(outcome.report.published_event_ids.len(), 3);
+        assert_eq!(bus.rule.num_calls(), 1, "never resent");
+    }
+
+    #[tokio::test]
+    async fn an_aggregate_whose_group_id_is_over_128_characters_is_dead_lettered_with_the_reason() {
+        let (bus, dlq) = (Bus::ok(), Dlq::ok());
+        let relay = relay(&bus, &dlq);
+        // "Order#" + 122 = 128 characters: fits; + 123 = 129: refused, never truncated.
+        let (fits, long) = ("x".repeat(122), "y".repeat(123));
+        let outcome = run(&relay, &inserts(&[item(&fits, 1), item(&long, 1), item("a", 1)])).await;
+
+        assert!(failures(&outcome).is_empty());
+        assert_eq!((outcome.report.published, outcome.report.dead_lettered), (2, 1));
+        assert!(bus.sent().iter().all(|(a, _)| a != &long), "the refused event is never sent");
+        let body = &dlq.bodies()[0];
+        assert_eq!(body["error_code"], "EventGroupIdTooLong");
+        assert_eq!(body["event_id"], format!("evt-{long}-1"));
+        let reason = body["reason"].as_str().unwrap();
+        assert!(reason.contains("129 characters") && reason.contains("at most 128 (EventGroupId)"), "{reason}");
+        assert_eq!(dlq.queue_urls(), [DLQ_URL]);
+    }
+
+    #[tokio::test]
+    async fn whole_call_throttling_is_retried() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = calls.clone();
+        let rule = mock!(aws_sdk_eventbridgev2::Client::put_events)
+            .sequence()
+            .error(|| PutEventsError::ThrottlingException(ThrottlingException::builder().message("slow down").build()))
+            .times(2)
+            .output(move || {
+                seen.fetch_add(1, Ordering::SeqCst);
+                let ok = |i: usize| PutEventsResultEntry::builder().event_id(format!("ev-{i}")).success_code(SuccessCode::Published).build();
+                PutEventsOutput::builder().failed_entry_count(0).set_entries(Some((0..2).map(ok).collect())).build()
+            })
+            .build();
+        let bus = Bus { rule, calls: Default::default() };
+        let dlq = Dlq::ok();
+        let relay = relay(&bus, &dlq);
+        let outcome = run(&relay, &inserts(&[item("a", 1), item("a", 2)])).await;
+
+        assert!(failures(&outcome).is_empty());
+        assert_eq!((outcome.report.published, outcome.report.put_events_calls, outcome.report.retried), (2, 3, 4));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(dlq.rule.num_calls(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_bus_that_is_not_an_event_busv2_arn_is_refused() {
+        let (bus, dlq) = (Bus::ok(), Dlq::ok());
+        let events = mock_client!(aws_sdk_eventbridgev2, RuleMode::MatchAny, [&bus.rule]);
+        let sqs = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&dlq.rule]);
+        let err = Relay::custom(events, sqs, super::support::config()).unwrap_err();
+        assert!(err.to_string().starts_with(r#""test-bus" is not a Custom Event Bus ARN"#), "{err}");
+    }
+}
