@@ -1,8 +1,15 @@
 #!/usr/bin/env python3
 """Translates the SAM template to plain CloudFormation, offline, the way the SAM transform does.
 
-    python3 scripts/translate_template.py [--check | --check-block] [TEMPLATE [OUTPUT]]
-        (defaults: template.yaml, stdout)
+    python3 scripts/translate_template.py [--check | --check-block] [--parameter NAME=VALUE ...]
+        [--nested-out DIR] [TEMPLATE [OUTPUT]]        (defaults: template.yaml, stdout)
+
+With --parameter (repeated) the template is first resolved as CloudFormation would deploy it with
+those values (scripts/resolve_parameters.py: resources and outputs whose condition is false
+removed, decided Fn::If replaced), and so are its local blocks, with the values it gives them:
+the checks below then see that variant only (scripts/check-template checks the sample with
+EventBusType=Custom this way). --nested-out DIR writes each local block's translation, as the
+template uses it, to DIR/translated-<application logical id>.json (for cfn-lint).
 
 With --check it also asserts that the delivery settings survived the translation (the stream
 event source mapping's FilterCriteria, DestinationConfig and FunctionResponseTypes; an SQS
@@ -36,6 +43,9 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 from samcli.yamlhelper import yaml_parse  # noqa: E402  (understands !Ref, !GetAtt, !Sub, ...)
 from samtranslator.translator.transform import transform  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from resolve_parameters import ParameterError, nested_parameters, parameter_values, resolve  # noqa: E402
 
 PLACEHOLDER_CODE_URI = "s3://placeholder-bucket/placeholder-key.zip"
 PLACEHOLDER_TEMPLATE_URL = "https://placeholder-bucket.s3.amazonaws.com/{}.template"
@@ -81,24 +91,32 @@ DELIVERY_KINDS = {
     "event source mapping": "AWS::Lambda::EventSourceMapping",
     "rule": "AWS::Events::Rule",
 }
+# On the Custom Event Bus a subscriber takes a rule's place (EventBusType Custom).
+SUBSCRIBER = "AWS::EventsV2::Subscriber"
 
 
 def generated_kinds(translated: dict) -> set:
     """The delivery kinds (DELIVERY_KINDS' keys) a translated template generates."""
     resources = translated.get("Resources", {})
-    return {kind for kind, type_ in DELIVERY_KINDS.items() if of_type(resources, type_)}
+    kinds = {kind for kind, type_ in DELIVERY_KINDS.items() if of_type(resources, type_)}
+    return kinds | ({"rule"} if of_type(resources, SUBSCRIBER) else set())
 
 
-def nested_translations(template: dict, source: Path) -> list:
+def nested_translations(template: dict, source: Path, parent_params: dict | None = None) -> list:
     """The translations of the template's nested applications whose `Location` is a local path
-    (relative to `source`), as (logical id, translated template)."""
+    (relative to `source`), as (logical id, translated template); with `parent_params` (the
+    template's parameter values, when it was resolved) each block is first resolved with the
+    values the template gives it."""
     out = []
     for name, resource in template.get("Resources", {}).items():
         location = resource.get("Properties", {}).get("Location")
         if resource.get("Type") != "AWS::Serverless::Application" or not isinstance(location, str) or "://" in location:
             continue
         path = source.parent / location
-        child = yaml_parse((path / "template.yaml" if path.is_dir() else path).read_text(encoding="utf-8"))
+        path = path / "template.yaml" if path.is_dir() else path
+        child = yaml_parse(path.read_text(encoding="utf-8"))
+        if parent_params is not None:
+            child = resolve(child, nested_parameters(resource, parent_params), str(path))
         replace_local_code_uris(child)
         out.append((name, transform(child, {}, NoManagedPolicies())))
     return out
@@ -169,6 +187,15 @@ def check_delivery_settings(translated: dict, every_kind: bool = True, nested: d
                 if not target.get(key):
                     missing.append(f"{name} target {target.get('Id')}: no {key}")
         print(f"translate_template: rule {name}", file=sys.stderr)
+    for name, props in of_type(resources, SUBSCRIBER).items():
+        # The bus's own retries (at most 24 h), then the on-failure queue; a role to deliver with.
+        if not props.get("RetryPolicy"):
+            missing.append(f"{name}: no RetryPolicy")
+        if not props.get("OnFailureConfiguration", {}).get("Arn"):
+            missing.append(f"{name}: no OnFailureConfiguration.Arn")
+        if not props.get("InvokeConfiguration", {}).get("RoleArn"):
+            missing.append(f"{name}: no InvokeConfiguration.RoleArn")
+        print(f"translate_template: subscriber {name}", file=sys.stderr)
     for name, props in invoke_configs.items():
         if not props.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination"):
             missing.append(f"{name}: no DestinationConfig.OnFailure.Destination")
@@ -203,13 +230,49 @@ def main() -> int:
     block = "--check-block" in args
     check = "--check" in args or block
     args = [a for a in args if a not in ("--check", "--check-block")]
+    given, nested_out, rest = {}, None, []
+    while args:
+        arg = args.pop(0)
+        if arg in ("--parameter", "--nested-out") and not args:
+            print(f"translate_template: {arg} needs a value", file=sys.stderr)
+            return 2
+        if arg == "--parameter":
+            name, sep, value = args.pop(0).partition("=")
+            if not sep:
+                print(f"translate_template: --parameter takes NAME=VALUE, got {name!r}", file=sys.stderr)
+                return 2
+            given[name] = value
+        elif arg == "--nested-out":
+            nested_out = Path(args.pop(0))
+        else:
+            rest.append(arg)
+    args = rest
     source = Path(args[0] if args else "template.yaml")
     template = yaml_parse(source.read_text(encoding="utf-8"))
-    nested = dict(nested_translations(template, source)) if check and not block else {}
+    parent_params = None
+    if given:
+        try:
+            parent_params = parameter_values(template, given, str(source))
+            template = resolve(template, given, str(source))
+        except ParameterError as e:
+            print(f"translate_template: {e}", file=sys.stderr)
+            return 2
+    try:
+        nested = dict(nested_translations(template, source, parent_params)) if (check and not block) or nested_out else {}
+    except ParameterError as e:
+        print(f"translate_template: {e}", file=sys.stderr)
+        return 2
+    if nested_out is not None:
+        for name, child in nested.items():
+            (nested_out / f"translated-{name}.json").write_text(json.dumps(child, indent=2) + "\n", encoding="utf-8")
     replace_local_code_uris(template)
     translated = transform(template, {}, NoManagedPolicies())
     if check:
         missing = check_delivery_settings(translated, every_kind=not block, nested=nested) + check_logs_and_edge(translated)
+        if given:
+            # Each block as this variant deploys it (unresolved, --check-block checks them).
+            for name, child in nested.items():
+                missing += [f"{name}: {problem}" for problem in check_delivery_settings(child, every_kind=False)]
         for problem in missing:
             print(f"translate_template: {problem}", file=sys.stderr)
         if missing:

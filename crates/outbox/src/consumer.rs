@@ -96,6 +96,7 @@ use crate::envelope::EventMetadata;
 mod dead_letters;
 mod dispatch;
 mod error;
+mod fifo;
 mod handler;
 mod message;
 mod metrics;

@@ -92,8 +92,35 @@ pub struct ConsumerFailureRecord<E = Value> {
 /// record (fail it), never drop it.
 #[cfg(any(feature = "relay", feature = "inbox"))]
 pub async fn send(sqs: &aws_sdk_sqs::Client, url: &str, body: String, attributes: &[(&str, &str)]) -> Result<(), crate::aws_error::AwsError> {
+    send_grouped(sqs, url, body, attributes, None).await
+}
+
+/// A message's ids on an SQS FIFO queue (SQS API reference, `SendMessage`: a FIFO queue requires
+/// `MessageGroupId`, and `MessageDeduplicationId` unless the queue has content-based
+/// deduplication; each 1-128 characters).
+#[cfg(any(feature = "relay", feature = "inbox"))]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FifoIds<'a> {
+    /// `MessageGroupId`.
+    pub(crate) group: &'a str,
+    /// `MessageDeduplicationId`.
+    pub(crate) deduplication: &'a str,
+}
+
+/// [`send`], with `fifo`'s ids when the queue is a FIFO queue (`None`: a standard queue).
+#[cfg(any(feature = "relay", feature = "inbox"))]
+pub(crate) async fn send_grouped(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    body: String,
+    attributes: &[(&str, &str)],
+    fifo: Option<FifoIds<'_>>,
+) -> Result<(), crate::aws_error::AwsError> {
     use crate::aws_error::AwsError;
     let mut request = sqs.send_message().queue_url(url).message_body(body);
+    if let Some(ids) = fifo {
+        request = request.message_group_id(ids.group).message_deduplication_id(ids.deduplication);
+    }
     for (name, value) in attributes {
         let value = aws_sdk_sqs::types::MessageAttributeValue::builder()
             .data_type("String")

@@ -700,6 +700,132 @@ async fn an_sqs_batch_reports_only_what_may_pass_later_as_item_failures() {
     assert!(matches!(single, outbox::consumer::InvocationAnswer::Event(r) if r.outcome == Handled::Duplicate));
 }
 
+/// An SQS batch from the FIFO queue `queue` (`eventSourceARN` ending `.fifo`): message `i` is
+/// `bodies[i]` in message group `groups[i]`, id `m-<i>`.
+fn fifo_batch(queue: &str, bodies: &[&Invocation], groups: &[&str]) -> Box<serde_json::value::RawValue> {
+    let records: Vec<Value> = bodies
+        .iter()
+        .zip(groups)
+        .enumerate()
+        .map(|(i, (e, group))| {
+            json!({"messageId": format!("m-{i}"), "receiptHandle": "r", "body": e.payload.get(), "eventSource": "aws:sqs",
+                   "eventSourceARN": format!("arn:aws:sqs:us-east-1:123456789012:{queue}"),
+                   "attributes": {"MessageGroupId": group, "SequenceNumber": format!("{}", 10 + i), "ApproximateReceiveCount": "1"}})
+        })
+        .collect();
+    serde_json::value::to_raw_value(&json!({"Records": records})).expect("JSON")
+}
+
+/// Event `sequence` of order `order`, an `OrderCreated` whose quantity decides its fate in
+/// [`consumer`]: 0 rejected (dead-lettered), over 1000 a transient failure, else applied.
+fn order_event(order: &str, sequence: u64, quantity: u32) -> Invocation {
+    let event = json!({
+        "version": "0", "id": format!("envelope-{order}-{sequence}"), "detail-type": "OrderCreated", "source": "example.orders",
+        "time": "2026-11-29T08:00:00Z", "region": "us-east-1", "resources": [],
+        "detail": {
+            "metadata": {"id": format!("evt-{order}-{sequence}"), "type": "OrderCreated", "version": 1, "source": "example.orders",
+                         "time": "2026-11-29T08:00:00.000Z", "subject": order, "aggregate_type": "Order", "sequence": sequence,
+                         "correlation_id": "corr-1"},
+            "data": {"order_id": order, "quantity": quantity}
+        }
+    });
+    Invocation::new(serde_json::value::RawValue::from_string(event.to_string()).expect("JSON"))
+}
+
+fn batch_failures(answer: outbox::consumer::InvocationAnswer<Outcome>) -> (Vec<String>, Vec<String>) {
+    let outbox::consumer::InvocationAnswer::Batch(answer) = answer else { panic!("an SQS event is a batch") };
+    let failed = answer.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();
+    let settled = answer.outcomes.iter().map(|o| o.event_id.clone()).collect();
+    (failed, settled)
+}
+
+/// Lambda's rule for a FIFO queue (services-sqs-errorhandling: "stop processing messages after
+/// the first failure and return all failed and unprocessed messages"), per message group: the
+/// 2nd of 3 messages of one group fails, so the 2nd and the 3rd are reported (the 3rd never
+/// attempted: its effect is not in the inbox), the 1st is not; another group's messages in the
+/// same batch, before and after the failure, are processed.
+#[tokio::test]
+async fn a_fifo_batch_stops_a_message_group_at_its_first_failure() {
+    let inbox = MemoryInbox::new("fifo");
+    let dead_letters = MemoryDeadLetters::new();
+    let consumer = consumer(&inbox, &dead_letters);
+    let (a1, a2, a3) = (order_event("o-a", 1, 1), order_event("o-a", 2, 5000), order_event("o-a", 3, 1));
+    let (b1, b2) = (order_event("o-b", 1, 1), order_event("o-b", 2, 1));
+    let batch = fifo_batch("delivery.fifo", &[&a1, &b1, &a2, &a3, &b2], &["Order#o-a", "Order#o-b", "Order#o-a", "Order#o-a", "Order#o-b"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (failed, settled) = batch_failures(consumer.handle_invocation(&batch, deadline).await.expect("a batch never fails as a whole"));
+    assert_eq!(failed, ["m-2", "m-3"], "the failed message and the later one of its group come back, in order");
+    assert_eq!(settled, ["evt-o-a-1", "evt-o-b-1", "evt-o-b-2"]);
+    assert_eq!(applied(&inbox), ["evt-o-a-1", "evt-o-b-1", "evt-o-b-2"], "o-a's 3rd event was not applied before its 2nd");
+    assert!(dead_letters.messages().is_empty());
+
+    // The same batch from a standard queue: each message on its own (the 3rd applied).
+    let inbox = MemoryInbox::new("standard");
+    let standard = consumer_with(&inbox, &dead_letters, RetryPolicy::none());
+    let (failed, _) = batch_failures(standard.handle_invocation(&sqs_batch(&[a1, a2, a3]), deadline).await.unwrap());
+    assert_eq!(failed, ["m-1"], "a standard queue reports only the failed message");
+    assert_eq!(applied(&inbox), ["evt-o-a-1", "evt-o-a-3"]);
+}
+
+/// A FIFO message without a `MessageGroupId` that fails stops the whole rest of the batch (every
+/// group); a dead-lettered message is settled (deleted) and stops nothing.
+#[tokio::test]
+async fn a_fifo_failure_without_a_group_stops_the_rest_of_the_batch() {
+    let inbox = MemoryInbox::new("fifo");
+    let dead_letters = MemoryDeadLetters::new();
+    let consumer = consumer(&inbox, &dead_letters);
+    let (rejected, a1, failing, b1) = (order_event("o-r", 1, 0), order_event("o-a", 1, 1), order_event("o-x", 1, 5000), order_event("o-b", 1, 1));
+    let batch = fifo_batch("delivery.fifo", &[&rejected, &a1, &failing, &b1], &["Order#o-r", "Order#o-a", "", "Order#o-b"]);
+    let (failed, settled) = batch_failures(consumer.handle_invocation(&batch, Instant::now() + Duration::from_secs(10)).await.unwrap());
+    assert_eq!(failed, ["m-2", "m-3"]);
+    assert_eq!(settled, ["evt-o-r-1", "evt-o-a-1"]);
+    assert_eq!(dead_letters.messages().len(), 1, "the rejected order, dead-lettered on its first attempt");
+    assert_eq!(applied(&inbox), ["evt-o-a-1"]);
+}
+
+/// An ordered consumer on a FIFO subscriber's queue (one message group per aggregate): its
+/// events arrive in order, so nothing is parked, even when the first one fails (the FIFO rule
+/// hands the later ones back behind it instead of letting them park); a redelivery or a replay
+/// that brings older events again is absorbed as duplicates (at or below the aggregate's
+/// `last_sequence`), applying nothing twice and parking nothing.
+#[tokio::test]
+async fn an_ordered_consumer_on_a_fifo_queue_parks_nothing_and_absorbs_replays() {
+    let inbox = MemoryInbox::new("ordered-fifo");
+    let handler = |event: outbox::consumer::DeliveredEvent<Value>, _tx| async move { Ok::<_, HandlerError>(event.metadata.sequence) };
+    let consumer: Consumer<Ordered<MemoryInbox>, MemoryDeadLetters, u64> = Consumer::builder(Ordered::new(inbox.clone()), MemoryDeadLetters::new())
+        .retry(RetryPolicy::none())
+        .on::<Value, _, _>("OrderCreated", handler)
+        .on::<Value, _, _>("OrderUpdated", handler)
+        .build();
+    let events = [sequenced("OrderCreated", 1, json!({})), sequenced("OrderUpdated", 2, json!({})), sequenced("OrderUpdated", 3, json!({}))];
+    let all: Vec<&Invocation> = events.iter().collect();
+    let groups = ["Order#o-1"; 3];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let outcomes = |answer: outbox::consumer::InvocationAnswer<u64>| {
+        let outbox::consumer::InvocationAnswer::Batch(answer) = answer else { panic!("an SQS event is a batch") };
+        let failed: Vec<String> = answer.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();
+        (failed, answer.outcomes.iter().map(|o| format!("{}:{}", o.event_id, o.outcome)).collect::<Vec<_>>())
+    };
+
+    inbox.fail_next(Injected::Conflict); // event 1's commit
+    let (failed, settled) = outcomes(consumer.handle_invocation(&fifo_batch("delivery.fifo", &all, &groups), deadline).await.unwrap());
+    assert_eq!(failed, ["m-0", "m-1", "m-2"], "2 and 3 come back behind 1, not parked");
+    assert!(settled.is_empty(), "{settled:?}");
+    assert!(inbox.parked_events().is_empty());
+
+    let (failed, settled) = outcomes(consumer.handle_invocation(&fifo_batch("delivery.fifo", &all, &groups), deadline).await.unwrap());
+    assert!(failed.is_empty());
+    assert_eq!(settled, ["evt-1:applied", "evt-2:applied", "evt-3:applied"]);
+
+    // A replay from a point in time (or a redelivery): the older events again, 2 before 1.
+    let replay = [&events[1], &events[0], &events[2]];
+    let (failed, settled) = outcomes(consumer.handle_invocation(&fifo_batch("delivery.fifo", &replay, &groups), deadline).await.unwrap());
+    assert!(failed.is_empty());
+    assert_eq!(settled, ["evt-2:duplicate", "evt-1:duplicate", "evt-3:duplicate"]);
+    assert_eq!(applied(&inbox), ["evt-1", "evt-2", "evt-3"], "each applied once, in order");
+    assert!(inbox.parked_events().is_empty());
+}
+
 /// Claim-checked events (`detail.data_ref`): the payload is fetched from S3 only for an event the
 /// inbox has not recorded; a duplicate is absorbed without a `GetObject`.
 #[cfg(feature = "claim-check")]

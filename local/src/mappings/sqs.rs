@@ -32,6 +32,22 @@
 //!   backoff), whose waits it leaves alone. `maxReceiveCount` is not scaled: a retry window of
 //!   `VisibilityTimeout × maxReceiveCount` (4 h) is then seconds.
 //!
+//! * **FIFO queues** (a name ending `.fifo`: the consumer kit's delivery queue on a Custom
+//!   Event Bus): Lambda hands each message group to one invocation at a time, in order, and a
+//!   batch holds a group's messages in order. Its settings are refused as Lambda refuses them
+//!   ([`check_fifo_settings`]: `BatchSize` at most 10, no batching window; services-sqs-parameters.html).
+//!   The emulator keeps the order itself, as
+//!   SQS does: a `ReceiveMessage` returns a group's messages in order and none of a group with
+//!   messages in flight (moto 5.2.5, `receive_messages`: `pending_message_groups`; checked: of
+//!   A0 A1 B2 A3 B4, a receive of 2 gives A0 A1, the next B2 B4 but not A3, and A0 A1 A3 once A's
+//!   messages are visible again). So the mapping's concurrent batches never share a group, its
+//!   batching window gathers only groups not in flight, and the messages an invocation leaves
+//!   unsettled (the consumer's FIFO rule reports a failed message with the later ones of its
+//!   group) come back together, in order, before the group's later messages; the compressed wait
+//!   ([`retry_visibility`]) applies to them as to a standard queue's. Each record carries the
+//!   message's system attributes (`MessageGroupId`, `MessageDeduplicationId`), and
+//!   `eventSourceARN` the queue's ARN, from which the consumer tells a FIFO queue.
+//!
 //! Source: <https://docs.aws.amazon.com/lambda/latest/dg/with-sqs.html>,
 //! <https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html> ("Reporting
 //! batch item failures") and <https://docs.aws.amazon.com/lambda/latest/dg/invocation-eventfiltering.html>
@@ -186,6 +202,28 @@ pub fn times_its_own_retries(policies: Option<&serde_yaml_ng::Value>) -> bool {
     policies.is_some_and(any)
 }
 
+/// Whether a mapping of the queue `queue_arn` may have these settings: on a FIFO queue (an ARN
+/// ending `.fifo`) Lambda takes a `BatchSize` of at most 10 and no batching window ("For FIFO
+/// queues, the maximum is 10", "Batching window is not supported for FIFO queues": Lambda
+/// developer guide, "Lambda parameters for Amazon SQS event source mappings").
+///
+/// # Errors
+/// [`crate::Error`] (invalid input) naming the setting and the limit.
+pub fn check_fifo_settings(queue_arn: &str, batch_size: usize, max_batching_window_secs: u64) -> crate::Result<()> {
+    if !queue_arn.ends_with(".fifo") {
+        return Ok(());
+    }
+    if batch_size > 10 {
+        return Err(crate::Error::invalid(format!("BatchSize {batch_size} on the FIFO queue {queue_arn}: Lambda takes at most 10 for a FIFO queue")));
+    }
+    if max_batching_window_secs > 0 {
+        return Err(crate::Error::invalid(format!(
+            "MaximumBatchingWindowInSeconds {max_batching_window_secs} on the FIFO queue {queue_arn}: Lambda supports no batching window for FIFO queues"
+        )));
+    }
+    Ok(())
+}
+
 /// One SQS event source mapping.
 pub struct SqsMapping {
     function: Arc<LocalFunction>,
@@ -220,6 +258,8 @@ impl SqsMapping {
                 function.spec.logical_id, spec.name, spec.queue_logical_id
             ))
         })?;
+        check_fifo_settings(&queue.arn, spec.batch_size, spec.max_batching_window_secs)
+            .map_err(|e| crate::Error::invalid(format!("{}.Properties.Events.{}: {e}", function.spec.logical_id, spec.name)))?;
         for pattern in &spec.filters {
             filter::validate(pattern).map_err(|e| {
                 crate::Error::invalid(format!("{}.Properties.Events.{}.Properties.FilterCriteria: {e}", function.spec.logical_id, spec.name))
@@ -517,6 +557,18 @@ mod tests {
         let consumer = policies("- DynamoDBCrudPolicy: {TableName: inbox}\n- SQSSendMessagePolicy: {QueueName: dlq}\n");
         assert!(!times_its_own_retries(Some(&consumer)));
         assert!(!times_its_own_retries(None));
+    }
+
+    #[test]
+    fn a_fifo_queues_mapping_takes_lambdas_fifo_limits() {
+        let fifo = "arn:aws:sqs:us-east-1:123456789012:delivery.fifo";
+        assert!(check_fifo_settings(fifo, 10, 0).is_ok());
+        let too_many = check_fifo_settings(fifo, 11, 0).expect_err("11 on a FIFO queue").to_string();
+        assert!(too_many.contains("BatchSize 11") && too_many.contains("at most 10"), "{too_many}");
+        let window = check_fifo_settings(fifo, 10, 1).expect_err("a window on a FIFO queue").to_string();
+        assert!(window.contains("MaximumBatchingWindowInSeconds 1") && window.contains("no batching window"), "{window}");
+        // A standard queue takes both.
+        assert!(check_fifo_settings("arn:aws:sqs:us-east-1:123456789012:delivery", 100, 1).is_ok());
     }
 
     #[test]

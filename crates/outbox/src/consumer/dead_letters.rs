@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::dead_letter::{ConsumerFailureRecord, CONSUMER_FAILURE_KIND};
+use sha2::{Digest, Sha256};
+
+use crate::dead_letter::{ConsumerFailureRecord, FifoIds, CONSUMER_FAILURE_KIND};
 
 /// Why an event could not be dead-lettered. The consumer then fails the invocation instead, so
 /// nothing is lost (Lambda retries it, then sends it to the on-failure destination).
@@ -40,7 +42,7 @@ type Text<'a> = Option<std::borrow::Cow<'a, str>>;
 
 /// Whatever of `detail.metadata` an invocation payload has, read leniently (a malformed event
 /// still gives what it carries); `data` is skipped without being built. Only `id` is used (the
-/// dead-letter record's); the other fields are read for their types, so a metadata whose
+/// dead-letter record's, and with `aggregate_type` and `subject` a FIFO queue's message group); the other fields are read for their types, so a metadata whose
 /// fields are of the wrong type gives no id, as the consumer's span gives none.
 #[derive(Deserialize, Default)]
 #[allow(dead_code)]
@@ -92,7 +94,9 @@ impl ConsumerDeadLetterQueue {
 
     /// Sends a [`ConsumerFailureRecord`] holding `event` (as received) and the reason with
     /// `SendMessage`. The message attributes `error_type` and `reason` repeat them for the SQS
-    /// console.
+    /// console. To a FIFO queue (`url` ending `.fifo`) with `MessageGroupId` = the event's
+    /// `<aggregate_type>#<subject>` (else the consumer's name) and `MessageDeduplicationId` = the
+    /// record's SHA-256 (hex).
     ///
     /// # Errors
     /// [`DeadLetterError::Send`] with the classified SQS failure; the caller must then fail the
@@ -111,8 +115,31 @@ impl ConsumerDeadLetterQueue {
         let body = serde_json::to_string(&record).map_err(|e| {
             DeadLetterError::Send(crate::aws_error::AwsError::construction("SendMessage", format!("the record does not encode: {e}")))
         })?;
-        crate::dead_letter::send(&self.sqs, &self.url, body, &[("error_type", error_type), ("reason", reason)]).await.map_err(DeadLetterError::Send)
+        // A FIFO dead-letter queue (the consumer kit's with a Custom bus): the event's aggregate
+        // as the message group, as the relay's EventGroupId, so one aggregate's dead letters
+        // keep their order; the record's SHA-256 as the deduplication id (the record carries
+        // its `failed_at`, so only a resend of the same record is absorbed).
+        let group = fifo_group(event, &self.consumer);
+        let deduplication = hex::encode(Sha256::digest(body.as_bytes()));
+        let fifo = self.url.ends_with(".fifo").then_some(FifoIds { group: &group, deduplication: &deduplication });
+        crate::dead_letter::send_grouped(&self.sqs, &self.url, body, &[("error_type", error_type), ("reason", reason)], fifo)
+            .await
+            .map_err(DeadLetterError::Send)
     }
+}
+
+/// The `MessageGroupId` of a dead letter on a FIFO queue: `<aggregate_type>#<subject>` of the
+/// event (the relay's EventGroupId) when its metadata has both, else the consumer's name (one
+/// group for what names no aggregate). Cut to SQS's 128 characters (a group id is only an
+/// ordering key here: two aggregates sharing a cut prefix are merely ordered together).
+fn fifo_group(event: &RawValue, consumer: &str) -> String {
+    let metadata = loose_metadata(event);
+    let group = match (metadata.aggregate_type, metadata.subject) {
+        (Some(aggregate_type), Some(subject)) if !aggregate_type.is_empty() && !subject.is_empty() => format!("{aggregate_type}#{subject}"),
+        _ if consumer.is_empty() => "consumer".to_owned(),
+        _ => consumer.to_owned(),
+    };
+    group.chars().take(128).collect()
 }
 
 impl DeadLetterSink for ConsumerDeadLetterQueue {
@@ -176,5 +203,51 @@ impl DeadLetterSink for MemoryDeadLetters {
             DeadLettered { event_id: event_id_of(event), error_type: error_type.into(), reason: reason.into(), event: event.get().to_owned() };
         self.messages.lock().unwrap_or_else(|p| p.into_inner()).push(message);
         std::future::ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use aws_sdk_sqs::operation::send_message::SendMessageOutput;
+    use aws_smithy_mocks::{mock, mock_client, RuleMode};
+    use serde_json::value::RawValue;
+
+    use super::ConsumerDeadLetterQueue;
+
+    type Sent = Arc<Mutex<Vec<(Option<String>, Option<String>)>>>;
+
+    /// Sends one dead letter for `event` to `url`; answers each `SendMessage`'s (group, dedup) ids.
+    async fn sent_ids(url: &str, event: &str) -> Vec<(Option<String>, Option<String>)> {
+        let sent: Sent = Arc::default();
+        let log = sent.clone();
+        let rule = mock!(aws_sdk_sqs::Client::send_message).then_compute_output(move |input| {
+            log.lock().unwrap().push((input.message_group_id().map(str::to_owned), input.message_deduplication_id().map(str::to_owned)));
+            SendMessageOutput::builder().message_id("m").build()
+        });
+        let sqs = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&rule]);
+        let event = RawValue::from_string(event.to_owned()).unwrap();
+        ConsumerDeadLetterQueue::new(sqs, url, "reserve").send(&event, "MalformedEvent", "why").await.unwrap();
+        let ids = sent.lock().unwrap().clone();
+        ids
+    }
+
+    const EVENT: &str = r#"{"detail":{"metadata":{"id":"e-1","aggregate_type":"Order","subject":"o-1"}}}"#;
+
+    #[tokio::test]
+    async fn a_fifo_dead_letter_queue_gets_the_aggregate_as_message_group() {
+        let ids = sent_ids("https://sqs.us-east-1.amazonaws.com/123456789012/dlq.fifo", EVENT).await;
+        let [(Some(group), Some(dedup))] = ids.as_slice() else { panic!("one message with both ids: {ids:?}") };
+        assert_eq!(group, "Order#o-1");
+        assert_eq!(dedup.len(), 64, "the record's SHA-256, hex");
+        let ids = sent_ids("https://sqs.us-east-1.amazonaws.com/123456789012/dlq.fifo", r#""not an event""#).await;
+        assert_eq!(ids[0].0.as_deref(), Some("reserve"), "no aggregate: the consumer's name");
+    }
+
+    #[tokio::test]
+    async fn a_standard_dead_letter_queue_gets_no_fifo_ids() {
+        let ids = sent_ids("https://sqs.us-east-1.amazonaws.com/123456789012/dlq", EVENT).await;
+        assert_eq!(ids, [(None, None)]);
     }
 }

@@ -28,6 +28,12 @@
 //! of one aggregate in a batch are applied in order (or the later one is parked,
 //! [`ParkedEvent`](crate::ordering::ParkedEvent)). A message not started before the invocation's deadline nears is
 //! reported failed, not attempted: it comes back after the visibility timeout.
+//!
+//! From an SQS **FIFO** queue (the consumer kit's delivery queue on a Custom Event Bus: one
+//! message group per aggregate), Lambda's FIFO rule applies, per message group: after a message
+//! fails, the later messages of its group are reported failed without being attempted, so they
+//! come back behind it in order (`consumer/fifo.rs`: the rule, its source, and why per group
+//! rather than per batch).
 
 use std::time::Instant;
 
@@ -35,6 +41,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::dispatch::{Consumer, ConsumerResponse, SettledEvent};
+use super::fifo::{Fifo, Stops};
 use super::message::Message;
 use super::parked_check::{ParkedCheck, ParkedReport};
 use super::{ConsumerError, DeadLetterSink};
@@ -97,6 +104,24 @@ struct Record {
     message_id: Option<String>,
     #[serde(default)]
     body: Option<String>,
+    /// The queue's ARN: a FIFO queue's ends in `.fifo` ([`Fifo`]).
+    #[serde(rename = "eventSourceARN", default)]
+    event_source_arn: Option<String>,
+    /// The SQS attributes: only a FIFO message's `MessageGroupId` is read.
+    #[serde(default)]
+    attributes: Attributes,
+}
+
+#[derive(Deserialize, Default)]
+struct Attributes {
+    #[serde(rename = "MessageGroupId", default)]
+    message_group_id: Option<String>,
+}
+
+impl Record {
+    fn fifo(&self) -> Fifo<'_> {
+        Fifo::of(self.event_source_arn.as_deref(), self.attributes.message_group_id.as_deref())
+    }
 }
 
 impl<S, D, O> Consumer<S, D, O>
@@ -145,25 +170,35 @@ where
         };
         let margin = self.retry_policy().margin;
         let (mut settled, mut failed) = (0usize, 0usize);
-        for record in records {
-            let id = record.message_id.unwrap_or_default();
-            if Instant::now() + margin >= deadline {
+        // Lambda's rule for FIFO queues, per message group (consumer/fifo.rs).
+        let mut stops = Stops::default();
+        for record in &records {
+            let fifo = record.fifo();
+            let id = record.message_id.clone().unwrap_or_default();
+            if stops.stopped(fifo) {
                 failed += 1;
+                tracing::debug!(message_id = %id, "an earlier message of its FIFO message group failed; it comes back behind it");
                 answer.batch_item_failures.push(ItemFailure { item_identifier: id });
                 continue;
             }
-            let body = record.body.unwrap_or_default();
+            if Instant::now() + margin >= deadline {
+                failed += 1;
+                stops.failed(fifo);
+                answer.batch_item_failures.push(ItemFailure { item_identifier: id });
+                continue;
+            }
+            let body = record.body.as_deref().unwrap_or_default();
             // The kit's scheduled parked check, not an event: always acknowledged.
-            if let Some(check) = ParkedCheck::recognise(&body) {
+            if let Some(check) = ParkedCheck::recognise(body) {
                 answer.parked_check = Some(self.check_parked(&check, deadline).await);
                 continue;
             }
             // The body read once: every later step takes what it needs from this value.
-            let message = Message::read(&body);
+            let message = Message::read(body);
             let result = match &message.not_json {
                 // Boxed like `handle_payload_until`: keeps the caller's future shallow.
                 None => Box::pin(self.handle_one(&message, deadline, false)).await,
-                Some(e) => self.dead_letter_text(&body, &format!("SQS message {id}: the body is not JSON: {e}")).await,
+                Some(e) => self.dead_letter_text(body, &format!("SQS message {id}: the body is not JSON: {e}")).await,
             };
             match result {
                 Ok(response) => {
@@ -173,6 +208,7 @@ where
                 }
                 Err(e) => {
                     failed += 1;
+                    stops.failed(fifo);
                     tracing::debug!(message_id = %id, error_type = e.error_type(), error = %e, "message failed; it comes back after the visibility timeout");
                     answer.batch_item_failures.push(ItemFailure { item_identifier: id });
                 }
