@@ -6,6 +6,7 @@
 //! outbox --stack NAME ordering parked | release --consumer C --aggregate A --through N
 //! outbox --stack NAME webhooks attempts | resend | recover | enable
 //! outbox --stack NAME replay --since T [--until T] (--consumer C | --all) [--type T] [--source S] [--no-wait]
+//! outbox --stack NAME replay (--consumer C | --all) --cleanup [--force]   # Custom bus: finished replay subscribers
 //! ```
 //!
 //! AWS with the ordinary configuration (profile, region, credentials: `--profile`, `--region`

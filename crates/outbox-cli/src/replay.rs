@@ -1,5 +1,6 @@
 //! `outbox replay`: re-deliver the events of a time window from the bus's archive to the rules
-//! of one consumer (or of every consumer), with EventBridge's own replay.
+//! of one consumer (or of every consumer), with EventBridge's own replay. A consumer fed by a
+//! Custom Event Bus's subscriber is replayed by [`subscriber`] instead (a replay subscriber).
 //!
 //! * **The archive**: the relay block's `EventArchive` (`AWS::Events::Archive` on the bus, the
 //!   relay's events, kept `ArchiveRetentionDays`); `DescribeArchive` gives its bus, its state, its

@@ -140,8 +140,9 @@ pub enum Operator {
         #[command(subcommand)]
         command: ordering::OrderingCommand,
     },
-    /// Re-deliver the events of a time window from the bus's archive to one consumer's rules
-    /// (or every consumer's), and follow the replay to its end; the inboxes absorb what was applied.
+    /// Re-deliver the events of a time window to one consumer (or every consumer): from the
+    /// bus's archive to its rules, followed to the end; on a Custom Event Bus, through a replay
+    /// subscriber (`--cleanup` removes the finished ones). The inboxes absorb what was applied.
     Replay(replay::ReplayArgs),
 }
 
