@@ -39,6 +39,9 @@
 //!   of its aggregate (what lets an ordered event's commit prove that nothing is parked);
 //! * **dead letters hold only what can never succeed** (without a redrive): no dead letter whose
 //!   cause may pass later (a transient failure must heal without a person);
+//! * **each aggregate's effects in order**: per consumer, the inbox claims (written in the
+//!   effect's own transaction, with `processed_at`) of an aggregate's events follow the events'
+//!   sequence from the outbox stream (the module `order`);
 //! * **the hot aggregate** (with `--hot-aggregate`): all its events applied in sequence order,
 //!   from the inbox table (the module `hot`);
 //! * **quiet**: the pipeline went quiet within `--timeout`.
@@ -59,6 +62,7 @@ use outbox_cli::dlq;
 use outbox_template::stack::QueueInfo;
 
 mod hot;
+mod order;
 mod reads;
 mod report;
 
@@ -389,7 +393,8 @@ pub async fn run(
     let mut inboxes: BTreeMap<&str, Vec<HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>> = BTreeMap::new();
     for c in &names.consumers {
         if !inboxes.contains_key(c.inbox.as_str()) {
-            inboxes.insert(&c.inbox, scan(&dynamodb, &c.inbox, &["pk", "event_id", "status", "kind", outbox::ordering::PARKED_COUNT]).await?);
+            let attributes = ["pk", "event_id", "status", "kind", "processed_at", outbox::ordering::PARKED_COUNT];
+            inboxes.insert(&c.inbox, scan(&dynamodb, &c.inbox, &attributes).await?);
         }
     }
     if let Some(hot) = &hot {
@@ -403,7 +408,7 @@ pub async fn run(
     say.end_progress();
 
     let first = |v: &[String]| v.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
-    let carried_ids: HashSet<&str> = carried.iter().map(|(id, _)| id.as_str()).collect();
+    let carried_ids: HashSet<&str> = carried.iter().map(|c| c.id.as_str()).collect();
     let unpublished: Vec<String> = carried_ids.iter().filter(|id| !published.contains(**id)).map(|id| (*id).to_owned()).collect();
     invariants.push(Invariant {
         name: "every event the stream carried was published at least once".into(),
@@ -462,26 +467,30 @@ pub async fn run(
     let never: HashSet<String> =
         if injector.plan().redrive { HashSet::new() } else { dead.iter().filter(|m| m.permanent).filter_map(|m| m.event_id.clone()).collect() };
     let mut missing = Vec::new();
+    let mut claims = Vec::new();
     let mut subscribed = 0;
     for c in &names.consumers {
         let prefix = c.inbox_consumer.as_ref().map(|n| format!("{n}#"));
-        let completed: HashSet<String> = inboxes
+        // Its claims: the events it applied, each with when (written in the effect's transaction).
+        let applied: Vec<(String, String)> = inboxes
             .get(c.inbox.as_str())
             .into_iter()
             .flatten()
             .filter(|i| prefix.as_ref().is_none_or(|p| text(i, "pk").starts_with(p.as_str())))
             .filter(|i| !text(i, "event_id").is_empty() && text(i, "kind") != outbox::ordering::PARKED_KIND)
             .filter(|i| matches!(text(i, "status").as_str(), "" | "COMPLETED"))
-            .map(|i| text(i, "event_id"))
+            .map(|i| (text(i, "event_id"), text(i, "processed_at")))
             .collect();
-        let theirs: Vec<&(String, String)> = carried.iter().filter(|(_, kind)| c.types.contains(kind)).collect();
+        let completed: HashSet<String> = applied.iter().map(|(id, _)| id.clone()).collect();
+        let theirs: Vec<&reads::Carried> = carried.iter().filter(|e| c.types.contains(&e.event_type)).collect();
         subscribed += theirs.len();
         missing.extend(
             theirs
                 .into_iter()
-                .filter(|(id, _)| !completed.contains(id) && !never.contains(id))
-                .map(|(id, kind)| format!("{} {kind} {id}", c.logical_id)),
+                .filter(|e| !completed.contains(&e.id) && !never.contains(&e.id))
+                .map(|e| format!("{} {} {}", c.logical_id, e.event_type, e.id)),
         );
+        claims.extend(applied.into_iter().map(|(event_id, processed_at)| order::Claim { consumer: c.logical_id.clone(), event_id, processed_at }));
     }
     let consumers: Vec<&str> = names.consumers.iter().map(|c| c.logical_id.as_str()).collect();
     invariants.push(Invariant {
@@ -497,6 +506,7 @@ pub async fn run(
             first(&parked)
         ),
     });
+    invariants.push(order::verdict(&carried, &claims));
     if !injector.plan().redrive {
         // What may pass later must never need a person: only never-succeeding causes in the queues.
         let transient: Vec<String> =

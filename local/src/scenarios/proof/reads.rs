@@ -72,9 +72,21 @@ pub(super) async fn drain_archive(sqs: aws_sdk_sqs::Client, url: String, stop: t
     Ok(into)
 }
 
-/// `(event_id, event_type)` of every `INSERT` the stream `arn` carried (every shard, from its
-/// trim horizon).
-pub(super) async fn stream_events(runtime: &Runtime, arn: &str) -> crate::Result<Vec<(String, String)>> {
+/// An event the outbox stream carried (an `INSERT` image of the outbox table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Carried {
+    /// `event_id`.
+    pub(super) id: String,
+    /// `event_type`.
+    pub(super) event_type: String,
+    /// The outbox item's `pk`: its aggregate, `<aggregate_type>#<aggregate_id>`.
+    pub(super) aggregate: String,
+    /// Its `sequence` within the aggregate (`None`: not a number in the image).
+    pub(super) sequence: Option<u64>,
+}
+
+/// Every event the stream `arn` carried (`INSERT` records, every shard, from its trim horizon).
+pub(super) async fn stream_events(runtime: &Runtime, arn: &str) -> crate::Result<Vec<Carried>> {
     use aws_sdk_dynamodbstreams::types::{AttributeValue as V, ShardIteratorType};
     let streams = aws_sdk_dynamodbstreams::Client::new(&runtime.sdk);
     let description = streams.describe_stream().stream_arn(arn).send().await.map_err(|e| sdk_error("DescribeStream", e))?;
@@ -108,7 +120,8 @@ pub(super) async fn stream_events(runtime: &Runtime, arn: &str) -> crate::Result
                 let image = r.dynamodb().and_then(|d| d.new_image());
                 let s = |k: &str| image.and_then(|i| i.get(k)).and_then(|v| if let V::S(s) = v { Some(s.clone()) } else { None });
                 if let Some(id) = s("event_id") {
-                    events.push((id, s("event_type").unwrap_or_default()));
+                    let sequence = image.and_then(|i| i.get("sequence")).and_then(|v| if let V::N(n) = v { n.parse().ok() } else { None });
+                    events.push(Carried { id, event_type: s("event_type").unwrap_or_default(), aggregate: s("pk").unwrap_or_default(), sequence });
                 }
             }
             if !progressed {
