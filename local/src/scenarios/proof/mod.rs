@@ -90,6 +90,9 @@ pub struct ProofOptions {
     /// The hot-aggregate scenario: this many events of one aggregate, put on the bus shuffled
     /// after the requests (the module `hot`); `None`: not run.
     pub hot_aggregate: Option<usize>,
+    /// The relay's logical id (the books' `relay` role): the report names the bus it publishes
+    /// to from its environment (`EVENT_BUS_TYPE`, `EVENT_BUS_NAME`); `None`: not known.
+    pub relay: Option<String>,
 }
 
 /// The proof's figures (`proof --json`).
@@ -104,6 +107,9 @@ pub struct ProofReport {
     pub orders_sent: usize,
     /// Orders the API answered 2xx for.
     pub orders_answered: usize,
+    /// The bus the relay publishes to: `Classic (<name>)` or `Custom (<ARN>)`, from the relay's
+    /// `EVENT_BUS_TYPE` (default `Classic`) and `EVENT_BUS_NAME`.
+    pub bus: String,
     /// Requests committed: accepted, or found in the books' origin effect.
     pub orders_committed: usize,
     /// Undoing requests sent (cancellations).
@@ -527,6 +533,7 @@ pub async fn run(
     Ok(ProofReport {
         books: books.name().to_owned(),
         books_file: books.path.display().to_string(),
+        bus: bus_label(&runtime, options.relay.as_deref(), &names.bus),
         orders_sent: options.orders,
         orders_answered: answered.len(),
         orders_committed: checked.committed,
@@ -552,6 +559,19 @@ pub async fn run(
         invariants,
         ok,
     })
+}
+
+/// The bus the proof ran on, for the report: the relay's `EVENT_BUS_TYPE` (unset: `Classic`) and
+/// `EVENT_BUS_NAME`; without a known relay, the consumers' bus (`consumers'`).
+fn bus_label(runtime: &Runtime, relay: Option<&str>, consumers_bus: &str) -> String {
+    match relay {
+        Some(relay) => {
+            let kind = env_var(runtime, relay, "EVENT_BUS_TYPE").unwrap_or_else(|_| "Classic".to_owned());
+            let name = env_var(runtime, relay, outbox::contract::env::EVENT_BUS_NAME).unwrap_or_else(|_| consumers_bus.to_owned());
+            format!("{kind} ({name})")
+        }
+        None => format!("the consumers' ({consumers_bus})"),
+    }
 }
 
 /// `VmHWM` of process `pid` (a number or `self`), MB (Linux).
@@ -603,6 +623,7 @@ mod tests {
         ProofReport {
             books: "orders".into(),
             books_file: "outbox-books.yaml".into(),
+            bus: "Custom (arn:aws:events:us-east-1:123456789012:event-busv2/orders/abcdefghijklmnopqrstuvwxy)".into(),
             orders_sent: 100,
             orders_answered: 100,
             orders_committed: 100,
@@ -632,6 +653,7 @@ mod tests {
         let text = format_report(&report());
         assert!(text.contains("time: orders 6 s, quiet 20 s, redrive 9 s, verdict 1 s"), "{text}");
         assert!(text.contains("peak memory: outbox-local 45 MB, emulator 105 MB"), "{text}");
+        assert!(text.starts_with("books: outbox-books.yaml\nbus: Custom (arn:aws:events:us-east-1:123456789012:event-busv2/orders/"), "{text}");
         assert!(text.contains("OutboxRelayFunction: 250 published, 43 PutEvents calls"), "{text}");
         let json = serde_json::to_value(report()).expect("the report serialises");
         assert_eq!(json["stages"]["OutboxRelayFunction"]["EventsPublished"], 250);
