@@ -163,7 +163,7 @@ async fn cleanup(context: &Context, chosen: &[Chosen], force: bool, now: DateTim
     let mut doomed = Vec::new();
     let mut left = 0usize;
     for c in chosen {
-        let replays = replayer.replays(&c.subscriber).await?;
+        let replays = replayer.replays(&replayer.locate(&c.subscriber).await?).await?;
         println!("consumer {}, subscriber {}: {} replay subscriber(s)", c.consumer, c.subscriber.name, replays.len());
         for r in replays {
             let span = format!("{} .. {}", r.since.map_or_else(|| "?".to_owned(), show), r.until.map_or_else(|| "no end".to_owned(), show));

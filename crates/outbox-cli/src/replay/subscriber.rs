@@ -253,6 +253,46 @@ impl SubscriberReplayer {
         Self { bus }
     }
 
+    /// `subscriber` with its ARN and its bus's whole ARN: as given when both are known, else
+    /// found by its name (`ListSubscribers` with `NamePrefix`, the exact name on the bus of that
+    /// name): a stack looked up from a template knows neither the subscriber's ARN nor the
+    /// random suffix of its bus's (`event-busv2/<name>/<id>`).
+    ///
+    /// # Errors
+    /// [`Error::NotFound`]: no subscriber of that name on that bus; [`Error::Aws`].
+    pub async fn locate(&self, subscriber: &SubscriberInfo) -> Result<SubscriberInfo> {
+        let complete_bus = subscriber.bus_arn.split('/').count() == 3;
+        if !subscriber.arn.is_empty() && complete_bus {
+            return Ok(subscriber.clone());
+        }
+        let bus_name = subscriber.bus_arn.split('/').nth(1).filter(|n| !n.is_empty());
+        let mut pages = self
+            .bus
+            .list_subscribers()
+            .set_event_bus_arn(complete_bus.then(|| subscriber.bus_arn.clone()))
+            .name_prefix(&subscriber.name)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(Error::aws(format!("ListSubscribers {}", subscriber.name)))?;
+            let found = page.subscribers().iter().find(|s| {
+                s.name() == Some(subscriber.name.as_str()) && bus_name.is_none_or(|b| s.event_bus_arn().is_some_and(|arn| bus_name_of(arn) == b))
+            });
+            if let Some(s) = found {
+                let mut located = subscriber.clone();
+                located.arn = s.subscriber_arn().unwrap_or_default().to_owned();
+                located.bus_arn = s.event_bus_arn().map_or_else(|| subscriber.bus_arn.clone(), str::to_owned);
+                return Ok(located);
+            }
+        }
+        Err(Error::NotFound(format!(
+            "subscriber {} ({}) is not on bus {}: ListSubscribers found none of that name; is the stack deployed (the region)?",
+            subscriber.name,
+            subscriber.logical_id,
+            bus_name.unwrap_or("(any)")
+        )))
+    }
+
     /// Bus `arn`'s retention (`DescribeEventBus`).
     ///
     /// # Errors
@@ -415,6 +455,7 @@ pub async fn prepare(
 ) -> Result<Vec<Plan>> {
     let mut plans = Vec::new();
     for c in chosen {
+        let c = Chosen { consumer: c.consumer.clone(), subscriber: replayer.locate(&c.subscriber).await? };
         let bus = replayer.bus(&c.subscriber.bus_arn).await?;
         bus.check_window(since, until, now)?;
         let original = replayer.describe(&c.subscriber.arn).await?;
@@ -423,7 +464,7 @@ pub async fn prepare(
                 "DescribeSubscriber gave no InvokeConfiguration: nothing to copy",
             ));
         }
-        plans.push(Plan { chosen: c.clone(), name: replay_subscriber_name(&c.subscriber.name, now), bus, original });
+        plans.push(Plan { name: replay_subscriber_name(&c.subscriber.name, now), chosen: c, bus, original });
     }
     Ok(plans)
 }

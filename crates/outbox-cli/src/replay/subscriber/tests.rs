@@ -414,3 +414,38 @@ fn cleanup_takes_no_window_and_force_only_with_cleanup() {
     assert!(parse(&["--consumer", "c", "--cleanup", "--since", "2h"]).is_err());
     assert!(parse(&["--consumer", "c", "--since", "2h", "--force"]).is_err(), "--force only with --cleanup");
 }
+
+#[tokio::test]
+async fn a_looked_up_subscriber_is_found_by_its_name_on_its_bus() {
+    let listed = mock!(aws_sdk_eventbridgev2::Client::list_subscribers)
+        .match_requests(|r| r.event_bus_arn().is_none() && r.name_prefix() == Some("s-reserve"))
+        .then_output(|| {
+            let summary = |name: &str, bus: &str, arn: &str| SubscriberSummary::builder().name(name).event_bus_arn(bus).subscriber_arn(arn).build();
+            ListSubscribersOutput::builder()
+                .subscribers(summary("s-reserve-replay-20261201T000000Z", BUS, "arn:replay"))
+                .subscribers(summary("s-reserve", "arn:aws:events:eu-west-1:111122223333:event-busv2/other/zzzzzzzzzzzzzzzzzzzzzzzzz", "arn:other"))
+                .subscribers(summary("s-reserve", BUS, SUBSCRIBER))
+                .build()
+        });
+    let client = mock_client!(aws_sdk_eventbridgev2, RuleMode::MatchAny, [&listed]);
+    let replayer = SubscriberReplayer::with_client(client);
+    // A stack looked up from its template: no subscriber ARN, the bus's ARN without its suffix.
+    let looked_up = SubscriberInfo::new(
+        "ConsumerKit/DeliverySubscriber",
+        "s-reserve",
+        "",
+        "arn:aws:events:eu-west-1:111122223333:event-busv2/s-orders",
+        DELIVERY,
+    );
+    let located = replayer.locate(&looked_up).await.expect("found by name");
+    assert_eq!((located.arn.as_str(), located.bus_arn.as_str()), (SUBSCRIBER, BUS), "the one of that exact name on its bus");
+    let known = reserve()[0].subscriber.clone();
+    assert_eq!(replayer.locate(&known).await.expect("known"), known, "nothing to look up");
+    assert_eq!(listed.num_calls(), 1);
+
+    let gone = SubscriberInfo::new("X", "s-gone", "", "arn:aws:events:eu-west-1:111122223333:event-busv2/s-orders", DELIVERY);
+    let empty = mock!(aws_sdk_eventbridgev2::Client::list_subscribers).then_output(|| ListSubscribersOutput::builder().build());
+    let client = mock_client!(aws_sdk_eventbridgev2, RuleMode::MatchAny, [&empty]);
+    let err = SubscriberReplayer::with_client(client).locate(&gone).await.expect_err("not deployed").to_string();
+    assert_eq!(err, "subscriber s-gone (X) is not on bus s-orders: ListSubscribers found none of that name; is the stack deployed (the region)?");
+}
