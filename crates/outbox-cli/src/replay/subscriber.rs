@@ -17,9 +17,11 @@
 //!   `RetentionWindowStartTime` and not in the future" (`DescribeEventBus`'s
 //!   `StorageConfiguration`; without it, now − `RetentionPeriodInDays`), before `until`, and
 //!   `until` not in the future (a replay re-delivers what the bus already had).
-//! * **Names**: `<subscriber>-replay-<yyyymmddThhmmssZ>` ([`replay_subscriber_name`]), within
-//!   the 256 characters of a subscriber's `Name`; `--cleanup` finds a consumer's replay
-//!   subscribers by that prefix (`ListSubscribers` with `NamePrefix`).
+//! * **Names**: `<subscriber>-replay-<yyyymmddThhmmssZ>` ([`replay_subscriber_name`]), the
+//!   subscriber's name shortened to fit [`SUBSCRIBER_NAME_MAX`]; the description names the
+//!   subscriber whole (`outbox replay of <subscriber> for <consumer>: <since> .. <until>`).
+//!   `--cleanup` finds a consumer's replay subscribers by both (`ListSubscribers` with
+//!   `NamePrefix`, then the description).
 //! * **Removing them**: a replay subscriber stays after its `EndPoint` (it delivers nothing new);
 //!   `--cleanup` deletes those whose end has passed by the subscriber's retry window
 //!   (`RetryPolicy.MaximumEventAgeInSeconds`, default 300 s: "When an event reaches this age,
@@ -41,8 +43,9 @@ use super::{check_order, consumer_label, Consumers};
 use crate::resources::{Resources, SubscriberInfo};
 use crate::{Error, Result};
 
-/// The most characters of a subscriber's `Name` (AWS::EventsV2::Subscriber `Name`, maxLength 256).
-pub const SUBSCRIBER_NAME_MAX: usize = 256;
+/// The most characters a replay subscriber's `Name` gets: 64, the stricter of the limits met
+/// (AWS::EventsV2::Subscriber's schema allows 256, the local runtime's Custom bus 64).
+pub const SUBSCRIBER_NAME_MAX: usize = 64;
 
 /// What a replay subscriber's name adds to its subscriber's, before the time stamp.
 pub const REPLAY_MARK: &str = "-replay-";
@@ -104,6 +107,12 @@ pub fn replay_prefix(name: &str) -> String {
     let room = SUBSCRIBER_NAME_MAX - REPLAY_MARK.len() - "yyyymmddThhmmssZ".len();
     let name: String = name.chars().take(room).collect();
     format!("{name}{REPLAY_MARK}")
+}
+
+/// How a replay subscriber's description of subscriber `name` starts (then the consumer and the
+/// window): what tells it from another subscriber's whose name has the same shortened prefix.
+pub fn replay_description(name: &str) -> String {
+    format!("outbox replay of {name} for ")
 }
 
 /// A Custom bus's retention, as `DescribeEventBus` tells it.
@@ -347,8 +356,8 @@ impl SubscriberReplayer {
             .name(&plan.name)
             .event_bus_arn(&plan.chosen.subscriber.bus_arn)
             .description(format!(
-                "outbox replay of {} for {}: {} .. {}",
-                plan.chosen.subscriber.name,
+                "{}{}: {} .. {}",
+                replay_description(&plan.chosen.subscriber.name),
                 plan.chosen.consumer,
                 since.to_rfc3339(),
                 until.to_rfc3339()
@@ -386,7 +395,7 @@ impl SubscriberReplayer {
     }
 
     /// The replay subscribers of `subscriber` (`ListSubscribers` by [`replay_prefix`], each
-    /// described).
+    /// described; those whose description is not [`replay_description`] of it are left out).
     ///
     /// # Errors
     /// [`Error::Aws`]: a call failed.
@@ -405,6 +414,7 @@ impl SubscriberReplayer {
             );
         }
         let mut out = Vec::new();
+        let description = replay_description(&subscriber.name);
         for arn in arns {
             let d = match self.describe(&arn).await {
                 Ok(d) => d,
@@ -412,6 +422,11 @@ impl SubscriberReplayer {
                 Err(Error::NotFound(_)) => continue,
                 Err(e) => return Err(e),
             };
+            // Another subscriber's replay whose shortened name has the same prefix, or not a
+            // replay this command made: never touched.
+            if !d.description().is_some_and(|text| text.starts_with(&description)) {
+                continue;
+            }
             let point = d.point_in_time_configuration();
             out.push(ReplaySubscriber {
                 name: d.name().unwrap_or_default().to_owned(),

@@ -29,10 +29,13 @@ pub(super) struct Claim {
     pub(super) processed_at: String,
 }
 
+/// One applied event: when (`processed_at`), its sequence, its id.
+type Applied<'a> = (DateTime<Utc>, u64, &'a str);
+
 /// The invariant over `claims`, the events' aggregates and sequences from `carried`.
 pub(super) fn verdict(carried: &[Carried], claims: &[Claim]) -> Invariant {
     let events: HashMap<&str, (&str, u64)> = carried.iter().filter_map(|c| Some((c.id.as_str(), (c.aggregate.as_str(), c.sequence?)))).collect();
-    let mut by_aggregate: BTreeMap<(&str, &str), Vec<(DateTime<Utc>, u64, &str)>> = BTreeMap::new();
+    let mut by_aggregate: BTreeMap<(&str, &str), Vec<Applied<'_>>> = BTreeMap::new();
     let mut unreadable = Vec::new();
     let mut judged = 0usize;
     for claim in claims {

@@ -107,7 +107,7 @@ fn replay_subscriber_names_carry_the_time_and_fit_the_name_limit() {
     let now = at("2026-12-03T14:05:09Z");
     assert_eq!(replay_subscriber_name("s-reserve", now), "s-reserve-replay-20261203T140509Z");
     assert!(replay_subscriber_name("s-reserve", now).starts_with(&replay_prefix("s-reserve")));
-    let long = "n".repeat(300);
+    let long = "n".repeat(100);
     let name = replay_subscriber_name(&long, now);
     assert_eq!(name.len(), SUBSCRIBER_NAME_MAX);
     assert!(name.starts_with(&replay_prefix(&long)) && name.ends_with("-replay-20261203T140509Z"), "{name}");
@@ -321,6 +321,7 @@ async fn cleanup_lists_only_the_consumer_s_replay_subscribers_and_deletes_what_i
                 .subscribers(summary("s-reserve-replay-20261201T000000Z"))
                 .subscribers(summary("s-reserve-replay-20261202T000000Z"))
                 .subscribers(summary("s-reserve-replay-gone"))
+                .subscribers(summary("s-reserve-replay-20261203T000000Z"))
                 // Whatever the service's prefix filter lets through, nothing else is taken.
                 .subscribers(summary("s-reserve"))
                 .build()
@@ -337,8 +338,12 @@ async fn cleanup_lists_only_the_consumer_s_replay_subscribers_and_deletes_what_i
             .end_point(secs(end))
             .build()
             .expect("a point in time");
+        // One whose name has the prefix but that this command did not make (no such description).
+        let description =
+            if name.contains("20261203") { "someone's own".to_owned() } else { format!("{}reserve-inventory: …", replay_description("s-reserve")) };
         MockResponse::Output(
             DescribeSubscriberOutput::builder()
+                .description(description)
                 .name(name)
                 .point_in_time_configuration(point)
                 .retry_policy(RetryPolicy::builder().max_event_age_in_seconds(3600).build())
@@ -354,7 +359,7 @@ async fn cleanup_lists_only_the_consumer_s_replay_subscribers_and_deletes_what_i
     assert_eq!(
         plan,
         [("s-reserve-replay-20261201T000000Z", Cleanup::Delete), ("s-reserve-replay-20261202T000000Z", Cleanup::Wait(at("2026-12-02T07:00:00Z"))),],
-        "the consumer's own subscriber is never listed; one deleted meanwhile is skipped"
+        "the consumer's own subscriber is never listed; one deleted meanwhile is skipped, one not made by replay too"
     );
     assert_eq!(replays[0].max_event_age_seconds, 3600);
 
