@@ -336,8 +336,14 @@ impl Resources {
                 .iter()
                 .map(|a| named(&a.logical_id, &a.name, format!("arn:aws:events:{region}:{account}:archive/{}", a.name)))
                 .collect(),
-            custom_buses: Vec::new(),
-            subscribers: Vec::new(),
+            // A looked-up stack knows neither a Custom bus's ARN suffix nor a subscriber's ARN:
+            // empty here, found by name when a verb needs them (`replay::subscriber`).
+            custom_buses: stack.custom_buses.iter().map(|b| named(&b.spec.logical_id, &b.spec.name, b.arn.clone().unwrap_or_default())).collect(),
+            subscribers: stack
+                .subscribers
+                .iter()
+                .map(|s| SubscriberInfo::new(&s.logical_id, &s.name, s.arn.clone().unwrap_or_default(), &s.bus_arn, &s.target_arn))
+                .collect(),
             functions,
             outputs: BTreeMap::new(),
         })

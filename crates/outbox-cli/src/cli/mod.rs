@@ -189,6 +189,8 @@ pub enum Source {
         stack_name: String,
         /// The account id its ARNs are built with.
         account: String,
+        /// Its parameters as deployed (`--parameter-overrides`, as `sam deploy`): `(name, value)`.
+        overrides: Vec<(String, String)>,
     },
 }
 
@@ -200,8 +202,8 @@ pub enum Source {
 pub async fn resources(sdk: &SdkConfig, source: &Source) -> Result<Resources> {
     match source {
         Source::Stack(name) => Ok(crate::cloudformation::discover(&crate::cloudformation::Clients::new(sdk), name).await?),
-        Source::Template { path, stack_name, account } => {
-            let template = outbox_template::Template::load(path)?;
+        Source::Template { path, stack_name, account, overrides } => {
+            let template = outbox_template::Template::load_with_overrides(path, overrides)?;
             let stack = outbox_template::stack::Stack::look_up(sdk, template, stack_name, account).await?;
             Ok(Resources::from_stack(&stack)?)
         }

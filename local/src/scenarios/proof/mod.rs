@@ -61,13 +61,15 @@ use crate::scenarios::demo::Say;
 use outbox_cli::dlq;
 use outbox_template::stack::QueueInfo;
 
+mod bus;
 mod hot;
 mod order;
 mod reads;
 mod report;
 
 use crate::scenarios::books::{scan, text};
-use reads::{archive, drain_archive, send, stream_events};
+use bus::ProofBus;
+use reads::{drain_archive, send, stream_events};
 pub use report::format_report;
 
 /// Proof settings.
@@ -168,7 +170,7 @@ struct ConsumerNames {
 struct Names {
     consumers: Vec<ConsumerNames>,
     outbox_stream: String,
-    bus: String,
+    bus: ProofBus,
     dead_letter_queues: Vec<QueueInfo>,
 }
 
@@ -176,7 +178,7 @@ fn names(runtime: &Runtime, consumers: &[String], outbox_table: &str) -> crate::
     let mut named = Vec::new();
     let mut bus = None;
     for consumer in consumers {
-        let (its_bus, types) = runtime.consumer_delivery(consumer)?;
+        let (its_bus, types) = bus::delivery(runtime, consumer)?;
         bus.get_or_insert(its_bus);
         named.push(ConsumerNames {
             logical_id: consumer.clone(),
@@ -255,7 +257,12 @@ pub async fn run(
         None => None,
     };
     books.seed(&runtime, &dynamodb).await?;
-    let archive_url = archive(&runtime, &names.bus).await?;
+    let archive_url = bus::archive(&runtime, &names.bus).await?;
+    // `dlq redrive` re-publishes to a classic bus: on a Custom bus the proof does not redrive.
+    let redrive = injector.plan().redrive && matches!(names.bus, ProofBus::Classic(_));
+    if injector.plan().redrive && !redrive {
+        say.line("the plan asks for a redrive: not on a Custom Event Bus (dlq redrive re-publishes to a classic bus); judged as without an operator");
+    }
     let (stop_archive, archive_stopped) = tokio::sync::watch::channel(false);
     let archived = tokio::spawn(drain_archive(sqs.clone(), archive_url, archive_stopped));
     let started = Instant::now();
@@ -340,7 +347,7 @@ pub async fn run(
     }
     if let Some(hot) = &hot {
         say.progress(format!("hot aggregate: {} events of {} put on the bus, shuffled", hot.events.len(), hot.aggregate_id));
-        hot::publish(&events, &names.bus, hot, injector.plan().seed).await?;
+        hot::publish(&runtime.sdk, &names.bus, hot, injector.plan().seed).await?;
     }
     say.end_progress();
     lap("orders", &mut phases);
@@ -354,7 +361,7 @@ pub async fn run(
     for q in &names.dead_letter_queues {
         let messages = dlq::peek(&sqs, q).await.map_err(crate::Error::Operator)?;
         let all = dlq::Selection::default();
-        let options = dlq::RedriveOptions { bus: &names.bus, replayer: None, dry_run: true, selection: &all, force: false };
+        let options = dlq::RedriveOptions { bus: names.bus.id(), replayer: None, dry_run: true, selection: &all, force: false };
         let dry = dlq::redrive(&sqs, &events, q, &options, |_, _| {}).await.map_err(crate::Error::Operator)?;
         for m in &messages {
             let explained = !m.reason.trim().is_empty()
@@ -366,11 +373,11 @@ pub async fn run(
         dead.extend(messages);
     }
     let mut quiet_after_redrive = true;
-    if injector.plan().redrive && !dead.is_empty() {
+    if redrive && !dead.is_empty() {
         for q in &names.dead_letter_queues {
             // As an operator would: what can pass is redriven; permanent causes stay, with why.
             let all = dlq::Selection::default();
-            let options = dlq::RedriveOptions { bus: &names.bus, replayer: None, dry_run: false, selection: &all, force: false };
+            let options = dlq::RedriveOptions { bus: names.bus.id(), replayer: None, dry_run: false, selection: &all, force: false };
             let report = dlq::redrive(&sqs, &events, q, &options, |d, t| say.progress(format!("redriving {}: {d}/{t}", q.logical_id)))
                 .await
                 .map_err(crate::Error::Operator)?;
@@ -471,7 +478,7 @@ pub async fn run(
     // Without a redrive, events that can never succeed (dead-lettered with a permanent cause)
     // are the only ones allowed to be missing.
     let never: HashSet<String> =
-        if injector.plan().redrive { HashSet::new() } else { dead.iter().filter(|m| m.permanent).filter_map(|m| m.event_id.clone()).collect() };
+        if redrive { HashSet::new() } else { dead.iter().filter(|m| m.permanent).filter_map(|m| m.event_id.clone()).collect() };
     let mut missing = Vec::new();
     let mut claims = Vec::new();
     let mut subscribed = 0;
@@ -500,7 +507,7 @@ pub async fn run(
     }
     let consumers: Vec<&str> = names.consumers.iter().map(|c| c.logical_id.as_str()).collect();
     invariants.push(Invariant {
-        name: if injector.plan().redrive { "nothing missing after the redrive" } else { "nothing missing without an operator (no redrive)" }.into(),
+        name: if redrive { "nothing missing after the redrive" } else { "nothing missing without an operator (no redrive)" }.into(),
         held: missing.is_empty(),
         detail: format!(
             "{subscribed} events for the consumers ({}), {} not applied [{}] ({} never-succeeding excused), {} still parked [{}]; {left} dead letters left",
@@ -513,7 +520,7 @@ pub async fn run(
         ),
     });
     invariants.push(order::verdict(&carried, &claims));
-    if !injector.plan().redrive {
+    if !redrive {
         // What may pass later must never need a person: only never-succeeding causes in the queues.
         let transient: Vec<String> =
             dead.iter().filter(|m| !m.permanent).map(|m| format!("{} ({})", m.event_id.as_deref().unwrap_or(&m.message_id), m.cause)).collect();
@@ -533,7 +540,7 @@ pub async fn run(
     Ok(ProofReport {
         books: books.name().to_owned(),
         books_file: books.path.display().to_string(),
-        bus: bus_label(&runtime, options.relay.as_deref(), &names.bus),
+        bus: bus_label(&runtime, options.relay.as_deref(), names.bus.id()),
         orders_sent: options.orders,
         orders_answered: answered.len(),
         orders_committed: checked.committed,
