@@ -2,7 +2,7 @@
 //! consumer's dead letters redriven given the queue's URL, its name, its ARN or its logical id;
 //! a poison message refused without `--force`, its cause named; a wrong queue answered with the
 //! candidates; a destructive verb refused without `--yes` when nobody can answer; an event traced
-//! by its id alone. (Here, not in the operator's crate: the emulator and the provisioner are the
+//! by its id alone; a replay on the Custom Event Bus (a replay subscriber, then `--cleanup`). (Here, not in the operator's crate: the emulator and the provisioner are the
 //! local runtime's, and the operator's crate depends on nothing above it.)
 
 use std::path::{Path, PathBuf};
@@ -57,10 +57,15 @@ fn consumer_failure(event_id: &str, error_type: &str) -> String {
 }
 
 fn outbox(endpoint: &str, args: &[&str]) -> Output {
+    outbox_as(endpoint, STACK, args)
+}
+
+/// The `outbox` binary on the sample template as stack `stack`.
+fn outbox_as(endpoint: &str, stack: &str, args: &[&str]) -> Output {
     Command::new(outbox_binary())
         .arg("--template")
         .arg(root().join("template.yaml"))
-        .args(["--stack-name", STACK, "--endpoint-url", endpoint])
+        .args(["--stack-name", stack, "--endpoint-url", endpoint])
         .args(args)
         .env("AWS_REGION", "us-east-1")
         .stdin(Stdio::null())
@@ -76,7 +81,9 @@ async fn depth(sqs: &aws_sdk_sqs::Client, queue: &QueueInfo) -> u64 {
     outbox_cli::dlq::depth(sqs, queue).await.expect("the queue's depth")
 }
 
-#[tokio::test]
+// Two workers: the `outbox` binary runs (blocking) while the runtime's endpoint, served in this
+// process (the Custom Event Bus in front of moto), answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redrive_takes_the_queue_by_url_name_arn_or_logical_id_and_refuses_poison() {
     let emulator = Emulator::start(&root()).await.expect("the moto emulator starts");
     let endpoint = emulator.endpoint.clone();
@@ -227,5 +234,103 @@ async fn trace_reads_rows_by_the_consumer_name_and_reports_an_absorbed_late_pred
     let traced = trace(&sdk, &unnamed, "e-applied", &Lookup::Index).await.expect("trace");
     assert!(state(&traced).starts_with("not looked up: the function sets no CONSUMER_NAME"), "{}", traced.render());
     assert!(!traced.relay.starts_with("published") && traced.relay.contains("no consumer has it yet"), "{}", traced.render());
+    drop(emulator);
+}
+
+/// Reads (and deletes) `n` messages of FIFO queue `url`: their events' `detail.metadata.id`, in
+/// the order received. Deleting them is what lets a replayed copy in: the emulator's FIFO queue
+/// deduplicates against the messages it holds (SQS's 5-minute window would drop a copy sent so soon).
+async fn take(sqs: &aws_sdk_sqs::Client, url: &str, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while ids.len() < n {
+        assert!(std::time::Instant::now() < deadline, "{} of {n} messages in {url}: {ids:?}", ids.len());
+        let out = sqs.receive_message().queue_url(url).max_number_of_messages(10).wait_time_seconds(1).send().await.expect("ReceiveMessage");
+        for m in out.messages() {
+            let body: serde_json::Value = serde_json::from_str(m.body().unwrap_or_default()).expect("a JSON body");
+            ids.push(body.pointer("/detail/metadata/id").and_then(serde_json::Value::as_str).expect("an event of the outbox").to_owned());
+            sqs.delete_message().queue_url(url).receipt_handle(m.receipt_handle().unwrap_or_default()).send().await.expect("DeleteMessage");
+        }
+    }
+    ids
+}
+
+/// `replay` on the Custom Event Bus, as an operator runs it on the sample provisioned with
+/// `EventBusType=Custom`: the `outbox` binary with `--template --parameter-overrides` (a stack
+/// looked up from its template: the subscriber and the bus's ARN found by name) makes a replay
+/// subscriber beside the consumer kit's, which delivers the window's events again to the kit's
+/// FIFO delivery queue in the aggregate's order; `--cleanup` leaves it while its retries may run
+/// and `--force` removes it; a window beyond the bus's retention is refused before anything is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_on_the_custom_bus_redelivers_the_window_through_a_replay_subscriber_and_cleanup_removes_it() {
+    use aws_sdk_eventbridgev2::types::{PutEventsRequestEntry, PutEventsSystemMetadata};
+    let emulator = Emulator::start(&root()).await.expect("the moto emulator starts");
+    emulator.custom_bus.configure(outbox_local::custom_bus::BusOptions::default().compressed());
+    let endpoint = emulator.endpoint.clone();
+    let sdk = sdk_config(&Target { endpoint: Some(endpoint.clone()), region: "us-east-1".into() }).await;
+    let custom = [("EventBusType".to_owned(), "Custom".to_owned())];
+    let template = Template::load_with_overrides(&root().join("template.yaml"), &custom).expect("the sample on the Custom bus");
+    let stack = provision(&sdk, template, "operator-custom", EMULATOR_ACCOUNT).await.expect("provisioned");
+    let kit = stack.subscribers.iter().find(|s| s.logical_id.starts_with("ConsumerKit/")).expect("the consumer kit's subscriber").clone();
+    let delivery = kit.target_queue_url.clone().expect("its target: the kit's delivery queue");
+    let (bus, sqs) = (aws_sdk_eventbridgev2::Client::new(&sdk), aws_sdk_sqs::Client::new(&sdk));
+
+    // One order's three events, as the relay publishes them: the aggregate as event group.
+    let since = chrono::Utc::now() - chrono::Duration::seconds(2);
+    let ids: Vec<String> = (1..=3).map(|n| format!("e-custom-{n}-{}", uuid::Uuid::new_v4())).collect();
+    let entries: Vec<PutEventsRequestEntry> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let kind = if i == 0 { "OrderCreated" } else { "OrderCancelled" };
+            let detail = serde_json::json!({"metadata": {"id": id, "type": kind, "aggregate_type": "Order", "subject": "o-9", "sequence": i + 1}, "data": {"order_id": "o-9"}});
+            let system = PutEventsSystemMetadata::builder().event_group_id("Order#o-9").deduplication_id(id).build();
+            PutEventsRequestEntry::builder().source("example.orders").detail_type(kind).detail(detail.to_string()).system_metadata(system).build().expect("an entry")
+        })
+        .collect();
+    let put = bus.put_events().event_bus_arn(&kit.bus_arn).set_entries(Some(entries)).send().await.expect("PutEvents");
+    assert_eq!(put.failed_entry_count(), 0, "{put:?}");
+    assert_eq!(take(&sqs, &delivery, 3).await, ids, "delivered once, in the aggregate's order");
+
+    // The window again, to reserve-inventory (its CONSUMER_NAME), through the binary.
+    let replay = |args: &[&str]| {
+        let mut all = vec!["--parameter-overrides", "EventBusType=Custom", "--yes", "replay", "--consumer", "reserve-inventory"];
+        all.extend_from_slice(args);
+        outbox_as(&endpoint, "operator-custom", &all)
+    };
+    let since_text = since.to_rfc3339();
+    let out = replay(&["--since", &since_text]);
+    assert!(out.status.success(), "{}", text(&out));
+    let printed = text(&out);
+    assert!(printed.contains(&format!("consumer reserve-inventory: subscriber {} (FIFO, target ", kit.name)), "{printed}");
+    let prefix = outbox_cli::replay::subscriber::replay_prefix(&kit.name);
+    assert!(printed.contains(&format!("replay subscriber {prefix}")) && printed.contains("--cleanup"), "{printed}");
+    assert_eq!(take(&sqs, &delivery, 3).await, ids, "the replay delivered the window again, in the aggregate's order");
+
+    // The replay subscriber copies the kit's and reads the window from a point in time.
+    let listed = bus.list_subscribers().event_bus_arn(&kit.bus_arn).name_prefix(&prefix).send().await.expect("ListSubscribers");
+    let [made] = listed.subscribers() else { panic!("one replay subscriber: {listed:?}") };
+    let made = bus.describe_subscriber().subscriber_arn(made.subscriber_arn().unwrap_or_default()).send().await.expect("DescribeSubscriber");
+    let original = bus.describe_subscriber().subscriber_arn(kit.arn.clone().unwrap_or_default()).send().await.expect("DescribeSubscriber");
+    assert_eq!(made.invoke_configuration(), original.invoke_configuration(), "the same target and message group");
+    assert_eq!((made.r#type(), made.filter_configuration()), (original.r#type(), original.filter_configuration()));
+    assert_eq!(made.starting_position().map(|p| p.as_str()), Some("POINT_IN_TIME"));
+
+    // --cleanup: its retries may still run (the kit's MaxEventAgeInSeconds is a day): left, exit 2.
+    let out = replay(&["--cleanup"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("left, its deliveries may still be retried until"), "{}", text(&out));
+    let out = replay(&["--cleanup", "--force"]);
+    assert!(out.status.success() && text(&out).contains("deleted "), "{}", text(&out));
+    let listed = bus.list_subscribers().event_bus_arn(&kit.bus_arn).name_prefix(&prefix).send().await.expect("ListSubscribers");
+    assert!(listed.subscribers().is_empty(), "removed: {listed:?}");
+    assert!(bus.describe_subscriber().subscriber_arn(kit.arn.clone().unwrap_or_default()).send().await.is_ok(), "the kit's own subscriber stays");
+
+    // Beyond the bus's retention (before it was created): refused, nothing made.
+    let out = replay(&["--since", "2020-01-01T00:00:00Z"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("is beyond what bus") && text(&out).contains("give --since"), "{}", text(&out));
+    let listed = bus.list_subscribers().event_bus_arn(&kit.bus_arn).name_prefix(&prefix).send().await.expect("ListSubscribers");
+    assert!(listed.subscribers().is_empty(), "nothing made: {listed:?}");
     drop(emulator);
 }

@@ -102,7 +102,7 @@ async fn a_replay_after_an_outage_applies_only_what_the_consumer_missed() {
 
     // The operator's step: replay the window to reserve-inventory's rule.
     let args = ReplayArgs {
-        since: since.to_rfc3339(),
+        since: Some(since.to_rfc3339()),
         until: None,
         consumer: Some("reserve-inventory".into()),
         all: false,
@@ -111,6 +111,8 @@ async fn a_replay_after_an_outage_applies_only_what_the_consumer_missed() {
         archive: None,
         no_wait: false,
         poll_seconds: 1,
+        cleanup: false,
+        force: false,
     };
     let resources = outbox_cli::resources::Resources::from_stack(&local.runtime.stack).expect("the stack's resources");
     assert_eq!(resources.archives.len(), 1, "the relay block's archive: {:?}", resources.archives);
@@ -136,7 +138,7 @@ async fn a_replay_after_an_outage_applies_only_what_the_consumer_missed() {
 
     // A second replay of a window before the archive existed is refused before anything starts.
     let early = ReplayArgs {
-        since: "2020-01-01T00:00:00Z".into(),
+        since: Some("2020-01-01T00:00:00Z".into()),
         until: Some("2020-01-02T00:00:00Z".into()),
         consumer: None,
         all: true,
@@ -145,6 +147,8 @@ async fn a_replay_after_an_outage_applies_only_what_the_consumer_missed() {
         archive: None,
         no_wait: true,
         poll_seconds: 1,
+        cleanup: false,
+        force: false,
     };
     let err = outbox_cli::cli::run(&context, &Operator::Replay(early)).await.expect_err("outside the archive").to_string();
     assert!(err.contains("is before archive") && err.contains("it holds nothing of that window"), "{err}");

@@ -10,7 +10,11 @@
 //! * per rule (`AWS::Events::Rule`, physical id = `<bus>|<rule>` on a custom bus, else the rule
 //!   name): `DescribeRule` (its pattern and ARN) and `ListTargetsByRule` (the functions it
 //!   invokes);
-//! * an archive (`AWS::Events::Archive`, physical id = its name): named, its ARN built.
+//! * an archive (`AWS::Events::Archive`, physical id = its name): named, its ARN built;
+//! * a Custom Event Bus (`AWS::EventsV2::EventBus`, physical id = its ARN, `event-busv2/<name>/<id>`):
+//!   named from its ARN;
+//! * a Custom bus's subscriber (`AWS::EventsV2::Subscriber`, physical id = its ARN):
+//!   `DescribeSubscriber` (its name, bus and target: the queue a consumer reads, or a function).
 //!
 //! Physical ids as CloudFormation documents them (the resource type reference's "Return values",
 //! `Ref`): a table's and a bus's and a bucket's name, a queue's URL, a function's name.
@@ -25,7 +29,7 @@ use std::collections::BTreeMap;
 
 use aws_sdk_cloudformation::types::StackResourceSummary;
 
-use crate::resources::{queue_name_of_url, FunctionInfo, Named, Resources, RuleInfo};
+use crate::resources::{queue_name_of_url, FunctionInfo, Named, Resources, RuleInfo, SubscriberInfo};
 use outbox_template::stack::QueueInfo;
 
 /// Why a stack could not be discovered.
@@ -58,6 +62,8 @@ pub struct Clients {
     pub lambda: aws_sdk_lambda::Client,
     /// EventBridge.
     pub events: aws_sdk_eventbridge::Client,
+    /// The EventBridge Custom Event Bus.
+    pub bus: aws_sdk_eventbridgev2::Client,
 }
 
 impl Clients {
@@ -67,6 +73,7 @@ impl Clients {
             cloudformation: aws_sdk_cloudformation::Client::new(sdk),
             lambda: aws_sdk_lambda::Client::new(sdk),
             events: aws_sdk_eventbridge::Client::new(sdk),
+            bus: aws_sdk_eventbridgev2::Client::new(sdk),
         }
     }
 }
@@ -106,6 +113,7 @@ pub async fn discover(clients: &Clients, name: &str) -> Result<Resources, Discov
     }
 
     let mut rules = Vec::new();
+    let mut subscribers = Vec::new();
     // Queue ARNs each function's SQS event source mappings read, by function name: a rule
     // targeting such a queue delivers to the function (the consumer kit's delivery queue).
     let mut queue_readers: Vec<(String, String)> = Vec::new();
@@ -135,13 +143,34 @@ pub async fn discover(clients: &Clients, name: &str) -> Result<Resources, Discov
                 resources.functions.push(info);
             }
             "AWS::Events::Rule" => rules.push(summary),
+            "AWS::EventsV2::EventBus" => resources.custom_buses.push(Named {
+                logical_id: logical_id.to_owned(),
+                name: physical.rsplit('/').nth(1).unwrap_or(physical).to_owned(),
+                arn: physical.to_owned(),
+            }),
+            "AWS::EventsV2::Subscriber" => subscribers.push((logical_id, physical)),
             _ => {}
         }
     }
     for rule in rules {
         attach_rule(clients, rule, (&region, &account), &queue_readers, &mut resources.functions).await?;
     }
+    for (logical_id, arn) in subscribers {
+        resources.subscribers.push(subscriber(clients, logical_id, arn).await?);
+    }
     Ok(resources)
+}
+
+/// Subscriber `arn` of a Custom bus: its name, bus and target (`DescribeSubscriber`).
+async fn subscriber(clients: &Clients, logical_id: &str, arn: &str) -> Result<SubscriberInfo, DiscoveryError> {
+    let d = clients.bus.describe_subscriber().subscriber_arn(arn).send().await.map_err(aws(format!("DescribeSubscriber {arn}")))?;
+    Ok(SubscriberInfo::new(
+        logical_id,
+        d.name().unwrap_or_default(),
+        arn,
+        d.event_bus_arn().unwrap_or_default(),
+        d.invoke_configuration().map(|c| c.target_arn()).unwrap_or_default(),
+    ))
 }
 
 /// Function `name`: its environment and its stream mappings, and the ARNs of the queues its SQS
@@ -169,6 +198,7 @@ async fn function(clients: &Clients, logical_id: &str, name: &str) -> Result<(Fu
             }
         }
     }
+    info.queues.clone_from(&queues);
     Ok((info, queues))
 }
 
@@ -229,6 +259,9 @@ mod tests {
     use aws_sdk_cloudformation::types::{Output, Stack, StackResourceSummary, StackStatus};
     use aws_smithy_mocks::{mock, mock_client, RuleMode};
 
+    const CUSTOM_BUS: &str = "arn:aws:events:eu-west-1:111122223333:event-busv2/shop-orders/abcdefghijklmnopqrstuvwxy";
+    const SUBSCRIBER: &str = "arn:aws:events:eu-west-1:111122223333:subscriber/shop-orders/shop-reserve-subscriber";
+
     fn summary(logical: &str, physical: &str, kind: &str) -> StackResourceSummary {
         StackResourceSummary::builder()
             .logical_resource_id(logical)
@@ -266,6 +299,7 @@ mod tests {
                 .stack_resource_summaries(summary("RelayFunction", "shop-relay", "AWS::Lambda::Function"))
                 .stack_resource_summaries(summary("ReserveRule", "shop-orders|shop-reserve", "AWS::Events::Rule"))
                 .stack_resource_summaries(summary("EventArchive", "EventArchive-abc123", "AWS::Events::Archive"))
+                .stack_resource_summaries(summary("CustomBus", CUSTOM_BUS, "AWS::EventsV2::EventBus"))
                 .stack_resource_summaries(summary(
                     "Webhooks",
                     "arn:aws:cloudformation:eu-west-1:111122223333:stack/shop-Webhooks-1/guid2",
@@ -278,6 +312,7 @@ mod tests {
                 ListStackResourcesOutput::builder()
                     .stack_resource_summaries(summary("FailedBatches", "shop-failed-batches", "AWS::S3::Bucket"))
                     .stack_resource_summaries(summary("ReserveFunction", "shop-reserve", "AWS::Lambda::Function"))
+                    .stack_resource_summaries(summary("DeliverySubscriber", SUBSCRIBER, "AWS::EventsV2::Subscriber"))
                     .build()
             });
         let cloudformation = mock_client!(aws_sdk_cloudformation, RuleMode::MatchAny, [&describe, &root, &child]);
@@ -339,7 +374,20 @@ mod tests {
         });
         let events = mock_client!(aws_sdk_eventbridge, RuleMode::MatchAny, [&rule, &targets]);
 
-        let found = discover(&Clients { cloudformation, lambda, events }, "shop").await.expect("discovered");
+        use aws_sdk_eventbridgev2::operation::describe_subscriber::DescribeSubscriberOutput;
+        use aws_sdk_eventbridgev2::types::InvokeConfiguration;
+        let described =
+            mock!(aws_sdk_eventbridgev2::Client::describe_subscriber).match_requests(|r| r.subscriber_arn() == Some(SUBSCRIBER)).then_output(|| {
+                let target = InvokeConfiguration::builder()
+                    .target_arn("arn:aws:sqs:eu-west-1:111122223333:shop-consumer-delivery")
+                    .role_arn("arn:aws:iam::111122223333:role/deliver")
+                    .build()
+                    .expect("an invoke configuration");
+                DescribeSubscriberOutput::builder().name("shop-reserve-subscriber").event_bus_arn(CUSTOM_BUS).invoke_configuration(target).build()
+            });
+        let bus = mock_client!(aws_sdk_eventbridgev2, RuleMode::MatchAny, [&described]);
+
+        let found = discover(&Clients { cloudformation, lambda, events, bus }, "shop").await.expect("discovered");
         assert_eq!(found.outputs.get("OrdersApi").map(String::as_str), Some("https://api"));
         let dlq = found.dead_letter_queue("shop-consumer-dlq").expect("the dead-letter queue by name");
         assert_eq!(dlq.arn, "arn:aws:sqs:eu-west-1:111122223333:shop-consumer-dlq");
@@ -362,6 +410,20 @@ mod tests {
             Ok("arn:aws:events:eu-west-1:111122223333:archive/EventArchive-abc123"),
             "the stack's only archive"
         );
+        // The Custom bus, named from its ARN, and its subscriber, which delivers to the consumer
+        // through the queue its SQS mapping reads (what a replay on the Custom bus copies).
+        assert_eq!(found.custom_buses.iter().map(|b| (b.name.as_str(), b.arn.as_str())).collect::<Vec<_>>(), [("shop-orders", CUSTOM_BUS)]);
+        assert_eq!(
+            found.subscribers,
+            [SubscriberInfo::new(
+                "DeliverySubscriber",
+                "shop-reserve-subscriber",
+                SUBSCRIBER,
+                CUSTOM_BUS,
+                "arn:aws:sqs:eu-west-1:111122223333:shop-consumer-delivery"
+            )]
+        );
+        assert!(found.subscribers[0].delivers_to(reserve) && !found.subscribers[0].delivers_to(relay));
     }
 
     #[tokio::test]
@@ -377,7 +439,8 @@ mod tests {
         let cloudformation = mock_client!(aws_sdk_cloudformation, RuleMode::MatchAny, [&describe]);
         let lambda = mock_client!(aws_sdk_lambda, RuleMode::MatchAny, []);
         let events = mock_client!(aws_sdk_eventbridge, RuleMode::MatchAny, []);
-        let err = discover(&Clients { cloudformation, lambda, events }, "nope").await.expect_err("no such stack").to_string();
+        let bus = mock_client!(aws_sdk_eventbridgev2, RuleMode::MatchAny, []);
+        let err = discover(&Clients { cloudformation, lambda, events, bus }, "nope").await.expect_err("no such stack").to_string();
         assert!(err.starts_with("DescribeStacks nope: ") && err.contains("does not exist"), "{err}");
     }
 }

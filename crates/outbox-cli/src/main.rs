@@ -6,12 +6,13 @@
 //! outbox --stack NAME ordering parked | release --consumer C --aggregate A --through N
 //! outbox --stack NAME webhooks attempts | resend | recover | enable
 //! outbox --stack NAME replay --since T [--until T] (--consumer C | --all) [--type T] [--source S] [--no-wait]
+//! outbox --stack NAME replay (--consumer C | --all) --cleanup [--force]   # Custom bus: finished replay subscribers
 //! ```
 //!
 //! AWS with the ordinary configuration (profile, region, credentials: `--profile`, `--region`
 //! or the environment). The resources come from the deployed stack (`--stack`: CloudFormation's
 //! resources and outputs, nested stacks followed) or from a template (`--template`, its names
-//! resolved as `--stack-name`). `--endpoint-url` (or `AWS_ENDPOINT_URL`) points it at an
+//! resolved as `--stack-name`, its parameters as deployed with `--parameter-overrides`). `--endpoint-url` (or `AWS_ENDPOINT_URL`) points it at an
 //! emulator, with dummy credentials. Destructive verbs say what they will do and ask, unless
 //! `--yes`.
 
@@ -39,6 +40,11 @@ struct Args {
     /// With --template: the stack name `${AWS::StackName}` resolves to.
     #[arg(long, global = true, requires = "template")]
     stack_name: Option<String>,
+    /// With --template: the parameters the stack was deployed with, as `sam deploy
+    /// --parameter-overrides` (`Key=Value`, checked against AllowedValues; several: repeat the
+    /// flag or quote them, `"A=1 B=2"`), e.g. `--parameter-overrides EventBusType=Custom`.
+    #[arg(long, global = true, requires = "template", value_name = "KEY=VALUE", value_delimiter = ' ', value_parser = parse_override)]
+    parameter_overrides: Vec<(String, String)>,
     /// An emulator's endpoint, e.g. http://127.0.0.1:5000 (dummy credentials).
     #[arg(long, global = true, env = "AWS_ENDPOINT_URL", alias = "endpoint")]
     endpoint_url: Option<String>,
@@ -56,6 +62,14 @@ struct Args {
     verbose: bool,
     #[command(subcommand)]
     command: Operator,
+}
+
+/// `Key=Value` of `--parameter-overrides`.
+fn parse_override(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("{text:?}: expected Key=Value (as sam deploy --parameter-overrides)")),
+    }
 }
 
 #[tokio::main]
@@ -100,7 +114,7 @@ async fn run(args: Args) -> outbox_cli::Result<ExitCode> {
             let stack_name = args.stack_name.clone().unwrap_or_else(|| outbox_template::stack::default_stack_name(&dir));
             // On AWS the account only shapes ARNs built from the template; queue ARNs come from their URLs.
             let account = if args.endpoint_url.is_some() { EMULATOR_ACCOUNT } else { "000000000000" };
-            Source::Template { path: path.clone(), stack_name, account: account.into() }
+            Source::Template { path: path.clone(), stack_name, account: account.into(), overrides: args.parameter_overrides.clone() }
         }
         (None, None) => return Err(outbox_cli::Error::NoStack),
     };

@@ -1,5 +1,6 @@
 //! `outbox replay`: re-deliver the events of a time window from the bus's archive to the rules
-//! of one consumer (or of every consumer), with EventBridge's own replay.
+//! of one consumer (or of every consumer), with EventBridge's own replay. A consumer fed by a
+//! Custom Event Bus's subscriber is replayed by [`subscriber`] instead (a replay subscriber).
 //!
 //! * **The archive**: the relay block's `EventArchive` (`AWS::Events::Archive` on the bus, the
 //!   relay's events, kept `ArchiveRetentionDays`); `DescribeArchive` gives its bus, its state, its
@@ -31,7 +32,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::resources::{Named, ResolveError, Resources, RuleInfo};
+use crate::resources::{FunctionInfo, Named, ResolveError, Resources, RuleInfo};
 use crate::{Error, Result};
 
 /// The most characters of a replay name (`ReplayName`, "Maximum length of 64", pattern
@@ -50,6 +51,42 @@ pub enum Consumers {
     One(String),
     /// Every function of the stack that a rule on the archive's bus delivers to.
     All,
+}
+
+impl Consumers {
+    /// Whether function `f` is one of these consumers (its `CONSUMER_NAME`, logical id or name).
+    pub fn takes(&self, f: &FunctionInfo) -> bool {
+        match self {
+            Self::All => true,
+            Self::One(given) => f.environment.get("CONSUMER_NAME") == Some(given) || &f.logical_id == given || &f.name == given,
+        }
+    }
+}
+
+/// How a consumer is named in messages: its `CONSUMER_NAME`, else its function's logical id.
+pub fn consumer_label(f: &FunctionInfo) -> String {
+    f.environment.get("CONSUMER_NAME").cloned().unwrap_or_else(|| f.logical_id.clone())
+}
+
+/// Checks a replay window `[since, until]` at `now`: it starts in the past, before it ends, and
+/// it ends at `now` at the latest (a replay delivers what the bus already has).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming `--since` or `--until`.
+pub fn check_order(since: DateTime<Utc>, until: DateTime<Utc>, now: DateTime<Utc>) -> Result<()> {
+    let future = |flag: &'static str, at: DateTime<Utc>| {
+        Error::invalid(flag, at.to_rfc3339(), format!("is in the future (now {}): a replay re-delivers events the bus already had", now.to_rfc3339()))
+    };
+    if since >= now {
+        return Err(future("--since", since));
+    }
+    if since >= until {
+        return Err(Error::invalid("--since", since.to_rfc3339(), format!("must be before --until ({})", until.to_rfc3339())));
+    }
+    if until > now {
+        return Err(future("--until", until));
+    }
+    Ok(())
 }
 
 /// What a replay asks for, before anything is sent.
@@ -86,16 +123,9 @@ pub struct ChosenRule {
 /// [`Error::NotFound`]: no consumer matches `--consumer` (the consumers are listed), or no rule
 /// of the chosen consumers is on the bus or can match `--type`/`--source`.
 pub fn choose_rules(resources: &Resources, bus_name: &str, request: &Request) -> Result<Vec<ChosenRule>> {
-    let label = |f: &crate::resources::FunctionInfo| f.environment.get("CONSUMER_NAME").cloned().unwrap_or_else(|| f.logical_id.clone());
+    let label = consumer_label;
     let consumers: Vec<_> = resources.functions.iter().filter(|f| f.rules.iter().any(|(r, _)| r.bus == bus_name)).collect();
-    let chosen: Vec<_> = match &request.consumers {
-        Consumers::All => consumers.clone(),
-        Consumers::One(given) => consumers
-            .iter()
-            .filter(|f| f.environment.get("CONSUMER_NAME") == Some(given) || &f.logical_id == given || &f.name == given)
-            .copied()
-            .collect(),
-    };
+    let chosen: Vec<_> = consumers.iter().filter(|f| request.consumers.takes(f)).copied().collect();
     if chosen.is_empty() {
         let listed: String = consumers.iter().map(|f| format!("\n  {} (function {})", label(f), f.logical_id)).collect();
         let given = match &request.consumers {
@@ -190,18 +220,7 @@ impl ArchiveState {
     /// after `now`, the window entirely before the archive's creation or past its retention;
     /// [`Error::Replay`]: the archive is not `ENABLED`.
     pub fn check_window(&self, since: DateTime<Utc>, until: DateTime<Utc>, now: DateTime<Utc>) -> Result<Vec<String>> {
-        let future = |flag: &'static str, at: DateTime<Utc>| {
-            Error::invalid(flag, at.to_rfc3339(), format!("is in the future (now {}): a replay replays what was archived", now.to_rfc3339()))
-        };
-        if since >= now {
-            return Err(future("--since", since));
-        }
-        if since >= until {
-            return Err(Error::invalid("--since", since.to_rfc3339(), format!("must be before --until ({})", until.to_rfc3339())));
-        }
-        if until > now {
-            return Err(future("--until", until));
-        }
+        check_order(since, until, now)?;
         if self.state != "ENABLED" {
             return Err(Error::Replay(format!("archive {} is {} (not ENABLED): it cannot be replayed from now", self.name, self.state)));
         }
@@ -479,6 +498,8 @@ impl Replayer {
         })
     }
 }
+
+pub mod subscriber;
 
 #[cfg(test)]
 mod tests;

@@ -46,6 +46,46 @@ impl RuleInfo {
     }
 }
 
+/// A subscriber of a Custom Event Bus (`AWS::EventsV2::Subscriber`): the bus's way to a consumer
+/// (`outbox replay` on a Custom bus copies it into a replay subscriber). Its configuration
+/// (filter, type, retry policy, …) is read with `DescribeSubscriber` when needed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct SubscriberInfo {
+    /// Logical id in the template.
+    pub logical_id: String,
+    /// Subscriber name (`Name`: 1-256 characters, `[A-Za-z0-9][.\-_A-Za-z0-9]*`).
+    pub name: String,
+    /// ARN (`Ref` of an `AWS::EventsV2::Subscriber`, its `SubscriberArn`).
+    pub arn: String,
+    /// The ARN of its bus, `arn:aws:events:<region>:<account>:event-busv2/<name>/<id>`.
+    pub bus_arn: String,
+    /// The ARN of its target (`InvokeConfiguration.TargetArn`): a queue a consumer reads, or a
+    /// function.
+    pub target_arn: String,
+}
+
+impl SubscriberInfo {
+    /// A subscriber: logical id, name, ARN, its bus's ARN, its target's ARN.
+    pub fn new(
+        logical_id: impl Into<String>,
+        name: impl Into<String>,
+        arn: impl Into<String>,
+        bus_arn: impl Into<String>,
+        target_arn: impl Into<String>,
+    ) -> Self {
+        Self { logical_id: logical_id.into(), name: name.into(), arn: arn.into(), bus_arn: bus_arn.into(), target_arn: target_arn.into() }
+    }
+
+    /// Whether it delivers to `function`: its target is the function itself
+    /// (`arn:aws:lambda:…:function:<name>[:<qualifier>]`) or a queue the function's SQS event
+    /// source mappings read ([`FunctionInfo::queues`]).
+    pub fn delivers_to(&self, function: &FunctionInfo) -> bool {
+        let direct = self.target_arn.split(":function:").nth(1).map(|f| f.split(':').next().unwrap_or(f));
+        direct == Some(function.name.as_str()) || function.queues.contains(&self.target_arn)
+    }
+}
+
 /// A function of the stack, with what the verbs read from it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct FunctionInfo {
@@ -59,6 +99,8 @@ pub struct FunctionInfo {
     pub stream_tables: Vec<String>,
     /// S3 on-failure buckets of its stream mappings.
     pub failure_buckets: Vec<String>,
+    /// ARNs of the SQS queues its event source mappings read (the consumer kit's delivery queue).
+    pub queues: Vec<String>,
     /// Event patterns of the EventBridge rules that deliver to it: rules targeting it, and (from
     /// a template) rules targeting a queue its SQS event source mapping reads.
     pub rule_patterns: Vec<serde_json::Value>,
@@ -80,6 +122,11 @@ pub struct Resources {
     pub buses: Vec<Named>,
     /// The buses' archives (`AWS::Events::Archive`: what `replay` replays from).
     pub archives: Vec<Named>,
+    /// Custom Event Buses (`AWS::EventsV2::EventBus`): name, and ARN (`event-busv2`).
+    pub custom_buses: Vec<Named>,
+    /// The Custom buses' subscribers (`AWS::EventsV2::Subscriber`: what `replay` copies on a
+    /// Custom bus).
+    pub subscribers: Vec<SubscriberInfo>,
     /// Buckets.
     pub buckets: Vec<Named>,
     /// Functions.
@@ -249,6 +296,7 @@ impl Resources {
                         }
                     }
                     FunctionEvent::EventBridgeRule(rule) => info.rule_patterns.push(rule.pattern.clone()),
+                    FunctionEvent::Sqs(m) => info.queues.extend(stack.queue(&m.queue_logical_id).map(|q| q.arn.clone())),
                     _ => {}
                 }
             }
@@ -287,6 +335,14 @@ impl Resources {
                 .archives
                 .iter()
                 .map(|a| named(&a.logical_id, &a.name, format!("arn:aws:events:{region}:{account}:archive/{}", a.name)))
+                .collect(),
+            // A looked-up stack knows neither a Custom bus's ARN suffix nor a subscriber's ARN:
+            // empty here, found by name when a verb needs them (`replay::subscriber`).
+            custom_buses: stack.custom_buses.iter().map(|b| named(&b.spec.logical_id, &b.spec.name, b.arn.clone().unwrap_or_default())).collect(),
+            subscribers: stack
+                .subscribers
+                .iter()
+                .map(|s| SubscriberInfo::new(&s.logical_id, &s.name, s.arn.clone().unwrap_or_default(), &s.bus_arn, &s.target_arn))
                 .collect(),
             functions,
             outputs: BTreeMap::new(),

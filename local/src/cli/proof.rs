@@ -141,6 +141,7 @@ pub(crate) async fn run(inv: &Invocation, template: Template, args: &ProofArgs) 
         quiet: Duration::from_secs(*quiet),
         emulator_pid: local._emulator.as_ref().and_then(Emulator::pid),
         hot_aggregate: hot_aggregate.map(|n| n as usize),
+        relay: roles.relay.clone(),
     };
     let result = proof::run(local.runtime.clone(), api, injector, &options, &books, &outbox_table).await;
     running.stop(&local.runtime).await;

@@ -140,8 +140,9 @@ pub enum Operator {
         #[command(subcommand)]
         command: ordering::OrderingCommand,
     },
-    /// Re-deliver the events of a time window from the bus's archive to one consumer's rules
-    /// (or every consumer's), and follow the replay to its end; the inboxes absorb what was applied.
+    /// Re-deliver the events of a time window to one consumer (or every consumer): from the
+    /// bus's archive to its rules, followed to the end; on a Custom Event Bus, through a replay
+    /// subscriber (`--cleanup` removes the finished ones). The inboxes absorb what was applied.
     Replay(replay::ReplayArgs),
 }
 
@@ -188,6 +189,8 @@ pub enum Source {
         stack_name: String,
         /// The account id its ARNs are built with.
         account: String,
+        /// Its parameters as deployed (`--parameter-overrides`, as `sam deploy`): `(name, value)`.
+        overrides: Vec<(String, String)>,
     },
 }
 
@@ -199,8 +202,8 @@ pub enum Source {
 pub async fn resources(sdk: &SdkConfig, source: &Source) -> Result<Resources> {
     match source {
         Source::Stack(name) => Ok(crate::cloudformation::discover(&crate::cloudformation::Clients::new(sdk), name).await?),
-        Source::Template { path, stack_name, account } => {
-            let template = outbox_template::Template::load(path)?;
+        Source::Template { path, stack_name, account, overrides } => {
+            let template = outbox_template::Template::load_with_overrides(path, overrides)?;
             let stack = outbox_template::stack::Stack::look_up(sdk, template, stack_name, account).await?;
             Ok(Resources::from_stack(&stack)?)
         }

@@ -1,7 +1,7 @@
 //! The hot-aggregate scenario (`proof --hot-aggregate N`): N events of ONE aggregate, as the
 //! books file's `hot_aggregate` says (the sample's: types repeating, one settled by a
 //! `Duplicate` fallback; [`Books::hot_aggregate`]),
-//! put on the consumer's bus in a shuffled order through `PutEvents` (10 entries a call), as
+//! put on the consumer's bus (classic or Custom) in a shuffled order through `PutEvents` (10 entries a call), as
 //! the relay's retries and EventBridge's parallel delivery mix them after a backlog. The
 //! ordered consumer must park what arrives early and apply all N in sequence order, with no
 //! dead letter and no operator. Judged from the inbox table:
@@ -22,20 +22,29 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 
+use super::bus::ProofBus;
 use super::Invariant;
 use crate::scenarios::books::{number, scan, text, HotAggregate};
 use outbox_cli::message::DlqMessage as Message;
 
 /// Puts the aggregate's events on `bus` in an order shuffled by `seed` (the plan's), 10 a call;
-/// an entry the bus refuses is put again.
+/// an entry the bus refuses is put again. On a Custom bus, in one event group (the aggregate, as
+/// the relay groups them), each event its own deduplication id: the bus keeps the shuffled order.
 ///
 /// # Errors
 /// A `PutEvents` call that failed, or an entry refused 5 times.
-pub(super) async fn publish(events: &aws_sdk_eventbridge::Client, bus: &str, hot: &HotAggregate, seed: u64) -> crate::Result<()> {
+pub(super) async fn publish(sdk: &aws_config::SdkConfig, bus: &ProofBus, hot: &HotAggregate, seed: u64) -> crate::Result<()> {
     use rand::seq::SliceRandom;
     use rand::SeedableRng;
     let mut order: Vec<usize> = (0..hot.events.len()).collect();
     order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(seed));
+    match bus {
+        ProofBus::Classic(bus) => publish_classic(&aws_sdk_eventbridge::Client::new(sdk), bus, hot, &order).await,
+        ProofBus::Custom(arn) => publish_custom(&aws_sdk_eventbridgev2::Client::new(sdk), arn, hot, &order).await,
+    }
+}
+
+async fn publish_classic(events: &aws_sdk_eventbridge::Client, bus: &str, hot: &HotAggregate, order: &[usize]) -> crate::Result<()> {
     for chunk in order.chunks(10) {
         let mut entries: Vec<PutEventsRequestEntry> = chunk
             .iter()
@@ -53,6 +62,32 @@ pub(super) async fn publish(events: &aws_sdk_eventbridge::Client, bus: &str, hot
             let out = events.put_events().set_entries(Some(entries.clone())).send().await.map_err(crate::Error::aws("PutEvents"))?;
             // Answers are in request order; an entry without an event id failed.
             entries = entries.into_iter().zip(out.entries()).filter(|(_, r)| r.event_id().is_none()).map(|(e, _)| e).collect();
+            if entries.is_empty() {
+                break;
+            }
+        }
+        if !entries.is_empty() {
+            return Err(crate::Error::expectation(format!("PutEvents refused {} of the hot aggregate's entries 5 times", entries.len())));
+        }
+    }
+    Ok(())
+}
+
+async fn publish_custom(bus: &aws_sdk_eventbridgev2::Client, arn: &str, hot: &HotAggregate, order: &[usize]) -> crate::Result<()> {
+    use aws_sdk_eventbridgev2::types::{PutEventsRequestEntry as Entry, PutEventsSystemMetadata};
+    let group = format!("{}#{}", hot.aggregate_type, hot.aggregate_id);
+    for chunk in order.chunks(10) {
+        let mut entries = Vec::new();
+        for i in chunk {
+            let e = &hot.events[*i];
+            let system = PutEventsSystemMetadata::builder().event_group_id(&group).deduplication_id(e.id()).build();
+            let entry = Entry::builder().source(&hot.source).detail_type(&e.detail_type).detail(e.detail.to_string()).system_metadata(system).build();
+            entries.push(entry.map_err(crate::Error::other("a PutEvents entry"))?);
+        }
+        for _ in 0..5 {
+            let out = bus.put_events().event_bus_arn(arn).set_entries(Some(entries.clone())).send().await.map_err(crate::Error::aws("PutEvents"))?;
+            // Answers are in request order; an entry with an error code failed.
+            entries = entries.into_iter().zip(out.entries()).filter(|(_, r)| r.error_code().is_some()).map(|(e, _)| e).collect();
             if entries.is_empty() {
                 break;
             }

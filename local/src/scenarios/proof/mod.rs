@@ -39,6 +39,9 @@
 //!   of its aggregate (what lets an ordered event's commit prove that nothing is parked);
 //! * **dead letters hold only what can never succeed** (without a redrive): no dead letter whose
 //!   cause may pass later (a transient failure must heal without a person);
+//! * **each aggregate's effects in order**: per consumer, the inbox claims (written in the
+//!   effect's own transaction, with `processed_at`) of an aggregate's events follow the events'
+//!   sequence from the outbox stream (the module `order`);
 //! * **the hot aggregate** (with `--hot-aggregate`): all its events applied in sequence order,
 //!   from the inbox table (the module `hot`);
 //! * **quiet**: the pipeline went quiet within `--timeout`.
@@ -58,12 +61,15 @@ use crate::scenarios::demo::Say;
 use outbox_cli::dlq;
 use outbox_template::stack::QueueInfo;
 
+mod bus;
 mod hot;
+mod order;
 mod reads;
 mod report;
 
 use crate::scenarios::books::{scan, text};
-use reads::{archive, drain_archive, send, stream_events};
+use bus::ProofBus;
+use reads::{drain_archive, send, stream_events};
 pub use report::format_report;
 
 /// Proof settings.
@@ -86,6 +92,9 @@ pub struct ProofOptions {
     /// The hot-aggregate scenario: this many events of one aggregate, put on the bus shuffled
     /// after the requests (the module `hot`); `None`: not run.
     pub hot_aggregate: Option<usize>,
+    /// The relay's logical id (the books' `relay` role): the report names the bus it publishes
+    /// to from its environment (`EVENT_BUS_TYPE`, `EVENT_BUS_NAME`); `None`: not known.
+    pub relay: Option<String>,
 }
 
 /// The proof's figures (`proof --json`).
@@ -100,6 +109,9 @@ pub struct ProofReport {
     pub orders_sent: usize,
     /// Orders the API answered 2xx for.
     pub orders_answered: usize,
+    /// The bus the relay publishes to: `Classic (<name>)` or `Custom (<ARN>)`, from the relay's
+    /// `EVENT_BUS_TYPE` (default `Classic`) and `EVENT_BUS_NAME`.
+    pub bus: String,
     /// Requests committed: accepted, or found in the books' origin effect.
     pub orders_committed: usize,
     /// Undoing requests sent (cancellations).
@@ -158,7 +170,7 @@ struct ConsumerNames {
 struct Names {
     consumers: Vec<ConsumerNames>,
     outbox_stream: String,
-    bus: String,
+    bus: ProofBus,
     dead_letter_queues: Vec<QueueInfo>,
 }
 
@@ -166,7 +178,7 @@ fn names(runtime: &Runtime, consumers: &[String], outbox_table: &str) -> crate::
     let mut named = Vec::new();
     let mut bus = None;
     for consumer in consumers {
-        let (its_bus, types) = runtime.consumer_delivery(consumer)?;
+        let (its_bus, types) = bus::delivery(runtime, consumer)?;
         bus.get_or_insert(its_bus);
         named.push(ConsumerNames {
             logical_id: consumer.clone(),
@@ -245,7 +257,12 @@ pub async fn run(
         None => None,
     };
     books.seed(&runtime, &dynamodb).await?;
-    let archive_url = archive(&runtime, &names.bus).await?;
+    let archive_url = bus::archive(&runtime, &names.bus).await?;
+    // `dlq redrive` re-publishes to a classic bus: on a Custom bus the proof does not redrive.
+    let redrive = injector.plan().redrive && matches!(names.bus, ProofBus::Classic(_));
+    if injector.plan().redrive && !redrive {
+        say.line("the plan asks for a redrive: not on a Custom Event Bus (dlq redrive re-publishes to a classic bus); judged as without an operator");
+    }
     let (stop_archive, archive_stopped) = tokio::sync::watch::channel(false);
     let archived = tokio::spawn(drain_archive(sqs.clone(), archive_url, archive_stopped));
     let started = Instant::now();
@@ -330,7 +347,7 @@ pub async fn run(
     }
     if let Some(hot) = &hot {
         say.progress(format!("hot aggregate: {} events of {} put on the bus, shuffled", hot.events.len(), hot.aggregate_id));
-        hot::publish(&events, &names.bus, hot, injector.plan().seed).await?;
+        hot::publish(&runtime.sdk, &names.bus, hot, injector.plan().seed).await?;
     }
     say.end_progress();
     lap("orders", &mut phases);
@@ -344,7 +361,7 @@ pub async fn run(
     for q in &names.dead_letter_queues {
         let messages = dlq::peek(&sqs, q).await.map_err(crate::Error::Operator)?;
         let all = dlq::Selection::default();
-        let options = dlq::RedriveOptions { bus: &names.bus, replayer: None, dry_run: true, selection: &all, force: false };
+        let options = dlq::RedriveOptions { bus: names.bus.id(), replayer: None, dry_run: true, selection: &all, force: false };
         let dry = dlq::redrive(&sqs, &events, q, &options, |_, _| {}).await.map_err(crate::Error::Operator)?;
         for m in &messages {
             let explained = !m.reason.trim().is_empty()
@@ -356,11 +373,11 @@ pub async fn run(
         dead.extend(messages);
     }
     let mut quiet_after_redrive = true;
-    if injector.plan().redrive && !dead.is_empty() {
+    if redrive && !dead.is_empty() {
         for q in &names.dead_letter_queues {
             // As an operator would: what can pass is redriven; permanent causes stay, with why.
             let all = dlq::Selection::default();
-            let options = dlq::RedriveOptions { bus: &names.bus, replayer: None, dry_run: false, selection: &all, force: false };
+            let options = dlq::RedriveOptions { bus: names.bus.id(), replayer: None, dry_run: false, selection: &all, force: false };
             let report = dlq::redrive(&sqs, &events, q, &options, |d, t| say.progress(format!("redriving {}: {d}/{t}", q.logical_id)))
                 .await
                 .map_err(crate::Error::Operator)?;
@@ -389,7 +406,8 @@ pub async fn run(
     let mut inboxes: BTreeMap<&str, Vec<HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>> = BTreeMap::new();
     for c in &names.consumers {
         if !inboxes.contains_key(c.inbox.as_str()) {
-            inboxes.insert(&c.inbox, scan(&dynamodb, &c.inbox, &["pk", "event_id", "status", "kind", outbox::ordering::PARKED_COUNT]).await?);
+            let attributes = ["pk", "event_id", "status", "kind", "processed_at", outbox::ordering::PARKED_COUNT];
+            inboxes.insert(&c.inbox, scan(&dynamodb, &c.inbox, &attributes).await?);
         }
     }
     if let Some(hot) = &hot {
@@ -403,7 +421,7 @@ pub async fn run(
     say.end_progress();
 
     let first = |v: &[String]| v.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
-    let carried_ids: HashSet<&str> = carried.iter().map(|(id, _)| id.as_str()).collect();
+    let carried_ids: HashSet<&str> = carried.iter().map(|c| c.id.as_str()).collect();
     let unpublished: Vec<String> = carried_ids.iter().filter(|id| !published.contains(**id)).map(|id| (*id).to_owned()).collect();
     invariants.push(Invariant {
         name: "every event the stream carried was published at least once".into(),
@@ -460,32 +478,36 @@ pub async fn run(
     // Without a redrive, events that can never succeed (dead-lettered with a permanent cause)
     // are the only ones allowed to be missing.
     let never: HashSet<String> =
-        if injector.plan().redrive { HashSet::new() } else { dead.iter().filter(|m| m.permanent).filter_map(|m| m.event_id.clone()).collect() };
+        if redrive { HashSet::new() } else { dead.iter().filter(|m| m.permanent).filter_map(|m| m.event_id.clone()).collect() };
     let mut missing = Vec::new();
+    let mut claims = Vec::new();
     let mut subscribed = 0;
     for c in &names.consumers {
         let prefix = c.inbox_consumer.as_ref().map(|n| format!("{n}#"));
-        let completed: HashSet<String> = inboxes
+        // Its claims: the events it applied, each with when (written in the effect's transaction).
+        let applied: Vec<(String, String)> = inboxes
             .get(c.inbox.as_str())
             .into_iter()
             .flatten()
             .filter(|i| prefix.as_ref().is_none_or(|p| text(i, "pk").starts_with(p.as_str())))
             .filter(|i| !text(i, "event_id").is_empty() && text(i, "kind") != outbox::ordering::PARKED_KIND)
             .filter(|i| matches!(text(i, "status").as_str(), "" | "COMPLETED"))
-            .map(|i| text(i, "event_id"))
+            .map(|i| (text(i, "event_id"), text(i, "processed_at")))
             .collect();
-        let theirs: Vec<&(String, String)> = carried.iter().filter(|(_, kind)| c.types.contains(kind)).collect();
+        let completed: HashSet<String> = applied.iter().map(|(id, _)| id.clone()).collect();
+        let theirs: Vec<&reads::Carried> = carried.iter().filter(|e| c.types.contains(&e.event_type)).collect();
         subscribed += theirs.len();
         missing.extend(
             theirs
                 .into_iter()
-                .filter(|(id, _)| !completed.contains(id) && !never.contains(id))
-                .map(|(id, kind)| format!("{} {kind} {id}", c.logical_id)),
+                .filter(|e| !completed.contains(&e.id) && !never.contains(&e.id))
+                .map(|e| format!("{} {} {}", c.logical_id, e.event_type, e.id)),
         );
+        claims.extend(applied.into_iter().map(|(event_id, processed_at)| order::Claim { consumer: c.logical_id.clone(), event_id, processed_at }));
     }
     let consumers: Vec<&str> = names.consumers.iter().map(|c| c.logical_id.as_str()).collect();
     invariants.push(Invariant {
-        name: if injector.plan().redrive { "nothing missing after the redrive" } else { "nothing missing without an operator (no redrive)" }.into(),
+        name: if redrive { "nothing missing after the redrive" } else { "nothing missing without an operator (no redrive)" }.into(),
         held: missing.is_empty(),
         detail: format!(
             "{subscribed} events for the consumers ({}), {} not applied [{}] ({} never-succeeding excused), {} still parked [{}]; {left} dead letters left",
@@ -497,7 +519,8 @@ pub async fn run(
             first(&parked)
         ),
     });
-    if !injector.plan().redrive {
+    invariants.push(order::verdict(&carried, &claims));
+    if !redrive {
         // What may pass later must never need a person: only never-succeeding causes in the queues.
         let transient: Vec<String> =
             dead.iter().filter(|m| !m.permanent).map(|m| format!("{} ({})", m.event_id.as_deref().unwrap_or(&m.message_id), m.cause)).collect();
@@ -517,6 +540,7 @@ pub async fn run(
     Ok(ProofReport {
         books: books.name().to_owned(),
         books_file: books.path.display().to_string(),
+        bus: bus_label(&runtime, options.relay.as_deref(), names.bus.id()),
         orders_sent: options.orders,
         orders_answered: answered.len(),
         orders_committed: checked.committed,
@@ -542,6 +566,19 @@ pub async fn run(
         invariants,
         ok,
     })
+}
+
+/// The bus the proof ran on, for the report: the relay's `EVENT_BUS_TYPE` (unset: `Classic`) and
+/// `EVENT_BUS_NAME`; without a known relay, the consumers' bus (`consumers'`).
+fn bus_label(runtime: &Runtime, relay: Option<&str>, consumers_bus: &str) -> String {
+    match relay {
+        Some(relay) => {
+            let kind = env_var(runtime, relay, "EVENT_BUS_TYPE").unwrap_or_else(|_| "Classic".to_owned());
+            let name = env_var(runtime, relay, outbox::contract::env::EVENT_BUS_NAME).unwrap_or_else(|_| consumers_bus.to_owned());
+            format!("{kind} ({name})")
+        }
+        None => format!("the consumers' ({consumers_bus})"),
+    }
 }
 
 /// `VmHWM` of process `pid` (a number or `self`), MB (Linux).
@@ -593,6 +630,7 @@ mod tests {
         ProofReport {
             books: "orders".into(),
             books_file: "outbox-books.yaml".into(),
+            bus: "Custom (arn:aws:events:us-east-1:123456789012:event-busv2/orders/abcdefghijklmnopqrstuvwxy)".into(),
             orders_sent: 100,
             orders_answered: 100,
             orders_committed: 100,
@@ -622,6 +660,7 @@ mod tests {
         let text = format_report(&report());
         assert!(text.contains("time: orders 6 s, quiet 20 s, redrive 9 s, verdict 1 s"), "{text}");
         assert!(text.contains("peak memory: outbox-local 45 MB, emulator 105 MB"), "{text}");
+        assert!(text.starts_with("books: outbox-books.yaml\nbus: Custom (arn:aws:events:us-east-1:123456789012:event-busv2/orders/"), "{text}");
         assert!(text.contains("OutboxRelayFunction: 250 published, 43 PutEvents calls"), "{text}");
         let json = serde_json::to_value(report()).expect("the report serialises");
         assert_eq!(json["stages"]["OutboxRelayFunction"]["EventsPublished"], 250);

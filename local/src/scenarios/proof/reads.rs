@@ -1,5 +1,5 @@
-//! What the proof reads back: the archive of what reached the bus, the outbox stream's events,
-//! whole tables; and the careful client's retried requests.
+//! What the proof reads back: the archive of what reached the bus (its queue: `bus::archive`),
+//! the outbox stream's events, whole tables; and the careful client's retried requests.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -11,31 +11,6 @@ use crate::scenarios::books::{Answer, Request};
 
 pub(super) fn sdk_error(action: &str, e: impl std::error::Error + Send + Sync + 'static) -> crate::Error {
     crate::Error::aws(action)(e)
-}
-
-/// A queue with every event of `bus` (a rule matching all), so what was published can be read
-/// back.
-pub(super) async fn archive(runtime: &Runtime, bus: &str) -> crate::Result<String> {
-    let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
-    let events = aws_sdk_eventbridge::Client::new(&runtime.sdk);
-    // One name for the queue and its rule: CloudFormation's shape, within the rule's 64
-    // characters (and so the queue's 80) whatever the stack name.
-    let name = outbox_template::physical_name(&runtime.stack.resolver.stack_name, "ProofArchive", &outbox_template::names::EVENT_RULE);
-    let url = sqs.create_queue().queue_name(&name).send().await.map_err(|e| sdk_error("CreateQueue", e))?.queue_url.unwrap_or_default();
-    let r = &runtime.stack.resolver;
-    let arn = format!("arn:aws:sqs:{}:{}:{name}", r.region, r.account);
-    events
-        .put_rule()
-        .name(&name)
-        .event_bus_name(bus)
-        .event_pattern(json!({"source": [{"prefix": ""}]}).to_string())
-        .send()
-        .await
-        .map_err(|e| sdk_error("PutRule", e))?;
-    let target =
-        aws_sdk_eventbridge::types::Target::builder().id("proof-archive").arn(arn).build().map_err(crate::Error::other("the rule\'s target"))?;
-    events.put_targets().rule(&name).event_bus_name(bus).targets(target).send().await.map_err(|e| sdk_error("PutTargets", e))?;
-    Ok(url)
 }
 
 /// Reads (and deletes) the archive queue's messages as they come, until `stop` is true and the
@@ -72,9 +47,21 @@ pub(super) async fn drain_archive(sqs: aws_sdk_sqs::Client, url: String, stop: t
     Ok(into)
 }
 
-/// `(event_id, event_type)` of every `INSERT` the stream `arn` carried (every shard, from its
-/// trim horizon).
-pub(super) async fn stream_events(runtime: &Runtime, arn: &str) -> crate::Result<Vec<(String, String)>> {
+/// An event the outbox stream carried (an `INSERT` image of the outbox table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Carried {
+    /// `event_id`.
+    pub(super) id: String,
+    /// `event_type`.
+    pub(super) event_type: String,
+    /// The outbox item's `pk`: its aggregate, `<aggregate_type>#<aggregate_id>`.
+    pub(super) aggregate: String,
+    /// Its `sequence` within the aggregate (`None`: not a number in the image).
+    pub(super) sequence: Option<u64>,
+}
+
+/// Every event the stream `arn` carried (`INSERT` records, every shard, from its trim horizon).
+pub(super) async fn stream_events(runtime: &Runtime, arn: &str) -> crate::Result<Vec<Carried>> {
     use aws_sdk_dynamodbstreams::types::{AttributeValue as V, ShardIteratorType};
     let streams = aws_sdk_dynamodbstreams::Client::new(&runtime.sdk);
     let description = streams.describe_stream().stream_arn(arn).send().await.map_err(|e| sdk_error("DescribeStream", e))?;
@@ -108,7 +95,8 @@ pub(super) async fn stream_events(runtime: &Runtime, arn: &str) -> crate::Result
                 let image = r.dynamodb().and_then(|d| d.new_image());
                 let s = |k: &str| image.and_then(|i| i.get(k)).and_then(|v| if let V::S(s) = v { Some(s.clone()) } else { None });
                 if let Some(id) = s("event_id") {
-                    events.push((id, s("event_type").unwrap_or_default()));
+                    let sequence = image.and_then(|i| i.get("sequence")).and_then(|v| if let V::N(n) = v { n.parse().ok() } else { None });
+                    events.push(Carried { id, event_type: s("event_type").unwrap_or_default(), aggregate: s("pk").unwrap_or_default(), sequence });
                 }
             }
             if !progressed {

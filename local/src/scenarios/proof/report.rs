@@ -5,7 +5,7 @@ use super::ProofReport;
 /// The report for people: the faults injected, then each invariant.
 pub fn format_report(report: &ProofReport) -> String {
     let mut out = String::new();
-    out.push_str(&format!("books: {}\n", report.books_file));
+    out.push_str(&format!("books: {}\nbus: {}\n", report.books_file, report.bus));
     out.push_str(&format!(
         "{}: {} sent, {} answered, {} committed, {} undone ({} undoing requests sent), {} requests failed after retries; {} AWS calls by the functions; {:.0} s\n",
         report.books,
