@@ -61,7 +61,7 @@ pub(crate) fn endpoint() -> &'static str {
                 rt.block_on(async move {
                     match Emulator::start(&root()).await {
                         Ok(emulator) => {
-                            let _ = tx.send(Ok(emulator.endpoint.clone()));
+                            let _ = tx.send(Ok((emulator.endpoint.clone(), emulator.moto_endpoint.clone())));
                             // Keep the emulator (and its child process handle) for the life of the process.
                             std::future::pending::<()>().await;
                             drop(emulator);
@@ -73,9 +73,10 @@ pub(crate) fn endpoint() -> &'static str {
                 });
             })
             .expect("spawning the emulator thread");
-        let endpoint =
+        let (endpoint, moto_endpoint) =
             rx.recv().expect("the emulator thread ended without an answer").unwrap_or_else(|e| panic!("the moto emulator did not start: {e}"));
-        stop_emulator_when_this_process_ends(&endpoint);
+        // The watchdog looks for moto's own port; the emulator's endpoint is the in-process front.
+        stop_emulator_when_this_process_ends(&moto_endpoint);
         endpoint
     })
 }
