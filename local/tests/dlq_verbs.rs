@@ -32,9 +32,8 @@ async fn dlq_verbs_group_select_refuse_permanent_causes_and_archive() {
     let template = Template::load(&root().join("template.yaml")).expect("the sample template");
     let stack = outbox_local::provision::provision(&sdk, template, "dlq-test", EMULATOR_ACCOUNT).await.expect("provisioned");
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let events = aws_sdk_eventbridge::Client::new(&sdk);
     let queue = stack.queue("ConsumerKit/ConsumerDeadLetterQueue").expect("the consumer DLQ").clone();
-    let bus = stack.buses[0].name.clone();
+    let bus = outbox_cli::republisher::Republisher::Classic { client: aws_sdk_eventbridge::Client::new(&sdk), bus: stack.buses[0].name.clone() };
     for (id, cause) in [("e-1", "MalformedEvent"), ("e-2", "MalformedEvent"), ("e-3", "SequenceGap"), ("e-4", "SequenceGap")] {
         sqs.send_message().queue_url(&queue.url).message_body(consumer_failure(id, cause)).send().await.expect("sent");
     }
@@ -47,28 +46,25 @@ async fn dlq_verbs_group_select_refuse_permanent_causes_and_archive() {
 
     // One SequenceGap by event id; nothing else moves.
     let one = Selection { ids: vec!["e-3".into()], ..Default::default() };
-    let report =
-        dlq::redrive(&sqs, &events, &queue, &RedriveOptions { bus: &bus, replayer: None, dry_run: false, selection: &one, force: false }, |_, _| {})
-            .await
-            .expect("redriven");
+    let report = dlq::redrive(&sqs, &queue, &RedriveOptions { bus: &bus, replayer: None, dry_run: false, selection: &one, force: false }, |_, _| {})
+        .await
+        .expect("redriven");
     assert_eq!((report.redriven.len(), report.left.len()), (1, 0), "{report:?}");
     assert_eq!(dlq::peek(&sqs, &queue).await.expect("listed").len(), 3, "only the selected message left the queue");
 
     // Everything: the permanent cause is refused and says why; the rest goes.
     let all = Selection::default();
-    let report =
-        dlq::redrive(&sqs, &events, &queue, &RedriveOptions { bus: &bus, replayer: None, dry_run: false, selection: &all, force: false }, |_, _| {})
-            .await
-            .expect("redriven");
+    let report = dlq::redrive(&sqs, &queue, &RedriveOptions { bus: &bus, replayer: None, dry_run: false, selection: &all, force: false }, |_, _| {})
+        .await
+        .expect("redriven");
     assert_eq!(report.by_cause.get("SequenceGap"), Some(&(1, 0)), "{report:?}");
     assert_eq!(report.by_cause.get("MalformedEvent"), Some(&(0, 2)), "{report:?}");
     assert!(report.left.iter().all(|(_, why)| why.contains("permanent")), "{report:?}");
 
     // Forced (dry run): the permanent cause would go too; nothing is sent or deleted.
-    let forced =
-        dlq::redrive(&sqs, &events, &queue, &RedriveOptions { bus: &bus, replayer: None, dry_run: true, selection: &all, force: true }, |_, _| {})
-            .await
-            .expect("checked");
+    let forced = dlq::redrive(&sqs, &queue, &RedriveOptions { bus: &bus, replayer: None, dry_run: true, selection: &all, force: true }, |_, _| {})
+        .await
+        .expect("checked");
     assert_eq!((forced.redriven.len(), forced.left.len()), (2, 0), "{forced:?}");
     assert_eq!(dlq::peek(&sqs, &queue).await.expect("listed").len(), 2);
 

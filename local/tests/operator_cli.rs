@@ -334,3 +334,54 @@ async fn replay_on_the_custom_bus_redelivers_the_window_through_a_replay_subscri
     assert!(listed.subscribers().is_empty(), "nothing made: {listed:?}");
     drop(emulator);
 }
+
+/// `dlq redrive` on a stack whose consumers are fed by the Custom Event Bus re-publishes there
+/// (on the classic bus the event would reach no consumer: accepted, deleted, lost), in the
+/// event's aggregate group, with a new `DeduplicationId`: the original was published with the
+/// event id as `DeduplicationId` moments ago, inside the bus's 300 s window, and the redrive is
+/// still delivered. An event without an aggregate cannot be grouped: it stays, with why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redrive_on_a_custom_bus_stack_republishes_to_the_custom_bus_in_the_aggregate_s_group() {
+    use aws_sdk_eventbridgev2::types::{PutEventsRequestEntry, PutEventsSystemMetadata};
+    let emulator = Emulator::start(&root()).await.expect("the moto emulator starts");
+    let endpoint = emulator.endpoint.clone();
+    let sdk = sdk_config(&Target { endpoint: Some(endpoint.clone()), region: "us-east-1".into() }).await;
+    let custom = [("EventBusType".to_owned(), "Custom".to_owned())];
+    let template = Template::load_with_overrides(&root().join("template.yaml"), &custom).expect("the sample on the Custom bus");
+    let stack = provision(&sdk, template, "operator-custom-dlq", EMULATOR_ACCOUNT).await.expect("provisioned");
+    let kit = stack.subscribers.iter().find(|s| s.logical_id.starts_with("ConsumerKit/")).expect("the consumer kit's subscriber").clone();
+    let delivery = kit.target_queue_url.clone().expect("its target: the kit's delivery queue");
+    let dlq = stack.queue("ConsumerKit/ConsumerDeadLetterQueue").expect("the consumer DLQ").clone();
+    let (bus, sqs) = (aws_sdk_eventbridgev2::Client::new(&sdk), aws_sdk_sqs::Client::new(&sdk));
+
+    // The original, as the relay publishes it, delivered once.
+    let id = format!("e-redrive-{}", uuid::Uuid::new_v4());
+    let detail = serde_json::json!({"metadata": {"id": id, "type": "OrderCreated", "version": 1, "source": "example.orders",
+        "time": "2026-12-04T00:00:00Z", "subject": "o-7", "aggregate_type": "Order", "sequence": 1, "correlation_id": "c"}, "data": {"order_id": "o-7"}});
+    let system = PutEventsSystemMetadata::builder().event_group_id("Order#o-7").deduplication_id(&id).build();
+    let entry =
+        PutEventsRequestEntry::builder().source("example.orders").detail_type("OrderCreated").detail(detail.to_string()).system_metadata(system);
+    let put = bus.put_events().event_bus_arn(&kit.bus_arn).entries(entry.build().expect("an entry")).send().await.expect("PutEvents");
+    assert_eq!(put.failed_entry_count(), 0, "{put:?}");
+    assert_eq!(take(&sqs, &delivery, 1).await, std::slice::from_ref(&id));
+
+    // Its dead letter (the consumer gave up), and one whose event names no aggregate.
+    let event = serde_json::json!({"version": "0", "id": "env", "detail-type": "OrderCreated", "source": "example.orders", "detail": detail});
+    let failure = serde_json::json!({"kind": "outbox-consumer-failure", "consumer": "reserve-inventory", "error_type": "HandlerFailed",
+        "reason": "HandlerFailed", "event_id": id, "failed_at": "2026-12-04T00:00:00Z", "event": event});
+    for (n, body) in [failure.to_string(), consumer_failure("e-no-aggregate", "HandlerFailed")].iter().enumerate() {
+        let send = sqs.send_message().queue_url(&dlq.url).message_body(body);
+        let send = if dlq.url.ends_with(".fifo") { send.message_group_id("Order#o-7").message_deduplication_id(format!("d-{n}")) } else { send };
+        send.send().await.expect("SendMessage to the DLQ");
+    }
+
+    let out =
+        outbox_as(&endpoint, "operator-custom-dlq", &["--parameter-overrides", "EventBusType=Custom", "--yes", "dlq", "redrive", "--watch", "0"]);
+    let printed = text(&out);
+    assert!(printed.contains(&format!("to bus {}", kit.bus_arn)), "the Custom bus, by ARN: {printed}");
+    assert!(printed.contains("re-published and deleted 1 message(s)") && printed.contains("1 left"), "{printed}");
+    assert!(printed.contains("no aggregate to group it by"), "why the other stays: {printed}");
+    assert_eq!(take(&sqs, &delivery, 1).await, [id], "delivered again to the consumer's delivery queue, not deduplicated");
+    assert_eq!(depth(&sqs, &dlq).await, 1, "the ungroupable one stays in the DLQ");
+    drop(emulator);
+}

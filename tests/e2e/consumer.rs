@@ -246,9 +246,8 @@ async fn an_event_whose_predecessor_never_comes_is_parked_not_dead_lettered() {
     // The operator releases the order through 1: the parked event is re-published and applies.
     let aggregate = format!("Order#{order_id}");
     outbox_cli::ordering::release(&local.dynamodb, &inbox, "reserve-inventory", &aggregate, 1, true).await.expect("release");
-    let sent = outbox_cli::ordering::republish_parked(&local.dynamodb, &local.events, &inbox, "reserve-inventory", &aggregate, 1, &bus)
-        .await
-        .expect("re-published");
+    let bus = outbox_cli::republisher::Republisher::Classic { client: local.events.clone(), bus: bus.clone() };
+    let sent = outbox_cli::ordering::republish_parked(&local.dynamodb, &bus, &inbox, "reserve-inventory", &aggregate, 1).await.expect("re-published");
     assert_eq!(sent, 1);
     let applied = |c: &outbox_local::stats::Counts| c.recent.iter().any(|d| d.event_id == gap_id && d.outcome == "nothing_to_release");
     settle(&local, "the released event applied", applied).await;

@@ -42,10 +42,10 @@ async fn practice_puts_one_readable_dead_letter_in_the_consumer_queue() {
     );
 
     // What the operator practises: the redrive is refused, the message stays.
-    let bus = local.runtime.stack.buses[0].name.clone();
+    let bus = outbox_cli::republisher::Republisher::Classic { client: local.events.clone(), bus: local.runtime.stack.buses[0].name.clone() };
     let one = Selection { ids: vec![practice.event_id.clone()], ..Default::default() };
     let options = RedriveOptions { bus: &bus, replayer: None, dry_run: false, selection: &one, force: false };
-    let report = dlq::redrive(&local.sqs, &local.events, &queue, &options, |_, _| {}).await.expect("redrive ran");
+    let report = dlq::redrive(&local.sqs, &queue, &options, |_, _| {}).await.expect("redrive ran");
     assert_eq!((report.redriven.len(), report.left.len()), (0, 1), "a permanent cause is refused without --force: {report:?}");
     local.shutdown().await;
 }

@@ -28,6 +28,7 @@ pub mod lookup;
 pub mod message;
 pub mod ordering;
 pub mod replay;
+pub mod republisher;
 pub mod resources;
 pub mod trace;
 pub mod webhooks;

@@ -222,12 +222,11 @@ pub fn format_parked(parked: &[Parked], gap_after: Duration) -> String {
 /// [`Error::Library`] when a call fails.
 pub async fn republish_parked(
     dynamodb: &aws_sdk_dynamodb::Client,
-    events: &aws_sdk_eventbridge::Client,
+    bus: &crate::republisher::Republisher,
     table: &str,
     consumer: &str,
     aggregate: &str,
     through: u64,
-    bus: &str,
 ) -> Result<usize> {
     let inbox = Ordered::new(outbox::inbox::Inbox::new(dynamodb.clone(), table, consumer, Duration::ZERO));
     let mut sent = 0;
@@ -235,13 +234,12 @@ pub async fn republish_parked(
         if p.event.aggregate() != aggregate || p.event.waits_for > through {
             continue;
         }
-        let entry = crate::dlq::redrive_entry(&p.event.payload, bus).map_err(Error::record(format!("parked event {}", p.event.event_id)))?;
+        let entry = crate::dlq::redrive_entry(&p.event.payload, bus.bus()).map_err(Error::record(format!("parked event {}", p.event.event_id)))?;
         inbox.unpark(&p.event).await.map_err(Error::library(format!("unparking event {} in {table}", p.event.event_id)))?;
-        let put = events.put_events().entries(entry).send().await;
-        let refused = match &put {
-            Ok(out) if out.failed_entry_count() == 0 => None,
-            Ok(out) => Some(format!("{:?}", out.entries().first().and_then(|e| e.error_message()))),
-            Err(e) => Some(aws_sdk_eventbridge::error::DisplayErrorContext(e).to_string()),
+        let refused = match bus.put(entry).await {
+            Ok(Ok(())) => None,
+            Ok(Err(reason)) => Some(reason),
+            Err(e) => Some(e.to_string()),
         };
         if let Some(why) = refused {
             let metadata: Option<outbox::envelope::EventMetadata> = serde_json::from_str::<serde_json::Value>(&p.event.payload)

@@ -2,13 +2,13 @@
 //! crate `aws-sdk-eventbridgev2`), played by the local runtime: moto does not have it.
 //!
 //! [`front`] serves the one endpoint the runtime hands out: `/service/AWSEventsV2/operation/*`
-//! is answered here, in Smithy RPC v2 CBOR ([`wire`]); every other request is forwarded to moto
+//! is answered here, in Smithy RPC v2 CBOR (`wire.rs`); every other request is forwarded to moto
 //! unchanged. The SDK talks to it through `endpoint_url` unchanged.
 //!
 //! * [`ops`]: the operations (buses, subscribers, `PutEvents` with groups, deduplication over
 //!   300 s, a per-group `SequenceNumber`, retention).
-//! * [`subscriber`]: a subscriber's configuration as `CreateSubscriber` takes it, checked.
-//! * [`delivery`]: each subscriber's background delivery to its SQS target: FIFO per event
+//! * `subscriber.rs`: a subscriber's configuration as `CreateSubscriber` takes it, checked.
+//! * `delivery.rs`: each subscriber's background delivery to its SQS target: FIFO per event
 //!   group in publish order, a failed delivery retried per `RetryPolicy` and blocking its group
 //!   ([`FifoBlocking::Group`], the default) or the whole subscriber ([`FifoBlocking::Subscriber`]),
 //!   exhausted → `OnFailureConfiguration`'s queue with a record saying why; UNORDERED: no order.

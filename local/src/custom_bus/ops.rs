@@ -1,5 +1,5 @@
 //! The operations: buses, subscribers and `PutEvents`, on the bus's state. Each takes the
-//! request as JSON (see [`super::wire`]) and answers JSON or a [`WireError`].
+//! request as JSON (see the front's `wire.rs`) and answers JSON or a wire error (`WireError`).
 //!
 //! `PutEvents` (API reference, PutEvents; user guide, eb-custom-bus-*): 1-100 entries and at most
 //! [`MAX_REQUEST_BYTES`] of entries, else the whole call is refused (`InvalidInputException`);

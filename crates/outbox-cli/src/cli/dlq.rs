@@ -41,7 +41,9 @@ pub enum DlqCommand {
         /// (default: the stream mappings' on-failure buckets).
         #[arg(long)]
         bucket: Option<String>,
-        /// The bus to re-publish to: logical id, name or ARN (default: the stack's first event bus).
+        /// The bus to re-publish to: logical id, name or ARN, classic or Custom (default: the
+        /// stack's Custom Event Bus when it has one, since its subscribers feed the consumers,
+        /// else its first event bus).
         #[arg(long)]
         bus: Option<String>,
         #[allow(missing_docs)]
@@ -163,12 +165,9 @@ pub async fn run(context: &Context, command: &DlqCommand) -> Result<ExitCode> {
     }
     match command {
         DlqCommand::Redrive { scope: Scope { select, .. }, bus, dry_run: DryRun { on: dry_run }, force, bucket, watch, output } => {
-            let bus = match bus {
-                Some(given) => resources.bus(given)?.name.clone(),
-                None => {
-                    resources.buses.first().map(|b| b.name.clone()).ok_or_else(|| Error::missing(&resources.source, "event bus", "pass --bus"))?
-                }
-            };
+            let resources = &crate::republisher::with_located_custom_buses(sdk, resources).await?;
+            let republisher = crate::republisher::Republisher::for_stack(sdk, resources, bus.as_deref())?;
+            let bus = republisher.bus().to_owned();
             let buckets = match bucket {
                 Some(given) => vec![resources.bucket(given)?.name.clone()],
                 None => buckets,
@@ -191,14 +190,14 @@ pub async fn run(context: &Context, command: &DlqCommand) -> Result<ExitCode> {
             let failed_batches = FailedBatches { s3, replayer, buckets };
             let selection = select.selection();
             let options = dlq::RedriveOptions {
-                bus: &bus,
+                bus: &republisher,
                 replayer: failed_batches.replayer.as_ref(),
                 dry_run: *dry_run,
                 selection: &selection,
                 force: *force,
             };
             let watch = Watch { dynamodb: aws_sdk_dynamodb::Client::new(sdk), inboxes: resources.inboxes(), timeout: Duration::from_secs(*watch) };
-            redrive(&sqs, &aws_sdk_eventbridge::Client::new(sdk), &queues, &failed_batches, &options, &watch, output.json).await
+            redrive(&sqs, &queues, &failed_batches, &options, &watch, output.json).await
         }
         DlqCommand::List { scope, output } => list(&sqs, &queues, &s3, &buckets, output.json, &scope.select.selection()).await,
         DlqCommand::Purge { scope: Scope { select, .. }, dry_run: DryRun { on: dry_run }, output } => {
@@ -340,14 +339,13 @@ impl std::fmt::Debug for Watch {
 /// What failed ([`Error`]).
 pub async fn redrive(
     sqs: &aws_sdk_sqs::Client,
-    events: &aws_sdk_eventbridge::Client,
     queues: &[QueueInfo],
     failed_batches: &FailedBatches,
     options: &dlq::RedriveOptions<'_>,
     watch: &Watch,
     json: bool,
 ) -> Result<ExitCode> {
-    let (bus, dry_run) = (options.bus, options.dry_run);
+    let (bus, dry_run) = (options.bus.bus(), options.dry_run);
     let mut shown = serde_json::json!({"bus": bus, "dry_run": dry_run, "buckets": [], "queues": [], "watched": null});
     let mut left = 0;
     let mut redriven_events = Vec::new();
@@ -379,7 +377,7 @@ pub async fn redrive(
         }
     }
     for q in queues {
-        let report = dlq::redrive(sqs, events, q, options, |done, total| {
+        let report = dlq::redrive(sqs, q, options, |done, total| {
             eprint!("\r  {verb} {}: {done}/{total}", q.name);
         })
         .await?;

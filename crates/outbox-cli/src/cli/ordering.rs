@@ -108,9 +108,16 @@ pub async fn run(context: &Context, command: &OrderingCommand) -> Result<ExitCod
                 Some(given) => context.resources.table(given)?.name.clone(),
                 None => consumer_inbox(context, consumer)?,
             };
-            let bus = context.resources.buses.first().map(|b| b.name.clone());
+            let has_bus = !context.resources.buses.is_empty() || !context.resources.custom_buses.is_empty();
+            let bus = match has_bus {
+                true => {
+                    let resources = crate::republisher::with_located_custom_buses(&context.sdk, &context.resources).await?;
+                    Some(crate::republisher::Republisher::for_stack(&context.sdk, &resources, None)?)
+                }
+                false => None,
+            };
             let republish = match &bus {
-                Some(bus) => format!(", and re-publish the events parked behind it to bus {bus}"),
+                Some(bus) => format!(", and re-publish the events parked behind it to bus {}", bus.bus()),
                 None => String::new(),
             };
             confirm(context, &format!("move {consumer}'s last sequence of {aggregate} in {table} up to {through}{republish}"))?;
@@ -118,9 +125,8 @@ pub async fn run(context: &Context, command: &OrderingCommand) -> Result<ExitCod
             println!("{consumer}: {aggregate} last sequence {} -> {} in {table}", released.before, released.after);
             match bus {
                 Some(bus) => {
-                    let events = aws_sdk_eventbridge::Client::new(&context.sdk);
-                    let sent = ordering::republish_parked(&dynamodb, &events, &table, consumer, aggregate, released.after, &bus).await?;
-                    println!("{sent} parked event(s) behind it re-published to {bus}; the consumer applies them in sequence");
+                    let sent = ordering::republish_parked(&dynamodb, &bus, &table, consumer, aggregate, released.after).await?;
+                    println!("{sent} parked event(s) behind it re-published to {}; the consumer applies them in sequence", bus.bus());
                 }
                 None => println!("events parked behind it stay parked: the stack has no event bus"),
             }

@@ -44,8 +44,8 @@ pub enum NotRedrivable {
 /// How to redrive.
 #[derive(Debug, Clone, Copy)]
 pub struct RedriveOptions<'a> {
-    /// The bus to re-publish to.
-    pub bus: &'a str,
+    /// The bus to re-publish to (classic or Custom).
+    pub bus: &'a crate::republisher::Republisher,
     /// Replays failed stream batches (S3 on-failure records, pointer-only records) through the
     /// relay; `None` leaves them in the queue/bucket.
     pub replayer: Option<&'a crate::failed_batch::Replayer>,
@@ -228,7 +228,6 @@ pub fn redrive_entry(body: &str, bus: &str) -> Result<aws_sdk_eventbridge::types
 /// [`Error::Aws`]: an SQS call failed (messages not yet handled stay in the queue).
 pub async fn redrive(
     sqs: &aws_sdk_sqs::Client,
-    events: &aws_sdk_eventbridge::Client,
     queue: &QueueInfo,
     options: &RedriveOptions<'_>,
     progress: impl Fn(usize, usize),
@@ -255,7 +254,7 @@ pub async fn redrive(
         let body = m.body().unwrap_or_default();
         let batch = crate::failed_batch::parse(body).ok();
         // Ok(true): sent (delete it); Ok(false): a dry run (leave it); Err: left, with why.
-        let outcome = match (redrive_entry(body, bus), batch, replayer) {
+        let outcome = match (redrive_entry(body, bus.bus()), batch, replayer) {
             _ if d.permanent && !force => Err(Error::Permanent { cause: d.cause.clone() }),
             (_, Some(_), _) if dry_run => Ok(false),
             (_, Some(batch), Some(replayer)) => match replayer.replay(&batch).await {
@@ -266,14 +265,10 @@ pub async fn redrive(
             (entry, _, _) => match entry {
                 Err(why) => Err(why.into()),
                 Ok(_) if dry_run => Ok(false),
-                Ok(entry) => match events.put_events().entries(entry).send().await {
-                    Ok(out) if out.failed_entry_count() == 0 => Ok(true),
-                    Ok(out) => Err(Error::Refused {
-                        what: "it".into(),
-                        reason: out.entries().first().and_then(|e| e.error_message()).unwrap_or("unknown error").to_owned(),
-                        left: "it stays in the queue".into(),
-                    }),
-                    Err(e) => Err(Error::aws(format!("PutEvents to {bus}"))(e)),
+                Ok(entry) => match bus.put(entry).await {
+                    Ok(Ok(())) => Ok(true),
+                    Ok(Err(reason)) => Err(Error::Refused { what: "it".into(), reason, left: "it stays in the queue".into() }),
+                    Err(e) => Err(e),
                 },
             },
         };

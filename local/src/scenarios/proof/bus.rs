@@ -26,6 +26,15 @@ impl ProofBus {
             Self::Classic(name) | Self::Custom(name) => name,
         }
     }
+
+    /// Where `dlq redrive` re-publishes to on this bus.
+    pub(super) fn republisher(&self, sdk: &aws_config::SdkConfig) -> outbox_cli::republisher::Republisher {
+        use outbox_cli::republisher::Republisher;
+        match self {
+            Self::Classic(bus) => Republisher::Classic { client: aws_sdk_eventbridge::Client::new(sdk), bus: bus.clone() },
+            Self::Custom(bus_arn) => Republisher::Custom { client: aws_sdk_eventbridgev2::Client::new(sdk), bus_arn: bus_arn.clone() },
+        }
+    }
 }
 
 /// The bus consumer `logical_id`'s events come from and the event types (`detail-type`) it

@@ -245,7 +245,6 @@ pub async fn run(
     let names = names(&runtime, books.consumers(), outbox_table)?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&runtime.sdk);
     let sqs = aws_sdk_sqs::Client::new(&runtime.sdk);
-    let events = aws_sdk_eventbridge::Client::new(&runtime.sdk);
     let hot = match options.hot_aggregate {
         Some(n) => {
             let consumer = books.hot_consumer().ok_or_else(|| books.no_hot_aggregate())?;
@@ -258,8 +257,8 @@ pub async fn run(
     };
     books.seed(&runtime, &dynamodb).await?;
     let archive_url = bus::archive(&runtime, &names.bus).await?;
-    // `dlq redrive` re-publishes to a classic bus: on a Custom bus the proof does not redrive.
-    let redrive = injector.plan().redrive && matches!(names.bus, ProofBus::Classic(_));
+    let redrive = injector.plan().redrive;
+    let republisher = names.bus.republisher(&runtime.sdk);
     if injector.plan().redrive && !redrive {
         say.line("the plan asks for a redrive: not on a Custom Event Bus (dlq redrive re-publishes to a classic bus); judged as without an operator");
     }
@@ -361,8 +360,8 @@ pub async fn run(
     for q in &names.dead_letter_queues {
         let messages = dlq::peek(&sqs, q).await.map_err(crate::Error::Operator)?;
         let all = dlq::Selection::default();
-        let options = dlq::RedriveOptions { bus: names.bus.id(), replayer: None, dry_run: true, selection: &all, force: false };
-        let dry = dlq::redrive(&sqs, &events, q, &options, |_, _| {}).await.map_err(crate::Error::Operator)?;
+        let options = dlq::RedriveOptions { bus: &republisher, replayer: None, dry_run: true, selection: &all, force: false };
+        let dry = dlq::redrive(&sqs, q, &options, |_, _| {}).await.map_err(crate::Error::Operator)?;
         for m in &messages {
             let explained = !m.reason.trim().is_empty()
                 && (dry.redriven.contains(&m.message_id) || dry.left.iter().any(|(id, why)| id == &m.message_id && !why.trim().is_empty()));
@@ -377,8 +376,8 @@ pub async fn run(
         for q in &names.dead_letter_queues {
             // As an operator would: what can pass is redriven; permanent causes stay, with why.
             let all = dlq::Selection::default();
-            let options = dlq::RedriveOptions { bus: names.bus.id(), replayer: None, dry_run: false, selection: &all, force: false };
-            let report = dlq::redrive(&sqs, &events, q, &options, |d, t| say.progress(format!("redriving {}: {d}/{t}", q.logical_id)))
+            let options = dlq::RedriveOptions { bus: &republisher, replayer: None, dry_run: false, selection: &all, force: false };
+            let report = dlq::redrive(&sqs, q, &options, |d, t| say.progress(format!("redriving {}: {d}/{t}", q.logical_id)))
                 .await
                 .map_err(crate::Error::Operator)?;
             redriven += report.redriven.len();
