@@ -312,7 +312,10 @@ async fn replay_on_the_custom_bus_redelivers_the_window_through_a_replay_subscri
     let [made] = listed.subscribers() else { panic!("one replay subscriber: {listed:?}") };
     let made = bus.describe_subscriber().subscriber_arn(made.subscriber_arn().unwrap_or_default()).send().await.expect("DescribeSubscriber");
     let original = bus.describe_subscriber().subscriber_arn(kit.arn.clone().unwrap_or_default()).send().await.expect("DescribeSubscriber");
-    assert_eq!(made.invoke_configuration(), original.invoke_configuration(), "the same target and message group");
+    let (made_sqs, original_sqs) =
+        (made.invoke_configuration().and_then(|c| c.sqs_parameters()), original.invoke_configuration().and_then(|c| c.sqs_parameters()));
+    assert_eq!(made.invoke_configuration().map(|c| c.target_arn()), original.invoke_configuration().map(|c| c.target_arn()), "the same target");
+    assert_eq!(made_sqs.and_then(|p| p.message_group_id()), original_sqs.and_then(|p| p.message_group_id()), "the same message group");
     assert_eq!((made.r#type(), made.filter_configuration()), (original.r#type(), original.filter_configuration()));
     assert_eq!(made.starting_position().map(|p| p.as_str()), Some("POINT_IN_TIME"));
 
@@ -353,6 +356,7 @@ async fn redrive_on_a_custom_bus_stack_republishes_to_the_custom_bus_in_the_aggr
     let delivery = kit.target_queue_url.clone().expect("its target: the kit's delivery queue");
     let dlq = stack.queue("ConsumerKit/ConsumerDeadLetterQueue").expect("the consumer DLQ").clone();
     let (bus, sqs) = (aws_sdk_eventbridgev2::Client::new(&sdk), aws_sdk_sqs::Client::new(&sdk));
+    assert!(delivery.ends_with(".fifo") && dlq.url.ends_with(".fifo"), "the kit's queues are FIFO on the Custom bus: {delivery}, {}", dlq.url);
 
     // The original, as the relay publishes it, delivered once.
     let id = format!("e-redrive-{}", uuid::Uuid::new_v4());
@@ -370,8 +374,7 @@ async fn redrive_on_a_custom_bus_stack_republishes_to_the_custom_bus_in_the_aggr
     let failure = serde_json::json!({"kind": "outbox-consumer-failure", "consumer": "reserve-inventory", "error_type": "HandlerFailed",
         "reason": "HandlerFailed", "event_id": id, "failed_at": "2026-12-04T00:00:00Z", "event": event});
     for (n, body) in [failure.to_string(), consumer_failure("e-no-aggregate", "HandlerFailed")].iter().enumerate() {
-        let send = sqs.send_message().queue_url(&dlq.url).message_body(body);
-        let send = if dlq.url.ends_with(".fifo") { send.message_group_id("Order#o-7").message_deduplication_id(format!("d-{n}")) } else { send };
+        let send = sqs.send_message().queue_url(&dlq.url).message_body(body).message_group_id("Order#o-7").message_deduplication_id(format!("d-{n}"));
         send.send().await.expect("SendMessage to the DLQ");
     }
 

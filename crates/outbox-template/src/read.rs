@@ -147,12 +147,28 @@ impl Template {
         self.resources_of("AWS::SQS::Queue")
             .into_iter()
             .map(|(id, p)| {
-                let name = named(r, &id, &p, &names::QUEUE)?;
+                let mut name = named(r, &id, &p, &names::QUEUE)?;
                 let mut attributes = BTreeMap::new();
-                for key in ["MessageRetentionPeriod", "VisibilityTimeout", "ReceiveMessageWaitTimeSeconds", "DelaySeconds", "MaximumMessageSize"] {
+                for key in [
+                    "MessageRetentionPeriod",
+                    "VisibilityTimeout",
+                    "ReceiveMessageWaitTimeSeconds",
+                    "DelaySeconds",
+                    "MaximumMessageSize",
+                    "FifoQueue",
+                    "ContentBasedDeduplication",
+                ] {
                     if let Some(v) = p.get(key) {
                         attributes.insert(key.to_owned(), r.resolve_string(v, &format!("{id}.Properties.{key}"))?);
                     }
+                }
+                if attributes.get("FifoQueue").is_some_and(|v| v == "true") {
+                    name = fifo_name(&id, &p, name)?;
+                } else {
+                    // SQS takes FifoQueue only as true ("If you don't specify the FifoQueue
+                    // attribute, Amazon SQS creates a standard queue", CreateQueue).
+                    attributes.remove("FifoQueue");
+                    attributes.remove("ContentBasedDeduplication");
                 }
                 Ok(QueueSpec { logical_id: id, name, attributes, redrive_policy: p.get("RedrivePolicy").cloned() })
             })
@@ -265,6 +281,21 @@ pub(super) fn named(r: &Resolver, id: &str, p: &serde_yaml_ng::Mapping, rule: &n
         }
         None => Ok(super::physical_name(&r.stack_name, id, rule)),
     }
+}
+
+/// The name of FIFO queue `id`: a `QueueName` must end in `.fifo` (SQS API reference,
+/// CreateQueue: "The name of a FIFO queue ... must end with the .fifo suffix"); a generated one
+/// gets the suffix within SQS's 80 characters, as CloudFormation names an unnamed FIFO queue.
+fn fifo_name(id: &str, p: &serde_yaml_ng::Mapping, name: String) -> Result<String, TemplateError> {
+    const SUFFIX: &str = ".fifo";
+    if name.ends_with(SUFFIX) {
+        return Ok(name);
+    }
+    if p.get("QueueName").is_some() {
+        return Err(unsupported(format!("{id}.Properties.QueueName"), format!("{name:?}: a FIFO queue's name must end with .fifo")));
+    }
+    let room = names::QUEUE.max - SUFFIX.len();
+    Ok(name.chars().take(room).collect::<String>() + SUFFIX)
 }
 
 /// The `Targets[]` of rule `id` (properties `p`): `(index, Id or target-<index>, Arn, target)`.

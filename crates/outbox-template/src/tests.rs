@@ -349,3 +349,23 @@ fn an_archive_is_read_with_its_bus_pattern_and_retention_and_a_name_over_48_is_r
     let err = template.archives(&Resolver::new("s", "us-east-1", "1")).expect_err("too long").to_string();
     assert!(err.starts_with("A.Properties.ArchiveName: ") && err.contains("49 characters; AWS accepts 1-48"), "{err}");
 }
+
+#[test]
+fn a_fifo_queue_is_created_fifo_and_named_with_the_fifo_suffix() {
+    let text = "Resources:\n  F:\n    Type: AWS::SQS::Queue\n    Properties: {FifoQueue: true, ContentBasedDeduplication: true}\n  S:\n    Type: AWS::SQS::Queue\n    Properties: {FifoQueue: false}\n";
+    let t = Template::parse(Path::new("t.yaml"), text).unwrap();
+    let long = "Stack".repeat(25) + "abc";
+    for r in [resolver(), Resolver::new(&long, "us-east-1", "123456789012")] {
+        let queues = t.queues(&r).unwrap();
+        let (f, s) = (&queues.iter().find(|q| q.logical_id == "F").unwrap(), &queues.iter().find(|q| q.logical_id == "S").unwrap());
+        assert!(f.name.ends_with(".fifo") && f.name.len() <= 80, "{}", f.name);
+        assert_eq!(
+            (f.attributes.get("FifoQueue").map(String::as_str), f.attributes.get("ContentBasedDeduplication").map(String::as_str)),
+            (Some("true"), Some("true"))
+        );
+        assert!(!s.name.ends_with(".fifo") && !s.attributes.contains_key("FifoQueue"), "FifoQueue false: a standard queue, {s:?}");
+    }
+    let named = "Resources:\n  F:\n    Type: AWS::SQS::Queue\n    Properties: {FifoQueue: true, QueueName: orders}\n";
+    let err = Template::parse(Path::new("t.yaml"), named).unwrap().queues(&resolver()).unwrap_err().to_string();
+    assert!(err.starts_with("F.Properties.QueueName") && err.contains("must end with .fifo"), "{err}");
+}

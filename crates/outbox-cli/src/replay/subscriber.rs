@@ -35,7 +35,7 @@
 //! <https://docs.aws.amazon.com/eventbridgev2/latest/APIReference/API_PointInTimeConfiguration.html>.
 
 use aws_sdk_eventbridgev2::operation::describe_subscriber::DescribeSubscriberOutput;
-use aws_sdk_eventbridgev2::types::{PointInTimeConfiguration, PointType, StartingPosition, SubscriberState};
+use aws_sdk_eventbridgev2::types::{InvokeConfiguration, PointInTimeConfiguration, PointType, StartingPosition, SubscriberState};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -247,6 +247,26 @@ fn smithy_time(t: DateTime<Utc>) -> aws_sdk_eventbridgev2::primitives::DateTime 
 }
 
 /// The last but one segment of a Custom bus ARN (`…:event-busv2/<name>/<id>`): its name.
+/// The replay subscriber's `InvokeConfiguration`: the original's, with an SQS FIFO target's
+/// `MessageDeduplicationId` made unique to replay `replay` (`… & '#<replay>'`). A replay sends the
+/// same events again (the same `aws:EventId`), and SQS drops a FIFO message whose deduplication id
+/// it took in the last 5 minutes (SQS API reference, SendMessage: `MessageDeduplicationId`, "any
+/// messages sent with the same message deduplication ID are accepted successfully but aren't
+/// delivered during the 5-minute deduplication interval"): without the suffix, a replay of events
+/// delivered minutes ago would be dropped by the queue. The consumer's inbox absorbs what it had
+/// applied.
+pub fn replay_invoke_configuration(original: Option<&InvokeConfiguration>, replay: &str) -> Option<InvokeConfiguration> {
+    let mut config = original?.clone();
+    if let Some(dedup) = config.sqs_parameters.as_mut().and_then(|p| p.message_deduplication_id.as_mut()) {
+        let trimmed = dedup.trim();
+        *dedup = match trimmed.strip_prefix("{%").and_then(|t| t.strip_suffix("%}")) {
+            Some(expression) => format!("{{% {} & '#{replay}' %}}", expression.trim()),
+            None => format!("{trimmed}#{replay}"),
+        };
+    }
+    Some(config)
+}
+
 fn bus_name_of(arn: &str) -> &str {
     arn.rsplit('/').nth(1).unwrap_or(arn)
 }
@@ -362,7 +382,7 @@ impl SubscriberReplayer {
                 since.to_rfc3339(),
                 until.to_rfc3339()
             ))
-            .set_invoke_configuration(o.invoke_configuration().cloned())
+            .set_invoke_configuration(replay_invoke_configuration(o.invoke_configuration(), &plan.name))
             .set_filter_configuration(o.filter_configuration().cloned())
             .set_type(o.r#type().cloned())
             .set_batch_configuration(o.batch_configuration().cloned())

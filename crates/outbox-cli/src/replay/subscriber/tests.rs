@@ -236,7 +236,12 @@ async fn a_replay_subscriber_copies_the_consumer_s_subscriber_and_reads_the_wind
     assert_eq!(point.end_point().and_then(time_of), Some(until), "the replay stops at --until");
     // Everything the consumer's subscriber delivers with is copied.
     let o = &plans[0].original;
-    assert_eq!(input.invoke_configuration(), o.invoke_configuration(), "same target, role and SQS parameters (message group)");
+    let (made, original) = (input.invoke_configuration().expect("an invoke configuration"), o.invoke_configuration().expect("the original's"));
+    assert_eq!((made.target_arn(), made.role_arn()), (original.target_arn(), original.role_arn()), "same target and role");
+    let (made_sqs, original_sqs) = (made.sqs_parameters().expect("SQS parameters"), original.sqs_parameters().expect("the original's"));
+    assert_eq!(made_sqs.message_group_id(), original_sqs.message_group_id(), "the same message group: the aggregate");
+    // A deduplication id of this replay's own: the FIFO queue took the originals' in the last 5 minutes maybe.
+    assert_eq!(made_sqs.message_deduplication_id(), Some("{% $events.SystemMetadata.\"aws:EventId\" & '#s-reserve-replay-20261202T070000Z' %}"));
     assert_eq!(input.filter_configuration(), o.filter_configuration());
     assert_eq!(input.r#type(), Some(&OrderingType::Fifo), "FIFO: each event group in order in the replay too");
     assert_eq!(input.transformer(), o.transformer());
