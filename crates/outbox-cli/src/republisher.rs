@@ -7,7 +7,8 @@
 //! So a stack with a Custom bus re-publishes there ([`Republisher::for_stack`]).
 //!
 //! On the Custom bus the entry's `EventGroupId` is the event's aggregate
-//! (`<aggregate_type>#<subject>` from `detail.metadata`, as the relay sets it), so a re-published
+//! (`<aggregate_type>#<subject>` from `detail.metadata`, as the relay sets it:
+//! [`outbox::relay::bus::aggregate_group_id`]), so a re-published
 //! event joins its aggregate's FIFO group behind what is already there; its `DeduplicationId` is
 //! new (a UUID v7): the bus answers a `DeduplicationId` seen within 300 s `DEDUPLICATED` and
 //! delivers nothing (API reference, `PutEventsSystemMetadata`), and a redrive must be delivered.
@@ -146,8 +147,8 @@ pub async fn with_located_custom_buses(sdk: &aws_config::SdkConfig, resources: &
 }
 
 /// The Custom bus entry of a classic `entry`: its `Source`, `DetailType` and `Detail`, grouped by
-/// the event's aggregate, with a new `DeduplicationId`; `Err` with why when the detail names no
-/// aggregate or its group id is over [`outbox::relay::bus::MAX_EVENT_GROUP_ID_CHARS`].
+/// the event's aggregate ([`outbox::relay::bus::aggregate_group_id`], as the relay groups it),
+/// with a new `DeduplicationId`; `Err` with why when the detail names no aggregate.
 fn custom_entry(entry: &PutEventsRequestEntry) -> std::result::Result<aws_sdk_eventbridgev2::types::PutEventsRequestEntry, String> {
     let detail = entry.detail().unwrap_or_default();
     let metadata: outbox::envelope::EventMetadata = serde_json::from_str::<serde_json::Value>(detail)
@@ -155,10 +156,7 @@ fn custom_entry(entry: &PutEventsRequestEntry) -> std::result::Result<aws_sdk_ev
         .and_then(|v| v.get("metadata").cloned())
         .and_then(|m| serde_json::from_value(m).ok())
         .ok_or_else(|| "the event's detail.metadata is missing or malformed: no aggregate to group it by on the Custom Event Bus".to_owned())?;
-    let group = outbox::envelope::OutboxItem::partition_key(&metadata.aggregate_type, &metadata.subject);
-    if group.chars().count() > outbox::relay::bus::MAX_EVENT_GROUP_ID_CHARS {
-        return Err(format!("the event group id {group:?} is over {} characters (EventGroupId)", outbox::relay::bus::MAX_EVENT_GROUP_ID_CHARS));
-    }
+    let group = outbox::relay::bus::aggregate_group_id(&metadata.aggregate_type, &metadata.subject);
     let system = aws_sdk_eventbridgev2::types::PutEventsSystemMetadata::builder()
         .event_group_id(group)
         .deduplication_id(uuid::Uuid::now_v7().to_string())
@@ -199,6 +197,10 @@ mod tests {
             r#"{{"metadata":{{"id":"e","type":"T","version":1,"source":"s","time":"t","subject":"{}","aggregate_type":"Order","sequence":1,"correlation_id":"c"}}}}"#,
             "x".repeat(200)
         );
-        assert!(custom_entry(&classic(&long)).unwrap_err().contains("EventGroupId"));
+        let grouped = custom_entry(&classic(&long)).expect("a long aggregate id is grouped by its hash, as the relay groups it");
+        assert_eq!(
+            grouped.system_metadata().and_then(|m| m.event_group_id()),
+            Some(outbox::relay::bus::aggregate_group_id("Order", &"x".repeat(200)).as_str())
+        );
     }
 }

@@ -1194,7 +1194,7 @@ mod custom_bus {
     use serde_json::Value;
 
     use super::held::Held;
-    use super::support::{failures, inserts, item, run, seq, Dlq, DLQ_URL};
+    use super::support::{failures, inserts, item, run, seq, Dlq};
 
     const ARN: &str = "arn:aws:events:us-east-1:123456789012:event-busv2/orders/abcdefghij0123456789klmno";
 
@@ -1480,22 +1480,33 @@ mod custom_bus {
     }
 
     #[tokio::test]
-    async fn an_aggregate_whose_group_id_is_over_128_characters_is_dead_lettered_with_the_reason() {
+    async fn an_aggregate_whose_group_id_sqs_would_refuse_is_grouped_by_its_hash_in_order() {
         let (bus, dlq) = (Bus::ok(), Dlq::ok());
         let relay = relay(&bus, &dlq);
-        // "Order#" + 122 = 128 characters: fits; + 123 = 129: refused, never truncated.
-        let (fits, long) = ("x".repeat(122), "y".repeat(123));
-        let outcome = run(&relay, &inserts(&[item(&fits, 1), item(&long, 1), item("a", 1)])).await;
+        // "Order#" + 122 = 128 characters: as is; + 123 = 129, or a space: by hash, never truncated.
+        let (fits, long, spaced) = ("x".repeat(122), "y".repeat(123), "o 1".to_owned());
+        // Event ids within the 128 characters of a DeduplicationId.
+        let short_id = |mut i: outbox::envelope::OutboxItem| {
+            i.event_id = format!("evt-{}-{}-{}", i.aggregate_id.len(), i.aggregate_id.contains(" "), i.sequence);
+            i
+        };
+        let items = [item(&fits, 1), item(&long, 1), item(&long, 2), item(&spaced, 1), item(&spaced, 2)].map(short_id);
+        let outcome = run(&relay, &inserts(&items)).await;
 
         assert!(failures(&outcome).is_empty());
-        assert_eq!((outcome.report.published, outcome.report.dead_lettered), (2, 1));
-        assert!(bus.sent().iter().all(|(a, _)| a != &long), "the refused event is never sent");
-        let body = &dlq.bodies()[0];
-        assert_eq!(body["error_code"], "EventGroupIdTooLong");
-        assert_eq!(body["event_id"], format!("evt-{long}-1"));
-        let reason = body["reason"].as_str().unwrap();
-        assert!(reason.contains("129 characters") && reason.contains("at most 128 (EventGroupId)"), "{reason}");
-        assert_eq!(dlq.queue_urls(), [DLQ_URL]);
+        assert_eq!((outcome.report.published, outcome.report.dead_lettered), (5, 0));
+        assert!(dlq.bodies().is_empty(), "nothing dead-lettered");
+        let entries: Vec<PutEventsRequestEntry> = bus.entries().into_iter().flatten().collect();
+        let group_of = |id: &str| entries.iter().filter(|e| meta(e)["subject"] == id).map(group).collect::<std::collections::BTreeSet<_>>();
+        assert_eq!(group_of(&fits), [format!("Order#{fits}")].into());
+        for odd in [&long, &spaced] {
+            let groups = group_of(odd);
+            assert_eq!(groups.len(), 1, "one group per aggregate: {groups:?}");
+            let g = groups.first().unwrap();
+            assert!(g.starts_with("sha256:") && g.len() == 71 && g.bytes().all(|b| b.is_ascii_graphic()), "{g}");
+        }
+        let sequences = |id: &str| bus.sent().into_iter().filter(|(a, _)| a == id).map(|(_, s)| s).collect::<Vec<_>>();
+        assert_eq!((sequences(&long), sequences(&spaced)), (vec![1, 2], vec![1, 2]), "in order");
     }
 
     #[tokio::test]

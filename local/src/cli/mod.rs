@@ -108,8 +108,9 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: outbox_cli::cli::ordering::OrderingCommand,
     },
-    /// Re-deliver a time window of the bus's archive to a consumer's rules (the `outbox`
-    /// binary's `replay`, on this template's stack; the emulator plays the archive and replay).
+    /// Re-deliver a time window to a consumer: from the classic bus's archive to its rules, or
+    /// on the Custom Event Bus through a replay subscriber from a point in time (the `outbox`
+    /// binary's `replay`, on this template's stack; the emulator and the local runtime play both).
     Replay(outbox_cli::cli::replay::ReplayArgs),
     /// Send the service's requests (its books file, outbox-books.yaml beside the template: the
     /// sample's orders and cancellations) under a fault plan, redrive the dead-letter queues once

@@ -59,7 +59,7 @@ pub struct ReplayArgs {
     pub poll_seconds: u64,
     /// Custom bus: delete the consumer's replay subscribers whose window is over and whose
     /// deliveries can no longer be retried (their end plus their RetryPolicy's
-    /// MaximumEventAgeInSeconds); the others are listed and left.
+    /// MaxEventAgeInSeconds); the others are listed and left.
     #[arg(long, conflicts_with_all = ["since", "until", "types", "sources", "archive"])]
     pub cleanup: bool,
     /// With --cleanup: delete the replay subscribers whose end has passed, even while their

@@ -24,7 +24,7 @@
 //!   `NamePrefix`, then the description).
 //! * **Removing them**: a replay subscriber stays after its `EndPoint` (it delivers nothing new);
 //!   `--cleanup` deletes those whose end has passed by the subscriber's retry window
-//!   (`RetryPolicy.MaximumEventAgeInSeconds`, default 300 s: "When an event reaches this age,
+//!   (`RetryPolicy.MaxEventAgeInSeconds`, default 300 s: "When an event reaches this age,
 //!   retries stop", AWS::EventsV2::Subscriber RetryPolicy), so no delivery of the window is still
 //!   being retried; `--force` deletes those whose end has passed at all.
 //! * **Why it is safe**: the replayed events carry their event id (`detail.metadata.id`); the
@@ -51,7 +51,7 @@ pub const SUBSCRIBER_NAME_MAX: usize = 64;
 pub const REPLAY_MARK: &str = "-replay-";
 
 /// A subscriber's retry window when its `RetryPolicy` gives none, seconds
-/// (`MaximumEventAgeInSeconds`, "The default is 300", AWS::EventsV2::Subscriber RetryPolicy).
+/// (`MaxEventAgeInSeconds`, "The default is 300", AWS::EventsV2::Subscriber RetryPolicy).
 pub const DEFAULT_MAX_EVENT_AGE_SECONDS: i64 = 300;
 
 /// A consumer's Custom-bus subscriber, chosen for a replay.
@@ -175,7 +175,7 @@ pub struct ReplaySubscriber {
     pub since: Option<DateTime<Utc>>,
     /// `PointInTimeConfiguration.EndPoint`: it delivers nothing of later times.
     pub until: Option<DateTime<Utc>>,
-    /// `RetryPolicy.MaximumEventAgeInSeconds` ([`DEFAULT_MAX_EVENT_AGE_SECONDS`] when not given).
+    /// `RetryPolicy.MaxEventAgeInSeconds` ([`DEFAULT_MAX_EVENT_AGE_SECONDS`] when not given).
     pub max_event_age_seconds: i64,
     /// `RUNNING`, `STOPPED`.
     pub state: String,

@@ -12,9 +12,9 @@
 //! | permanent entry codes | [`PERMANENT_ERROR_CODES`](super::PERMANENT_ERROR_CODES) | the same, and `InvalidInputException` ([`PERMANENT_CUSTOM_ERROR_CODES`]) |
 //!
 //! `EventGroupId` = [`event_group_id`] (`<aggregate_type>#<aggregate_id>`, the outbox item's
-//! partition key), at most [`MAX_EVENT_GROUP_ID_CHARS`]: a longer one is never truncated (two
-//! aggregates would share a group), the record is poison (`EventGroupIdTooLong`, dead-lettered
-//! with the reason). `DeduplicationId` = the outbox event id: a record delivered again by the
+//! partition key, when it is at most [`MAX_EVENT_GROUP_ID_CHARS`] characters that an SQS FIFO
+//! `MessageGroupId` takes too; else `sha256:<hex>` of it: never truncated, since two aggregates
+//! would then share a group). `DeduplicationId` = the outbox event id: a record delivered again by the
 //! stream within the bus's 300 s deduplication window is answered `DEDUPLICATED` and not
 //! published twice. Sources: the Custom Event Bus API reference (`PutEvents`,
 //! `PutEventsRequestEntry`, `PutEventsSystemMetadata`, `PutEventsResultEntry`); the user guide's
@@ -124,11 +124,30 @@ pub fn check_custom_bus_arn(arn: &str) -> Result<(), CustomBusArnError> {
     }
 }
 
-/// The Custom bus's `EventGroupId` of an outbox item: `<aggregate_type>#<aggregate_id>` (the
-/// item's partition key, [`OutboxItem::partition_key`]), so one aggregate's events form one
-/// FIFO group.
+/// The Custom bus's `EventGroupId` of an outbox item: [`aggregate_group_id`] of its aggregate.
 pub fn event_group_id(item: &OutboxItem) -> String {
-    OutboxItem::partition_key(&item.aggregate_type, &item.aggregate_id)
+    aggregate_group_id(&item.aggregate_type, &item.aggregate_id)
+}
+
+/// The Custom bus's `EventGroupId` of aggregate (`aggregate_type`, `aggregate_id`), one group per
+/// aggregate so that its events stay in order:
+/// - `<aggregate_type>#<aggregate_id>` (the outbox partition key, [`OutboxItem::partition_key`])
+///   when it is 1-[`MAX_EVENT_GROUP_ID_CHARS`] characters of printable ASCII without spaces:
+///   what `EventGroupId` takes (1-128, `PutEventsSystemMetadata`) and what an SQS FIFO queue
+///   takes as the `MessageGroupId` a subscriber copies it into ("alphanumeric characters and
+///   punctuation", up to 128; SQS API reference, `SendMessage`);
+/// - else `sha256:<64 lowercase hex digits>` of its UTF-8 bytes (71 characters): an id with a
+///   space or a non-ASCII letter, or a longer one, is never truncated (two aggregates would then
+///   share a group) nor refused (it could never be delivered to a FIFO queue).
+pub fn aggregate_group_id(aggregate_type: &str, aggregate_id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let key = OutboxItem::partition_key(aggregate_type, aggregate_id);
+    let plain = key.len() <= MAX_EVENT_GROUP_ID_CHARS && key.bytes().all(|b| b.is_ascii_graphic());
+    if plain {
+        key
+    } else {
+        format!("sha256:{}", hex::encode(Sha256::digest(key.as_bytes())))
+    }
 }
 
 /// How an accepted entry was taken.
@@ -171,21 +190,14 @@ impl Publisher {
     }
 
     /// Why `item` can never be published on this bus (error code, reason), if it cannot: on the
-    /// Custom bus, an `EventGroupId` or `DeduplicationId` over [`MAX_EVENT_GROUP_ID_CHARS`].
+    /// Custom bus, a `DeduplicationId` (the event id) over [`MAX_EVENT_GROUP_ID_CHARS`] (the
+    /// `EventGroupId` always fits: [`aggregate_group_id`]).
     #[cfg_attr(not(feature = "custom-bus"), allow(unused_variables))] // `item` is read by the Custom arm only
     pub(crate) fn refuses(&self, item: &OutboxItem) -> Option<(&'static str, String)> {
         match self {
             Publisher::Classic(_) => None,
             #[cfg(feature = "custom-bus")]
             Publisher::Custom(_) => {
-                let group = event_group_id(item);
-                let chars = group.chars().count();
-                if chars > MAX_EVENT_GROUP_ID_CHARS {
-                    return Some((
-                        "EventGroupIdTooLong",
-                        format!("the event group id <aggregate_type>#<aggregate_id> is {chars} characters; the Custom Event Bus takes at most {MAX_EVENT_GROUP_ID_CHARS} (EventGroupId), and truncating it could merge two aggregates' groups"),
-                    ));
-                }
                 let chars = item.event_id.chars().count();
                 (chars > MAX_EVENT_GROUP_ID_CHARS).then(|| {
                     (
@@ -301,5 +313,13 @@ mod tests {
     fn the_event_group_is_the_aggregate() {
         let item = OutboxItem::new("e-1", "OrderCreated", "example.orders", ("Order", "o-1"), 1, "2026-11-29T08:00:00Z", "{}");
         assert_eq!(event_group_id(&item), "Order#o-1");
+        let long = "x".repeat(123);
+        for odd in [long.as_str(), "o 1", "ordre-é"] {
+            let group = aggregate_group_id("Order", odd);
+            assert!(group.starts_with("sha256:") && group.len() == 71, "{group}");
+            assert_eq!(group, aggregate_group_id("Order", odd), "one group per aggregate");
+            assert_ne!(group, aggregate_group_id("Order", &format!("{odd}2")));
+        }
+        assert_eq!(aggregate_group_id("Order", &"x".repeat(122)), format!("Order#{}", "x".repeat(122)), "128 characters fit");
     }
 }
