@@ -77,13 +77,18 @@ pub struct SignedPost<'a> {
     pub correlation_id: Option<&'a str>,
     /// `x-amzn-trace-id`.
     pub trace_header: Option<&'a str>,
+    /// `traceparent` (W3C Trace Context: the event's trace, a new parent id per delivery), so the
+    /// partner's tracing continues the producer's trace.
+    pub traceparent: Option<&'a str>,
+    /// `tracestate`, verbatim beside `traceparent`.
+    pub tracestate: Option<&'a str>,
 }
 
 impl<'a> SignedPost<'a> {
     /// A post of `body` to `url` as event `id`, signed with each of `secrets`, without
-    /// correlation id or trace header (the public fields take them).
+    /// correlation id or trace headers (the public fields take them).
     pub fn new(url: &'a str, id: &'a str, body: &'a str, secrets: &'a [Secret]) -> Self {
-        Self { url, id, body, secrets, correlation_id: None, trace_header: None }
+        Self { url, id, body, secrets, correlation_id: None, trace_header: None, traceparent: None, tracestate: None }
     }
 }
 
@@ -175,6 +180,12 @@ impl WebhookClient {
         }
         if let Some(trace) = request.trace_header {
             builder = builder.header("x-amzn-trace-id", trace);
+        }
+        if let Some(traceparent) = request.traceparent {
+            builder = builder.header("traceparent", traceparent);
+            if let Some(tracestate) = request.tracestate {
+                builder = builder.header("tracestate", tracestate);
+            }
         }
         if let Some(timeout) = timeout {
             // A request timeout replaces the client's: the shorter of the two.

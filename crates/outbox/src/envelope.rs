@@ -18,6 +18,8 @@
 //! | `payload_ref` | M, optional | claim check (feature `claim-check`): where the payload is in S3, a [`PayloadRef`] `{bucket, key, size, sha256}` |
 //! | `correlation_id` | S | carried into the event metadata |
 //! | `trace_header` | S, optional | X-Ray trace header; becomes the entry's `TraceHeader` |
+//! | `traceparent` | S, optional | W3C trace context of the producing request (`00-<trace id>-<parent id>-<flags>`); carried into the event metadata ([`crate::trace_context`]) |
+//! | `tracestate` | S, optional | W3C vendors' trace state beside it, verbatim |
 //! | `previous` | M, optional | event type → sequence of the aggregate's latest earlier event of that type, e.g. `{"OrderCreated": 1}`; lets an ordered consumer that handles some of the types wait only for those (see [`crate::inbox`]) |
 //! | `expires_at` | N | epoch seconds, the table's TTL attribute |
 //!
@@ -172,6 +174,12 @@ pub struct OutboxItem {
     /// X-Ray trace header (`Root=…;Parent=…;Sampled=…`) of the producing invocation, if traced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_header: Option<String>,
+    /// W3C `traceparent` of the producing request (`00-<32 hex>-<16 hex>-<2 hex>`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// W3C `tracestate` beside [`OutboxItem::traceparent`], verbatim, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
     /// TTL: epoch seconds after which DynamoDB may delete the item.
     pub expires_at: i64,
     /// Event type → sequence of the aggregate's latest event of that type before this one
@@ -236,6 +244,8 @@ impl OutboxItem {
             payload_ref: None,
             correlation_id: String::new(),
             trace_header: None,
+            traceparent: None,
+            tracestate: None,
             expires_at: 0,
             previous: BTreeMap::new(),
         }
@@ -253,7 +263,14 @@ impl OutboxItem {
 
     /// The [`event_span`] of this item's event.
     pub fn span(&self) -> tracing::Span {
-        event_span(&self.event_id, &self.event_type, &self.aggregate_type, &self.aggregate_id, &self.correlation_id)
+        event_span(
+            &self.event_id,
+            &self.event_type,
+            &self.aggregate_type,
+            &self.aggregate_id,
+            &self.correlation_id,
+            trace_id(self.traceparent.as_deref()),
+        )
     }
 
     /// Decodes an outbox item from a DynamoDB item (stream image or table item).
@@ -324,6 +341,8 @@ impl OutboxItem {
             sequence: self.sequence,
             correlation_id: self.correlation_id.clone(),
             previous: self.previous.clone(),
+            traceparent: self.traceparent.clone().filter(|t| !t.is_empty()),
+            tracestate: self.tracestate.clone().filter(|t| !t.is_empty()),
         };
         // Serialising a struct of strings, integers and a RawValue cannot fail.
         let detail = match (data, &self.payload_ref) {
@@ -348,15 +367,22 @@ thread_local! {
 }
 
 /// The `tracing` span of one event, named `event`, with the fields every function logs an event
-/// by: `event_id`, `event_type`, `aggregate_type`, `aggregate_id`, `correlation_id`, and
+/// by: `event_id`, `event_type`, `aggregate_type`, `aggregate_id`, `correlation_id`, `trace_id`
+/// (the W3C trace id of the event's `traceparent`, 32 hex digits; empty without one), and
 /// `attempt` (empty until [`tracing::Span::record`]ed: the consumer's attempt within the
 /// invocation, the relay's `PutEvents` attempt, the webhook delivery's receive count). Every line
 /// logged inside it carries them; with Lambda's JSON log format (`LoggingConfig.LogFormat: JSON`,
 /// which sets `AWS_LAMBDA_LOG_FORMAT=JSON` for `lambda_runtime::tracing::init_default_subscriber`)
 /// they are the line's `span.event_id`, `span.event_type`, … (docs/operations.md, "Logs":
 /// the Logs Insights query).
-pub fn event_span(event_id: &str, event_type: &str, aggregate_type: &str, aggregate_id: &str, correlation_id: &str) -> tracing::Span {
-    tracing::info_span!("event", event_id, event_type, aggregate_type, aggregate_id, correlation_id, attempt = tracing::field::Empty)
+pub fn event_span(event_id: &str, event_type: &str, aggregate_type: &str, aggregate_id: &str, correlation_id: &str, trace_id: &str) -> tracing::Span {
+    tracing::info_span!("event", event_id, event_type, aggregate_type, aggregate_id, correlation_id, trace_id, attempt = tracing::field::Empty)
+}
+
+/// The trace id of a `traceparent` (`00-<trace id>-…`: its second field when it is 32
+/// characters), or `""`: what [`event_span`] logs. Not validated further: a log field only.
+pub fn trace_id(traceparent: Option<&str>) -> &str {
+    traceparent.and_then(|t| t.split('-').nth(1)).filter(|id| id.len() == 32).unwrap_or_default()
 }
 
 impl EventMetadata {
@@ -380,12 +406,21 @@ impl EventMetadata {
             sequence,
             correlation_id: String::new(),
             previous: BTreeMap::new(),
+            traceparent: None,
+            tracestate: None,
         }
     }
 
     /// The [`event_span`] of this event (`aggregate_id` is [`EventMetadata::subject`]).
     pub fn span(&self) -> tracing::Span {
-        event_span(&self.id, &self.event_type, &self.aggregate_type, &self.subject, &self.correlation_id)
+        event_span(&self.id, &self.event_type, &self.aggregate_type, &self.subject, &self.correlation_id, trace_id(self.traceparent.as_deref()))
+    }
+
+    /// The event's W3C trace context ([`EventMetadata::traceparent`] and `tracestate`), `None`
+    /// when it has none or it is malformed (a consumer then begins a new trace).
+    #[cfg(feature = "writer")]
+    pub fn trace_context(&self) -> Option<crate::TraceContext> {
+        crate::TraceContext::parse(self.traceparent.as_deref()?, self.tracestate.as_deref()).ok()
     }
 }
 
@@ -419,6 +454,14 @@ pub struct EventMetadata {
     /// producer does not track it; an ordered consumer then waits for every sequence.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub previous: BTreeMap<String, u64>,
+    /// W3C `traceparent` of the request that caused the event (`00-<trace id>-<parent id>-<flags>`;
+    /// absent when the producer stored none): consumers continue its trace, and it survives
+    /// replays and redrives, which EventBridge's `TraceHeader` does not ([`crate::trace_context`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// W3C `tracestate` beside [`EventMetadata::traceparent`], verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 /// The bus event's `detail`: `{"metadata": …, "data": …}`.
@@ -522,6 +565,8 @@ mod tests {
             correlation_id: "c-1".into(),
             payload_ref: None,
             trace_header: None,
+            traceparent: None,
+            tracestate: None,
             expires_at: 1_900_000_000,
             previous: Default::default(),
         }

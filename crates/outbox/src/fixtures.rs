@@ -15,6 +15,8 @@ pub(crate) fn metadata(id: &str, sequence: u64) -> EventMetadata {
         sequence,
         correlation_id: "c".into(),
         previous: Default::default(),
+        traceparent: None,
+        tracestate: None,
     }
 }
 

@@ -65,6 +65,8 @@ pub mod relay;
 #[cfg(any(all(test, feature = "writer"), feature = "test-util"))]
 pub mod testing;
 #[cfg(feature = "writer")]
+pub mod trace_context;
+#[cfg(feature = "writer")]
 mod transaction;
 #[cfg(feature = "writer")]
 mod writer;
@@ -73,6 +75,8 @@ mod writer;
 // (`outbox::consumer::Consumer`, `outbox::inbox::Inbox`, `outbox::relay::Relay`, …), there only.
 #[cfg(any(feature = "writer", feature = "relay"))]
 pub use aws_error::{AwsError, AwsErrorKind, RETRYABLE_CANCELLATION_CODES};
+#[cfg(feature = "writer")]
+pub use trace_context::TraceContext;
 #[cfg(feature = "writer")]
 pub use transaction::{all_old, transact_write, transact_write_with_token, CommitError, ConditionFailed, TransactionError, MAX_TRANSACTION_ITEMS};
 #[cfg(feature = "writer")]

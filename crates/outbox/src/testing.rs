@@ -126,6 +126,9 @@ pub fn sample_item(event_id: &str, aggregate_id: &str, payload_bytes: usize) -> 
         payload_ref: None,
         correlation_id: "bench".into(),
         trace_header: None,
+        // Every event the writer stores has one (TraceContext::current_or_new).
+        traceparent: Some("00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01".into()),
+        tracestate: None,
         expires_at: 1_900_000_000,
         previous: Default::default(),
     }

@@ -62,6 +62,7 @@ use serde::Serialize;
 
 use crate::envelope::{EnvelopeError, OutboxItem};
 use crate::envelope::{DEFAULT_MAX_PUT_EVENTS_BYTES, MAX_ITEM_BYTES};
+use crate::trace_context::TraceContext;
 use crate::transaction::CommitError;
 use crate::transaction::{transact_write, Batch, MAX_TRANSACTION_ITEMS};
 
@@ -81,8 +82,9 @@ pub fn current_trace_header() -> Option<String> {
 /// An event to add to the outbox. The writer fills in the event id (UUIDv7), `occurred_at`
 /// (now, UTC), the keys and the TTL.
 ///
-/// Build it with [`Event::new`], which serialises the payload and picks up the trace header, then
-/// adjust it with [`Event::version`], [`Event::correlation_id`] and [`Event::trace_header`]; or
+/// Build it with [`Event::new`], which serialises the payload and picks up the trace header and
+/// trace context, then adjust it with [`Event::version`], [`Event::correlation_id`],
+/// [`Event::trace_header`] and [`Event::trace_context`]; or
 /// write the struct literally when the payload is JSON text already.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -106,6 +108,10 @@ pub struct Event {
     /// X-Ray trace header of the producing invocation, if any (the relay's `PutEvents` entry's
     /// `TraceHeader`).
     pub trace_header: Option<String>,
+    /// The W3C trace context the event belongs to (the outbox item's `traceparent` and
+    /// `tracestate`, `detail.metadata.traceparent` on the bus): [`TraceContext::current_or_new`]
+    /// when built, so every event has one.
+    pub trace_context: Option<TraceContext>,
     /// Event type → sequence of the aggregate's latest earlier event of that type (empty by
     /// default; see [`Event::previous`]).
     pub previous: std::collections::BTreeMap<String, u64>,
@@ -132,6 +138,7 @@ impl Event {
             payload: payload.into(),
             correlation_id: uuid::Uuid::now_v7().to_string(),
             trace_header: current_trace_header(),
+            trace_context: Some(TraceContext::current_or_new()),
             previous: Default::default(),
         }
     }
@@ -171,6 +178,7 @@ impl Event {
             payload,
             correlation_id: uuid::Uuid::now_v7().to_string(),
             trace_header: current_trace_header(),
+            trace_context: Some(TraceContext::current_or_new()),
             previous: Default::default(),
         })
     }
@@ -203,6 +211,13 @@ impl Event {
     /// context (needed in `lambda_runtime`'s concurrent mode); `None` sends none.
     pub fn trace_header(mut self, trace_header: Option<String>) -> Self {
         self.trace_header = trace_header.filter(|t| !t.trim().is_empty());
+        self
+    }
+
+    /// Sets the W3C trace context (default: [`TraceContext::current_or_new`] when the event was
+    /// built), e.g. one parsed from a request's `traceparent` header; `None` stores none.
+    pub fn trace_context(mut self, trace_context: Option<TraceContext>) -> Self {
+        self.trace_context = trace_context;
         self
     }
 }
@@ -473,6 +488,8 @@ impl OutboxWriter {
             payload_ref: None,
             correlation_id: event.correlation_id,
             trace_header: event.trace_header,
+            traceparent: event.trace_context.as_ref().map(TraceContext::traceparent),
+            tracestate: event.trace_context.as_ref().and_then(|c| c.tracestate().map(str::to_owned)),
             expires_at: crate::envelope::expires_at(now, self.retention),
             previous: event.previous,
         }
@@ -828,6 +845,7 @@ mod tests {
             payload: payload.into(),
             correlation_id: "c".into(),
             trace_header: None,
+            trace_context: None,
             previous: Default::default(),
         }
     }

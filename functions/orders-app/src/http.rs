@@ -11,7 +11,9 @@
 //! Every answer carries `x-correlation-id`: the request's (1–128 visible ASCII characters), else
 //! API Gateway's request id, else a new UUIDv7. It is the `correlation_id` of the events written
 //! and of the request's span (`orders_api`); the X-Ray trace header of the invocation (the Lambda
-//! context's `xray_trace_id`, else `_X_AMZN_TRACE_ID`) goes on the outbox item.
+//! context's `xray_trace_id`, else `_X_AMZN_TRACE_ID`) goes on the outbox item, and the W3C
+//! trace context continued from the request's `traceparent` (else from that X-Ray header) too:
+//! the span's `trace_id`, the events' `traceparent` ([`outbox::trace_context`]).
 //!
 //! Every route needs an authenticated caller ([`crate::auth`]: the JWT authorizer's `sub`),
 //! checked first: 401 without one. An order belongs to the subject that created it; another
@@ -150,9 +152,14 @@ async fn prepare(mut request: Request, next: Next) -> Response {
     let trace_header =
         request.extensions().lambda_context_ref().and_then(|c| c.xray_trace_id.clone()).or_else(|| std::env::var("_X_AMZN_TRACE_ID").ok());
     let identity = Identity::from_context(request.extensions().request_context_ref());
-    let span = tracing::info_span!("orders_api", correlation_id = %correlation_id, method = %request.method(), path = %request.uri().path());
+    // The request's place in its caller's trace (`traceparent`, else X-Ray): the events it
+    // writes carry it (`outbox::TraceContext::current`).
+    let trace = crate::partner::request_trace(request.headers(), trace_header.as_deref());
+    let trace_id = trace.as_ref().map(outbox::TraceContext::trace_id).unwrap_or_default();
+    let span =
+        tracing::info_span!("orders_api", correlation_id = %correlation_id, trace_id, method = %request.method(), path = %request.uri().path());
     request.extensions_mut().insert(Meta { correlation_id: correlation_id.clone(), trace_header, identity });
-    let mut response = next.run(request).instrument(span).await;
+    let mut response = outbox::TraceContext::scope(trace, next.run(request)).instrument(span).await;
     if let Ok(value) = HeaderValue::from_str(&correlation_id) {
         response.headers_mut().insert(CORRELATION_HEADER, value);
     }

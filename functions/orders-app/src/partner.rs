@@ -406,7 +406,10 @@ async fn handle(State(webhooks): State<Arc<PartnerWebhooks>>, Path(partner): Pat
         .filter(|c| !c.is_empty() && c.len() <= 128)
         .map(str::to_owned)
         .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-    let mut response = match webhooks.receive(&partner, &headers, &body, &correlation_id).await {
+    // A partner's `traceparent` is continued: the event this webhook causes joins its trace.
+    let xray = std::env::var(outbox::TRACE_HEADER_ENV).ok();
+    let trace = request_trace(&headers, xray.as_deref());
+    let mut response = match outbox::TraceContext::scope(trace, webhooks.receive(&partner, &headers, &body, &correlation_id)).await {
         Ok(accepted) => (StatusCode::OK, [(CONTENT_TYPE, "application/json")], to_json(&accepted)).into_response(),
         Err(problem) => {
             tracing::info!(partner, status = problem.status, field = problem.field.as_deref().unwrap_or(""), detail = %problem.detail, "webhook refused");
@@ -417,6 +420,13 @@ async fn handle(State(webhooks): State<Arc<PartnerWebhooks>>, Path(partner): Pat
         response.headers_mut().insert(CORRELATION_HEADER, value);
     }
     response
+}
+
+/// The request's place in its caller's trace ([`outbox::TraceContext::continued`]): its
+/// `traceparent` and `tracestate` headers, else `xray_header` (the invocation's X-Ray header).
+pub fn request_trace(headers: &HeaderMap, xray_header: Option<&str>) -> Option<outbox::TraceContext> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    outbox::TraceContext::continued(header(outbox::trace_context::TRACEPARENT), header(outbox::trace_context::TRACESTATE), xray_header)
 }
 
 #[cfg(test)]

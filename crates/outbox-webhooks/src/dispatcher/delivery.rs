@@ -222,6 +222,9 @@ impl<S: InboxStore> Deliverer<S> {
         claim.id = format!("{}#{}", subscriber.id, event.metadata.id);
         let hash = PayloadHash::of(&event.body);
         let correlation_id = Some(&event.metadata.correlation_id).filter(|c| !c.is_empty()).map(String::as_str);
+        // The event's trace, one hop on: its trace id, a new parent id for this delivery.
+        let trace = event.metadata.trace_context().map(|c| c.child());
+        let traceparent = trace.as_ref().map(outbox::TraceContext::traceparent);
         let attempt = attempt.max(1);
         let sent: Mutex<Option<ClientAttempt>> = Mutex::new(None);
         let result = self
@@ -235,7 +238,16 @@ impl<S: InboxStore> Deliverer<S> {
                         &inline.body
                     }
                 };
-                let post = SignedPost { url: &subscriber.url, id: &event.metadata.id, body, secrets, correlation_id, trace_header };
+                let post = SignedPost {
+                    url: &subscriber.url,
+                    id: &event.metadata.id,
+                    body,
+                    secrets,
+                    correlation_id,
+                    trace_header,
+                    traceparent: traceparent.as_deref(),
+                    tracestate: trace.as_ref().and_then(|t| t.tracestate()),
+                };
                 // The request ends by the lease's end (the invocation's time budget); a lease
                 // already over (the dispatcher never starts one so) leaves the client's timeout.
                 let left = (lease_until - Utc::now()).to_std().ok().filter(|l| !l.is_zero());

@@ -680,7 +680,10 @@ where
         let data = parts.data;
         let (metadata, data) = checked(&envelope.detail_type, message.decoded_metadata(), data)?;
         let tx = Tx::new(self.inner.writer.clone());
-        let called = route.call(metadata, data, envelope.id.as_deref(), tx.clone()).await?;
+        // The handler's own events continue the event's trace (a child of its context; without
+        // one, the invocation's: `TraceContext::current`).
+        let trace = metadata.trace_context().map(|c| c.child());
+        let called = crate::TraceContext::scope(trace, route.call(metadata, data, envelope.id.as_deref(), tx.clone())).await?;
         let outcome = called.result?;
         let (handled, none_parked) = self.commit(metadata, &called.hash, tx, outcome, delivery).await?;
         Ok((metadata.clone(), handled, none_parked))

@@ -76,6 +76,8 @@ pub(crate) struct LooseMetadata {
     subject: Option<String>,
     #[serde(default)]
     correlation_id: Option<String>,
+    #[serde(default)]
+    traceparent: Option<String>,
 }
 
 /// Where `detail`'s parts are in the envelope's `detail` text (`None`: missing, or `null`).
@@ -182,7 +184,15 @@ impl<'a> Message<'a> {
     pub(crate) fn span(&self) -> tracing::Span {
         let m = &self.loose;
         let text = |t: &Option<String>| t.as_deref().unwrap_or_default().to_owned();
-        crate::envelope::event_span(&text(&m.id), &text(&m.event_type), &text(&m.aggregate_type), &text(&m.subject), &text(&m.correlation_id))
+        let trace_id = crate::envelope::trace_id(m.traceparent.as_deref());
+        crate::envelope::event_span(
+            &text(&m.id),
+            &text(&m.event_type),
+            &text(&m.aggregate_type),
+            &text(&m.subject),
+            &text(&m.correlation_id),
+            trace_id,
+        )
     }
 }
 
@@ -214,6 +224,7 @@ fn read_detail(detail: &str) -> ReadDetail {
             aggregate_type: Some(m.aggregate_type.clone()),
             subject: Some(m.subject.clone()),
             correlation_id: Some(m.correlation_id.clone()),
+            traceparent: m.traceparent.clone(),
         },
         Err(_) => {
             counted(Part::Metadata);
