@@ -27,5 +27,6 @@ mod relay_outage;
 mod replay;
 mod sqs_mapping;
 mod stack;
+mod trace_context;
 mod webhook_delivery;
 mod webhook_dispatcher;

@@ -8,7 +8,8 @@
 //! later orders flow again. `replay --since T --consumer reserve-inventory` re-delivers the whole
 //! window: checked from the tables, every order is reserved exactly once (the inbox absorbed the
 //! replayed copies of what was applied, and applied what was missed), and from a spy queue on
-//! the bus, the replay reached the consumer's rule only.
+//! the bus, the replay reached the consumer's rule only. A replayed event keeps its trace id:
+//! what the consumer wrote for it carries the order's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
@@ -127,6 +128,17 @@ async fn a_replay_after_an_outage_applies_only_what_the_consumer_missed() {
     assert_eq!(reserved.keys().cloned().collect::<BTreeSet<_>>(), all, "what was missed is applied");
     assert!(reserved.values().all(|n| *n == 1), "nothing applied twice: {reserved:?}");
     assert_eq!(claims(&local).await, 9, "one inbox claim per event");
+    // A replayed event keeps its trace (the context is in `detail.metadata`, not in EventBridge's
+    // `TraceHeader`): what the consumer wrote for each missed order joins the order's trace.
+    let outbox = local.table("OutboxTable");
+    for id in &missed {
+        let trace_of = |items: Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>| {
+            items.first().map(|i| outbox::envelope::trace_id(Some(s(i, "traceparent"))).to_owned()).unwrap_or_default()
+        };
+        let (order, reservation) =
+            (trace_of(local.query_pk(&outbox, &format!("Order#{id}")).await), trace_of(local.query_pk(&outbox, &format!("Reservation#{id}")).await));
+        assert!(order.len() == 32 && order == reservation, "the replayed {id} kept its trace: order {order:?}, reservation {reservation:?}");
+    }
     let dlq = local.runtime.stack.queue("ConsumerKit/ConsumerDeadLetterQueue").cloned().expect("the kit's dead-letter queue");
     assert_eq!(outbox_cli::dlq::depth(&local.sqs, &dlq).await.expect("depth"), 0, "no replayed copy dead-lettered");
 

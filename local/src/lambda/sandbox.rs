@@ -291,6 +291,7 @@ async fn read_lines(pipe: impl AsyncRead + Unpin, launch: Launch, watch: Arc<Wat
             launch.stats.add_metrics(&launch.logical_id, &values);
             continue;
         }
+        launch.stats.add_log_line(&launch.logical_id, line);
         if launch.verbose {
             eprintln!("[{}] {line}", launch.logical_id);
         }

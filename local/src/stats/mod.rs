@@ -31,7 +31,13 @@ pub struct Stats {
     inner: Mutex<Counts>,
     /// The Custom Event Bus the runtime's endpoint plays, when it is ours ([`Stats::watch_custom_bus`]).
     custom_bus: Mutex<Option<std::sync::Arc<crate::custom_bus::CustomBus>>>,
+    /// The functions' log lines, by logical id (the last [`LOG_LINES_PER_FUNCTION`] each), when
+    /// [`Stats::capture_logs`] asked for them.
+    logs: Mutex<Option<HashMap<String, VecDeque<String>>>>,
 }
+
+/// How many of a function's most recent log lines [`Stats::log_lines`] keeps.
+pub const LOG_LINES_PER_FUNCTION: usize = 5_000;
 
 /// One successful consumer delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,6 +172,30 @@ impl Stats {
         self.update(|c| {
             c.per_event.get_or_insert_with(HashMap::new);
         });
+    }
+
+    /// From now on, keep the functions' log lines (each function's last
+    /// [`LOG_LINES_PER_FUNCTION`]) for [`Stats::log_lines`]: what a test reads a function's
+    /// logs by, as CloudWatch Logs would hold them.
+    pub fn capture_logs(&self) {
+        self.logs.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(HashMap::new);
+    }
+
+    /// Keeps one log line of `function` when [`Stats::capture_logs`] asked for them.
+    pub fn add_log_line(&self, function: &str, line: &str) {
+        let mut logs = self.logs.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(logs) = logs.as_mut() else { return };
+        let lines = logs.entry(function.to_owned()).or_default();
+        if lines.len() == LOG_LINES_PER_FUNCTION {
+            lines.pop_front();
+        }
+        lines.push_back(line.to_owned());
+    }
+
+    /// The log lines of `function` kept so far, oldest first (none unless [`Stats::capture_logs`]).
+    pub fn log_lines(&self, function: &str) -> Vec<String> {
+        let logs = self.logs.lock().unwrap_or_else(|p| p.into_inner());
+        logs.as_ref().and_then(|l| l.get(function)).map(|l| l.iter().cloned().collect()).unwrap_or_default()
     }
 
     /// Adds the values of one EMF document of `function` (parsed by `lambda::emf::parse`).

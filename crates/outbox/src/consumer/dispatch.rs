@@ -196,7 +196,7 @@ enum Claimed {
     /// The payload fetched in place of its reference (`detail.data`, JSON text).
     Fetched(String),
     /// Applied before: nothing fetched.
-    Duplicate(EventMetadata),
+    Duplicate(Box<EventMetadata>),
 }
 
 /// What the handler of a decoded event answered.
@@ -665,7 +665,7 @@ where
         let fetched = match self.claimed(message).await? {
             Claimed::Inline => None,
             Claimed::Fetched(data) => Some(data),
-            Claimed::Duplicate(metadata) => return Ok((metadata, Handled::Duplicate, false)),
+            Claimed::Duplicate(metadata) => return Ok((*metadata, Handled::Duplicate, false)),
         };
         let Some(route) = self.inner.routes.get(&envelope.detail_type) else {
             let known: Vec<&str> = self.inner.routes.keys().map(String::as_str).collect();
@@ -680,12 +680,16 @@ where
         let data = parts.data;
         let (metadata, data) = checked(&envelope.detail_type, message.decoded_metadata(), data)?;
         let tx = Tx::new(self.inner.writer.clone());
-        // The handler's own events continue the event's trace (a child of its context; without
-        // one, the invocation's: `TraceContext::current`).
+        // The handler's own events (and those of its fallbacks, built at commit) continue the
+        // event's trace: a child of its context; without one, the invocation's
+        // (`TraceContext::current`).
         let trace = metadata.trace_context().map(|c| c.child());
-        let called = crate::TraceContext::scope(trace, route.call(metadata, data, envelope.id.as_deref(), tx.clone())).await?;
-        let outcome = called.result?;
-        let (handled, none_parked) = self.commit(metadata, &called.hash, tx, outcome, delivery).await?;
+        let (handled, none_parked) = crate::TraceContext::scope(trace, async {
+            let called = route.call(metadata, data, envelope.id.as_deref(), tx.clone()).await?;
+            let outcome = called.result?;
+            self.commit(metadata, &called.hash, tx, outcome, delivery).await
+        })
+        .await?;
         Ok((metadata.clone(), handled, none_parked))
     }
 
@@ -708,7 +712,7 @@ where
             match applied.await {
                 Ok(Some(hash)) if hash.eq_ignore_ascii_case(&reference.sha256) => {
                     tracing::debug!("claim-checked event already applied; its payload is not fetched");
-                    return Ok(Claimed::Duplicate(decoded.clone()));
+                    return Ok(Claimed::Duplicate(Box::new(decoded.clone())));
                 }
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "could not read the inbox before fetching the payload; fetching it"),
