@@ -114,6 +114,17 @@ async fn a_signed_payment_takes_effect_once_and_replays_are_absorbed() {
         assert_eq!(crate::common::schema_violations("OrderPaid", 1, &detail), Vec::<String>::new(), "{detail}");
     }
     assert_eq!(f.inbox_rows("wh-1").await, 1);
+    // Another order paid by a webhook carrying the partner's W3C traceparent: its event joins the
+    // partner's trace (the same trace id, a parent id of our own).
+    f.order("o-traced").await;
+    let traced = body("o-traced");
+    let mut headers = signed(std::slice::from_ref(&f.new), "wh-t", now(), &traced);
+    headers.insert("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".parse().unwrap());
+    f.webhooks.receive("acme", &headers, traced.as_bytes(), "corr-t").await.expect("accepted");
+    let paid = f.local.scan(&f.local.table("OutboxTable")).await;
+    let paid = paid.iter().find(|i| s(i, "event_type") == "OrderPaid" && s(i, "aggregate_id") == "o-traced").expect("its OrderPaid");
+    let traceparent = s(paid, "traceparent");
+    assert!(traceparent.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-") && !traceparent.contains("00f067aa0ba902b7"), "{traceparent}");
     // Another webhook for an order already paid: refused as a conflict, nothing written.
     let other = signed(std::slice::from_ref(&f.new), "wh-2", now(), &text);
     let refused = f.webhooks.receive("acme", &other, text.as_bytes(), "corr-4").await.unwrap_err();

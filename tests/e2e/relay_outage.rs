@@ -72,6 +72,11 @@ async fn broker_outage_proxy(upstream: String, down: Arc<AtomicBool>) -> String 
 
 /// Receives what the spy queue holds now (deleting it): `detail.metadata.id` → times received.
 pub(crate) async fn drain_spy(local: &Local, url: &str, seen: &mut BTreeMap<String, usize>) {
+    drain_spy_traced(local, url, seen, &mut BTreeMap::new()).await;
+}
+
+/// [`drain_spy`], also keeping each event's `detail.metadata.traceparent` by event id.
+async fn drain_spy_traced(local: &Local, url: &str, seen: &mut BTreeMap<String, usize>, traces: &mut BTreeMap<String, String>) {
     loop {
         let out = local.sqs.receive_message().queue_url(url).max_number_of_messages(10).wait_time_seconds(1).send().await.expect("ReceiveMessage");
         let messages = out.messages.unwrap_or_default();
@@ -81,6 +86,9 @@ pub(crate) async fn drain_spy(local: &Local, url: &str, seen: &mut BTreeMap<Stri
         for m in messages {
             let body: serde_json::Value = serde_json::from_str(m.body().unwrap_or("")).expect("an EventBridge event");
             let id = body.pointer("/detail/metadata/id").and_then(|v| v.as_str()).expect("detail.metadata.id").to_owned();
+            if let Some(traceparent) = body.pointer("/detail/metadata/traceparent").and_then(|v| v.as_str()) {
+                traces.insert(id.clone(), traceparent.to_owned());
+            }
             *seen.entry(id).or_default() += 1;
             local.sqs.delete_message().queue_url(url).receipt_handle(m.receipt_handle().unwrap_or("")).send().await.expect("DeleteMessage");
         }
@@ -187,12 +195,23 @@ async fn a_broker_outage_longer_than_every_retry_loses_nothing_after_dlq_redrive
 
     // Nothing lost: every event of the outbox table is on the bus.
     let deadline = Deadline::new("every outbox event on the bus");
+    let mut traces = BTreeMap::new();
     while seen.keys().cloned().collect::<BTreeSet<_>>() != ids {
-        drain_spy(&local, &spy_url, &mut seen).await;
+        drain_spy_traced(&local, &spy_url, &mut seen, &mut traces).await;
         deadline.tick(|| format!("{seen:?}")).await;
     }
     assert_eq!(outbox_ids(&local, &source).await, ids, "the outbox table holds exactly the emitted events");
     assert!(seen.values().all(|n| *n == 1), "each once: {seen:?}");
+    // A redriven event keeps its trace: the bus carries the outbox item's traceparent.
+    let stored: BTreeMap<String, String> = local
+        .scan(&local.table("OutboxTable"))
+        .await
+        .iter()
+        .filter(|i| crate::common::s(i, "source") == source)
+        .map(|i| (crate::common::s(i, "event_id").to_owned(), crate::common::s(i, "traceparent").to_owned()))
+        .collect();
+    assert!(stored.values().all(|t| t.len() == 55), "every outbox item has a traceparent: {stored:?}");
+    assert_eq!(traces, stored, "the redriven events kept their traceparent");
     local.shutdown().await;
 }
 

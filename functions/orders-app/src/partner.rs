@@ -237,11 +237,19 @@ impl PartnerWebhooks {
             .with_tolerance(env.seconds("WEBHOOK_TOLERANCE_SECONDS", outbox_webhooks::DEFAULT_TOLERANCE)?))
     }
 
-    /// Handles one webhook: the checks and the transaction of the module docs.
+    /// Handles one webhook: the checks and the transaction of the module docs. The event it
+    /// writes continues the partner's trace: a child of the request's `traceparent` (W3C Trace
+    /// Context) when it has a valid one, else of the invocation's X-Ray header ([`request_trace`]).
     ///
     /// # Errors
     /// The [`Problem`] to answer; nothing was written.
     pub async fn receive(&self, partner: &str, headers: &HeaderMap, body: &[u8], correlation_id: &str) -> Result<Accepted, Problem> {
+        let xray = std::env::var(outbox::TRACE_HEADER_ENV).ok();
+        outbox::TraceContext::scope(request_trace(headers, xray.as_deref()), self.receive_traced(partner, headers, body, correlation_id)).await
+    }
+
+    /// [`PartnerWebhooks::receive`] inside its trace context.
+    async fn receive_traced(&self, partner: &str, headers: &HeaderMap, body: &[u8], correlation_id: &str) -> Result<Accepted, Problem> {
         let signed = SignedHeaders::from_fn(|name| headers.get(name).and_then(|v| v.to_str().ok()));
         // An unsigned request is refused before any secret is read (no Secrets Manager call, no
         // cache refresh for anonymous traffic).
@@ -406,10 +414,7 @@ async fn handle(State(webhooks): State<Arc<PartnerWebhooks>>, Path(partner): Pat
         .filter(|c| !c.is_empty() && c.len() <= 128)
         .map(str::to_owned)
         .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-    // A partner's `traceparent` is continued: the event this webhook causes joins its trace.
-    let xray = std::env::var(outbox::TRACE_HEADER_ENV).ok();
-    let trace = request_trace(&headers, xray.as_deref());
-    let mut response = match outbox::TraceContext::scope(trace, webhooks.receive(&partner, &headers, &body, &correlation_id)).await {
+    let mut response = match webhooks.receive(&partner, &headers, &body, &correlation_id).await {
         Ok(accepted) => (StatusCode::OK, [(CONTENT_TYPE, "application/json")], to_json(&accepted)).into_response(),
         Err(problem) => {
             tracing::info!(partner, status = problem.status, field = problem.field.as_deref().unwrap_or(""), detail = %problem.detail, "webhook refused");
