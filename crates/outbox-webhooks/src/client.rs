@@ -2,8 +2,9 @@
 //! `webhook-dispatcher`).
 //!
 //! * headers `webhook-id`, `webhook-timestamp` (this attempt's time), `webhook-signature` (one
-//!   signature per current secret), `content-type: application/json`, `x-correlation-id` and,
-//!   when the invocation has one, `x-amzn-trace-id`;
+//!   signature per current secret), `content-type: application/json`, `x-correlation-id`,
+//!   when the invocation has one, `x-amzn-trace-id`, and when the event has one, the W3C
+//!   `traceparent` (the event's trace id, a new parent id per delivery) and `tracestate`;
 //! * a connect timeout and a timeout on the whole request (both count as retryable);
 //! * redirects are never followed (a 3xx is a rejection: a subscriber cannot send our signed
 //!   body to another host);

@@ -66,7 +66,7 @@ async fn handle(State(server): State<Server>, headers: HeaderMap, body: Bytes) -
     response
 }
 
-const BODY: &str = r#"{"metadata":{"id":"evt-1","type":"OrderCreated","version":1,"source":"example.orders","time":"2026-12-01T06:00:00.000Z","subject":"o-1","aggregate_type":"Order","sequence":1,"correlation_id":"corr-1"},"data":{"order_id":"o-1","total_cents":1250}}"#;
+const BODY: &str = r#"{"metadata":{"id":"evt-1","type":"OrderCreated","version":1,"source":"example.orders","time":"2026-12-01T06:00:00.000Z","subject":"o-1","aggregate_type":"Order","sequence":1,"correlation_id":"corr-1","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tracestate":"k=v"},"data":{"order_id":"o-1","total_cents":1250}}"#;
 
 fn event() -> WebhookEvent {
     let bus_event = format!(
@@ -111,6 +111,11 @@ async fn a_2xx_is_delivered_signed_verbatim_and_recorded_once() {
     assert_eq!(get("content-type").as_deref(), Some("application/json"));
     assert_eq!(get("x-correlation-id").as_deref(), Some("corr-1"));
     assert_eq!(get("x-amzn-trace-id").as_deref(), Some("Root=1-abc"));
+    // The event's trace, one hop on: its trace id and tracestate, a parent id for this delivery.
+    let traceparent = get("traceparent").expect("a traceparent");
+    assert!(traceparent.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-") && traceparent.ends_with("-01"), "{traceparent}");
+    assert_ne!(traceparent, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+    assert_eq!(get("tracestate").as_deref(), Some("k=v"));
     let (id, ts, sig) = (get("webhook-id").unwrap(), get("webhook-timestamp").unwrap(), get("webhook-signature").unwrap());
     assert_eq!(sig.split(' ').count(), 2, "one signature per current secret");
     let now = Utc::now().timestamp();
