@@ -143,6 +143,17 @@ fn created(event_id: &str, quantity: u32) -> Invocation {
     event(event_id, "OrderCreated", json!({"order_id": "o-1", "quantity": quantity}))
 }
 
+/// W3C's example `traceparent`: the producer's trace of [`traced`].
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// [`created`] with the producer's trace context ([`TRACEPARENT`], a `tracestate`) in its metadata.
+fn traced(event_id: &str, quantity: u32) -> Invocation {
+    let mut value: Value = serde_json::from_str(created(event_id, quantity).payload.get()).expect("JSON");
+    value["detail"]["metadata"]["traceparent"] = json!(TRACEPARENT);
+    value["detail"]["metadata"]["tracestate"] = json!("k=v");
+    Invocation::new(serde_json::value::to_raw_value(&value).expect("JSON"))
+}
+
 fn event_types(inbox: &MemoryInbox, n: usize) -> Vec<String> {
     let applied = &inbox.applied()[n];
     applied.writes.iter().filter_map(|w| w.put()).filter_map(|p| p.item().get("event_type")).filter_map(|v| v.as_s().ok().cloned()).collect()
@@ -645,6 +656,34 @@ async fn every_log_line_of_an_event_carries_its_fields() {
     assert_eq!(attempts, [(retried.clone(), 1), (retried, 2), ("invocation handled".to_owned(), 3)], "{text}");
     let bad = of("t-bad");
     assert!(bad.iter().any(|l| l["fields"]["error_type"] == "MalformedEvent"), "the dead-lettering line names the cause: {text}");
+}
+
+/// A handler's own events continue the trace of the event it handles: the same trace id and
+/// `tracestate`, a parent id of the consumer's own; and every log line of the event carries the
+/// trace id.
+#[tokio::test]
+async fn a_handlers_events_and_log_lines_continue_the_events_trace() {
+    let captured = logs::Captured::global();
+    let (inbox, dlq) = (MemoryInbox::new("reserve"), MemoryDeadLetters::new());
+    let consumer = consumer_with(&inbox, &dlq, RetryPolicy::default());
+    inbox.fail_next(Injected::Conflict);
+    consumer.handle(traced("t-traced", 2)).await.expect("applied after a conflict");
+    let applied = inbox.applied();
+    let put = applied[0].writes.iter().filter_map(|w| w.put()).find(|p| p.item().contains_key("event_type")).expect("the outbox put");
+    let text = |name: &str| put.item().get(name).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+    let traceparent = text("traceparent");
+    assert!(traceparent.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-") && traceparent.ends_with("-01"), "{traceparent}");
+    assert_ne!(traceparent, TRACEPARENT, "the consumer's own parent id");
+    assert_eq!(text("tracestate"), "k=v");
+    let lines = captured.lines();
+    let of_event: Vec<_> = lines.iter().filter(|l| l["span"]["event_id"] == "t-traced").collect();
+    assert!(!of_event.is_empty() && of_event.iter().all(|l| l["span"]["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"), "{}", captured.text());
+    // Without a trace context the handler's event still gets one (the invocation's, or a new trace).
+    consumer.handle(created("t-untraced", 2)).await.expect("applied");
+    let applied = inbox.applied();
+    let put = applied[1].writes.iter().filter_map(|w| w.put()).find(|p| p.item().contains_key("event_type")).expect("the outbox put");
+    let traceparent = put.item().get("traceparent").and_then(|v| v.as_s().ok()).expect("a traceparent");
+    assert!(outbox::TraceContext::parse(traceparent, None).is_ok(), "{traceparent}");
 }
 
 // ----- Behind an SQS queue -----
