@@ -682,7 +682,18 @@ where
         let tx = Tx::new(self.inner.writer.clone());
         // The handler's own events continue the event's trace (a child of its context; without
         // one, the invocation's: `TraceContext::current`).
+        #[cfg(not(feature = "opentelemetry"))]
         let trace = metadata.trace_context().map(|c| c.child());
+        // With OpenTelemetry: the event span's own context (Message::span made it the child of
+        // the event's), so the ids the handler's events carry are those of an exported span; the
+        // child above when the span has none (no layer installed) or is not in the event's trace.
+        #[cfg(feature = "opentelemetry")]
+        let trace = {
+            let event = metadata.trace_context();
+            crate::TraceContext::of_span(&tracing::Span::current())
+                .filter(|own| event.as_ref().is_none_or(|e| e.trace_id_u128() == own.trace_id_u128()))
+                .or_else(|| event.map(|c| c.child()))
+        };
         let called = crate::TraceContext::scope(trace, route.call(metadata, data, envelope.id.as_deref(), tx.clone())).await?;
         let outcome = called.result?;
         let (handled, none_parked) = self.commit(metadata, &called.hash, tx, outcome, delivery).await?;
