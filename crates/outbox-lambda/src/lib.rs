@@ -39,6 +39,7 @@ mod consumer;
 #[cfg(feature = "relay")]
 pub mod relay;
 mod runtime;
+pub mod telemetry;
 #[cfg(feature = "webhooks")]
 pub mod webhooks;
 

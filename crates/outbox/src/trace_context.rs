@@ -230,6 +230,19 @@ impl TraceContext {
         Self::current().unwrap_or_else(Self::new_root)
     }
 
+    /// The context the next hop of an event's work continues from (the events a consumer's
+    /// handler writes, a webhook delivery's `traceparent`): a child of `event` (the event's own
+    /// context); with feature `opentelemetry`, the current `tracing` span's own OpenTelemetry
+    /// context instead when it has one in `event`'s trace (or `event` is `None`), so the ids
+    /// passed on are those of an exported span.
+    pub fn next_hop(event: Option<&Self>) -> Option<Self> {
+        #[cfg(feature = "opentelemetry")]
+        if let Some(own) = Self::of_span(&tracing::Span::current()).filter(|own| event.is_none_or(|e| e.trace_id == own.trace_id)) {
+            return Some(own);
+        }
+        event.map(Self::child)
+    }
+
     /// Runs `future` with `self` as the task's current context ([`TraceContext::current`]): the
     /// events it builds carry `self`'s trace. `None` clears an outer one for the future.
     pub async fn scope<F: std::future::Future>(context: Option<Self>, future: F) -> F::Output {

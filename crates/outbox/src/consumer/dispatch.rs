@@ -196,7 +196,7 @@ enum Claimed {
     /// The payload fetched in place of its reference (`detail.data`, JSON text).
     Fetched(String),
     /// Applied before: nothing fetched.
-    Duplicate(EventMetadata),
+    Duplicate(Box<EventMetadata>),
 }
 
 /// What the handler of a decoded event answered.
@@ -665,7 +665,7 @@ where
         let fetched = match self.claimed(message).await? {
             Claimed::Inline => None,
             Claimed::Fetched(data) => Some(data),
-            Claimed::Duplicate(metadata) => return Ok((metadata, Handled::Duplicate, false)),
+            Claimed::Duplicate(metadata) => return Ok((*metadata, Handled::Duplicate, false)),
         };
         let Some(route) = self.inner.routes.get(&envelope.detail_type) else {
             let known: Vec<&str> = self.inner.routes.keys().map(String::as_str).collect();
@@ -681,19 +681,10 @@ where
         let (metadata, data) = checked(&envelope.detail_type, message.decoded_metadata(), data)?;
         let tx = Tx::new(self.inner.writer.clone());
         // The handler's own events continue the event's trace (a child of its context; without
-        // one, the invocation's: `TraceContext::current`).
-        #[cfg(not(feature = "opentelemetry"))]
-        let trace = metadata.trace_context().map(|c| c.child());
-        // With OpenTelemetry: the event span's own context (Message::span made it the child of
-        // the event's), so the ids the handler's events carry are those of an exported span; the
-        // child above when the span has none (no layer installed) or is not in the event's trace.
-        #[cfg(feature = "opentelemetry")]
-        let trace = {
-            let event = metadata.trace_context();
-            crate::TraceContext::of_span(&tracing::Span::current())
-                .filter(|own| event.as_ref().is_none_or(|e| e.trace_id_u128() == own.trace_id_u128()))
-                .or_else(|| event.map(|c| c.child()))
-        };
+        // one, the invocation's: `TraceContext::current`). With OpenTelemetry, from the event
+        // span's own context (Message::span made it the child of the event's), so the ids they
+        // carry are those of an exported span.
+        let trace = crate::TraceContext::next_hop(metadata.trace_context().as_ref());
         let called = crate::TraceContext::scope(trace, route.call(metadata, data, envelope.id.as_deref(), tx.clone())).await?;
         let outcome = called.result?;
         let (handled, none_parked) = self.commit(metadata, &called.hash, tx, outcome, delivery).await?;
@@ -719,7 +710,7 @@ where
             match applied.await {
                 Ok(Some(hash)) if hash.eq_ignore_ascii_case(&reference.sha256) => {
                     tracing::debug!("claim-checked event already applied; its payload is not fetched");
-                    return Ok(Claimed::Duplicate(decoded.clone()));
+                    return Ok(Claimed::Duplicate(Box::new(decoded.clone())));
                 }
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "could not read the inbox before fetching the payload; fetching it"),
