@@ -131,4 +131,5 @@ impl From<InvocationError> for lambda_runtime::Diagnostic {
 #[doc = include_str!("../../../docs/webhooks.md")]
 #[doc = include_str!("../../../docs/cost.md")]
 #[doc = include_str!("../../../docs/layout.md")]
+#[doc = include_str!("../../../docs/tracing.md")]
 pub struct DocsDoctests;
