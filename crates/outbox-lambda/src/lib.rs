@@ -9,6 +9,8 @@
 //! * [`webhooks::run_from_env`] (feature `webhooks`) is the whole webhook dispatcher function;
 //! * [`Env`] reads a function's settings from its environment, with the SDK clients' time-outs
 //!   ([`SdkTimeouts`], [`load_sdk_config`]) and the inbox retention rule ([`inbox_retention`]);
+//! * [`telemetry::init`] installs the function's tracing subscriber (with feature
+//!   `opentelemetry`, spans exported to the ADOT collector layer: docs/tracing.md);
 //! * [`run`] serves a handler and, with feature `metrics`, writes the library's counts as
 //!   CloudWatch Embedded Metric Format ([`emf_metrics`]).
 //!
@@ -16,12 +18,13 @@
 //!
 //! | feature | brings | needs |
 //! |---|---|---|
-//! | (none) | [`run`], [`deadline`], [`lease_until`], [`load_sdk_config`], [`Env`], [`SdkTimeouts`], [`inbox_retention`], [`consumer_name`] | `lambda_runtime`, `aws-config` |
+//! | (none) | [`run`], [`telemetry::init`], [`deadline`], [`lease_until`], [`load_sdk_config`], [`Env`], [`SdkTimeouts`], [`inbox_retention`], [`consumer_name`] | `lambda_runtime`, `aws-config` |
 //! | `relay` | [`relay`] | `outbox/relay` |
 //! | `consumer` | [`consumer_from_env`], [`LambdaConsumer`] | `outbox/inbox` |
 //! | `claim-check` | [`claim_check`]: the claim check of `CLAIM_CHECK_BUCKET` | `outbox/claim-check`, `aws-sdk-s3` |
 //! | `metrics` | [`emf_metrics`]; [`run`] installs it; the core's counts; [`load_sdk_config`] counts failed AWS calls per service ([`FailedCallsClient`]) | `outbox/metrics`, `metrics_cloudwatch_embedded` |
 //! | `webhooks` | [`webhooks`]: the dispatcher function | `consumer`, `outbox-webhooks/dispatcher` |
+//! | `opentelemetry` | [`telemetry::init`] adds a `tracing-opentelemetry` layer exporting OTLP/HTTP to the ADOT collector layer (X-Ray ids); [`run`] serves each invocation in an exported span continuing its X-Ray header, flushed after it; the consumer's event spans continue each event's trace | `outbox/opentelemetry`, `opentelemetry_sdk`, `opentelemetry-otlp`, `opentelemetry-aws`, `tracing-opentelemetry` |
 //!
 //! Every feature is additive: with `metrics`, [`run`] installs the EMF recorder only when the
 //! application has none (its own is kept, with a warning), so turning `metrics` on never stops a
@@ -39,6 +42,7 @@ mod consumer;
 #[cfg(feature = "relay")]
 pub mod relay;
 mod runtime;
+pub mod telemetry;
 #[cfg(feature = "webhooks")]
 pub mod webhooks;
 
@@ -127,4 +131,5 @@ impl From<InvocationError> for lambda_runtime::Diagnostic {
 #[doc = include_str!("../../../docs/webhooks.md")]
 #[doc = include_str!("../../../docs/cost.md")]
 #[doc = include_str!("../../../docs/layout.md")]
+#[doc = include_str!("../../../docs/tracing.md")]
 pub struct DocsDoctests;

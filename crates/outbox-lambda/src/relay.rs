@@ -136,7 +136,8 @@ impl RelayFunction {
 }
 
 /// The whole relay function: installs Lambda's tracing subscriber (honouring
-/// `AWS_LAMBDA_LOG_FORMAT`/`AWS_LAMBDA_LOG_LEVEL`), with feature `metrics` an Embedded Metric
+/// `AWS_LAMBDA_LOG_FORMAT`/`AWS_LAMBDA_LOG_LEVEL`; with feature `opentelemetry` exporting spans,
+/// [`crate::telemetry::init`]), with feature `metrics` an Embedded Metric
 /// Format recorder (namespace `METRICS_NAMESPACE`, dimension `function`, flushed after every
 /// invocation), loads the AWS configuration once, reads the environment (module docs) and runs
 /// [`RelayFunction::handle`] until the runtime stops.
@@ -145,8 +146,13 @@ impl RelayFunction {
 /// A missing or invalid variable ([`ConfigError`]) ends the cold start with a Lambda init error
 /// naming it; runtime errors are `lambda_runtime`'s.
 pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
-    lambda_runtime::tracing::init_default_subscriber();
     let env = Env::process();
+    // Lambda's log format and level; with feature `opentelemetry` the spans exported too (an
+    // invalid endpoint is logged, then the cold start fails naming it).
+    if let Err(e) = crate::telemetry::init(&env) {
+        tracing::error!(error = %e, "the telemetry configuration is invalid");
+        return Err(e.to_string().into());
+    }
     let relay = match crate::runtime::load_sdk_config(&env).await.and_then(|sdk| RelayFunction::from_env(&sdk, &env)) {
         Ok(relay) => relay,
         Err(e) => {

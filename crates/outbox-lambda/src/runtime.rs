@@ -101,7 +101,10 @@ pub fn emf_metrics(env: &Env, default_namespace: &str) -> Option<&'static metric
 
 /// Runs `handler` until the runtime stops, like [`lambda_runtime::run`]; with feature `metrics`
 /// first installs [`emf_metrics`] (unless the application installed a recorder of its own) and
-/// flushes the figures after every invocation.
+/// flushes the figures after every invocation. With feature `opentelemetry`, once
+/// [`telemetry::init`](crate::telemetry::init) has installed its exporter, each invocation runs
+/// in the runtime's `OpenTelemetryLayer` span, made the child of the invocation's X-Ray trace
+/// header, and the spans are exported (force-flushed) after every invocation.
 ///
 /// # Errors
 /// `lambda_runtime`'s.
@@ -117,6 +120,15 @@ where
     D: Into<bytes::Bytes> + Send,
     E: Into<lambda_runtime::Error> + Send + std::fmt::Debug,
 {
+    #[cfg(feature = "opentelemetry")]
+    if crate::telemetry::installed() {
+        let runtime = lambda_runtime::Runtime::new(handler).layer(lambda_runtime::layers::TracingLayer::new());
+        #[cfg(feature = "metrics")]
+        let runtime = runtime.layer(lambda_runtime::tower::util::option_layer(
+            emf_metrics(env, default_namespace).map(metrics_cloudwatch_embedded::lambda::MetricsLayer::new),
+        ));
+        return Box::pin(crate::telemetry::traced(runtime).run()).await;
+    }
     #[cfg(feature = "metrics")]
     if let Some(metrics) = emf_metrics(env, default_namespace) {
         // Boxed: the runtime's future is deep enough to exceed the compiler's layout depth limit

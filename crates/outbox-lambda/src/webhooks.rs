@@ -85,7 +85,8 @@ pub fn dispatcher_config(env: &Env) -> Result<DispatcherConfig, ConfigError> {
 /// Default CloudWatch namespace of the dispatcher's metrics.
 pub const DEFAULT_METRICS_NAMESPACE: &str = outbox::contract::namespace::WEBHOOKS;
 
-/// The whole `WebhookDispatcherFunction`: Lambda's tracing subscriber, an EMF metrics recorder
+/// The whole `WebhookDispatcherFunction`: Lambda's tracing subscriber (with feature
+/// `opentelemetry` exporting spans, [`crate::telemetry::init`]), an EMF metrics recorder
 /// (feature `metrics`, namespace `METRICS_NAMESPACE`, default `OutboxWebhooks`), the
 /// configuration of [`dispatcher_config`] plus `INBOX_TABLE` (deliveries are recorded there as
 /// consumer `WEBHOOK_CONSUMER_NAME`, default `webhook-dispatcher`, kept as the retention rule
@@ -97,8 +98,13 @@ pub const DEFAULT_METRICS_NAMESPACE: &str = outbox::contract::namespace::WEBHOOK
 /// # Errors
 /// A missing or invalid variable ends the cold start with a Lambda init error naming it.
 pub async fn run_from_env() -> Result<(), lambda_runtime::Error> {
-    lambda_runtime::tracing::init_default_subscriber();
     let env = Env::process();
+    // Lambda's log format and level; with feature `opentelemetry` the spans exported too (an
+    // invalid endpoint is logged, then the cold start fails naming it).
+    if let Err(e) = crate::telemetry::init(&env) {
+        tracing::error!(error = %e, "the telemetry configuration is invalid");
+        return Err(e.to_string().into());
+    }
     // The SDK clients' time-outs (SDK_*_TIMEOUT_MS), once per cold start.
     let sdk = crate::runtime::load_sdk_config(&env).await?;
     let built = (|| -> Result<Dispatcher<outbox::inbox::Inbox>, Box<dyn std::error::Error + Send + Sync>> {

@@ -36,6 +36,7 @@
 //! | `claim-check` | `claim_check`, `ClaimCheck`: payloads too large for an outbox item or a `PutEvents` entry stored in S3, fetched and verified by consumers | `writer`, `aws-sdk-s3` |
 //! | `metrics` | counts through the `metrics` facade (a recorder is the application's: `outbox-lambda` installs CloudWatch EMF) | `metrics` |
 //! | `test-util` | `testing`: DynamoDB faults for your tests (a lost `TransactWriteItems` answer) | `writer`, `aws-smithy-mocks` |
+//! | `opentelemetry` | [`TraceContext::current`] reads the current `tracing` span's OpenTelemetry context; `TraceContext` to and from OpenTelemetry span contexts; the consumer's event span is a child of the event's `traceparent`, linked to the invocation's span (the application installs the exporter: `outbox-lambda`'s feature `opentelemetry`) | `opentelemetry` (API), `tracing-opentelemetry` |
 //!
 //! The default is none of them. A producer-only service depends on
 //! `outbox = { version = "0.1", features = ["writer"] }` and compiles neither EventBridge, SQS,

@@ -216,6 +216,12 @@ impl TraceContext {
         if let Ok(Some(scoped)) = CURRENT.try_with(Clone::clone) {
             return Some(scoped);
         }
+        #[cfg(feature = "opentelemetry")]
+        if let Some(span) =
+            Self::of_span(&tracing::Span::current()).or_else(|| Self::from_otel(&opentelemetry_span_context(&opentelemetry::Context::current())))
+        {
+            return Some(span);
+        }
         crate::current_trace_header().and_then(|h| Self::from_xray_header(&h).ok())
     }
 
@@ -224,11 +230,90 @@ impl TraceContext {
         Self::current().unwrap_or_else(Self::new_root)
     }
 
+    /// The context the next hop of an event's work continues from (the events a consumer's
+    /// handler writes, a webhook delivery's `traceparent`): a child of `event` (the event's own
+    /// context); with feature `opentelemetry`, the current `tracing` span's own OpenTelemetry
+    /// context instead when it has one in `event`'s trace (or `event` is `None`), so the ids
+    /// passed on are those of an exported span.
+    pub fn next_hop(event: Option<&Self>) -> Option<Self> {
+        #[cfg(feature = "opentelemetry")]
+        if let Some(own) = Self::of_span(&tracing::Span::current()).filter(|own| event.is_none_or(|e| e.trace_id == own.trace_id)) {
+            return Some(own);
+        }
+        event.map(Self::child)
+    }
+
     /// Runs `future` with `self` as the task's current context ([`TraceContext::current`]): the
     /// events it builds carry `self`'s trace. `None` clears an outer one for the future.
     pub async fn scope<F: std::future::Future>(context: Option<Self>, future: F) -> F::Output {
         CURRENT.scope(context, future).await
     }
+}
+
+/// OpenTelemetry (feature `opentelemetry`): a [`TraceContext`] is a W3C span context, so it
+/// converts both ways with OpenTelemetry's [`SpanContext`](opentelemetry::trace::SpanContext),
+/// and a `tracing` span bridged by `tracing-opentelemetry` has one.
+#[cfg(feature = "opentelemetry")]
+impl TraceContext {
+    /// The OpenTelemetry context of `span` (a `tracing` span, as `tracing-opentelemetry`'s layer
+    /// sees it): its trace id, its own span id as the parent id (what comes next descends from
+    /// it), its sampled flag and trace state. `None` when no `tracing-opentelemetry` layer is
+    /// installed, or the span is disabled for it (its context is then invalid).
+    pub fn of_span(span: &tracing::Span) -> Option<Self> {
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        Self::from_otel(&opentelemetry_span_context(&span.context()))
+    }
+
+    /// The context of an OpenTelemetry span context; `None` when it is invalid (an all-zero id).
+    pub fn from_otel(span: &opentelemetry::trace::SpanContext) -> Option<Self> {
+        if !span.is_valid() {
+            return None;
+        }
+        let state = span.trace_state().header();
+        Self::from_parts(
+            u128::from_be_bytes(span.trace_id().to_bytes()),
+            u64::from_be_bytes(span.span_id().to_bytes()),
+            span.is_sampled(),
+            (!state.is_empty()).then_some(state),
+        )
+    }
+
+    /// This position as a remote OpenTelemetry span context (a span of another process: the
+    /// producer's), with the `tracestate` when it parses as OpenTelemetry's `TraceState`.
+    pub fn to_otel(&self) -> opentelemetry::trace::SpanContext {
+        use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
+        let flags = if self.sampled { TraceFlags::SAMPLED } else { TraceFlags::default() };
+        let state = self.tracestate.as_deref().and_then(|s| s.parse::<TraceState>().ok()).unwrap_or_default();
+        SpanContext::new(TraceId::from(self.trace_id), SpanId::from(self.parent_id), flags, true, state)
+    }
+
+    /// An OpenTelemetry [`Context`](opentelemetry::Context) whose span is this remote position:
+    /// what `tracing_opentelemetry::OpenTelemetrySpanExt::set_parent` takes to make a span a
+    /// child of it.
+    pub fn otel_context(&self) -> opentelemetry::Context {
+        use opentelemetry::trace::TraceContextExt as _;
+        opentelemetry::Context::new().with_remote_span_context(self.to_otel())
+    }
+
+    /// Makes `span` (not yet entered) the child of `parent` (an event's or a request's context)
+    /// and links it to the span current now (the invocation's, or for a batch the span current
+    /// when the batch began): one span per event in its producer's trace, and the way back to
+    /// the invocation that handled it. Nothing happens without a `tracing-opentelemetry` layer,
+    /// or when `span` is disabled or already started.
+    pub fn continue_in(parent: &Self, span: &tracing::Span) {
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        let current = opentelemetry_span_context(&tracing::Span::current().context());
+        if span.set_parent(parent.otel_context()).is_ok() && current.is_valid() {
+            span.add_link(current);
+        }
+    }
+}
+
+/// The span context of an OpenTelemetry context (invalid when it has none).
+#[cfg(feature = "opentelemetry")]
+fn opentelemetry_span_context(context: &opentelemetry::Context) -> opentelemetry::trace::SpanContext {
+    use opentelemetry::trace::TraceContextExt as _;
+    context.span().span_context().clone()
 }
 
 tokio::task_local! {

@@ -2,7 +2,7 @@
 //! `POST /orders/{id}/cancel`) as an axum router served by `lambda_http` (see
 //! `orders_app::http`). Each write is one DynamoDB transaction with its outbox item.
 
-use lambda_http::{tracing, Error};
+use lambda_http::Error;
 use orders_app::{http::router, orders::OrdersApi};
 use outbox_lambda::Env;
 
@@ -13,8 +13,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing::init_default_subscriber();
     let env = Env::process();
+    // Lambda's log format and level (`init_default_subscriber`); built with outbox-lambda's
+    // feature `opentelemetry`, the spans are exported to the ADOT collector layer too.
+    outbox_lambda::telemetry::init(&env)?;
     // The SDK clients' time-outs (SDK_*_TIMEOUT_MS) are read here, once per cold start.
     let sdk = outbox_lambda::load_sdk_config(&env).await?;
     let api = OrdersApi::from_env(&sdk, &env)?;

@@ -28,20 +28,18 @@ use serde::Serialize;
 use crate::http::{Problem, CORRELATION_HEADER};
 use crate::orders::to_json;
 
-/// Serves `router` on Lambda (`lambda_http::run`) behind a [`Base64Guard`], with the EMF
-/// recorder of `outbox_lambda::emf_metrics` (namespace `METRICS_NAMESPACE`, default
-/// `OutboxProducer`: the library's transaction figures, the failed AWS calls of the clients
-/// built from `outbox_lambda::load_sdk_config`), flushed after every request.
+/// Serves `router` on Lambda (`lambda_http::run`) behind a [`Base64Guard`] through
+/// `outbox_lambda::run`: the EMF recorder of `outbox_lambda::emf_metrics` (namespace
+/// `METRICS_NAMESPACE`, default `OutboxProducer`: the library's transaction figures, the failed
+/// AWS calls of the clients built from `outbox_lambda::load_sdk_config`), flushed after every
+/// request; built with outbox-lambda's feature `opentelemetry` (and `telemetry::init` called),
+/// each request in an exported invocation span, flushed after it.
 ///
 /// # Errors
 /// The runtime's (it returns only when the Runtime API fails).
 pub async fn run(env: &outbox_lambda::Env, router: Router) -> Result<(), lambda_http::Error> {
     let service = Base64Guard::new(Adapter::from(router));
-    match outbox_lambda::emf_metrics(env, outbox_lambda::outbox::contract::namespace::PRODUCER) {
-        Some(metrics) => metrics_cloudwatch_embedded::lambda::service::run(metrics, service).await,
-        // Another recorder was installed first (never in these functions): the runtime alone.
-        None => lambda_runtime::run(service).await,
-    }
+    outbox_lambda::run(env, outbox_lambda::outbox::contract::namespace::PRODUCER, service).await
 }
 
 /// The answer of a guarded service: the inner service's, or the guard's own 400.

@@ -3,7 +3,7 @@
 //! `OrderCancelled`, exactly once per event through the inbox (see `orders_app::inventory`). It
 //! also takes a single EventBridge event (`sam local invoke -e events/order-created.json`).
 
-use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
+use lambda_runtime::{service_fn, Error, LambdaEvent};
 use orders_app::inventory::InventoryConsumer;
 use outbox::consumer::{RawEvent, DEFAULT_METRICS_NAMESPACE};
 use outbox_lambda::Env;
@@ -16,8 +16,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 // One thread: see blocks/relay/function/src/main.rs.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
-    tracing::init_default_subscriber();
     let env = Env::process();
+    // Lambda's log format and level (`init_default_subscriber`); built with outbox-lambda's
+    // feature `opentelemetry`, the spans are exported to the ADOT collector layer too.
+    outbox_lambda::telemetry::init(&env)?;
     // The SDK clients' time-outs (SDK_*_TIMEOUT_MS) are read here, once per cold start.
     let sdk = outbox_lambda::load_sdk_config(&env).await?;
     let consumer = InventoryConsumer::from_env(&sdk, &env)?;

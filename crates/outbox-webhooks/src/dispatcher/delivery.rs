@@ -222,8 +222,9 @@ impl<S: InboxStore> Deliverer<S> {
         claim.id = format!("{}#{}", subscriber.id, event.metadata.id);
         let hash = PayloadHash::of(&event.body);
         let correlation_id = Some(&event.metadata.correlation_id).filter(|c| !c.is_empty()).map(String::as_str);
-        // The event's trace, one hop on: its trace id, a new parent id for this delivery.
-        let trace = event.metadata.trace_context().map(|c| c.child());
+        // The event's trace, one hop on: its trace id, a new parent id for this delivery (with
+        // feature `opentelemetry`, the id of the event's exported span).
+        let trace = outbox::TraceContext::next_hop(event.metadata.trace_context().as_ref());
         let traceparent = trace.as_ref().map(outbox::TraceContext::traceparent);
         let attempt = attempt.max(1);
         let sent: Mutex<Option<ClientAttempt>> = Mutex::new(None);

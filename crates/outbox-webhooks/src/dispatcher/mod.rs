@@ -322,6 +322,12 @@ impl<S: InboxStore> Dispatcher<S> {
         let attempt: u32 = attribute(message, ATTEMPT_ATTRIBUTE).and_then(|a| a.parse().ok()).unwrap_or(1).max(1);
         let span = event.metadata.span();
         span.record("attempt", attempt);
+        // With OpenTelemetry: the span is in the event's trace (a child of its context, linked
+        // to the invocation's span), and a delivery's `traceparent` is this span's.
+        #[cfg(feature = "opentelemetry")]
+        if let Some(parent) = event.metadata.trace_context() {
+            outbox::TraceContext::continue_in(&parent, &span);
+        }
         let Some(subscriber) = attribute(message, SUBSCRIBER_ATTRIBUTE) else {
             return self.fan_out(body, &event, report).instrument(span).await;
         };

@@ -681,9 +681,11 @@ where
         let (metadata, data) = checked(&envelope.detail_type, message.decoded_metadata(), data)?;
         let tx = Tx::new(self.inner.writer.clone());
         // The handler's own events (and those of its fallbacks, built at commit) continue the
-        // event's trace: a child of its context; without one, the invocation's
-        // (`TraceContext::current`).
-        let trace = metadata.trace_context().map(|c| c.child());
+        // event's trace: a child of its context (without one, the invocation's:
+        // `TraceContext::current`). With OpenTelemetry, from the event span's own context
+        // (Message::span made it the child of the event's), so the ids they carry are those of
+        // an exported span.
+        let trace = crate::TraceContext::next_hop(metadata.trace_context().as_ref());
         let (handled, none_parked) = crate::TraceContext::scope(trace, async {
             let called = route.call(metadata, data, envelope.id.as_deref(), tx.clone()).await?;
             let outcome = called.result?;

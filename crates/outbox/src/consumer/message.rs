@@ -78,6 +78,9 @@ pub(crate) struct LooseMetadata {
     correlation_id: Option<String>,
     #[serde(default)]
     traceparent: Option<String>,
+    #[cfg_attr(not(feature = "opentelemetry"), allow(dead_code, reason = "the event span's parent (feature opentelemetry)"))]
+    #[serde(default)]
+    tracestate: Option<String>,
 }
 
 /// Where `detail`'s parts are in the envelope's `detail` text (`None`: missing, or `null`).
@@ -181,18 +184,28 @@ impl<'a> Message<'a> {
 
     /// The [`event_span`](crate::envelope::event_span) of the payload, from whatever of
     /// `detail.metadata` it has (a malformed event's span still carries its id when it has one).
+    ///
+    /// With feature `opentelemetry` the span continues the event's trace: its parent is the
+    /// event's `traceparent` (the producer's span), and it links to the span current when it is
+    /// made (the invocation's; for a message of a batch, the span current when the batch began)
+    /// ([`TraceContext::continue_in`](crate::TraceContext::continue_in)).
     pub(crate) fn span(&self) -> tracing::Span {
         let m = &self.loose;
         let text = |t: &Option<String>| t.as_deref().unwrap_or_default().to_owned();
         let trace_id = crate::envelope::trace_id(m.traceparent.as_deref());
-        crate::envelope::event_span(
+        let span = crate::envelope::event_span(
             &text(&m.id),
             &text(&m.event_type),
             &text(&m.aggregate_type),
             &text(&m.subject),
             &text(&m.correlation_id),
             trace_id,
-        )
+        );
+        #[cfg(feature = "opentelemetry")]
+        if let Some(parent) = m.traceparent.as_deref().and_then(|t| crate::TraceContext::parse(t, m.tracestate.as_deref()).ok()) {
+            crate::TraceContext::continue_in(&parent, &span);
+        }
+        span
     }
 }
 
@@ -225,6 +238,7 @@ fn read_detail(detail: &str) -> ReadDetail {
             subject: Some(m.subject.clone()),
             correlation_id: Some(m.correlation_id.clone()),
             traceparent: m.traceparent.clone(),
+            tracestate: m.tracestate.clone(),
         },
         Err(_) => {
             counted(Part::Metadata);
