@@ -164,11 +164,14 @@ impl Journal {
         stages
     }
 
-    /// Records `published` for each entry of a `PutEvents` `request` that its `answer` accepted
-    /// (an `EventId` and no `ErrorCode`), by the event id in the entry's detail (entries that
-    /// hold none, e.g. not this project's events, are skipped), on bus `who`.
-    pub fn record_put_events(&self, who: &str, request: &Value, answer: &Value) {
-        let now = Utc::now();
+    /// Records `published` at `received` for each entry of a `PutEvents` `request` that its
+    /// `answer` accepted (an `EventId` and no `ErrorCode`), by the event id in the entry's detail
+    /// (entries that hold none, e.g. not this project's events, are skipped), on bus `who`.
+    /// `received` is when the call arrived: moto delivers to the rules' queues *inside* the call,
+    /// so a function may be handed the event before the answer leaves; the arrival keeps
+    /// published before delivered.
+    pub fn record_put_events(&self, who: &str, received: DateTime<Utc>, request: &Value, answer: &Value) {
+        let now = received;
         let entries = request.get("Entries").and_then(Value::as_array).into_iter().flatten();
         let answers = answer.get("Entries").and_then(Value::as_array).into_iter().flatten();
         for (entry, answered) in entries.zip(answers) {
@@ -294,7 +297,10 @@ mod tests {
         journal.flush();
         let stages = Journal::stages_of(&dir, "e-1");
         assert_eq!(stages.len(), 2);
-        assert_eq!((stages[0].stage, stages[0].who.as_deref(), stages[0].at.as_str()), (StageKind::Published, Some("bus orders"), "2026-12-04T12:00:00.135Z"));
+        assert_eq!(
+            (stages[0].stage, stages[0].who.as_deref(), stages[0].at.as_str()),
+            (StageKind::Published, Some("bus orders"), "2026-12-04T12:00:00.135Z")
+        );
         assert_eq!(stages[1].detail.as_deref(), Some("attempt 2"));
         assert!(stages.iter().all(|s| s.recorded_by.as_deref() == Some(LOCAL_RUNTIME)));
         assert!(Journal::stages_of(&dir.join("none"), "e-1").is_empty(), "no journal, no stages");
@@ -312,7 +318,7 @@ mod tests {
             {"EventBusName": "orders", "Detail": "{\"not\": \"ours\"}"},
         ]});
         let answer = json!({"FailedEntryCount": 1, "Entries": [{"EventId": "a"}, {"ErrorCode": "InternalFailure"}, {"EventId": "c"}]});
-        journal.record_put_events("classic bus", &request, &answer);
+        journal.record_put_events("classic bus", Utc::now(), &request, &answer);
         journal.flush();
         let stages = Journal::stages_of(&dir, "e-1");
         assert_eq!(stages.len(), 1);

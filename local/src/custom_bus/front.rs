@@ -111,11 +111,12 @@ async fn handle(State(front): State<Arc<Front>>, request: Request) -> Response {
         return answer_custom_bus(&front.bus, op, &body);
     }
     let classic_put_events = front.journal.get().filter(|_| parts.headers.get("x-amz-target").is_some_and(|t| t == "AWSEvents.PutEvents"));
+    let received = chrono::Utc::now();
     match forward(&front, &parts, body.to_vec()).await {
         Ok((response, answer)) => {
             if let (Some(journal), Some(answer)) = (classic_put_events, answer.filter(|_| response.status().is_success())) {
                 if let (Ok(request), Ok(answer)) = (serde_json::from_slice(&body), serde_json::from_slice(&answer)) {
-                    journal.record_put_events("classic bus", &request, &answer);
+                    journal.record_put_events("classic bus", received, &request, &answer);
                 }
             }
             response
@@ -131,10 +132,11 @@ async fn handle(State(front): State<Arc<Front>>, request: Request) -> Response {
 
 /// A Custom Event Bus `PutEvents` answered, its accepted entries recorded in `journal`.
 fn put_events_journaled(bus: &Arc<CustomBus>, journal: &Journal, body: &[u8]) -> Response {
+    let received = chrono::Utc::now();
     let result = wire::decode(body).and_then(|request| bus.call("PutEvents", &request).map(|answer| (request, answer)));
     match result {
         Ok((request, answer)) => {
-            journal.record_put_events("Custom bus", &request, &answer);
+            journal.record_put_events("Custom bus", received, &request, &answer);
             wire::ok(&answer)
         }
         Err(e) => {
@@ -173,7 +175,8 @@ async fn forward(front: &Front, parts: &axum::http::request::Parts, body: Vec<u8
         headers.remove(hop);
     }
     let bytes = answer.bytes().await?;
-    let kept = (front.journal.get().is_some() && parts.headers.get("x-amz-target").is_some_and(|t| t == "AWSEvents.PutEvents")).then(|| bytes.clone());
+    let kept =
+        (front.journal.get().is_some() && parts.headers.get("x-amz-target").is_some_and(|t| t == "AWSEvents.PutEvents")).then(|| bytes.clone());
     let mut response = Response::new(Body::from(bytes));
     *response.status_mut() = status;
     *response.headers_mut() = headers;

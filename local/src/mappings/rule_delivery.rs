@@ -142,7 +142,11 @@ impl RuleDelivery {
             }
             attempts += 1;
             if let (Some(journal), Some(id)) = (&self.options.journal, &event_id) {
-                let record = crate::journal::Record::now(id, StageKind::Delivered, &format!("{} by rule {}", self.function.spec.logical_id, self.rule.spec.name));
+                let record = crate::journal::Record::now(
+                    id,
+                    StageKind::Delivered,
+                    &format!("{} by rule {}", self.function.spec.logical_id, self.rule.spec.name),
+                );
                 journal.record(if attempts > 1 { record.with_detail(format!("attempt {attempts}")) } else { record });
             }
             let invocation = self.function.invoke(&body).await;

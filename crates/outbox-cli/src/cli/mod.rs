@@ -125,7 +125,8 @@ pub enum Operator {
         #[command(subcommand)]
         command: dlq::DlqCommand,
     },
-    /// Where is event X? Its outbox item, each consumer's inbox row, and any dead letter holding it.
+    /// Where is event X? Its outbox item, each consumer's inbox row, and any dead letter holding
+    /// it; its trace id and the timeline of the stored times, with the gaps between stages.
     Trace(TraceArgs),
     /// Webhook deliveries: a delivery's attempts, resend one event, recover what a subscriber
     /// missed, re-enable a disabled subscriber.

@@ -12,8 +12,9 @@
 //! | `dead-lettered` | when the dead-letter queue received the message (`SentTimestamp`) | yes, for the queue's retention |
 //!
 //! `published` and `delivered` appear only when something recorded them: the local runtime does
-//! ([`Stage::recorded_by`] = `local runtime`); on AWS nothing stores them, and reading them
-//! would mean querying logs, which `trace` does not do.
+//! ([`Stage::recorded_by`] = `local runtime`; `published` = when the `PutEvents` call carrying
+//! the accepted entry reached its endpoint); on AWS nothing stores them, and reading them would
+//! mean querying logs, which `trace` does not do.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
