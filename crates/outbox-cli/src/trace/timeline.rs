@@ -110,7 +110,7 @@ impl Stage {
 /// `stages` in time order (a tie in the pipeline's order: committed, published, delivered,
 /// applied or parked, attempts, dead-lettered), each with its gap from the one before.
 pub fn assemble(mut stages: Vec<Stage>) -> Vec<Stage> {
-    stages.sort_by(|a, b| (a.time, a.stage).cmp(&(b.time, b.stage)));
+    stages.sort_by_key(|s| (s.time, s.stage));
     let mut previous: Option<DateTime<Utc>> = None;
     for s in &mut stages {
         s.gap_ms = previous.map(|p| (s.time - p).num_milliseconds());
