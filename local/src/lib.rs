@@ -10,6 +10,7 @@
 //! - from other crates, imported from the crate that owns them: the template model and the
 //!   stack (`outbox_template`), the SDK configuration and the operator's verbs (`outbox_cli`);
 //! - [`error`]: the runtime's one error type, [`Error`], by cause (it uses none of the folders);
+//! - [`journal`]: the timeline journal, when each event was published and delivered (`trace`);
 //! - [`emulator`]: starting moto;
 //! - [`provision`]: the template's resources created on the emulator, and the rules the runtime plays;
 //! - [`faults`]: AWS's failures, injected between the functions and the emulator;
@@ -29,6 +30,7 @@ pub mod emulator;
 pub mod error;
 pub mod faults;
 pub mod hint;
+pub mod journal;
 pub mod lambda;
 pub mod mappings;
 pub mod options;

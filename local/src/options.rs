@@ -36,6 +36,9 @@ pub struct RuntimeOptions {
     /// `sam local invoke --env-vars`, see `lambda::env_vars`); e.g. the webhook dispatcher's
     /// short local backoff and `WEBHOOK_ALLOW_HTTP=true` from `local/env.json`.
     pub environment: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
+    /// Where the mappings record when they hand each event to a function (the timeline journal in
+    /// the state directory, `crate::journal`, read by `outbox-local trace`); `None`: not recorded.
+    pub journal: Option<Arc<crate::journal::Journal>>,
 }
 
 impl Default for RuntimeOptions {
@@ -49,6 +52,7 @@ impl Default for RuntimeOptions {
             faults: None,
             state_dir: None,
             environment: std::collections::BTreeMap::new(),
+            journal: None,
         }
     }
 }

@@ -29,6 +29,14 @@
 //! Whether the relay published the event is not stored anywhere: it is inferred (a consumer
 //! applied it, or the relay dead-lettered it). When neither holds, the answer says "not known"
 //! and points at the relay's logs (the Logs Insights query of docs/operations.md, "Logs").
+//!
+//! The answer names the event's W3C trace id (the outbox item's `traceparent`, else a consumer's
+//! inbox row's `trace_id`, else a dead letter's body) and orders every stored time into a
+//! [`timeline`] with the gaps between stages. The times of publishing and of delivery to each
+//! consumer are not stored on AWS; the local runtime records them, and `outbox-local trace`
+//! adds them ([`Trace::add_stages`]).
+
+pub mod timeline;
 
 use std::collections::HashMap;
 
@@ -40,6 +48,7 @@ use crate::lookup::{self, ById, ScanRequest};
 use crate::message::DlqMessage;
 use crate::resources::{FunctionInfo, Resources};
 use crate::{Error, Result};
+use timeline::{Stage, StageKind};
 
 /// How `trace` finds the outbox item and a parked row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +87,8 @@ pub struct OutboxRow {
     pub correlation_id: Option<String>,
     /// Event source.
     pub source: Option<String>,
+    /// W3C `traceparent` of the request that wrote it.
+    pub traceparent: Option<String>,
 }
 
 /// One consumer's view of the event.
@@ -98,6 +109,9 @@ pub struct ConsumerRow {
     pub state: String,
     /// When it was applied (`processed_at`, as stored).
     pub at: Option<String>,
+    /// The event's trace id as the consumer's inbox row stored it (`trace_id`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
     /// A webhook delivery's attempts (status, latency, response excerpt), as the dispatcher
     /// recorded them; empty for consumers.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -119,6 +133,9 @@ const NOT_SUBSCRIBED: &str = "not subscribed";
 pub struct Trace {
     /// The event id asked about.
     pub event_id: String,
+    /// Its W3C trace id (32 hex digits): from the outbox item's `traceparent`, else a consumer's
+    /// inbox row, else a dead letter's body; `None` when none of them has one.
+    pub trace_id: Option<String>,
     /// The outbox item, if it is still in the table (published items expire by TTL).
     pub outbox: Option<OutboxRow>,
     /// How the outbox item was looked for: `index`, `key`, `scan`, `skipped`, or `no index`
@@ -130,6 +147,8 @@ pub struct Trace {
     pub consumers: Vec<ConsumerRow>,
     /// Dead-letter messages that hold it.
     pub dead_letters: Vec<DlqMessage>,
+    /// Each known stage's time, in order, with the gap from the one before ([`timeline`]).
+    pub timeline: Vec<Stage>,
 }
 
 impl Trace {
@@ -138,9 +157,59 @@ impl Trace {
         self.outbox.is_some() || !self.dead_letters.is_empty() || self.consumers.iter().any(ConsumerRow::received)
     }
 
+    /// Adds `stages` (e.g. what the local runtime recorded) to the timeline, in order.
+    pub fn add_stages(&mut self, stages: impl IntoIterator<Item = Stage>) {
+        let mut all = std::mem::take(&mut self.timeline);
+        all.extend(stages);
+        self.timeline = timeline::assemble(all);
+    }
+
+    /// The trace id and the timeline from what was read: the outbox item, the consumers' rows
+    /// and attempts, the dead letters.
+    fn assemble_timeline(&mut self) {
+        let from_outbox = self.outbox.as_ref().and_then(|o| o.traceparent.as_deref()).map(|t| outbox::envelope::trace_id(Some(t)).to_owned());
+        self.trace_id = from_outbox
+            .filter(|id| !id.is_empty())
+            .or_else(|| self.consumers.iter().find_map(|c| c.trace_id.clone()))
+            .or_else(|| self.dead_letters.iter().find_map(|m| serde_json::from_str(&m.body).ok().as_ref().and_then(timeline::trace_id_in)));
+        let mut stages = Vec::new();
+        if let Some(at) = self.outbox.as_ref().and_then(|o| o.occurred_at.as_deref()) {
+            stages.extend(Stage::parse(StageKind::Committed, None, at));
+        }
+        for c in &self.consumers {
+            let kind = if c.state.starts_with("parked") { StageKind::Parked } else { StageKind::Applied };
+            let who = if c.attempts.is_empty() { c.function.clone() } else { c.consumer.clone() };
+            let detail =
+                c.state.strip_prefix("applied ").or_else(|| c.state.strip_prefix("delivered ")).map(|d| d.trim_matches(['(', ')']).to_owned());
+            // A webhook delivery's attempts stand for it; its row only when they are gone.
+            if c.attempts.is_empty() || kind == StageKind::Parked {
+                if let Some(stage) = c.at.as_deref().and_then(|at| Stage::parse(kind, Some(who.clone()), at)) {
+                    stages.push(match detail {
+                        Some(d) => stage.with_detail(d),
+                        None => stage,
+                    });
+                }
+            }
+            for a in &c.attempts {
+                if let Some(stage) = Stage::parse(StageKind::WebhookAttempt, Some(who.clone()), &a.at) {
+                    stages.push(stage.with_detail(format!("attempt {}, {} in {} ms", a.attempt, a.outcome, a.latency_ms)));
+                }
+            }
+        }
+        for m in &self.dead_letters {
+            if let Some(stage) = m.sent_at.as_deref().and_then(|at| Stage::parse(StageKind::DeadLettered, Some(m.queue.clone()), at)) {
+                stages.push(stage.with_detail(m.cause.clone()));
+            }
+        }
+        self.add_stages(stages);
+    }
+
     /// The answer in lines a person reads.
     pub fn render(&self) -> String {
         let mut out = format!("event {}\n", self.event_id);
+        if let Some(id) = &self.trace_id {
+            out.push_str(&format!("  trace      {id}\n"));
+        }
         match &self.outbox {
             Some(o) => out.push_str(&format!(
                 "  outbox     {} in {} (sequence {}), written {} by correlation id {}\n",
@@ -177,6 +246,16 @@ impl Trace {
         for m in &self.dead_letters {
             out.push_str(&format!("  dead letter {} in {}: {}\n", m.message_id, m.queue, m.reason));
         }
+        if !self.timeline.is_empty() {
+            out.push_str("  timeline\n");
+            out.push_str(&timeline::render(&self.timeline));
+            if !self.timeline.iter().any(|s| s.stage == StageKind::Published) {
+                out.push_str(
+                    "    (publish and delivery times are not stored on AWS: the relay's logs have them, docs/operations.md \"Logs\"; \
+                     the local runtime records them)\n",
+                );
+            }
+        }
         out
     }
 }
@@ -211,6 +290,7 @@ pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id:
                 occurred_at: text("occurred_at"),
                 correlation_id: text("correlation_id"),
                 source: text("source"),
+                traceparent: text("traceparent"),
             });
             break;
         }
@@ -240,6 +320,7 @@ pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id:
                 table: table.clone(),
                 state: NO_CONSUMER_NAME.into(),
                 at: None,
+                trace_id: None,
                 attempts: Vec::new(),
             });
             continue;
@@ -252,12 +333,13 @@ pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id:
                     table: table.clone(),
                     state: NOT_SUBSCRIBED.into(),
                     at: None,
+                    trace_id: None,
                     attempts: Vec::new(),
                 });
                 continue;
             }
         }
-        let (mut state, mut at) = inbox_state(&dynamodb, table, &format!("{consumer}#{event_id}"), "applied").await?;
+        let (mut state, mut at, trace_id) = inbox_state(&dynamodb, table, &format!("{consumer}#{event_id}"), "applied").await?;
         if state == ABSENT {
             if let Some(parked) = parked_state(&dynamodb, table, &consumer, event_id, &parked_lookup).await? {
                 (state, at) = parked;
@@ -265,7 +347,7 @@ pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id:
                 state = absorbed;
             }
         }
-        consumers.push(ConsumerRow { function: f.logical_id.clone(), consumer, table: table.clone(), state, at, attempts: Vec::new() });
+        consumers.push(ConsumerRow { function: f.logical_id.clone(), consumer, table: table.clone(), state, at, trace_id, attempts: Vec::new() });
     }
 
     // Webhook deliveries: a function with a subscriber table records one delivery per
@@ -281,10 +363,10 @@ pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id:
             let types: Vec<&str> =
                 item.get("event_types").and_then(|v| v.as_l().ok()).into_iter().flatten().filter_map(|t| t.as_s().ok()).map(String::as_str).collect();
             let wanted = outbox.as_ref().and_then(|o| o.event_type.as_deref()).is_none_or(|t| types.iter().any(|w| *w == "*" || *w == t));
-            let (state, at) = if wanted {
+            let (state, at, trace_id) = if wanted {
                 inbox_state(&dynamodb, table, &format!("{consumer}#{id}#{event_id}"), "delivered").await?
             } else {
-                (NOT_SUBSCRIBED.to_owned(), None)
+                (NOT_SUBSCRIBED.to_owned(), None, None)
             };
             let attempts = outbox_webhooks::dispatcher::read_attempts(&dynamodb, table, &consumer, id, event_id)
                 .await
@@ -295,6 +377,7 @@ pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id:
                 table: table.clone(),
                 state,
                 at,
+                trace_id,
                 attempts,
             });
         }
@@ -324,7 +407,18 @@ pub async fn trace(sdk: &aws_config::SdkConfig, resources: &Resources, event_id:
         Lookup::Scan => "scan",
         Lookup::Skip => "skipped",
     };
-    Ok(Trace { event_id: event_id.to_owned(), outbox, outbox_lookup: outbox_lookup.into(), relay, consumers, dead_letters })
+    let mut trace = Trace {
+        event_id: event_id.to_owned(),
+        trace_id: None,
+        outbox,
+        outbox_lookup: outbox_lookup.into(),
+        relay,
+        consumers,
+        dead_letters,
+        timeline: Vec::new(),
+    };
+    trace.assemble_timeline();
+    Ok(trace)
 }
 
 /// [`Trace::outbox_lookup`] when the table has no event-id index.
@@ -348,8 +442,8 @@ fn excerpt(text: &str) -> String {
 }
 
 /// The state of inbox row `key` in `table`: `absent`, `in progress (…)`, or `done` (e.g.
-/// `applied`) with its `processed_at`.
-async fn inbox_state(dynamodb: &aws_sdk_dynamodb::Client, table: &str, key: &str, done: &str) -> Result<(String, Option<String>)> {
+/// `applied`) with its `processed_at`; and the row's trace id ([`outbox::inbox::TRACE_ID`]).
+async fn inbox_state(dynamodb: &aws_sdk_dynamodb::Client, table: &str, key: &str, done: &str) -> Result<(String, Option<String>, Option<String>)> {
     let row = dynamodb
         .get_item()
         .table_name(table)
@@ -360,10 +454,11 @@ async fn inbox_state(dynamodb: &aws_sdk_dynamodb::Client, table: &str, key: &str
         .map_err(Error::aws(format!("GetItem on {table}")))?
         .item;
     Ok(match row {
-        None => (ABSENT.to_owned(), None),
+        None => (ABSENT.to_owned(), None, None),
         Some(item) => {
             let text = |k: &str| item.get(k).and_then(|v| v.as_s().or_else(|_| v.as_n()).ok()).cloned();
-            match (text("status").as_deref(), text("outcome")) {
+            let trace_id = text(outbox::inbox::TRACE_ID);
+            let (state, at) = match (text("status").as_deref(), text("outcome")) {
                 (Some("IN_PROGRESS"), _) => (format!("in progress (lease until {} epoch ms)", text("lease_expires_at").unwrap_or_default()), None),
                 // What the event did, as the consumer recorded it (`outbox::inbox::RecordedOutcome`).
                 (_, Some(outcome)) => {
@@ -371,7 +466,8 @@ async fn inbox_state(dynamodb: &aws_sdk_dynamodb::Client, table: &str, key: &str
                     (format!("{done} ({outcome}{reason})"), text("processed_at"))
                 }
                 _ => (done.to_owned(), text("processed_at")),
-            }
+            };
+            (state, at, trace_id)
         }
     })
 }
@@ -489,4 +585,146 @@ async fn find_outbox_item(dynamodb: &aws_sdk_dynamodb::Client, table: &str, even
         Lookup::Scan => first_match(dynamodb, table, "event_id = :id", &[(":id", event_id)]).await?,
     };
     Ok(found.map_or(ById::Absent, ById::Found))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    fn consumer(function: &str, state: &str, at: Option<&str>) -> ConsumerRow {
+        ConsumerRow {
+            function: function.into(),
+            consumer: function.to_lowercase(),
+            table: "inbox".into(),
+            state: state.into(),
+            at: at.map(Into::into),
+            trace_id: None,
+            attempts: Vec::new(),
+        }
+    }
+
+    fn trace(outbox: Option<OutboxRow>, consumers: Vec<ConsumerRow>, dead_letters: Vec<DlqMessage>) -> Trace {
+        let mut t = Trace {
+            event_id: "e-1".into(),
+            trace_id: None,
+            outbox,
+            outbox_lookup: "index".into(),
+            relay: "published (a consumer received it)".into(),
+            consumers,
+            dead_letters,
+            timeline: Vec::new(),
+        };
+        t.assemble_timeline();
+        t
+    }
+
+    fn outbox_row() -> OutboxRow {
+        OutboxRow {
+            table: "outbox".into(),
+            pk: "Order#o-1".into(),
+            sequence: Some(1),
+            event_type: Some("OrderCreated".into()),
+            occurred_at: Some("2026-12-04T12:00:00.100Z".into()),
+            correlation_id: Some("c-1".into()),
+            source: Some("example.orders".into()),
+            traceparent: Some(TRACEPARENT.into()),
+        }
+    }
+
+    fn dead_letter(sent_at: &str, body: &str) -> DlqMessage {
+        DlqMessage {
+            queue: "consumer-dlq".into(),
+            message_id: "m-1".into(),
+            sent_at: Some(sent_at.into()),
+            age_secs: None,
+            receive_count: None,
+            shape: "eventbridge-event".into(),
+            event_id: Some("e-1".into()),
+            reason: "handler failed".into(),
+            cause: "Handler".into(),
+            permanent: false,
+            attributes: Default::default(),
+            body: body.into(),
+        }
+    }
+
+    #[test]
+    fn the_timeline_orders_what_was_read_and_names_the_outbox_items_trace() {
+        let mut webhook = consumer("WebhookDispatcherFunction", "delivered", Some("2026-12-04T12:00:00.900Z"));
+        webhook.consumer = "webhook-dispatcher → subscriber acme".into();
+        let attempt = serde_json::json!({"attempt": 1, "at": "2026-12-04T12:00:00.850Z", "status": 204, "latency_ms": 40, "outcome": "delivered (HTTP 204)", "excerpt": ""});
+        webhook.attempts = vec![serde_json::from_value(attempt).expect("an attempt record")];
+        let t = trace(
+            Some(outbox_row()),
+            vec![
+                consumer("ShippingFunction", "parked: sequence 1 waits for sequence 0 of Order#o-1", Some("2026-12-04T12:00:00.400Z")),
+                consumer("InventoryFunction", "applied (reserved)", Some("2026-12-04T12:00:00.250Z")),
+                consumer("BillingFunction", "absent", None),
+                webhook,
+            ],
+            Vec::new(),
+        );
+        assert_eq!(t.trace_id.as_deref(), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
+        let stages: Vec<(StageKind, Option<&str>, Option<i64>)> = t.timeline.iter().map(|s| (s.stage, s.who.as_deref(), s.gap_ms)).collect();
+        assert_eq!(
+            stages,
+            [
+                (StageKind::Committed, None, None),
+                (StageKind::Applied, Some("InventoryFunction"), Some(150)),
+                (StageKind::Parked, Some("ShippingFunction"), Some(150)),
+                (StageKind::WebhookAttempt, Some("webhook-dispatcher → subscriber acme"), Some(450)),
+            ],
+            "the absent consumer has no stage; the webhook delivery shows as its attempts"
+        );
+        assert_eq!(t.timeline[1].detail.as_deref(), Some("reserved"));
+        let text = t.render();
+        assert!(text.starts_with("event e-1\n  trace      4bf92f3577b34da6a3ce929d0e0e4736\n  outbox     OrderCreated"), "{text}");
+        assert!(text.contains("  timeline\n    2026-12-04T12:00:00.100Z              committed\n"), "{text}");
+        assert!(text.contains("    +150 ms  applied         InventoryFunction: reserved\n"), "{text}");
+        assert!(text.contains("not stored on AWS"), "no publish time: the note says where it is\n{text}");
+        let json = serde_json::to_value(&t).expect("JSON");
+        assert_eq!(json["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(
+            json["timeline"][1],
+            serde_json::json!({"stage": "applied", "who": "InventoryFunction", "at": "2026-12-04T12:00:00.250Z", "gap_ms": 150, "detail": "reserved"})
+        );
+    }
+
+    #[test]
+    fn without_the_outbox_item_the_trace_id_comes_from_an_inbox_row_or_a_dead_letter() {
+        let body = serde_json::json!({"detail": {"metadata": {"id": "e-1", "traceparent": TRACEPARENT}}}).to_string();
+        let t = trace(None, Vec::new(), vec![dead_letter("2026-12-04T12:00:05.000Z", &body)]);
+        assert_eq!(t.trace_id.as_deref(), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
+        assert_eq!(t.timeline.len(), 1);
+        assert_eq!((t.timeline[0].stage, t.timeline[0].who.as_deref(), t.timeline[0].gap_ms), (StageKind::DeadLettered, Some("consumer-dlq"), None));
+
+        let mut row = consumer("InventoryFunction", "applied", Some("2026-12-04T12:00:00.250Z"));
+        row.trace_id = Some("0af7651916cd43dd8448eb211c80319c".into());
+        let t = trace(None, vec![row], vec![dead_letter("2026-12-04T12:00:05.000Z", &body)]);
+        assert_eq!(t.trace_id.as_deref(), Some("0af7651916cd43dd8448eb211c80319c"), "an inbox row before a dead letter");
+
+        let t = trace(None, vec![consumer("InventoryFunction", "absent", None)], Vec::new());
+        assert_eq!(t.trace_id, None);
+        assert!(t.timeline.is_empty());
+        assert!(!t.render().contains("timeline"), "no stage, no timeline");
+    }
+
+    #[test]
+    fn added_stages_join_the_timeline_in_order() {
+        let mut t = trace(Some(outbox_row()), vec![consumer("InventoryFunction", "applied", Some("2026-12-04T12:00:00.250Z"))], Vec::new());
+        let at = |s: &str| chrono::DateTime::parse_from_rfc3339(s).expect("time").with_timezone(&chrono::Utc);
+        t.add_stages([
+            Stage::new(StageKind::Delivered, Some("InventoryFunction".into()), at("2026-12-04T12:00:00.180Z")).recorded_by(timeline::LOCAL_RUNTIME),
+            Stage::new(StageKind::Published, Some("bus orders".into()), at("2026-12-04T12:00:00.160Z")).recorded_by(timeline::LOCAL_RUNTIME),
+        ]);
+        let kinds: Vec<StageKind> = t.timeline.iter().map(|s| s.stage).collect();
+        assert_eq!(kinds, [StageKind::Committed, StageKind::Published, StageKind::Delivered, StageKind::Applied]);
+        let gaps: Vec<Option<i64>> = t.timeline.iter().map(|s| s.gap_ms).collect();
+        assert_eq!(gaps, [None, Some(60), Some(20), Some(70)]);
+        let text = t.render();
+        assert!(text.contains("published       bus orders (recorded by the local runtime)"), "{text}");
+        assert!(!text.contains("not stored on AWS"), "{text}");
+    }
 }

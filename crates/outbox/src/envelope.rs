@@ -416,6 +416,11 @@ impl EventMetadata {
         event_span(&self.id, &self.event_type, &self.aggregate_type, &self.subject, &self.correlation_id, trace_id(self.traceparent.as_deref()))
     }
 
+    /// The W3C trace id of [`EventMetadata::traceparent`] (32 hex digits), `None` without one.
+    pub fn trace_id(&self) -> Option<&str> {
+        Some(trace_id(self.traceparent.as_deref())).filter(|id| !id.is_empty())
+    }
+
     /// The event's W3C trace context ([`EventMetadata::traceparent`] and `tracestate`), `None`
     /// when it has none or it is malformed (a consumer then begins a new trace).
     #[cfg(feature = "writer")]

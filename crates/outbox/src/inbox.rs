@@ -32,6 +32,10 @@
 //! and effect only delays the retry. Completing and releasing are conditioned on the lease
 //! token, so an invocation whose lease was taken over cannot overwrite the new owner.
 //!
+//! Claim rows carry the event's W3C trace id ([`TRACE_ID`], when its metadata has a
+//! `traceparent`), so `outbox trace` names the trace after the outbox item has expired; it is
+//! part of the put the claim makes anyway (no extra call).
+//!
 //! Claim rows carry `expires_at` (epoch seconds, the table's TTL attribute), set to now + retention.
 //! The retention must outlive every redelivery of the event — the dead-letter queues' retention
 //! plus a redrive margin (`outbox_lambda::inbox_retention`, 16 days by default), or a message
@@ -105,6 +109,10 @@ impl RecordedOutcome {
 
 /// The outcome recorded for an event a fallback found nothing to do for.
 pub const NOTHING_TO_DO: &str = "nothing_to_do";
+
+/// Attribute of an inbox row holding its event's W3C trace id (32 hex digits), when the event's
+/// metadata has a `traceparent`.
+pub const TRACE_ID: &str = "trace_id";
 
 /// A delivery that could not be settled.
 #[derive(Debug, thiserror::Error)]
@@ -328,6 +336,10 @@ impl Inbox {
         let s = |v: &str| AttributeValue::S(v.to_owned());
         let n = |v: i64| AttributeValue::N(v.to_string());
         let mut put = Put::builder();
+        // The event's W3C trace id, so `outbox trace` finds it once the outbox item has expired.
+        if let Some(trace_id) = metadata.trace_id() {
+            put = put.item(TRACE_ID, s(trace_id));
+        }
         if let Some(o) = outcome {
             put = put.item("outcome", s(&o.outcome));
             if let Some(reason) = &o.reason {
@@ -409,9 +421,11 @@ impl Inbox {
         let token = uuid::Uuid::new_v4().to_string();
         let s = |v: &str| AttributeValue::S(v.to_owned());
         let n = |v: i64| AttributeValue::N(v.to_string());
-        let result = self
-            .client
-            .put_item()
+        let mut put = self.client.put_item();
+        if let Some(trace_id) = metadata.trace_id() {
+            put = put.item(TRACE_ID, s(trace_id));
+        }
+        let result = put
             .table_name(&self.table)
             .item("pk", s(&self.key(&metadata.id)))
             .item("consumer", s(&self.consumer))
@@ -533,6 +547,24 @@ mod tests {
             let expires = expires_at(&inbox.claim(&metadata(), &PayloadHash::of("{}"), now));
             assert!(expires > now.timestamp(), "retention {seconds} s: expires_at {expires} is not after now ({})", now.timestamp());
         }
+    }
+
+    /// The claim carries the event's trace id when its metadata has a `traceparent`, and none
+    /// otherwise (so `outbox trace` names the trace from an inbox row).
+    #[test]
+    fn a_claim_carries_the_events_trace_id() {
+        let client =
+            Client::from_conf(aws_sdk_dynamodb::Config::builder().behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest()).build());
+        let inbox = Inbox::new(client, "inbox", "c", Duration::from_secs(60));
+        let trace_id = |m: &EventMetadata| {
+            inbox.claim(m, &PayloadHash::of("{}"), Utc::now()).put().and_then(|p| p.item().get(TRACE_ID)).and_then(|v| v.as_s().ok()).cloned()
+        };
+        let mut traced = metadata();
+        traced.traceparent = Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into());
+        assert_eq!(trace_id(&traced).as_deref(), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
+        let mut untraced = metadata();
+        untraced.traceparent = None;
+        assert_eq!(trace_id(&untraced), None);
     }
 
     /// What the consumer asks before fetching a claim-checked payload: the SHA-256 of the bytes

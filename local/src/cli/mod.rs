@@ -96,7 +96,8 @@ pub(crate) enum Command {
     },
     /// Create the stack's tables, bus, queues and rules on --endpoint, print them, and exit.
     Provision,
-    /// Where is event X? (the `outbox` binary's `trace`, on this template's stack)
+    /// Where is event X? (the `outbox` binary's `trace`, on this template's stack; its timeline
+    /// adds the publish and delivery times the local runtime recorded)
     Trace(outbox_cli::cli::TraceArgs),
     /// Webhook deliveries (the `outbox` binary's `webhooks`, on this template's stack).
     Webhooks {

@@ -9,7 +9,9 @@ use clap::Subcommand;
 use outbox_cli::cli::{Context, Operator};
 use outbox_template::Template;
 
-use super::session::existing_stack;
+use outbox_local::journal::Journal;
+
+use super::session::{existing_stack, state_dir};
 use super::Invocation;
 
 /// `dlq`: the operator's verbs (the `outbox` binary's) and `practice`, which makes a dead letter
@@ -50,9 +52,17 @@ pub(crate) async fn practice(inv: &Invocation, template: Template, allow_aws: bo
 }
 
 /// Runs one of the operator's verbs on this template's stack (`--endpoint`: the emulator; else
-/// AWS with the ordinary configuration).
+/// AWS with the ordinary configuration). `trace` adds the stages the local runtime recorded
+/// in its timeline journal ([`outbox_local::journal`]).
 pub(crate) async fn operate(inv: &Invocation, template: Template, command: Operator) -> outbox_local::Result<ExitCode> {
     let (sdk, stack) = existing_stack(&inv.cli, template, &inv.stack_name).await?;
     let resources = outbox_cli::resources::Resources::from_stack(&stack).map_err(outbox_local::Error::other("the stack's resources"))?;
-    Ok(outbox_cli::cli::run(&Context { sdk, resources, yes: inv.cli.yes }, &command).await?)
+    let context = Context { sdk, resources, yes: inv.cli.yes };
+    match &command {
+        Operator::Trace(args) => {
+            let state_dir = state_dir(&inv.root, &inv.stack_name);
+            Ok(outbox_cli::cli::trace(&context, args, |trace| trace.add_stages(Journal::stages_of(&state_dir, &args.event_id))).await?)
+        }
+        _ => Ok(outbox_cli::cli::run(&context, &command).await?),
+    }
 }

@@ -96,12 +96,22 @@ pub(crate) async fn local_with_faults(
     let injector = faults.map(|plan| Injector::new(plan, &endpoint));
     // The stream mappings' checkpoints survive a restart of the runtime (on the same emulator:
     // a new emulator's streams have new ARNs, and their checkpoints start afresh).
-    let state_dir = Some(state_dir(root, stack_name));
+    let state_dir = state_dir(root, stack_name);
+    // When each event was published and delivered, for `trace` (best effort: without it, only
+    // the times the stack's data holds).
+    let journal = match outbox_local::journal::Journal::open(&state_dir) {
+        Ok(journal) => Some(Arc::new(journal)),
+        Err(e) => {
+            eprintln!("warning: no timeline journal in {} ({e}): `trace` shows only the stored times", state_dir.display());
+            None
+        }
+    };
     let options = RuntimeOptions {
         verbose: cli.verbose,
         max_instances: cli.max_instances.max(1),
         faults: injector.clone(),
-        state_dir,
+        state_dir: Some(state_dir),
+        journal: journal.clone(),
         ..RuntimeOptions::default()
     };
     // The demo and the proof must finish in minutes: they compress retry waits, and say so.
@@ -123,6 +133,9 @@ pub(crate) async fn local_with_faults(
         let bus_options = outbox_local::custom_bus::BusOptions::default().with_blocking(cli.fifo_blocking);
         emulator.custom_bus.configure(if compress { bus_options.compressed() } else { bus_options });
         emulator.custom_bus.set_faults(injector.clone());
+        if let Some(journal) = &journal {
+            emulator.set_journal(journal.clone());
+        }
     }
     let options = RuntimeOptions { environment, ..options };
     let runtime = Runtime::with_functions(sdk, stack, options, &bin_dirs, only)?;

@@ -48,6 +48,12 @@ pub struct Emulator {
 }
 
 impl Emulator {
+    /// Records each `PutEvents` entry the endpoint's buses accept in `journal` (the runtime's
+    /// timeline journal, [`crate::journal`]).
+    pub fn set_journal(&self, journal: std::sync::Arc<crate::journal::Journal>) {
+        self._front.set_journal(journal);
+    }
+
     /// The server's process id (`None` once it has exited).
     pub fn pid(&self) -> Option<u32> {
         self.child.id()

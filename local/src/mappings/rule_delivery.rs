@@ -27,6 +27,7 @@ use crate::lambda::function::LocalFunction;
 use crate::lambda::runtime_api::FunctionError;
 use crate::options::RuntimeOptions;
 use crate::stats::Stats;
+use outbox_cli::trace::timeline::StageKind;
 use outbox_template::stack::LocalRule;
 
 /// Lambda's asynchronous-invocation record, as sent to an on-failure destination.
@@ -140,6 +141,14 @@ impl RuleDelivery {
                 break;
             }
             attempts += 1;
+            if let (Some(journal), Some(id)) = (&self.options.journal, &event_id) {
+                let record = crate::journal::Record::now(
+                    id,
+                    StageKind::Delivered,
+                    &format!("{} by rule {}", self.function.spec.logical_id, self.rule.spec.name),
+                );
+                journal.record(if attempts > 1 { record.with_detail(format!("attempt {attempts}")) } else { record });
+            }
             let invocation = self.function.invoke(&body).await;
             self.stats.update(|c| c.consumer_invocations += 1);
             match invocation.result {

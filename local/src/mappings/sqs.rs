@@ -69,6 +69,7 @@ use crate::lambda::function::LocalFunction;
 use crate::options::{RuntimeOptions, LAMBDA_ASYNC_RETRY_DELAY};
 use crate::stats::Stats;
 use outbox_cli::filter;
+use outbox_cli::trace::timeline::StageKind;
 use outbox_template::stack::QueueInfo;
 use outbox_template::SqsMappingSpec;
 
@@ -404,6 +405,15 @@ impl SqsMapping {
                 return;
             }
         };
+        if let Some(journal) = &self.options.journal {
+            let who = format!("{} from queue {}", self.function.spec.logical_id, self.queue.logical_id);
+            for (message, _) in &kept {
+                let body = message.body().unwrap_or_default();
+                if let Some(id) = serde_json::from_str(body).ok().as_ref().and_then(crate::journal::event_id_in) {
+                    journal.record(crate::journal::Record::now(&id, StageKind::Delivered, &who));
+                }
+            }
+        }
         let invocation = self.function.invoke(&payload).await;
         let ids: Vec<&str> = kept.iter().map(|(m, _)| m.message_id().unwrap_or_default()).collect();
         let done = settled(invocation.result.as_ref().ok(), &ids, self.spec.report_batch_item_failures);

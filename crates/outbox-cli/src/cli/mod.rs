@@ -96,7 +96,7 @@ pub fn scan_progress(table: &str, read: u64, kept: usize) {
 pub struct TraceArgs {
     /// The event id (the outbox item's `event_id`, the EventBridge event's `detail.metadata.id`).
     #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
-    event_id: String,
+    pub event_id: String,
     /// The event's aggregate, `<aggregate_type>#<aggregate_id>` (e.g. Order#o-1001): with
     /// --sequence, the outbox item and a parked row are read by key (by default they are found
     /// by the outbox table's event-id index).
@@ -125,7 +125,8 @@ pub enum Operator {
         #[command(subcommand)]
         command: dlq::DlqCommand,
     },
-    /// Where is event X? Its outbox item, each consumer's inbox row, and any dead letter holding it.
+    /// Where is event X? Its outbox item, each consumer's inbox row, and any dead letter holding
+    /// it; its trace id and the timeline of the stored times, with the gaps between stages.
     Trace(TraceArgs),
     /// Webhook deliveries: a delivery's attempts, resend one event, recover what a subscriber
     /// missed, re-enable a disabled subscriber.
@@ -156,24 +157,34 @@ pub async fn run(context: &Context, command: &Operator) -> Result<ExitCode> {
         Operator::Webhooks { command } => webhooks::run(context, command).await,
         Operator::Ordering { command } => ordering::run(context, command).await,
         Operator::Replay(args) => replay::run(context, args).await,
-        Operator::Trace(TraceArgs { event_id, aggregate, sequence, scan, json }) => {
-            let lookup = match (aggregate, sequence, scan) {
-                (Some(aggregate), Some(sequence), _) => Lookup::Key { aggregate: aggregate.clone(), sequence: *sequence },
-                (_, _, true) => {
-                    eprintln!("scanning the outbox tables for event {event_id} (--scan: reads items until it meets the event)…");
-                    Lookup::Scan
-                }
-                _ => Lookup::Index,
-            };
-            let trace = crate::trace::trace(&context.sdk, &context.resources, event_id, &lookup).await?;
-            if *json {
-                println!("{}", serde_json::to_string_pretty(&trace)?);
-            } else {
-                print!("{}", trace.render());
-            }
-            Ok(if trace.found() { ExitCode::SUCCESS } else { ExitCode::from(2) })
-        }
+        Operator::Trace(args) => trace(context, args, |_| {}).await,
     }
+}
+
+/// `trace`: the event's trace, with `add` making its additions (`outbox-local trace` adds the
+/// stages the local runtime recorded), printed as lines or JSON; exit code 2 when the event is
+/// found nowhere.
+///
+/// # Errors
+/// What failed ([`Error`]).
+pub async fn trace(context: &Context, args: &TraceArgs, add: impl FnOnce(&mut crate::trace::Trace)) -> Result<ExitCode> {
+    let TraceArgs { event_id, aggregate, sequence, scan, json } = args;
+    let lookup = match (aggregate, sequence, scan) {
+        (Some(aggregate), Some(sequence), _) => Lookup::Key { aggregate: aggregate.clone(), sequence: *sequence },
+        (_, _, true) => {
+            eprintln!("scanning the outbox tables for event {event_id} (--scan: reads items until it meets the event)…");
+            Lookup::Scan
+        }
+        _ => Lookup::Index,
+    };
+    let mut trace = crate::trace::trace(&context.sdk, &context.resources, event_id, &lookup).await?;
+    add(&mut trace);
+    if *json {
+        println!("{}", serde_json::to_string_pretty(&trace)?);
+    } else {
+        print!("{}", trace.render());
+    }
+    Ok(if trace.found() { ExitCode::SUCCESS } else { ExitCode::from(2) })
 }
 
 /// Where the stack's resources come from.

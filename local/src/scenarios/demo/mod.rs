@@ -21,7 +21,10 @@
 //!    succeeds, one refusing for good (400, dead-lettered);
 //! 10. checks the books: every committed order consumed exactly once, stock reserved equals the
 //!     quantities of the reserved, uncancelled orders, nothing lost, the webhooks as expected —
-//!     and lists the dead-letter queue.
+//!     and lists the dead-letter queue;
+//! 11. follows one event, the first order's `OrderCreated`, through the pipeline: what
+//!     `outbox-local trace <event id>` prints, its timeline with the stages the runtime
+//!     recorded ([`crate::journal`]).
 
 mod inputs;
 pub mod large;
@@ -118,6 +121,9 @@ pub struct DemoReport {
     pub stages: BTreeMap<String, BTreeMap<String, u64>>,
     /// The order too large for an outbox item, carried by claim check ([`large::LargeEvents`]).
     pub large_events: large::LargeEvents,
+    /// The first order's `OrderCreated`, followed through the pipeline (`outbox-local trace`;
+    /// `None` when it could not be read).
+    pub first_event: Option<outbox_cli::trace::Trace>,
     /// Whether everything adds up.
     pub ok: bool,
 }
@@ -511,6 +517,7 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
         webhooks_rejected: inbound.as_ref().map_or(0, |i| i.rejected),
         large_events: large_events.clone(),
         stages: crate::stats::status::stage_figures(&counts),
+        first_event: None,
         ok: webhooks_ok
             && lost == 0
             && large_events.ok()
@@ -530,12 +537,41 @@ pub async fn run(runtime: Arc<Runtime>, api: SocketAddr, options: &DemoOptions) 
     say.line(crate::stats::status::format_stage_figures(&report.stages).trim_end());
     say.line(format!("\n{} holds {} message(s) (what `outbox-local dlq list` shows):", consumer_dlq.name, dead.len()));
     say.line(dlq::format_listing(&dead).trim_end());
+
+    // 11. One event's timeline.
+    let mut report = report;
+    match trace_event(&runtime, &first.event_id).await {
+        Ok(trace) => {
+            say.line(format!(
+                "\n11. one event  the first order's OrderCreated, followed through the pipeline (`outbox-local trace {}`):",
+                first.event_id
+            ));
+            say.line(trace.render().trim_end());
+            say.line("               (a second `published`: step 4's duplicate, absorbed by the inbox; publish and delivery times are recorded by the local runtime, not kept on AWS)");
+            report.first_event = Some(trace);
+        }
+        Err(e) => say.line(format!("\n11. one event  could not trace {}: {e}", first.event_id)),
+    }
     say.line(if report.ok {
         "\nresult: every committed order took effect exactly once; the cancellation released its stock once; the 1 MiB order went by claim check and was applied once; the duplicate was absorbed; the poison and the never-succeeding events are in the dead-letter queue; the webhooks were delivered, retried and dead-lettered as their subscribers answered, the partner's received once; nothing lost."
     } else {
         "\nresult: MISMATCH — see the figures above."
     });
     Ok(report)
+}
+
+/// What `outbox-local trace <event_id>` prints of the running stack: the stack's data, and the
+/// stages the runtime recorded in its journal (flushed first).
+async fn trace_event(runtime: &Runtime, event_id: &str) -> crate::Result<outbox_cli::trace::Trace> {
+    let resources = outbox_cli::resources::Resources::from_stack(&runtime.stack).map_err(crate::Error::other("the stack's resources"))?;
+    let mut trace = outbox_cli::trace::trace(&runtime.sdk, &resources, event_id, &outbox_cli::trace::Lookup::Index)
+        .await
+        .map_err(crate::Error::other(format!("tracing event {event_id}")))?;
+    if let (Some(journal), Some(dir)) = (&runtime.options.journal, &runtime.options.state_dir) {
+        journal.flush();
+        trace.add_stages(crate::journal::Journal::stages_of(dir, event_id));
+    }
+    Ok(trace)
 }
 
 fn has_outcome(counts: &Counts, event_id: &str, outcome: &str) -> bool {
