@@ -7,9 +7,12 @@
 //!   while it handles the event (the `event` span's `trace_id` beside its `event_id`);
 //! * on the consumer's own outbox event (`InventoryRejected` or `InventoryReserved`): the chain is one trace;
 //! * in the `traceparent` header of the signed webhook delivery to a subscriber;
-//! * and, after the consumer's dead-letter message of the event is redriven by the operator's
-//!   `dlq redrive` (re-published to the bus from the message body), on what that redelivery
-//!   writes: the context lives in the event, not in EventBridge's `TraceHeader`.
+//! * and in `outbox trace`'s answer (from the outbox item, and on the consumer's inbox row).
+//!
+//! The context lives in the event, not in EventBridge's `TraceHeader`: a replayed event keeps it
+//! (`replay.rs`, what the consumer writes for it joins the order's trace), and so does one
+//! redriven from the relay's failed batches (`relay_outage.rs`, the bus carries the outbox
+//! item's `traceparent`).
 //!
 //! Every check reads the tables, the captured log lines and what the subscriber received.
 
@@ -143,5 +146,13 @@ async fn a_requests_traceparent_is_followed_through_the_outbox_the_consumer_its_
     .await;
     assert_eq!(trace_id_of(&delivered), TRACE_ID, "webhook traceparent {delivered:?}");
     assert_ne!(delivered, stored);
+
+    // `outbox trace` names the trace: from the outbox item, and on the consumer's inbox row.
+    let resources = outbox_cli::resources::Resources::from_stack(&local.runtime.stack).expect("resources");
+    let trace = outbox_cli::trace::trace(&local.runtime.sdk, &resources, &created.event_id, &outbox_cli::trace::Lookup::Index).await.expect("trace");
+    assert_eq!(trace.trace_id.as_deref(), Some(TRACE_ID), "{}", trace.render());
+    assert!(trace.render().contains(TRACE_ID), "{}", trace.render());
+    let consumer = trace.consumers.iter().find(|c| c.function == "ReserveInventoryFunction").expect("the inventory consumer's row");
+    assert_eq!(consumer.trace_id.as_deref(), Some(TRACE_ID), "{}", trace.render());
     local.shutdown().await;
 }
