@@ -166,7 +166,9 @@ fn order_created(run: usize, n: usize, envelope: &str) -> Value {
         "detail": {
             "metadata": {"id": event_id, "type": "OrderCreated", "version": 1, "source": "example.orders",
                          "time": "2026-12-01T06:00:00.000Z", "subject": order_id, "aggregate_type": "Order",
-                         "sequence": 1, "correlation_id": "bench"},
+                         "sequence": 1, "correlation_id": "bench",
+                         // Every event the writer stores has one (outbox::TraceContext::current_or_new).
+                         "traceparent": "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01"},
             "data": {"order_id": order_id, "customer_id": "c-1", "currency": "EUR",
                      "lines": [{"sku": "BENCH-A", "quantity": 1, "unit_price": "1.00"}, {"sku": "BENCH-B", "quantity": 2, "unit_price": "2.50"}]}
         }

@@ -275,6 +275,8 @@ pub(crate) async fn relay(program: &Path, runs: usize, shape: RelayShape) {
     // `OUTBOX_TABLE` skips any other table's records).
     let variables = [
         ("EVENT_BUS_NAME", "bench-bus".to_owned()),
+        // The relay block's `EventBusType` parameter (a `!Ref`, not a plain string): the classic bus.
+        ("EVENT_BUS_TYPE", "Classic".to_owned()),
         ("OUTBOX_TABLE", "t".to_owned()),
         ("RELAY_DLQ_URL", format!("{endpoint}/{EMULATOR_ACCOUNT}/bench-relay-dlq")),
     ];

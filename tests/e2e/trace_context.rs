@@ -154,5 +154,10 @@ async fn a_requests_traceparent_is_followed_through_the_outbox_the_consumer_its_
     assert!(trace.render().contains(TRACE_ID), "{}", trace.render());
     let consumer = trace.consumers.iter().find(|c| c.function == "ReserveInventoryFunction").expect("the inventory consumer's row");
     assert_eq!(consumer.trace_id.as_deref(), Some(TRACE_ID), "{}", trace.render());
+    eprintln!(
+        "trace {TRACE_ID} followed: request traceparent {TRACEPARENT}\n  outbox item {stored}\n  consumer's log line {}\n  consumer's own event {chained}\n  webhook traceparent {delivered}\n{}",
+        of_event[0],
+        trace.render()
+    );
     local.shutdown().await;
 }
