@@ -93,6 +93,15 @@ pub fn traces_endpoint(env: &Env) -> Result<String, ConfigError> {
     }
 }
 
+/// Exports the spans still buffered now, waiting for the collector's answer (feature
+/// `opentelemetry`; a no-op without it, or before [`init`]). [`run`](crate::run) calls it after
+/// every invocation; call it yourself before a process that did not start through `run` ends.
+/// A failed export is logged at WARN, never returned: tracing must not fail the function.
+pub fn flush() {
+    #[cfg(feature = "opentelemetry")]
+    otel::flush();
+}
+
 #[cfg(feature = "opentelemetry")]
 pub(crate) use otel::{installed, traced};
 
