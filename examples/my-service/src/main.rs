@@ -4,7 +4,7 @@
 //! whether the customer was registered or already existed.
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
-use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
+use lambda_runtime::{service_fn, Error, LambdaEvent};
 use outbox::{CommitError, ConditionFailed, Event, OutboxWriter};
 use outbox_lambda::Env;
 use serde::{Deserialize, Serialize};
@@ -55,8 +55,10 @@ impl Service {
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing::init_default_subscriber();
     let env = Env::process();
+    // Lambda's log format and level (`init_default_subscriber`); built with outbox-lambda's
+    // feature `opentelemetry`, the spans also go to the ADOT collector layer (docs/tracing.md).
+    outbox_lambda::telemetry::init(&env)?;
     // The documented SDK time-outs (SDK_*_TIMEOUT_MS), so a stalled call fails instead of hanging.
     let sdk = outbox_lambda::load_sdk_config(&env).await?;
     let service = Service {

@@ -12,7 +12,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
-use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
+use lambda_runtime::{service_fn, Error, LambdaEvent};
 use outbox::consumer::{DeliveredEvent, EventHandler, HandlerError, RawEvent, Tx, DEFAULT_METRICS_NAMESPACE};
 use outbox_lambda::{Env, LambdaConsumer as _};
 use serde::Deserialize;
@@ -52,8 +52,10 @@ impl EventHandler<CustomerRegistered, &'static str> for WelcomeMail {
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing::init_default_subscriber();
     let env = Env::process();
+    // Lambda's log format and level (`init_default_subscriber`); built with outbox-lambda's
+    // feature `opentelemetry`, the spans also go to the ADOT collector layer (docs/tracing.md).
+    outbox_lambda::telemetry::init(&env)?;
     // The documented SDK time-outs (SDK_*_TIMEOUT_MS), so a stalled call fails instead of hanging.
     let sdk = outbox_lambda::load_sdk_config(&env).await?;
     // The consumer kit's inbox table and dead-letter queue, and the consumer's name (INBOX_TABLE,
